@@ -1,0 +1,37 @@
+# Everything a fresh machine needs is installed by these targets (Python 3.11+, pip, node 20).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.synced
+
+.PHONY: dev test lint bench lock clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# Reinstall only when the lock file changes; versions and hashes come from requirements.lock.
+$(STAMP): requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
+	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $(STAMP)
+
+dev: $(STAMP)
+	$(BIN)/sigil dev
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+lock:
+	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --group dev \
+		pyproject.toml -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

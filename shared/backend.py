@@ -1,0 +1,47 @@
+"""The set of ports a runtime works with, built once from Settings by `build_backend`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.config import Settings
+from shared.ports import (
+    AuditLog,
+    EventBus,
+    Lanes,
+    MemoryIndex,
+    MemoryStore,
+    Outbox,
+    SecretStore,
+    SessionStore,
+    WorkspaceStore,
+)
+
+
+@dataclass
+class Backend:
+    sessions: SessionStore
+    memory: MemoryStore
+    index: MemoryIndex
+    lanes: Lanes
+    outbox: Outbox
+    events: EventBus
+    workspaces: WorkspaceStore
+    audit: AuditLog
+    secrets: SecretStore
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+
+
+def build_backend(settings: Settings) -> Backend:
+    if settings.backend == "embedded":
+        from shared.adapters.embedded import build_embedded_backend
+
+        return build_embedded_backend(settings)
+    from shared.adapters.aws import build_aws_backend
+
+    return build_aws_backend(settings)

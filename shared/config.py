@@ -1,0 +1,58 @@
+"""Configuration: one pydantic settings model, validated once, read from SIGIL_* variables.
+
+Nothing reads os.environ at import time; callers build Settings() (cached by `settings()`), and
+tests pass their own instance.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIGIL_", extra="ignore")
+
+    backend: Literal["embedded", "aws"] = "embedded"
+    data_dir: Path = Path(".sigil")
+    default_workspace: str = "default"
+
+    # "provider/model", e.g. "openai/gpt-4.1-mini". Unset means no model is configured, and the
+    # gateway says so at start and in every reply instead of inventing an answer.
+    model: str | None = None
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    provider_timeout_s: float = 60.0
+    provider_max_retries: int = 2
+
+    # Local gateway
+    host: str = "127.0.0.1"
+    port: int = 8787
+    lane_workers: int = 8
+    lane_max_attempts: int = 5
+    signature_window_s: int = 300
+    max_body_bytes: int = 256 * 1024
+
+    # Cloud resources (filled in by the stack's environment)
+    sessions_table: str | None = None
+    memory_table: str | None = None
+    queue_url: str | None = None
+    event_bus_name: str | None = None
+    opensearch_endpoint: str | None = None
+    secrets_prefix: str = "sigil/"
+    aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
+
+    def resolved_model(self) -> str | None:
+        """The gateway's default model, or None when no provider is usable."""
+        if self.model:
+            return self.model
+        return None
+
+
+@cache
+def settings() -> Settings:
+    return Settings()

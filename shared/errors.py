@@ -1,0 +1,73 @@
+"""The domain's error hierarchy. Each boundary (HTTP, FIFO batch, tool result) maps these once."""
+
+from __future__ import annotations
+
+
+class SigilError(Exception):
+    """Base of every error Sigil raises on purpose. `code` is stable and safe to show a client."""
+
+    code = "sigil_error"
+    http_status = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(SigilError):
+    """The input cannot be understood: malformed JSON, a missing field, an oversized body."""
+
+    code = "bad_request"
+    http_status = 400
+
+
+class Unauthorized(SigilError):
+    """A signature is missing, wrong, or outside its timestamp window."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class Forbidden(SigilError):
+    """The caller is known but not allowed (unknown sender under an allow list, a denied tool)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class NotFound(SigilError):
+    code = "not_found"
+    http_status = 404
+
+
+class ConcurrencyConflict(SigilError):
+    """An optimistic write lost the race: the stored version moved since it was read."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class ModelNotConfigured(SigilError):
+    """No LLM provider is configured: the gateway says so instead of answering with a fake."""
+
+    code = "model_not_configured"
+    http_status = 503
+
+
+class ProviderError(SigilError):
+    """The model provider failed after its retries."""
+
+    code = "provider_error"
+    http_status = 502
+
+
+class ToolCallLimitExceeded(SigilError):
+    code = "tool_call_limit"
+    http_status = 429
+
+
+class BudgetExceeded(SigilError):
+    code = "budget_exceeded"
+    http_status = 429

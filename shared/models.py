@@ -1,0 +1,318 @@
+"""Domain models: every model that crosses a boundary (HTTP, queue, store, provider) is here.
+
+Messages are a discriminated union on `kind` (user / assistant / tool), serialised by the one
+codec in `shared.serde`, so the SQLite and DynamoDB stores write byte-identical documents.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared.clock import new_id, utcnow
+
+# Ids that become parts of keys (SQLite rows, DynamoDB partition keys, SQS group ids) are kept to
+# a conservative alphabet so they can never smuggle a separator into another workspace's key.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+=\-]{0,127}$"
+WorkspaceId = Annotated[str, Field(pattern=ID_PATTERN)]
+Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
+
+
+class Model(BaseModel):
+    """Base: strict about unknown fields so a typo in a payload is an error, not a silent drop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+
+
+# ---------------------------------------------------------------- conversation messages
+
+
+class ToolCall(Model):
+    id: str
+    name: str
+    arguments: str = "{}"  # JSON text exactly as the model produced it
+
+
+class UserMessage(Model):
+    kind: Literal["user"] = "user"
+    id: str = Field(default_factory=lambda: new_id("m_"))
+    content: str
+    sender_id: str | None = None
+    event_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class AssistantMessage(Model):
+    kind: Literal["assistant"] = "assistant"
+    id: str = Field(default_factory=lambda: new_id("m_"))
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ToolResultMessage(Model):
+    kind: Literal["tool"] = "tool"
+    id: str = Field(default_factory=lambda: new_id("m_"))
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- sessions (spec 000)
+
+
+class ToolBudget(Model):
+    max_calls_per_turn: int = Field(default=20, ge=1)
+
+
+class TokenBudget(Model):
+    max_tokens_per_turn: int | None = Field(default=None, ge=1)
+
+
+class Session(Model):
+    """Spec 000's Session. `version` drives optimistic concurrency in every session store."""
+
+    id: Identifier
+    workspace_id: WorkspaceId
+    user_id: str | None = None
+    channel: str = "web"
+    active_messages: list[Message] = Field(default_factory=list)
+    summary: str = ""
+    last_compaction: datetime | None = None
+    model_override: str | None = None
+    tool_budget: ToolBudget = Field(default_factory=ToolBudget)
+    token_budget: TokenBudget = Field(default_factory=TokenBudget)
+    status: Literal["active", "paused", "archived"] = "active"
+    # Messages ever appended, and how many have rolled out of the window into Tier 1.
+    message_count: int = 0
+    rolled_out_count: int = 0
+    # Platform event ids of the last turns: a redelivered event that already ran is skipped.
+    recent_event_ids: list[str] = Field(default_factory=list)
+    version: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------- channels
+
+
+class Sender(Model):
+    id: str
+    name: str | None = None
+    is_bot: bool = False
+
+
+class Attachment(Model):
+    """A file referenced by the platform; Sigil records where it is and never downloads it."""
+
+    kind: str
+    id: str | None = None
+    url: str | None = None
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+
+
+class InboundMessage(Model):
+    """A user's message, normalised from any channel, as it travels through the lane."""
+
+    event_id: Identifier
+    channel: Literal["web", "telegram", "slack", "discord", "whatsapp"]
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    sender: Sender
+    chat_id: str
+    chat_type: Literal["dm", "group", "channel"] = "dm"
+    thread_id: str | None = None
+    reply_to: str | None = None
+    text: str
+    attachments: list[Attachment] = Field(default_factory=list)
+    received_at: datetime = Field(default_factory=utcnow)
+    # Channel-specific routing data the outbound client needs (e.g. Discord's interaction token).
+    reply_context: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def lane_key(self) -> str:
+        """The session's lane: SQS MessageGroupId in the cloud, the in-process lane locally."""
+        return f"{self.workspace_id}.{self.session_id}"
+
+
+class OutboundMessage(Model):
+    """One part of a reply. (turn_id, part) is the send ledger's key: a retried turn never posts twice."""
+
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    channel: str
+    chat_id: str
+    thread_id: str | None = None
+    turn_id: str
+    part: int = 0
+    text: str
+    in_reply_to: str | None = None  # the inbound event id
+    final: bool = True
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class OutboxEntry(Model):
+    """An outbound message as stored in a session's outbox, with its position for readers."""
+
+    seq: int
+    message: OutboundMessage
+
+
+# ---------------------------------------------------------------- workspaces
+
+
+class WorkspaceConfig(Model):
+    id: WorkspaceId
+    name: str = ""
+    system_prompt: str = "You are Sigil, a helpful assistant. Answer concisely."
+    model: str | None = None  # "openai/gpt-4.1-mini"; None falls back to the gateway default
+    active_window: int = Field(default=20, ge=2, le=500)
+    summary_batch: int = Field(default=50, ge=1)
+    max_tool_calls_per_turn: int = Field(default=20, ge=1)
+    tools_allow: list[str] | None = None  # None: every registered tool
+    tools_deny: list[str] = Field(default_factory=list)
+    pii_redaction: bool = False
+    unknown_sender_policy: Literal["allow", "allow_list", "pairing"] = "allow"
+    allowed_senders: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- memory
+
+
+MemoryTier = Literal["message", "summary", "fact"]
+
+
+class MemoryRecord(Model):
+    """A Tier-1 message: full text of a message that rolled out of a session's window."""
+
+    id: str
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    seq: int = Field(ge=0)  # position of the message in its session, from 0
+    created_at: datetime
+    message: Message | None = None  # the original structured message, when there is one
+
+
+class Summary(Model):
+    """A Tier-2 summary of a run of Tier-1 messages."""
+
+    id: str
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    text: str
+    first_seq: int
+    last_seq: int
+    start_at: datetime
+    end_at: datetime
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Triple(Model):
+    """A Tier-3 fact with provenance: where it was learnt and how sure we are."""
+
+    id: str
+    workspace_id: WorkspaceId
+    subject: str = Field(min_length=1, max_length=256)
+    predicate: str = Field(min_length=1, max_length=256)
+    object: str = Field(min_length=1, max_length=2048)
+    session_id: str | None = None
+    message_ids: list[str] = Field(default_factory=list)
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("subject", "predicate", "object")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        return v.strip()
+
+
+class IndexDoc(Model):
+    """What the memory index holds: text for BM25, a vector for k-NN, and where it came from."""
+
+    id: str
+    workspace_id: WorkspaceId
+    session_id: str | None = None
+    tier: MemoryTier
+    text: str
+    vector: list[float] | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class IndexQuery(Model):
+    text: str | None = None
+    vector: list[float] | None = None
+    k: int = Field(default=10, ge=1, le=1000)
+    tiers: list[MemoryTier] | None = None
+    session_id: str | None = None
+
+
+class IndexHit(Model):
+    doc: IndexDoc
+    score: float
+
+
+class IndexResult(Model):
+    """Both rankings from one round trip; fusing them is the shared code's job, not the adapter's."""
+
+    text_hits: list[IndexHit] = Field(default_factory=list)
+    vector_hits: list[IndexHit] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- lanes, events, audit
+
+
+class LaneItem(Model):
+    """One unit of work in a session's lane (one SQS FIFO message)."""
+
+    inbound: InboundMessage
+    enqueued_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def group_id(self) -> str:
+        return self.inbound.lane_key
+
+    @property
+    def dedup_id(self) -> str:
+        return f"{self.inbound.workspace_id}.{self.inbound.channel}.{self.inbound.event_id}"
+
+
+class DomainEvent(Model):
+    """An event on the bus (EventBridge in the cloud, the local scheduler embedded)."""
+
+    type: Literal["CompactionDue", "MaintenanceDue"]
+    workspace_id: WorkspaceId
+    session_id: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+    at: datetime = Field(default_factory=utcnow)
+
+
+class AuditRecord(Model):
+    id: str = Field(default_factory=lambda: new_id("a_"))
+    workspace_id: WorkspaceId
+    session_id: str
+    user_id: str | None = None
+    event_id: str | None = None
+    turn_id: str
+    model: str | None = None
+    tools_used: list[str] = Field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    duration_ms: float = 0.0
+    cost_usd: float = 0.0
+    outcome: Literal["ok", "error", "skipped_duplicate", "model_not_configured", "budget_denied", "limited"]
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)

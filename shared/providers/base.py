@@ -1,0 +1,67 @@
+"""The provider contract: one small interface that streams typed events.
+
+A provider turns a ChatRequest into a stream of events: text deltas, complete tool calls, usage,
+and one final Done. The agent loop only ever sees these events, never an SDK's types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.models import Message, ToolCall
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: name, description and a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str  # the provider's own model name, e.g. "gpt-4.1-mini"
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class TextDelta(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallEvent(BaseModel):
+    type: Literal["tool_call"] = "tool_call"
+    call: ToolCall
+
+
+class Usage(BaseModel):
+    type: Literal["usage"] = "usage"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Done(BaseModel):
+    type: Literal["done"] = "done"
+    finish_reason: str = "stop"  # stop | tool_calls | length | refusal | content_filter
+    refusal: str | None = None
+
+
+ProviderEvent = Annotated[TextDelta | ToolCallEvent | Usage | Done, Field(discriminator="type")]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
+        """Yield events for one model call; the last event is always a Done."""
+        ...
