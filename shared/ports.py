@@ -164,3 +164,10 @@ class SecretStore(Protocol):
     """Signing secrets, bot tokens and API keys: Secrets Manager in the cloud, a 0600 file locally."""
 
     def get(self, name: str) -> str | None: ...
+
+
+@runtime_checkable
+class ChannelSender(Protocol):
+    """Delivers one reply part on its channel (web: the outbox; others: the platform's API)."""
+
+    def send(self, message: OutboundMessage) -> None: ...
