@@ -1,0 +1,115 @@
+"""The web channel: HMAC-SHA256 signed JSON posts in, an outbox (JSON or server-sent events) out.
+
+Signing, for a client: with the workspace's web signing secret,
+
+    signature = hex(HMAC_SHA256(secret, f"{timestamp}.".encode() + payload))
+    headers:  X-Sigil-Timestamp: <unix seconds>    X-Sigil-Signature: v1=<signature>
+
+where `payload` is the raw request body for a POST, and the request target (path and query,
+e.g. b"/sessions/default/s1/outbox?after=0") for a GET, which has no body. The timestamp must be
+within 5 minutes of the gateway's clock, so a captured request can't be replayed later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+from pydantic import Field, ValidationError
+
+from shared.errors import BadRequest, Unauthorized
+from shared.models import Identifier, InboundMessage, Model, Sender
+
+TIMESTAMP_HEADER = "x-sigil-timestamp"
+SIGNATURE_HEADER = "x-sigil-signature"
+SIGNATURE_VERSION = "v1"
+MAX_TEXT_CHARS = 32_000
+
+
+def secret_name(workspace_id: str) -> str:
+    """Where a workspace's web signing secret lives in the SecretStore."""
+    return f"web/{workspace_id}"
+
+
+def session_id_for(session: str) -> str:
+    # The channel prefix keeps a web session from ever sharing a lane with another channel's chat.
+    return f"web.{session}"
+
+
+def sign(secret: str, timestamp: int | str, payload: bytes) -> str:
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + payload, hashlib.sha256)
+    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
+
+
+def signed_headers(secret: str, payload: bytes, *, now: float | None = None) -> dict[str, str]:
+    ts = int(time.time() if now is None else now)
+    return {"X-Sigil-Timestamp": str(ts), "X-Sigil-Signature": sign(secret, ts, payload)}
+
+
+def verify(
+    secret: str | None,
+    headers: dict[str, str],
+    payload: bytes,
+    *,
+    now: float,
+    window_s: int = 300,
+) -> None:
+    """Raise Unauthorized unless the request carries a fresh, correct signature.
+
+    `headers` must have lower-case names. The reason in the error never echoes the body.
+    """
+    ts_raw = headers.get(TIMESTAMP_HEADER)
+    sig = headers.get(SIGNATURE_HEADER)
+    if not ts_raw or not sig:
+        raise Unauthorized("missing X-Sigil-Timestamp or X-Sigil-Signature header")
+    try:
+        ts = int(ts_raw)
+    except ValueError:
+        raise Unauthorized("X-Sigil-Timestamp is not a unix timestamp") from None
+    if abs(now - ts) > window_s:
+        raise Unauthorized("timestamp outside the 5-minute window")
+    if secret is None:
+        # Same answer as a wrong signature: an unknown workspace must not be distinguishable.
+        raise Unauthorized("signature mismatch")
+    expected = sign(secret, ts, payload)
+    if not hmac.compare_digest(expected.encode(), sig.strip().encode()):
+        raise Unauthorized("signature mismatch")
+
+
+class WebInbound(Model):
+    """The body of POST /webhooks/web/{workspace}."""
+
+    event_id: Identifier = Field(description="client-chosen id; a repeat of the same id is one turn")
+    session: Identifier
+    user: Identifier
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    user_name: str | None = Field(default=None, max_length=200)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse(workspace_id: str, body: bytes) -> InboundMessage:
+    """Validate a verified body and normalise it; BadRequest says what is wrong, never echoes input."""
+    try:
+        msg = WebInbound.model_validate_json(body)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise BadRequest("body is not valid JSON") from None
+        raise BadRequest(f"invalid message: {_describe(exc)}") from None
+    return InboundMessage(
+        event_id=msg.event_id,
+        channel="web",
+        workspace_id=workspace_id,
+        session_id=session_id_for(msg.session),
+        sender=Sender(id=msg.user, name=msg.user_name),
+        chat_id=msg.session,
+        chat_type="dm",
+        text=msg.text,
+    )

@@ -1,0 +1,166 @@
+"""The `sigil` command line: run the local gateway, and talk to it as a signed web client."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shared.config import Settings
+
+app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory (default: $SIGIL_DATA_DIR or .sigil)")]
+Workspace = Annotated[str, typer.Option("--workspace", "-w", help="workspace id")]
+Url = Annotated[str | None, typer.Option("--url", help="gateway base URL (default: from settings)")]
+
+
+def _settings(data_dir: Path | None, **overrides: object) -> Settings:
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if data_dir is not None:
+        values["data_dir"] = data_dir
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@app.command()
+def dev(
+    data_dir: DataDir = None,
+    host: Annotated[str | None, typer.Option(help="bind address")] = None,
+    port: Annotated[int | None, typer.Option(help="port")] = None,
+) -> None:
+    """Serve the local gateway on 127.0.0.1 with the embedded (SQLite) backend."""
+    import uvicorn
+
+    from shared.local import logs
+    from shared.local.gateway import LocalGateway
+
+    logs.configure()
+    settings = _settings(data_dir, host=host, port=port, backend="embedded")
+    gateway = LocalGateway(settings)
+    gateway.start()
+    base = f"http://{settings.host}:{settings.port}"
+    ws = settings.default_workspace
+    problem = gateway.model_status()
+    model_line = settings.resolved_model() if problem is None else f"NOT CONFIGURED. {problem}"
+    typer.echo(
+        "\n".join(
+            [
+                f"Sigil local gateway on {base}   state: {settings.data_dir.resolve()}",
+                f"  model:    {model_line}",
+                f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
+                "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
+                f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
+                f"            GET  {base}/sessions/{ws}/<session>/stream               (server-sent events)",
+                '  try:      sigil send "hello" --session demo --wait',
+            ]
+        ),
+        err=True,
+    )
+    try:
+        uvicorn.run(gateway.app(), host=settings.host, port=settings.port, log_config=None)
+    finally:
+        gateway.stop()
+
+
+def _secret(settings: Settings, workspace: str) -> str:
+    from shared.backend import build_backend
+    from shared.channels import web
+
+    backend = build_backend(settings)
+    try:
+        secret = backend.secrets.get(web.secret_name(workspace))
+    finally:
+        backend.close()
+    if secret is None:
+        typer.echo(f"no web signing secret for workspace {workspace!r}: start `sigil dev` once first", err=True)
+        raise typer.Exit(2)
+    return secret
+
+
+def _signed_get(base: str, secret: str, target: str) -> dict[str, object]:
+    import httpx
+
+    from shared.channels import web
+
+    resp = httpx.get(base + target, headers=web.signed_headers(secret, target.encode()), timeout=10)
+    resp.raise_for_status()
+    data: dict[str, object] = resp.json()
+    return data
+
+
+@app.command()
+def send(
+    text: Annotated[str, typer.Argument(help="the message")],
+    session: Annotated[str, typer.Option("--session", "-s")] = "demo",
+    user: Annotated[str, typer.Option("--user", "-u")] = "local-user",
+    workspace: Workspace = "default",
+    event_id: Annotated[str | None, typer.Option(help="platform event id (default: random)")] = None,
+    wait: Annotated[bool, typer.Option(help="wait for the reply and print it")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the reply")] = 120.0,
+    url: Url = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Post a signed message to the local gateway's web channel."""
+    import httpx
+
+    from shared.channels import web
+
+    settings = _settings(data_dir)
+    base = url or f"http://{settings.host}:{settings.port}"
+    secret = _secret(settings, workspace)
+    outbox_target = f"/sessions/{workspace}/{session}/outbox"
+    before = _signed_get(base, secret, outbox_target + "?after=0")
+    after = before.get("next_after") or 0
+    event = event_id or uuid.uuid4().hex
+    body = json.dumps({"event_id": event, "session": session, "user": user, "text": text}).encode()
+    resp = httpx.post(
+        f"{base}/webhooks/web/{workspace}",
+        content=body,
+        headers={"Content-Type": "application/json", **web.signed_headers(secret, body)},
+        timeout=10,
+    )
+    typer.echo(f"{resp.status_code} {resp.text}", err=True)
+    if resp.status_code >= 300 or not wait:
+        raise typer.Exit(0 if resp.status_code < 300 else 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page = _signed_get(base, secret, f"{outbox_target}?after={after}")
+        replies = page.get("replies")
+        assert isinstance(replies, list)
+        for reply in replies:
+            after = reply["seq"]
+            if reply.get("in_reply_to") == event:
+                typer.echo(reply["text"])
+                return
+        time.sleep(0.2)
+    typer.echo("no reply before the timeout", err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
+def replies(
+    session: Annotated[str, typer.Option("--session", "-s")] = "demo",
+    workspace: Workspace = "default",
+    after: Annotated[int, typer.Option(help="only replies after this sequence number")] = 0,
+    url: Url = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Print a web session's replies from the outbox."""
+    settings = _settings(data_dir)
+    base = url or f"http://{settings.host}:{settings.port}"
+    page = _signed_get(base, _secret(settings, workspace), f"/sessions/{workspace}/{session}/outbox?after={after}")
+    typer.echo(json.dumps(page, indent=2))
+
+
+@app.command("web-secret")
+def web_secret(workspace: Workspace = "default", data_dir: DataDir = None) -> None:
+    """Print a workspace's web signing secret (for your own web client; keep it out of logs)."""
+    typer.echo(_secret(_settings(data_dir), workspace))
+
+
+if __name__ == "__main__":
+    app()

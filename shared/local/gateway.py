@@ -1,0 +1,197 @@
+"""The local gateway (`sigil dev`): the embedded backend behind a small HTTP front on 127.0.0.1.
+
+The same ingress and turn code as the Lambda functions; lanes are durable SQLite queues run by
+in-process workers (one turn at a time per session, sessions in parallel), so a restart loses
+nothing that was accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from shared.adapters.embedded import EmbeddedLaneRunner, LocalScheduler
+from shared.agent.turn import TurnDeps, run_turn
+from shared.backend import Backend, build_backend
+from shared.channels import web
+from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.config import Settings
+from shared.errors import BadRequest, ModelNotConfigured, SigilError
+from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
+from shared.models import LaneItem, WorkspaceConfig
+from shared.providers import build_provider
+from shared.serde import to_jsonable
+
+log = logging.getLogger("sigil.gateway")
+
+SSE_POLL_S = 0.1
+SSE_HEARTBEAT_S = 15.0
+
+
+@dataclass
+class LocalGateway:
+    settings: Settings
+    backend: Backend = field(init=False)
+    ingress: Ingress = field(init=False)
+    runner: EmbeddedLaneRunner = field(init=False)
+    scheduler: LocalScheduler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.backend = build_backend(self.settings)
+        self.ingress = Ingress(
+            lanes=self.backend.lanes,
+            outbox=self.backend.outbox,
+            secrets=self.backend.secrets,
+            signature_window_s=self.settings.signature_window_s,
+            max_body_bytes=self.settings.max_body_bytes,
+        )
+        senders = SenderRegistry({"web": OutboxSender(self.backend.outbox)})
+        self.deps = TurnDeps(
+            backend=self.backend,
+            settings=self.settings,
+            senders=senders,
+            provider_factory=lambda ref: build_provider(self.settings, ref),
+        )
+        self.runner = EmbeddedLaneRunner(
+            self.backend.lanes,
+            self._handle,
+            workers=self.settings.lane_workers,
+            max_attempts=self.settings.lane_max_attempts,
+        )
+        self.scheduler = LocalScheduler(self.backend.events)
+
+    def _handle(self, item: LaneItem) -> None:
+        run_turn(self.deps, item)
+
+    def ensure_workspace(self, workspace_id: str) -> str:
+        """Create the workspace and its web signing secret on first start; return the secret."""
+        if self.backend.workspaces.get(workspace_id) is None:
+            self.backend.workspaces.put(WorkspaceConfig(id=workspace_id, name=workspace_id))
+        secrets = self.backend.secrets
+        ensure = getattr(secrets, "ensure", None)
+        if ensure is None:
+            raise SigilError("the local gateway needs a secret store that can create secrets")
+        secret: str = ensure(web.secret_name(workspace_id))
+        return secret
+
+    def model_status(self) -> str | None:
+        """None when a model is usable; otherwise the message every reply will carry."""
+        try:
+            build_provider(self.settings, self.settings.resolved_model())
+        except ModelNotConfigured as exc:
+            return exc.message
+        return None
+
+    def start(self) -> None:
+        self.ensure_workspace(self.settings.default_workspace)
+        self.scheduler.start()
+        self.runner.start()
+
+    def stop(self) -> None:
+        self.runner.stop()
+        self.scheduler.stop()
+        self.backend.close()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/webhooks/web/{workspace}", self._post_web, methods=["POST"]),
+                Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
+                Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
+            ],
+            exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
+        )
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model_configured": self.model_status() is None})
+
+    async def _post_web(self, request: Request) -> Response:
+        body = await request.body()
+        req = await _to_webhook_request(request, body)
+        result, item = await run_in_threadpool(self.ingress.accept_web, request.path_params["workspace"], req)
+        return JSONResponse(
+            {"status": result.status, "event_id": item.inbound.event_id, "session": item.inbound.chat_id},
+            status_code=202,
+        )
+
+    async def _get_outbox(self, request: Request) -> Response:
+        req = await _to_webhook_request(request, b"")
+        p = request.path_params
+        entries = await run_in_threadpool(self.ingress.read_outbox, p["workspace"], p["session"], req)
+        return JSONResponse(outbox_json(entries))
+
+    async def _get_stream(self, request: Request) -> Response:
+        """Server-sent events: one `reply` event per outbox entry, resumable with Last-Event-ID."""
+        req = await _to_webhook_request(request, b"")
+        workspace, session = request.path_params["workspace"], request.path_params["session"]
+        await run_in_threadpool(self.ingress.authorise_read, workspace, req)
+        after = parse_after(request.headers.get("last-event-id") or request.query_params.get("after"))
+        timeout = _parse_timeout(request.query_params.get("timeout"))
+        session_id = web.session_id_for(session)
+
+        async def events() -> AsyncIterator[bytes]:
+            nonlocal after
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            last_beat = loop.time()
+            while loop.time() < deadline and not await request.is_disconnected():
+                entries = await run_in_threadpool(
+                    self.backend.outbox.read, workspace, session_id, after_seq=after
+                )
+                for e in entries:
+                    after = e.seq
+                    data = json.dumps({"seq": e.seq, **to_jsonable(e.message)})
+                    yield f"id: {e.seq}\nevent: reply\ndata: {data}\n\n".encode()
+                if loop.time() - last_beat > SSE_HEARTBEAT_S:
+                    last_beat = loop.time()
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(SSE_POLL_S)
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+
+async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return WebhookRequest(
+        method=request.method,
+        target=target,
+        headers={k.lower(): v for k, v in request.headers.items()},
+        body=body,
+        path_params=dict(request.path_params),
+        query=dict(request.query_params),
+    )
+
+
+def _parse_timeout(raw: str | None) -> float:
+    if raw is None:
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest("'timeout' must be a number of seconds") from None
+    if not 0 < value <= 300:
+        raise BadRequest("'timeout' must be between 0 and 300 seconds")
+    return value
+
+
+async def _error_response(request: Request, exc: SigilError) -> Response:
+    # The reason is ours (never the request body), so it is safe to return and to log.
+    log.info(
+        "request refused",
+        extra={"path": request.url.path, "status": exc.http_status, "code": exc.code, "reason": exc.message},
+    )
+    return JSONResponse({"error": exc.code, "message": exc.message}, status_code=exc.http_status)
