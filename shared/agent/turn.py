@@ -1,0 +1,338 @@
+"""One agent turn (spec 000): load, prepare, call the model, send, commit, audit.
+
+Failure policy, decided once here:
+- No model configured: the user is told how to configure one (the ModelNotConfigured text), their
+  message is kept in the session, and the turn ends "model_not_configured". Retrying can't help.
+- The provider fails after the SDK's own retries (ProviderError): the attempt is audited as
+  "error" and the error is raised, so the lane retries the item and dead-letters it after its last
+  attempt (`give_up_turn` then tells the user). Nothing is committed by a failed attempt, and the
+  turn id is derived from the event, so a retry that succeeds posts its reply once.
+- The reply is sent before the commit: a crash in between re-runs the turn, and the outbox (the
+  send ledger, keyed by turn id and part) drops the second post.
+- A redelivered event whose turn already committed is skipped ("skipped_duplicate").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shared.backend import Backend
+from shared.channels.senders import SenderRegistry
+from shared.clock import utcnow
+from shared.config import Settings
+from shared.errors import ConcurrencyConflict, ModelNotConfigured, ProviderError
+from shared.models import (
+    AssistantMessage,
+    AuditRecord,
+    DomainEvent,
+    InboundMessage,
+    IndexDoc,
+    LaneItem,
+    MemoryRecord,
+    Message,
+    OutboundMessage,
+    Session,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    WorkspaceConfig,
+)
+from shared.ports import EventBus, SessionStore
+from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
+
+log = logging.getLogger("sigil.turn")
+
+RECENT_EVENT_IDS = 50  # redeliveries arrive within minutes; 50 turns back is far beyond that
+COMMIT_ATTEMPTS = 5
+EMPTY_REPLY = "(The model returned an empty reply.)"
+APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
+
+Outcome = Literal["ok", "error", "skipped_duplicate", "model_not_configured"]
+ProviderFactory = Callable[[str | None], tuple[Provider, str]]
+
+
+@dataclass
+class TurnDeps:
+    backend: Backend
+    settings: Settings
+    senders: SenderRegistry
+    provider_factory: ProviderFactory  # model ref ("openai/gpt-4.1-mini" or None) → (provider, model)
+
+
+@dataclass
+class ModelStep:
+    """What one model call produced."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    done: Done = field(default_factory=Done)
+
+
+def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
+    started = time.monotonic()
+    inbound, turn = item.inbound, turn_id_for(item)
+    workspace = deps.backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
+    session = _load_session(deps.backend.sessions, inbound)
+    if inbound.event_id in session.recent_event_ids:
+        return _audit(deps, item, started, "skipped_duplicate")
+    user = _user_message(inbound, turn)
+    try:
+        provider, model = deps.provider_factory(session.model_override or workspace.model)
+    except ModelNotConfigured as exc:
+        _send(deps, inbound, turn, exc.message)
+        _commit(deps, workspace, session, inbound, [user])
+        return _audit(deps, item, started, "model_not_configured", error=exc.message)
+    model_ref = f"{provider.name}/{model}"
+    _, window = split_window(session.active_messages, workspace.active_window)
+    request = ChatRequest(model=model, system=workspace.system_prompt, messages=[*window, user])
+    try:
+        step = call_model(provider, request)
+    except ProviderError as exc:
+        _audit(deps, item, started, "error", model=model_ref, error=exc.message)
+        raise
+    if step.tool_calls:  # no tools are offered yet; the tool loop will consume these here
+        log.warning("model asked for tools that were not offered", extra={"turn_id": turn})
+    reply = AssistantMessage(id=f"{turn}.a", content=_reply_text(step), model=model_ref)
+    _send(deps, inbound, turn, reply.content)
+    _commit(deps, workspace, session, inbound, [user, reply])
+    return _audit(deps, item, started, "ok", model=model_ref, usage=step.usage)
+
+
+def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
+    """For the lane, when it dead-letters an item: apologise once and keep what the user said."""
+    inbound, turn = item.inbound, turn_id_for(item)
+    workspace = deps.backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
+    session = _load_session(deps.backend.sessions, inbound)
+    if inbound.event_id in session.recent_event_ids:
+        return
+    _send(deps, inbound, turn, APOLOGY)
+    _commit(deps, workspace, session, inbound, [_user_message(inbound, turn)])
+
+
+def call_model(provider: Provider, request: ChatRequest) -> ModelStep:
+    step = ModelStep()
+    parts: list[str] = []
+    for event in provider.stream(request):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        elif isinstance(event, ToolCallEvent):
+            step.tool_calls.append(event.call)
+        elif isinstance(event, Usage):
+            step.usage = Usage(
+                input_tokens=step.usage.input_tokens + event.input_tokens,
+                output_tokens=step.usage.output_tokens + event.output_tokens,
+            )
+        elif isinstance(event, Done):
+            step.done = event
+    step.text = "".join(parts)
+    return step
+
+
+def turn_id_for(item: LaneItem) -> str:
+    """Deterministic per event, so every retry of a turn writes to the same send-ledger keys."""
+    i = item.inbound
+    key = f"{i.workspace_id}\n{i.session_id}\n{i.channel}\n{i.event_id}"
+    return "t_" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def split_window(messages: Sequence[Message], size: int) -> tuple[list[Message], list[Message]]:
+    """(rolled out, kept): the newest `size` messages stay, less any tool result left at the front.
+
+    A tool result can't open the window: the assistant call it answers would have rolled out,
+    and providers reject a tool result with no call before it.
+    """
+    cut = max(0, len(messages) - size)
+    while cut < len(messages) and isinstance(messages[cut], ToolResultMessage):
+        cut += 1
+    return list(messages[:cut]), list(messages[cut:])
+
+
+def message_text(m: Message) -> str:
+    if isinstance(m, AssistantMessage) and m.tool_calls:
+        calls = "\n".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
+        return f"{m.content}\n{calls}" if m.content else calls
+    return m.content
+
+
+# ---------------------------------------------------------------- steps
+
+
+def _load_session(store: SessionStore, inbound: InboundMessage) -> Session:
+    found = store.get(inbound.workspace_id, inbound.session_id)
+    if found is not None:
+        return found
+    return Session(
+        id=inbound.session_id,
+        workspace_id=inbound.workspace_id,
+        user_id=inbound.sender.id,
+        channel=inbound.channel,
+    )
+
+
+def _user_message(inbound: InboundMessage, turn: str) -> UserMessage:
+    # Ids derived from the turn: a retried turn writes the same message, never a second copy.
+    return UserMessage(
+        id=f"{turn}.u", content=inbound.text, sender_id=inbound.sender.id, event_id=inbound.event_id
+    )
+
+
+def _reply_text(step: ModelStep) -> str:
+    return step.text or step.done.refusal or EMPTY_REPLY
+
+
+def _send(deps: TurnDeps, inbound: InboundMessage, turn: str, text: str) -> None:
+    deps.senders.get(inbound.channel).send(
+        OutboundMessage(
+            workspace_id=inbound.workspace_id,
+            session_id=inbound.session_id,
+            channel=inbound.channel,
+            chat_id=inbound.chat_id,
+            thread_id=inbound.thread_id,
+            turn_id=turn,
+            part=0,
+            text=text,
+            in_reply_to=inbound.event_id,
+        )
+    )
+
+
+def _commit(
+    deps: TurnDeps,
+    workspace: WorkspaceConfig,
+    session: Session,
+    inbound: InboundMessage,
+    new: list[Message],
+) -> Session:
+    """Append to the window, roll the overflow into Tier 1 and the index, save (optimistically)."""
+    for _ in range(COMMIT_ATTEMPTS):
+        rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
+        # Tier 1 is written before the session: a crash in between leaves records that the retry
+        # rewrites in place (ids are message ids), whereas the reverse order would lose them.
+        _archive(deps.backend, session, rolled)
+        updated = session.model_copy(
+            update={
+                "active_messages": kept,
+                "message_count": session.message_count + len(new),
+                "rolled_out_count": session.rolled_out_count + len(rolled),
+                "recent_event_ids": [*session.recent_event_ids, inbound.event_id][-RECENT_EVENT_IDS:],
+                "updated_at": utcnow(),
+            }
+        )
+        try:
+            saved = deps.backend.sessions.save(updated, expected_version=session.version)
+        except ConcurrencyConflict:
+            session = _load_session(deps.backend.sessions, inbound)
+            if inbound.event_id in session.recent_event_ids:
+                return session  # another delivery of this same turn committed first
+            continue
+        _announce_compaction(deps.backend.events, workspace, session, saved)
+        return saved
+    raise ConcurrencyConflict(
+        f"session {inbound.session_id} kept changing under the commit; gave up after {COMMIT_ATTEMPTS} tries"
+    )
+
+
+def _archive(backend: Backend, session: Session, rolled: list[Message]) -> None:
+    if not rolled:
+        return
+    ws, sid = session.workspace_id, session.id
+    records = [
+        MemoryRecord(
+            id=m.id,
+            workspace_id=ws,
+            session_id=sid,
+            role=m.kind,
+            text=message_text(m),
+            # Messages roll out oldest first, so seq is the message's position in the session.
+            seq=session.rolled_out_count + i,
+            created_at=m.created_at,
+            message=m,
+        )
+        for i, m in enumerate(rolled)
+    ]
+    backend.memory.append_messages(ws, records)
+    backend.index.upsert(
+        ws,
+        [
+            IndexDoc(
+                id=r.id,
+                workspace_id=ws,
+                session_id=sid,
+                tier="message",
+                text=r.text,
+                created_at=r.created_at,
+                metadata={"role": r.role, "seq": str(r.seq)},
+            )
+            for r in records
+        ],
+    )
+
+
+def _announce_compaction(
+    events: EventBus, workspace: WorkspaceConfig, before: Session, after: Session
+) -> None:
+    """One CompactionDue per multiple of summary_batch that Tier 1 crossed in this commit."""
+    batch = workspace.summary_batch
+    for k in range(before.rolled_out_count // batch + 1, after.rolled_out_count // batch + 1):
+        event = DomainEvent(
+            type="CompactionDue",
+            workspace_id=after.workspace_id,
+            session_id=after.id,
+            detail={"first_seq": (k - 1) * batch, "last_seq": k * batch - 1},
+        )
+        try:
+            events.publish(event)
+        except Exception:
+            # The session is already saved, so raising would only make the retry a skipped
+            # duplicate; the hourly maintenance run catches up on batches nobody summarised.
+            log.exception("CompactionDue not published", extra={"session_id": after.id, "batch": k})
+
+
+def _audit(
+    deps: TurnDeps,
+    item: LaneItem,
+    started: float,
+    outcome: Outcome,
+    *,
+    model: str | None = None,
+    usage: Usage | None = None,
+    error: str | None = None,
+) -> AuditRecord:
+    inbound, usage = item.inbound, usage or Usage()
+    record = AuditRecord(
+        workspace_id=inbound.workspace_id,
+        session_id=inbound.session_id,
+        user_id=inbound.sender.id,
+        event_id=inbound.event_id,
+        turn_id=turn_id_for(item),
+        model=model,
+        tokens_in=usage.input_tokens,
+        tokens_out=usage.output_tokens,
+        duration_ms=round((time.monotonic() - started) * 1000, 3),
+        outcome=outcome,
+        error=error,
+    )
+    deps.backend.audit.append(record)
+    # One line per turn, never the message text: logs outlive the memory retention rules.
+    log.log(
+        logging.WARNING if outcome == "error" else logging.INFO,
+        "turn",
+        extra={
+            "workspace_id": record.workspace_id,
+            "session_id": record.session_id,
+            "event_id": record.event_id,
+            "turn_id": record.turn_id,
+            "outcome": record.outcome,
+            "model": record.model,
+            "tokens_in": record.tokens_in,
+            "tokens_out": record.tokens_out,
+            "duration_ms": record.duration_ms,
+        },
+    )
+    return record
