@@ -1,0 +1,1 @@
+"""Test support: local servers that speak real wire protocols."""
