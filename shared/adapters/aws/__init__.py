@@ -1,0 +1,64 @@
+"""The cloud adapters: DynamoDB, SQS FIFO, EventBridge, Secrets Manager and OpenSearch.
+
+`build_aws_backend` is the only name here; the adapter modules are imported when it runs, so that
+importing this package costs nothing a handler does not use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.errors import SigilError
+
+if TYPE_CHECKING:
+    from shared.backend import Backend
+    from shared.config import Settings
+
+__all__ = ["build_aws_backend"]
+
+
+def build_aws_backend(settings: Settings) -> Backend:
+    """Wire every port to its AWS adapter from the stack's settings (SIGIL_* variables).
+
+    No AWS call is made here: building a boto3 client sends no request.
+    """
+    # Deferred on purpose (see the module docstring).
+    from shared.adapters.aws.dynamodb import (  # noqa: PLC0415
+        DynamoAuditLog,
+        DynamoMemoryStore,
+        DynamoOutbox,
+        DynamoSessionStore,
+        DynamoWorkspaceStore,
+    )
+    from shared.adapters.aws.events import EventBridgeBus  # noqa: PLC0415
+    from shared.adapters.aws.opensearch import OpenSearchIndex  # noqa: PLC0415
+    from shared.adapters.aws.secrets import SecretsManagerStore  # noqa: PLC0415
+    from shared.adapters.aws.sqs import SqsLanes  # noqa: PLC0415
+    from shared.backend import Backend  # noqa: PLC0415
+
+    required = {
+        "SIGIL_SESSIONS_TABLE": settings.sessions_table,
+        "SIGIL_MEMORY_TABLE": settings.memory_table,
+        "SIGIL_QUEUE_URL": settings.queue_url,
+        "SIGIL_EVENT_BUS_NAME": settings.event_bus_name,
+        "SIGIL_OPENSEARCH_ENDPOINT": settings.opensearch_endpoint,
+    }
+    missing = sorted(name for name, value in required.items() if not value)
+    if missing:
+        raise SigilError(f"the aws backend needs {', '.join(missing)}", code="misconfigured")
+    # Checked just above; the asserts narrow the Optional types for mypy.
+    assert settings.sessions_table and settings.memory_table
+    assert settings.queue_url and settings.event_bus_name
+
+    region = settings.aws_region
+    return Backend(
+        sessions=DynamoSessionStore(settings.sessions_table, region=region),
+        memory=DynamoMemoryStore(settings.memory_table, region=region),
+        index=OpenSearchIndex.from_settings(settings),
+        lanes=SqsLanes(settings.queue_url, region=region),
+        outbox=DynamoOutbox(settings.sessions_table, region=region),
+        events=EventBridgeBus(settings.event_bus_name, region=region),
+        workspaces=DynamoWorkspaceStore(settings.memory_table, region=region),
+        audit=DynamoAuditLog(settings.memory_table, region=region),
+        secrets=SecretsManagerStore(settings.secrets_prefix, region=region),
+    )

@@ -1,0 +1,624 @@
+"""DynamoDB adapters: sessions, memory tiers 1-3, the web outbox (send ledger), workspaces, audit.
+
+Two tables, one per concern (docs/dynamodb.md has the whole key design):
+
+- the sessions table (pk, sk; no index) holds what a turn reads and writes under a condition:
+  sessions (optimistic concurrency on `version`) and the outbox with its send ledger;
+- the memory table (pk, sk, GSI1, GSI2, TTL on `ttl`) holds what has secondary access paths or
+  expires: Tier-1 messages, Tier-2 summaries, Tier-3 triples, workspace configs, audit records.
+
+Every base-table partition key begins with `WS#{workspace}#`, and workspace ids cannot contain
+`#` (shared.models.ID_PATTERN), so no key built for one workspace can address another's items.
+Each item stores its document as serde JSON text in `doc` plus only the attributes a key,
+condition or filter needs; the document, not those attributes, is what a read returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from botocore.exceptions import ClientError
+
+from shared import serde
+from shared.adapters.aws import clients
+from shared.clock import epoch_seconds
+from shared.errors import ConcurrencyConflict, SigilError
+from shared.models import (
+    AuditRecord,
+    MemoryRecord,
+    OutboundMessage,
+    OutboxEntry,
+    Session,
+    Summary,
+    Triple,
+    WorkspaceConfig,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef
+
+Item = dict[str, Any]
+T = TypeVar("T")
+
+GSI1: Final = "GSI1"
+GSI2: Final = "GSI2"
+TTL_ATTRIBUTE: Final = "ttl"
+
+
+def _key_schema(pk: str, sk: str) -> list[dict[str, str]]:
+    return [{"AttributeName": pk, "KeyType": "HASH"}, {"AttributeName": sk, "KeyType": "RANGE"}]
+
+
+def _gsi(name: str, pk: str, sk: str) -> dict[str, Any]:
+    # ALL: a GSI query returns the `doc` itself, so no read goes back to the base table.
+    return {"IndexName": name, "KeySchema": _key_schema(pk, sk), "Projection": {"ProjectionType": "ALL"}}
+
+
+# The key schema of both tables, in the shape `create_table` takes (plus TableName). The CDK stack
+# declares the same keys; tests build their moto tables from this dict so the two cannot drift
+# apart unnoticed. TTL is not a create_table argument: see `create_tables`.
+TABLE_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
+    "sessions": {
+        "KeySchema": _key_schema("pk", "sk"),
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+    },
+    "memory": {
+        "KeySchema": _key_schema("pk", "sk"),
+        "AttributeDefinitions": [
+            {"AttributeName": name, "AttributeType": "S"}
+            for name in ("pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")
+        ],
+        "GlobalSecondaryIndexes": [_gsi(GSI1, "gsi1pk", "gsi1sk"), _gsi(GSI2, "gsi2pk", "gsi2sk")],
+        "BillingMode": "PAY_PER_REQUEST",
+    },
+}
+TABLE_TTL: Final[dict[str, str | None]] = {"sessions": None, "memory": TTL_ATTRIBUTE}
+
+# DynamoDB's item limit is 400 KB including attribute names and key values. A session's active
+# window (20 messages by default) is far below it unless tool results are huge; keep headroom for
+# the keys and say clearly what happened instead of surfacing a ValidationException.
+MAX_DOC_BYTES: Final = 390 * 1024
+AUDIT_RETENTION_DAYS: Final = 400
+# Key parts longer than this are replaced by a digest: partition keys may be 2048 bytes and sort
+# keys 1024, and a triple's object may be 2048 characters.
+_MAX_KEY_PART_BYTES: Final = 512
+_BATCH_WRITE_MAX: Final = 25
+_UNPROCESSED_RETRIES: Final = 8
+
+
+def create_tables(client: DynamoDBClient, *, sessions_table: str, memory_table: str) -> None:
+    """Create both tables from TABLE_SCHEMAS (moto in tests and the local stack; CDK in the cloud)."""
+    for kind, name in (("sessions", sessions_table), ("memory", memory_table)):
+        client.create_table(TableName=name, **TABLE_SCHEMAS[kind])
+        ttl = TABLE_TTL[kind]
+        if ttl is not None:
+            client.update_time_to_live(
+                TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl}
+            )
+
+
+# ---------------------------------------------------------------- key helpers
+
+
+def _ws(workspace_id: str) -> str:
+    return f"WS#{workspace_id}"
+
+
+def _part(value: str) -> str:
+    """A free-text key part (triple subject/object, turn id): itself when short, a digest when not.
+
+    The `V#` / `H#` prefix keeps a literal value from ever equalling another value's digest.
+    """
+    raw = value.encode()
+    if len(raw) <= _MAX_KEY_PART_BYTES:
+        return f"V#{value}"
+    return f"H#{hashlib.sha256(raw).hexdigest()}"
+
+
+def _ts(value: datetime) -> str:
+    """Fixed-width UTC text, so string order in a sort key is time order."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seq(value: int) -> str:
+    return f"{value:012d}"
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _key(pk: str, sk: str) -> Item:
+    return {"pk": _s(pk), "sk": _s(sk)}
+
+
+def _doc(value: Any) -> dict[str, str]:
+    text = serde.dumps(value)
+    if len(text.encode()) > MAX_DOC_BYTES:
+        raise SigilError(
+            f"{type(value).__name__} is {len(text.encode())} bytes serialised; a DynamoDB item holds "
+            f"at most 400 KB",
+            code="item_too_large",
+        )
+    return _s(text)
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class _Table:
+    """One table's name and client, and the paging every store needs."""
+
+    def __init__(self, table_name: str, client: DynamoDBClient | None, region: str | None) -> None:
+        self.table = table_name
+        self.client = client if client is not None else clients.dynamodb(region)
+
+    def query(self, limit: int | None = None, **params: Any) -> Iterator[Item]:
+        """Items of a Query, following LastEvaluatedKey; stops after `limit` items when given.
+
+        The page Limit is only a hint when a FilterExpression drops items, so paging continues
+        until `limit` items passed the filter or the key range is exhausted.
+        """
+        params["TableName"] = self.table
+        if limit is not None and "FilterExpression" not in params:
+            params["Limit"] = limit
+        yielded = 0
+        while True:
+            page = self.client.query(**params)
+            for item in page.get("Items", []):
+                yield item
+                yielded += 1
+                if limit is not None and yielded >= limit:
+                    return
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            params["ExclusiveStartKey"] = last
+
+    def batch_put(self, items: Sequence[Item]) -> None:
+        """BatchWriteItem in chunks of 25, resubmitting UnprocessedItems with backoff."""
+        for start in range(0, len(items), _BATCH_WRITE_MAX):
+            pending: list[Any] = [
+                {"PutRequest": {"Item": item}} for item in items[start : start + _BATCH_WRITE_MAX]
+            ]
+            for attempt in range(_UNPROCESSED_RETRIES):
+                result = self.client.batch_write_item(RequestItems={self.table: pending})
+                pending = list(result.get("UnprocessedItems", {}).get(self.table, []))
+                if not pending:
+                    break
+                # Unprocessed items mean the partition is throttled: back off before resubmitting.
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+            else:
+                raise SigilError(
+                    f"DynamoDB left {len(pending)} items unprocessed after {_UNPROCESSED_RETRIES} attempts",
+                    code="store_throttled",
+                )
+
+
+def _docs(items: Iterator[Item], tp: type[T]) -> list[T]:
+    return [serde.loads(tp, item["doc"]["S"]) for item in items]
+
+
+# ---------------------------------------------------------------- sessions
+
+
+class DynamoSessionStore(_Table):
+    """Sessions in the sessions table: pk `WS#{ws}`, sk `SESSION#{id}`, one item per session.
+
+    The workspace is the partition so that `list_sessions` is one Query on a table without
+    indexes; DynamoDB splits a hot item collection by sort key, so a busy workspace is not capped
+    at one partition's throughput.
+    """
+
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+    ) -> None:
+        super().__init__(table_name, client, region)
+
+    @staticmethod
+    def _key(workspace_id: str, session_id: str) -> Item:
+        return _key(_ws(workspace_id), f"SESSION#{session_id}")
+
+    def get(self, workspace_id: str, session_id: str) -> Session | None:
+        # Strongly consistent: a turn reads the version it will condition its save on.
+        result = self.client.get_item(
+            TableName=self.table, Key=self._key(workspace_id, session_id), ConsistentRead=True
+        )
+        item = result.get("Item")
+        return None if item is None else serde.loads(Session, item["doc"]["S"])
+
+    def save(self, session: Session, *, expected_version: int) -> Session:
+        stored = session.model_copy(update={"version": expected_version + 1})
+        item = self._key(session.workspace_id, session.id) | {
+            "doc": _doc(stored),
+            "version": _n(stored.version),
+        }
+        if expected_version == 0:
+            condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+        else:
+            condition = {
+                "ConditionExpression": "#version = :expected",
+                "ExpressionAttributeNames": {"#version": "version"},
+                "ExpressionAttributeValues": {":expected": _n(expected_version)},
+            }
+        try:
+            self.client.put_item(TableName=self.table, Item=item, **condition)
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                raise ConcurrencyConflict(
+                    f"session {session.workspace_id}/{session.id} is no longer at version {expected_version}"
+                ) from exc
+            raise
+        return stored
+
+    def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
+        items = self.query(
+            limit,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": _s(_ws(workspace_id)), ":prefix": _s("SESSION#")},
+        )
+        return _docs(items, Session)
+
+    def delete(self, workspace_id: str, session_id: str) -> None:
+        self.client.delete_item(TableName=self.table, Key=self._key(workspace_id, session_id))
+
+
+# ---------------------------------------------------------------- outbox (send ledger)
+
+
+class DynamoOutbox(_Table):
+    """A session's web replies in the sessions table, partition `WS#{ws}#OUTBOX#{session}`.
+
+    Three kinds of item share the partition: `COUNTER` (the last seq handed out), `SENT#{turn}#{part}`
+    (the ledger: one per reply part ever stored) and `SEQ#{seq}` (the entry readers page through).
+    An append reads the counter, then writes counter + ledger + entry in one transaction whose
+    conditions are "the counter has not moved" and "this (turn, part) is new". So a duplicate
+    stores nothing and consumes no seq (seqs have no gaps), and a crash can never leave a ledger
+    entry without its reply.
+    """
+
+    _MAX_ATTEMPTS: Final = 8
+
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+    ) -> None:
+        super().__init__(table_name, client, region)
+
+    @staticmethod
+    def _pk(workspace_id: str, session_id: str) -> str:
+        return f"{_ws(workspace_id)}#OUTBOX#{session_id}"
+
+    def append(self, message: OutboundMessage) -> OutboxEntry | None:
+        pk = self._pk(message.workspace_id, message.session_id)
+        ledger_sk = f"SENT#{_part(message.turn_id)}#{message.part}"
+        for _ in range(self._MAX_ATTEMPTS):
+            counter = self.client.get_item(
+                TableName=self.table, Key=_key(pk, "COUNTER"), ConsistentRead=True
+            ).get("Item")
+            last = int(counter["n"]["N"]) if counter else 0
+            entry = OutboxEntry(seq=last + 1, message=message)
+            counter_put: PutTypeDef = {
+                "TableName": self.table,
+                "Item": _key(pk, "COUNTER") | {"n": _n(entry.seq)},
+            }
+            if counter:
+                counter_put["ConditionExpression"] = "#n = :last"
+                counter_put["ExpressionAttributeNames"] = {"#n": "n"}
+                counter_put["ExpressionAttributeValues"] = {":last": _n(last)}
+            else:
+                counter_put["ConditionExpression"] = "attribute_not_exists(pk)"
+            ledger_put: PutTypeDef = {
+                "TableName": self.table,
+                "Item": _key(pk, ledger_sk) | {"seq": _n(entry.seq)},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+            entry_put: PutTypeDef = {
+                "TableName": self.table,
+                "Item": _key(pk, f"SEQ#{_seq(entry.seq)}") | {"doc": _doc(entry)},
+            }
+            try:
+                self.client.transact_write_items(
+                    TransactItems=[{"Put": counter_put}, {"Put": ledger_put}, {"Put": entry_put}]
+                )
+            except ClientError as exc:
+                if _error_code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
+                if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                    return None  # this (turn, part) was stored before: a retried turn
+                # Otherwise another writer took the next seq first (or the transaction conflicted
+                # with one in flight): read the counter again and retry.
+                continue
+            return entry
+        raise ConcurrencyConflict(
+            f"outbox {message.workspace_id}/{message.session_id}: "
+            f"no free seq after {self._MAX_ATTEMPTS} tries"
+        )
+
+    def read(
+        self, workspace_id: str, session_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[OutboxEntry]:
+        # Consistent: a client polling right after a reply was stored must see it.
+        items = self.query(
+            limit,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={
+                ":pk": _s(self._pk(workspace_id, session_id)),
+                ":lo": _s(f"SEQ#{_seq(max(after_seq, -1) + 1)}"),
+                ":hi": _s("SEQ#~"),  # '~' sorts after every digit
+            },
+            ConsistentRead=True,
+        )
+        return _docs(items, OutboxEntry)
+
+
+# ---------------------------------------------------------------- memory tiers
+
+
+class DynamoMemoryStore(_Table):
+    """Tiers 1-3 in the memory table.
+
+    - Tier 1: pk `WS#{ws}#SESSION#{s}`, sk `MSG#{seq:012}#{id}`: a session's messages in seq order.
+    - Tier 2: pk `WS#{ws}#SESSION#{s}`, sk `SUM#{start_at}#{id}` for one session; GSI1
+      `WS#{ws}#SUMMARIES` / `SUM#{start_at}#{id}` across the workspace.
+    - Tier 3: pk `WS#{ws}#TRIPLE#{id}`, sk `TRIPLE` (upsert and delete by id); GSI1
+      `WS#{ws}#SUBJECT#{subject}` and GSI2 `WS#{ws}#OBJECT#{object}`, sorted by triple id.
+    """
+
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+    ) -> None:
+        super().__init__(table_name, client, region)
+
+    @staticmethod
+    def _session_pk(workspace_id: str, session_id: str) -> str:
+        return f"{_ws(workspace_id)}#SESSION#{session_id}"
+
+    # ---- Tier 1
+
+    def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
+        items: dict[tuple[str, str], Item] = {}
+        for record in records:
+            self._check_workspace(workspace_id, record.workspace_id)
+            pk = self._session_pk(workspace_id, record.session_id)
+            sk = f"MSG#{_seq(record.seq)}#{record.id}"
+            # The key is derived from the record, so writing it again overwrites it in place: that
+            # is the idempotency. A batch may not name one key twice, hence the dict.
+            items[(pk, sk)] = _key(pk, sk) | {"doc": _doc(record)}
+        self.batch_put(list(items.values()))
+
+    def get_messages(
+        self, workspace_id: str, session_id: str, *, after_seq: int = -1, limit: int = 100
+    ) -> list[MemoryRecord]:
+        items = self.query(
+            limit,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={
+                ":pk": _s(self._session_pk(workspace_id, session_id)),
+                ":lo": _s(f"MSG#{_seq(max(after_seq, -1) + 1)}"),
+                ":hi": _s("MSG#~"),
+            },
+        )
+        return _docs(items, MemoryRecord)
+
+    def recent_messages(self, workspace_id: str, session_id: str, *, limit: int = 20) -> list[MemoryRecord]:
+        items = self.query(
+            limit,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": _s(self._session_pk(workspace_id, session_id)),
+                ":prefix": _s("MSG#"),
+            },
+            ScanIndexForward=False,
+        )
+        newest_first: list[MemoryRecord] = _docs(items, MemoryRecord)
+        return newest_first[::-1]
+
+    def count_messages(self, workspace_id: str, session_id: str) -> int:
+        # Select=COUNT still reads the items (Tier 1 keeps ~1000 a session: one or two pages).
+        params: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": {
+                ":pk": _s(self._session_pk(workspace_id, session_id)),
+                ":prefix": _s("MSG#"),
+            },
+            "Select": "COUNT",
+        }
+        total = 0
+        while True:
+            page = self.client.query(**params)
+            total += page["Count"]
+            if "LastEvaluatedKey" not in page:
+                return total
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # ---- Tier 2
+
+    def put_summary(self, summary: Summary) -> None:
+        start = _ts(summary.start_at)
+        item = _key(
+            self._session_pk(summary.workspace_id, summary.session_id), f"SUM#{start}#{summary.id}"
+        ) | {
+            "doc": _doc(summary),
+            "end_at": _s(_ts(summary.end_at)),
+            "gsi1pk": _s(f"{_ws(summary.workspace_id)}#SUMMARIES"),
+            "gsi1sk": _s(f"SUM#{start}#{summary.id}"),
+        }
+        self.client.put_item(TableName=self.table, Item=item)
+
+    def list_summaries(
+        self,
+        workspace_id: str,
+        *,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int = 50,
+    ) -> list[Summary]:
+        # Both access paths sort by start_at, so "oldest first" is the key order and the range's
+        # end bounds the key; the range's start can only be a filter on end_at (a summary that
+        # began long ago may still overlap), so paging continues until `limit` pass it.
+        if session_id is None:
+            pk_name, sk_name = "gsi1pk", "gsi1sk"
+            pk_value = f"{_ws(workspace_id)}#SUMMARIES"
+            params: dict[str, Any] = {"IndexName": GSI1}
+        else:
+            pk_name, sk_name = "pk", "sk"
+            pk_value = self._session_pk(workspace_id, session_id)
+            params = {}
+        # '~' sorts after the '#' that follows the timestamp, so a summary starting at `end` is in.
+        values: dict[str, Any] = {
+            ":pk": _s(pk_value),
+            ":lo": _s("SUM#"),
+            ":hi": _s(f"SUM#{_ts(end)}~" if end is not None else "SUM#~"),
+        }
+        params["KeyConditionExpression"] = f"{pk_name} = :pk AND {sk_name} BETWEEN :lo AND :hi"
+        if start is not None:
+            params["FilterExpression"] = "#end_at >= :start"
+            params["ExpressionAttributeNames"] = {"#end_at": "end_at"}
+            values[":start"] = _s(_ts(start))
+        params["ExpressionAttributeValues"] = values
+        return _docs(self.query(limit, **params), Summary)
+
+    # ---- Tier 3
+
+    def put_triple(self, triple: Triple) -> None:
+        ws = _ws(triple.workspace_id)
+        item = _key(f"{ws}#TRIPLE#{triple.id}", "TRIPLE") | {
+            "doc": _doc(triple),
+            "gsi1pk": _s(f"{ws}#SUBJECT#{_part(triple.subject)}"),
+            "gsi1sk": _s(triple.id),
+            "gsi2pk": _s(f"{ws}#OBJECT#{_part(triple.object)}"),
+            "gsi2sk": _s(triple.id),
+        }
+        self.client.put_item(TableName=self.table, Item=item)
+
+    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+        return self._triples(GSI1, "gsi1pk", f"{_ws(workspace_id)}#SUBJECT#{_part(subject.strip())}", limit)
+
+    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
+        return self._triples(GSI2, "gsi2pk", f"{_ws(workspace_id)}#OBJECT#{_part(obj.strip())}", limit)
+
+    def _triples(self, index: str, pk_name: str, pk_value: str, limit: int) -> list[Triple]:
+        items = self.query(
+            limit,
+            IndexName=index,
+            KeyConditionExpression=f"{pk_name} = :pk",
+            ExpressionAttributeValues={":pk": _s(pk_value)},
+        )
+        return _docs(items, Triple)
+
+    def delete_triple(self, workspace_id: str, triple_id: str) -> None:
+        self.client.delete_item(
+            TableName=self.table, Key=_key(f"{_ws(workspace_id)}#TRIPLE#{triple_id}", "TRIPLE")
+        )
+
+    @staticmethod
+    def _check_workspace(expected: str, actual: str) -> None:
+        if expected != actual:
+            raise SigilError(
+                f"a record of workspace {actual!r} cannot be written to workspace {expected!r}",
+                code="workspace_mismatch",
+            )
+
+
+# ---------------------------------------------------------------- workspaces
+
+
+class DynamoWorkspaceStore(_Table):
+    """Workspace configs in the memory table: pk `WS#{ws}`, sk `CONFIG`.
+
+    GSI1 `WORKSPACES` / `WS#{ws}` lists them. It is the one partition not scoped to a workspace,
+    and it lives only in an index: the list of tenants is by nature cross-tenant, and no base-table
+    key is built from it.
+    """
+
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+    ) -> None:
+        super().__init__(table_name, client, region)
+
+    def get(self, workspace_id: str) -> WorkspaceConfig | None:
+        item = self.client.get_item(TableName=self.table, Key=_key(_ws(workspace_id), "CONFIG")).get("Item")
+        return None if item is None else serde.loads(WorkspaceConfig, item["doc"]["S"])
+
+    def put(self, config: WorkspaceConfig) -> None:
+        item = _key(_ws(config.id), "CONFIG") | {
+            "doc": _doc(config),
+            "gsi1pk": _s("WORKSPACES"),
+            "gsi1sk": _s(_ws(config.id)),
+        }
+        self.client.put_item(TableName=self.table, Item=item)
+
+    def list_workspaces(self) -> list[WorkspaceConfig]:
+        items = self.query(
+            IndexName=GSI1,
+            KeyConditionExpression="gsi1pk = :pk",
+            ExpressionAttributeValues={":pk": _s("WORKSPACES")},
+        )
+        return _docs(items, WorkspaceConfig)
+
+
+# ---------------------------------------------------------------- audit
+
+
+class DynamoAuditLog(_Table):
+    """Audit records in the memory table: pk `WS#{ws}#AUDIT`, sk `AUDIT#{created_at}#{id}`.
+
+    Each record carries `ttl` = write time + retention (400 days), so DynamoDB deletes it without a
+    job. Expiry is counted from the write, not from created_at, so a record written late (a
+    backfill) is not deleted the moment it lands.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+        retention_days: int = AUDIT_RETENTION_DAYS,
+    ) -> None:
+        super().__init__(table_name, client, region)
+        self.retention = timedelta(days=retention_days)
+
+    def append(self, record: AuditRecord) -> None:
+        expires = int(epoch_seconds() + self.retention.total_seconds())
+        item = _key(f"{_ws(record.workspace_id)}#AUDIT", f"AUDIT#{_ts(record.created_at)}#{record.id}") | {
+            "doc": _doc(record),
+            TTL_ATTRIBUTE: _n(expires),
+        }
+        self.client.put_item(TableName=self.table, Item=item)
+
+    def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
+        # TTL deletion runs up to a few days late; expired records are filtered out so a read never
+        # depends on when the sweeper passed.
+        items = self.query(
+            limit,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            FilterExpression="#ttl > :now",
+            ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues={
+                ":pk": _s(f"{_ws(workspace_id)}#AUDIT"),
+                ":prefix": _s("AUDIT#"),
+                ":now": _n(int(epoch_seconds())),
+            },
+            ScanIndexForward=False,
+        )
+        return _docs(items, AuditRecord)
