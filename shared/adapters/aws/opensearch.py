@@ -1,0 +1,491 @@
+# Imports of opensearchpy, botocore and boto3 sit inside functions on purpose (see below).
+# ruff: noqa: PLC0415
+"""MemoryIndex over OpenSearch (opensearch-py): BM25 on `text`, k-NN on `vector`, one index.
+
+Isolation is structural: every document is written with `routing=workspace_id` under the id
+`{workspace_id}:{doc.id}` (workspace ids cannot contain ':', so two workspaces never share an id),
+and every read carries a `term` filter on `workspace_id` plus the same routing.
+
+Search sends the BM25 and the k-NN query in one `_msearch` request (one round trip) and returns
+both rankings untouched: fusing them is shared code above the port (shared.memory.fusion).
+
+opensearchpy and botocore are imported inside the functions that need them, never at module
+import: the webhook function imports shared.adapters.aws and must not pay for either SDK.
+
+Local stand-ins: osmem-server (PyPI) accepts this index's mapping, `knn_vector` included, but
+answers every `knn` query with an error, which this adapter raises as OpenSearchIndexError. For a
+server that rejects the `knn_vector` mapping itself, `knn=False` creates the index without the
+k-NN setting and field: vectors are then not stored and a query with a vector is an error, so a
+misconfigured index can never pass for a working one.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from shared import serde
+from shared.errors import SigilError
+from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult
+
+if TYPE_CHECKING:
+    from botocore.credentials import Credentials
+    from opensearchpy import OpenSearch
+
+    from shared.config import Settings
+
+DEFAULT_INDEX = "sigil-memory"
+# all-MiniLM-L6-v2, the offline embedding model of development, tests and benchmarks.
+DEFAULT_DIMENSION = 384
+# Amazon OpenSearch Service caps an HTTP request at 10 MiB on its smallest instance types; a bulk
+# chunk well below that never trips the limit whatever the domain's size.
+_MAX_BULK_CHUNK_BYTES = 5 * 1024 * 1024
+_BULK_CHUNK_DOCS = 500
+_WORKSPACE_RE = re.compile(ID_PATTERN)
+
+Refresh = Literal["wait_for", "true", "false"]
+Engine = Literal["lucene", "faiss"]
+
+
+class OpenSearchIndexError(SigilError):
+    """The index answered with an error, or some documents of a bulk request were refused."""
+
+    code = "index_error"
+    http_status = 502
+
+    def __init__(self, message: str, *, failures: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.failures = list(failures)
+
+
+# ---------------------------------------------------------------- client factory
+
+
+def _normalise_endpoint(endpoint: str) -> str:
+    # CDK's `domainEndpoint` and the console give a bare host name: that is always the HTTPS API.
+    return endpoint if "://" in endpoint else f"https://{endpoint}"
+
+
+@cache
+def opensearch_client(
+    endpoint: str,
+    *,
+    region: str | None = None,
+    signed: bool | None = None,
+    service: str = "es",
+    credentials: Credentials | None = None,
+    timeout: float = 10.0,
+) -> OpenSearch:
+    """One client per (endpoint, region, mode, credentials), made on first use and then reused.
+
+    `signed=None` picks the mode from the scheme: https (an Amazon OpenSearch Service domain) is
+    signed with SigV4; http (osmem-server or a local OpenSearch) is not. `service` is "es" for a
+    managed domain and "aoss" for OpenSearch Serverless. Without `credentials`, the default AWS
+    chain (the Lambda role's environment credentials) is used and refreshed as it expires.
+    """
+    from opensearchpy import OpenSearch, RequestsAWSV4SignerAuth, RequestsHttpConnection
+
+    url = _normalise_endpoint(endpoint)
+    scheme = urlsplit(url).scheme
+    use_ssl = scheme == "https"
+    sign = use_ssl if signed is None else signed
+    http_auth: RequestsAWSV4SignerAuth | None = None
+    if sign:
+        if credentials is None:
+            import boto3
+
+            session = boto3.Session(region_name=region)
+            resolved = session.get_credentials()
+            if resolved is None:
+                raise OpenSearchIndexError(f"no AWS credentials to sign requests to {url}")
+            credentials = resolved
+            region = region or session.region_name
+        if not region:
+            raise OpenSearchIndexError(f"an AWS region is needed to sign requests to {url}")
+        # RequestsAWSV4SignerAuth is the class opensearch-py documents as AWSV4SignerAuth (which
+        # is now its deprecated alias); it signs with the credentials' frozen snapshot per request.
+        http_auth = RequestsAWSV4SignerAuth(credentials, region, service)
+    return OpenSearch(
+        hosts=[url],
+        http_auth=http_auth,
+        use_ssl=use_ssl,
+        verify_certs=use_ssl,
+        connection_class=RequestsHttpConnection,
+        timeout=timeout,
+        # A dropped connection or a 502/503/504 from a node being replaced is retried in place.
+        max_retries=2,
+        retry_on_timeout=True,
+    )
+
+
+# ---------------------------------------------------------------- index body
+
+
+def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -> dict[str, Any]:
+    """Settings and mappings of the memory index.
+
+    Mapping is strict, so a field written by mistake is refused rather than mapped dynamically.
+    `metadata` is kept in _source only (`enabled: false`): nothing filters on it, and free-form
+    keys mapped one field each would grow the mapping without bound.
+    """
+    properties: dict[str, Any] = {
+        "id": {"type": "keyword"},
+        "workspace_id": {"type": "keyword"},
+        "session_id": {"type": "keyword"},
+        "tier": {"type": "keyword"},
+        # The english analyser stems ("deployed" finds "deploy") and drops stop words.
+        "text": {"type": "text", "analyzer": "english"},
+        "created_at": {"type": "date"},
+        "metadata": {"type": "object", "enabled": False},
+    }
+    settings: dict[str, Any] = {}
+    if knn:
+        # https://docs.opensearch.org/latest/mappings/supported-field-types/knn-vector/ and
+        # .../knn-methods-engines/: HNSW with cosine similarity; lucene and faiss both support
+        # efficient filtering of a knn query, which the workspace filter relies on.
+        settings["index"] = {"knn": True}
+        properties["vector"] = {
+            "type": "knn_vector",
+            "dimension": dimension,
+            "method": {"name": "hnsw", "space_type": "cosinesimil", "engine": engine},
+        }
+    return {"settings": settings, "mappings": {"dynamic": "strict", "properties": properties}}
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+class OpenSearchIndex:
+    """shared.ports.MemoryIndex over one OpenSearch index, created idempotently on first use."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        client: OpenSearch | None = None,
+        index: str = DEFAULT_INDEX,
+        dimension: int = DEFAULT_DIMENSION,
+        knn: bool = True,
+        engine: Engine = "lucene",
+        region: str | None = None,
+        signed: bool | None = None,
+        refresh: Refresh = "wait_for",
+        bulk_max_retries: int = 3,
+        bulk_initial_backoff: int = 1,
+    ) -> None:
+        """`endpoint` (or a ready `client`) names the cluster; nothing is contacted until first use.
+
+        `refresh="wait_for"` makes a write return once it is searchable, so a search right after
+        an upsert sees it, as with the embedded index, without forcing extra refreshes. Documents
+        refused with 429 (a full write queue) are retried `bulk_max_retries` times, waiting
+        `bulk_initial_backoff` seconds and doubling.
+        """
+        if client is None and endpoint is None:
+            raise ValueError("OpenSearchIndex needs an endpoint or a client")
+        if dimension < 1:
+            raise ValueError("dimension must be positive")
+        self._endpoint = endpoint
+        self._client = client
+        self._region = region
+        self._signed = signed
+        self.index = index
+        self.dimension = dimension
+        self.knn = knn
+        self.engine: Engine = engine
+        self.refresh: Refresh = refresh
+        self.bulk_max_retries = bulk_max_retries
+        self.bulk_initial_backoff = bulk_initial_backoff
+        self._ready = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> OpenSearchIndex:
+        if not settings.opensearch_endpoint:
+            raise ValueError("SIGIL_OPENSEARCH_ENDPOINT is not set")
+        return cls(settings.opensearch_endpoint, region=settings.aws_region, **options)
+
+    @property
+    def client(self) -> OpenSearch:
+        if self._client is None:
+            assert self._endpoint is not None  # guaranteed by __init__
+            self._client = opensearch_client(self._endpoint, region=self._region, signed=self._signed)
+        return self._client
+
+    # ------------------------------------------------------------ index lifecycle
+
+    def ensure_index(self) -> None:
+        """Create the index unless it exists; check an existing one maps the expected vector."""
+        if self._ready:
+            return
+        from opensearchpy.exceptions import NotFoundError
+
+        with self._lock, _translate_errors(f"preparing index {self.index}"):
+            if self._ready:
+                return
+            try:
+                mapping = self.client.indices.get_mapping(index=self.index)
+            except NotFoundError:
+                self._create_index()
+                mapping = None
+            if mapping is not None:
+                self._check_mapping(mapping)
+            self._ready = True
+
+    def _create_index(self) -> None:
+        from opensearchpy.exceptions import RequestError
+
+        body = index_body(dimension=self.dimension, knn=self.knn, engine=self.engine)
+        try:
+            self.client.indices.create(index=self.index, body=body)
+        except RequestError as e:
+            # Two cold starts racing to create the index: the loser finds it made, which is fine.
+            if e.error != "resource_already_exists_exception":
+                raise
+
+    def _check_mapping(self, response: Mapping[str, Any]) -> None:
+        if not self.knn:
+            return  # vectors are neither written nor queried: whatever the index maps is fine
+        # The response is keyed by concrete index name, which differs from ours behind an alias.
+        for concrete in response.values():
+            vector = concrete.get("mappings", {}).get("properties", {}).get("vector")
+            found = vector.get("dimension") if isinstance(vector, dict) else None
+            if found != self.dimension:
+                raise OpenSearchIndexError(
+                    f"index {self.index} maps `vector` with dimension {found}, expected {self.dimension}: "
+                    "point the adapter at a new index for this embedding model and reindex into it"
+                )
+
+    # ------------------------------------------------------------ MemoryIndex
+
+    def upsert(self, workspace_id: str, docs: Sequence[IndexDoc]) -> None:
+        _check_workspace(workspace_id)
+        for doc in docs:
+            if doc.workspace_id != workspace_id:
+                raise ValueError(f"document {doc.id!r} belongs to {doc.workspace_id!r}, not {workspace_id!r}")
+            if self.knn and doc.vector is not None and len(doc.vector) != self.dimension:
+                raise ValueError(
+                    f"document {doc.id!r} has a {len(doc.vector)}-dimensional vector; "
+                    f"index {self.index} holds {self.dimension}"
+                )
+        if not docs:
+            return
+        self.ensure_index()
+        actions = [
+            {
+                "_op_type": "index",
+                "_index": self.index,
+                "_id": _doc_key(workspace_id, doc.id),
+                "_routing": workspace_id,
+                "_source": self._source(doc),
+            }
+            for doc in docs
+        ]
+        self._bulk(actions, "index", ok_statuses=())
+
+    def delete(self, workspace_id: str, ids: Sequence[str]) -> None:
+        _check_workspace(workspace_id)
+        if not ids:
+            return
+        self.ensure_index()
+        actions = [
+            {
+                "_op_type": "delete",
+                "_index": self.index,
+                "_id": _doc_key(workspace_id, i),
+                "_routing": workspace_id,
+            }
+            for i in dict.fromkeys(ids)
+        ]
+        # Deleting an id that is not there is not an error: delete is idempotent at the port.
+        self._bulk(actions, "delete", ok_statuses=(404,))
+
+    def search(self, workspace_id: str, query: IndexQuery) -> IndexResult:
+        _check_workspace(workspace_id)
+        text = query.text if query.text and query.text.strip() else None
+        vector = query.vector
+        if vector is not None:
+            if not self.knn:
+                raise OpenSearchIndexError(
+                    f"index {self.index} was created without k-NN (knn=False): "
+                    "it cannot answer a vector query"
+                )
+            if len(vector) != self.dimension:
+                raise ValueError(
+                    f"query vector has {len(vector)} dimensions; index {self.index} holds {self.dimension}"
+                )
+        # No tier allowed matches nothing: answer without a round trip.
+        if (text is None and vector is None) or query.tiers == []:
+            return IndexResult()
+        self.ensure_index()
+
+        filters = _filters(workspace_id, query)
+        header = {"index": self.index, "routing": workspace_id}
+        searches: list[dict[str, Any]] = []
+        parts: list[Literal["text", "vector"]] = []
+        if text is not None:
+            searches += [header, self._bm25_body(text, query.k, filters)]
+            parts.append("text")
+        if vector is not None:
+            searches += [header, self._knn_body(vector, query.k, filters)]
+            parts.append("vector")
+
+        with _translate_errors(f"searching {self.index}"):
+            response = self.client.msearch(body=searches)
+        responses = response.get("responses", [])
+        if len(responses) != len(parts):
+            raise OpenSearchIndexError(f"_msearch answered {len(responses)} searches, {len(parts)} were sent")
+        result = IndexResult()
+        for part, sub in zip(parts, responses, strict=True):
+            hits = _hits(sub, part, self.index)
+            if part == "text":
+                result.text_hits = hits
+            else:
+                result.vector_hits = hits
+        return result
+
+    def count(self, workspace_id: str) -> int:
+        _check_workspace(workspace_id)
+        self.ensure_index()
+        with _translate_errors(f"counting {self.index}"):
+            response = self.client.count(
+                index=self.index,
+                body={"query": {"term": {"workspace_id": workspace_id}}},
+                routing=workspace_id,
+            )
+        return int(response["count"])
+
+    # ------------------------------------------------------------ request bodies
+
+    def _source(self, doc: IndexDoc) -> dict[str, Any]:
+        source: dict[str, Any] = serde.to_jsonable(doc)
+        if not self.knn or source.get("vector") is None:
+            # No field is better than a null one, and a knn=False index has no field to hold it.
+            source.pop("vector", None)
+        return source
+
+    @staticmethod
+    def _bm25_body(text: str, k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "size": k,
+            "track_total_hits": False,
+            # Vectors are never needed above the port and would multiply the response's size.
+            "_source": {"excludes": ["vector"]},
+            "query": {"bool": {"must": [{"match": {"text": text}}], "filter": filters}},
+        }
+
+    @staticmethod
+    def _knn_body(vector: list[float], k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
+        # https://docs.opensearch.org/latest/query-dsl/specialized/k-nn/index/ — `filter` inside
+        # the knn clause is efficient filtering (lucene, faiss): the workspace's k nearest, not the
+        # index's k nearest with other workspaces' hits dropped afterwards.
+        # https://docs.opensearch.org/latest/vector-search/filter-search-knn/efficient-knn-filtering/
+        return {
+            "size": k,
+            "track_total_hits": False,
+            "_source": {"excludes": ["vector"]},
+            "query": {"knn": {"vector": {"vector": vector, "k": k, "filter": {"bool": {"filter": filters}}}}},
+        }
+
+    # ------------------------------------------------------------ bulk
+
+    def _bulk(self, actions: list[dict[str, Any]], what: str, *, ok_statuses: tuple[int, ...]) -> None:
+        from opensearchpy.helpers import streaming_bulk
+
+        failures: list[dict[str, Any]] = []
+        with _translate_errors(f"bulk {what} into {self.index}"):
+            # raise_on_error=False: with it on, the helper raises on the first rejected chunk and
+            # never retries the documents refused with 429; off, it retries them and hands back
+            # the final failures, which are raised below as one error naming each document.
+            for ok, item in streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=_BULK_CHUNK_DOCS,
+                max_chunk_bytes=_MAX_BULK_CHUNK_BYTES,
+                max_retries=self.bulk_max_retries,
+                initial_backoff=self.bulk_initial_backoff,
+                raise_on_error=False,
+                yield_ok=False,
+                refresh=self.refresh,
+            ):
+                if ok:
+                    continue
+                info = next(iter(item.values()))
+                if info.get("status") not in ok_statuses:
+                    failures.append(info)
+        if failures:
+            raise OpenSearchIndexError(
+                f"{len(failures)} of {len(actions)} documents failed to {what} in {self.index}: "
+                + "; ".join(_describe_failure(f) for f in failures[:5])
+                + (" ..." if len(failures) > 5 else ""),
+                failures=failures,
+            )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _check_workspace(workspace_id: str) -> None:
+    # The id becomes routing and part of every document id: hold it to the models' alphabet.
+    if not _WORKSPACE_RE.match(workspace_id):
+        raise ValueError(f"invalid workspace id {workspace_id!r}")
+
+
+def _doc_key(workspace_id: str, doc_id: str) -> str:
+    return f"{workspace_id}:{doc_id}"
+
+
+def _filters(workspace_id: str, query: IndexQuery) -> list[dict[str, Any]]:
+    filters: list[dict[str, Any]] = [{"term": {"workspace_id": workspace_id}}]
+    if query.tiers is not None:
+        filters.append({"terms": {"tier": list(dict.fromkeys(query.tiers))}})
+    if query.session_id is not None:
+        filters.append({"term": {"session_id": query.session_id}})
+    return filters
+
+
+def _hits(sub: Mapping[str, Any], part: str, index: str) -> list[IndexHit]:
+    if "error" in sub:
+        error = sub["error"]
+        reason = error.get("reason") if isinstance(error, dict) else error
+        kind = error.get("type") if isinstance(error, dict) else "error"
+        raise OpenSearchIndexError(f"{part} search on {index} failed ({sub.get('status')}): {kind}: {reason}")
+    return [
+        IndexHit(doc=serde.from_jsonable(IndexDoc, hit["_source"]), score=float(hit["_score"]))
+        for hit in sub.get("hits", {}).get("hits", [])
+    ]
+
+
+def _describe_failure(info: Mapping[str, Any]) -> str:
+    error = info.get("error")
+    if isinstance(error, dict):
+        detail = f"{error.get('type')}: {error.get('reason')}"
+        caused = error.get("caused_by")
+        if isinstance(caused, dict):
+            detail += f" ({caused.get('reason')})"
+    else:
+        detail = str(error)
+    return f"{info.get('_id')} [{info.get('status')}] {detail}"
+
+
+@contextmanager
+def _translate_errors(doing: str) -> Iterator[None]:
+    """Turn opensearch-py's transport errors into OpenSearchIndexError, keeping the cause."""
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        yield
+    except TransportError as e:
+        raise OpenSearchIndexError(f"{doing}: {_describe_transport_error(e)}") from e
+
+
+def _describe_transport_error(e: Any) -> str:
+    info = getattr(e, "info", None)
+    if isinstance(info, dict) and isinstance(info.get("error"), dict):
+        error = info["error"]
+        return f"{e.status_code} {error.get('type')}: {error.get('reason')}"
+    return f"{getattr(e, 'status_code', '')} {getattr(e, 'error', e)}".strip()
