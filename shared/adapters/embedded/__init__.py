@@ -1,0 +1,80 @@
+"""Embedded adapters: every port on SQLite files in settings.data_dir, for one machine.
+
+Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
+(sessions, memory, outbox, workspaces, audit), `index.db` (FTS5 + sqlite-vec) and `queue.db`
+(lanes and events), plus `secrets.json` (mode 0600).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.adapters.embedded.db import Database, DatabaseClosed
+from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
+from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
+from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
+from shared.adapters.embedded.memory import SqliteMemoryStore, normalize_key
+from shared.adapters.embedded.outbox import SqliteOutbox
+from shared.adapters.embedded.secrets import FileSecretStore
+from shared.adapters.embedded.sessions import SqliteSessionStore
+from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceStore
+from shared.backend import Backend
+from shared.config import Settings
+
+__all__ = [
+    "Database",
+    "DatabaseClosed",
+    "DeadLetter",
+    "EmbeddedLaneRunner",
+    "FileSecretStore",
+    "LocalScheduler",
+    "SqliteAuditLog",
+    "SqliteEventBus",
+    "SqliteLanes",
+    "SqliteMemoryIndex",
+    "SqliteMemoryStore",
+    "SqliteOutbox",
+    "SqliteSessionStore",
+    "SqliteWorkspaceStore",
+    "StoredEvent",
+    "build_embedded_backend",
+    "fts_match_query",
+    "normalize_key",
+]
+
+
+def open_data_dir(data_dir: Path) -> Path:
+    path = Path(data_dir).expanduser()
+    # Owner-only when we create it: it holds conversations and secrets.
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def build_embedded_backend(settings: Settings) -> Backend:
+    """Open (creating on first use) every embedded store under settings.data_dir.
+
+    backend.lanes is a SqliteLanes and backend.events a SqliteEventBus: the local runtime hands
+    them to an EmbeddedLaneRunner and a LocalScheduler, which it must stop before close().
+    """
+    data_dir = open_data_dir(settings.data_dir)
+    main = Database(data_dir / "sigil.db")
+    index_db = Database(data_dir / "index.db", load_vec=True)
+    queue = Database(data_dir / "queue.db")
+    try:
+        backend = Backend(
+            sessions=SqliteSessionStore(main),
+            memory=SqliteMemoryStore(main),
+            index=SqliteMemoryIndex(index_db),
+            lanes=SqliteLanes(queue),
+            outbox=SqliteOutbox(main),
+            events=SqliteEventBus(queue),
+            workspaces=SqliteWorkspaceStore(main),
+            audit=SqliteAuditLog(main),
+            secrets=FileSecretStore(data_dir / "secrets.json"),
+            closers=[main.close, index_db.close, queue.close],
+        )
+    except BaseException:
+        for db in (main, index_db, queue):
+            db.close()
+        raise
+    return backend

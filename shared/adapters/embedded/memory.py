@@ -1,0 +1,204 @@
+"""MemoryStore on SQLite: Tier-1 messages, Tier-2 summaries and Tier-3 triples."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+from shared import serde
+from shared.adapters.embedded.db import Database, to_us
+from shared.models import MemoryRecord, Summary, Triple
+
+_MIGRATIONS = [
+    """
+    CREATE TABLE memory_messages (
+        workspace_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_messages_by_seq ON memory_messages (workspace_id, session_id, seq);
+
+    CREATE TABLE memory_summaries (
+        workspace_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        start_us INTEGER NOT NULL,
+        end_us INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_summaries_by_start ON memory_summaries (workspace_id, start_us);
+    CREATE INDEX memory_summaries_by_session ON memory_summaries (workspace_id, session_id, start_us);
+
+    CREATE TABLE memory_triples (
+        workspace_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        subject_key TEXT NOT NULL,
+        object_key TEXT NOT NULL,
+        updated_us INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_triples_by_subject ON memory_triples (workspace_id, subject_key);
+    CREATE INDEX memory_triples_by_object ON memory_triples (workspace_id, object_key);
+    """,
+]
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
+_SLASHES = re.compile(r"\s*/+\s*")
+
+
+def normalize_key(value: str) -> str:
+    """The lookup key of a triple's subject or object (spec 003's memory-key normalisation).
+
+    Case-folded, runs of spaces, underscores and hyphens become one hyphen, repeated slashes one
+    slash, and leading or trailing separators go: "Code_Style" and "code  style" meet.
+    """
+    key = _SLASHES.sub("/", value.casefold())
+    key = _SEPARATORS.sub("-", key)
+    return key.strip("-/")
+
+
+def _check_workspace(expected: str, actual: str, what: str) -> None:
+    # A record carrying another workspace's id is a caller bug that would leak data across
+    # workspaces if stored under the caller's scope, so it is refused outright.
+    if actual != expected:
+        raise ValueError(f"{what} belongs to workspace {actual!r}, not {expected!r}")
+
+
+class SqliteMemoryStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        db.migrate("memory", _MIGRATIONS)
+
+    # ------------------------------------------------------------------ Tier 1
+
+    def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
+        if not records:
+            return
+        for record in records:
+            _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
+        with self._db.transaction() as conn:
+            for record in records:
+                # The first write of an id wins: a redelivered turn re-appending the same
+                # messages must not rewrite or duplicate them.
+                conn.execute(
+                    "INSERT INTO memory_messages (workspace_id, id, session_id, seq, doc) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO NOTHING",
+                    (workspace_id, record.id, record.session_id, record.seq, serde.dumps(record)),
+                )
+
+    def get_messages(
+        self, workspace_id: str, session_id: str, *, after_seq: int = -1, limit: int = 100
+    ) -> list[MemoryRecord]:
+        rows = self._db.query(
+            "SELECT doc FROM memory_messages WHERE workspace_id = ? AND session_id = ? AND seq > ? "
+            "ORDER BY seq, id LIMIT ?",
+            (workspace_id, session_id, after_seq, max(0, limit)),
+        )
+        return [serde.loads(MemoryRecord, r[0]) for r in rows]
+
+    def recent_messages(self, workspace_id: str, session_id: str, *, limit: int = 20) -> list[MemoryRecord]:
+        rows = self._db.query(
+            "SELECT doc FROM memory_messages WHERE workspace_id = ? AND session_id = ? "
+            "ORDER BY seq DESC, id DESC LIMIT ?",
+            (workspace_id, session_id, max(0, limit)),
+        )
+        return [serde.loads(MemoryRecord, r[0]) for r in reversed(rows)]
+
+    def count_messages(self, workspace_id: str, session_id: str) -> int:
+        row = self._db.query_one(
+            "SELECT COUNT(*) FROM memory_messages WHERE workspace_id = ? AND session_id = ?",
+            (workspace_id, session_id),
+        )
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------------ Tier 2
+
+    def put_summary(self, summary: Summary) -> None:
+        self._db.execute(
+            "INSERT INTO memory_summaries (workspace_id, id, session_id, start_us, end_us, doc) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
+            "session_id = excluded.session_id, start_us = excluded.start_us, "
+            "end_us = excluded.end_us, doc = excluded.doc",
+            (
+                summary.workspace_id,
+                summary.id,
+                summary.session_id,
+                to_us(summary.start_at),
+                to_us(summary.end_at),
+                serde.dumps(summary),
+            ),
+        )
+
+    def list_summaries(
+        self,
+        workspace_id: str,
+        *,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int = 50,
+    ) -> list[Summary]:
+        where = ["workspace_id = ?"]
+        params: list[object] = [workspace_id]
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        # Overlap, not containment: a summary spanning the range's edge still covers part of it.
+        if start is not None:
+            where.append("end_us >= ?")
+            params.append(to_us(start))
+        if end is not None:
+            where.append("start_us <= ?")
+            params.append(to_us(end))
+        params.append(max(0, limit))
+        rows = self._db.query(
+            f"SELECT doc FROM memory_summaries WHERE {' AND '.join(where)} ORDER BY start_us, id LIMIT ?",
+            params,
+        )
+        return [serde.loads(Summary, r[0]) for r in rows]
+
+    # ------------------------------------------------------------------ Tier 3
+
+    def put_triple(self, triple: Triple) -> None:
+        self._db.execute(
+            "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, doc) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
+            "subject_key = excluded.subject_key, object_key = excluded.object_key, "
+            "updated_us = excluded.updated_us, doc = excluded.doc",
+            (
+                triple.workspace_id,
+                triple.id,
+                normalize_key(triple.subject),
+                normalize_key(triple.object),
+                to_us(triple.updated_at),
+                serde.dumps(triple),
+            ),
+        )
+
+    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+        return self._triples_by("subject_key", workspace_id, subject, limit)
+
+    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
+        return self._triples_by("object_key", workspace_id, obj, limit)
+
+    def _triples_by(self, column: str, workspace_id: str, value: str, limit: int) -> list[Triple]:
+        key = normalize_key(value)
+        if not key:
+            return []
+        rows = self._db.query(
+            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND {column} = ? "
+            "ORDER BY updated_us DESC, id LIMIT ?",
+            (workspace_id, key, max(0, limit)),
+        )
+        return [serde.loads(Triple, r[0]) for r in rows]
+
+    def delete_triple(self, workspace_id: str, triple_id: str) -> None:
+        self._db.execute(
+            "DELETE FROM memory_triples WHERE workspace_id = ? AND id = ?", (workspace_id, triple_id)
+        )

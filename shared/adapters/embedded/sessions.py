@@ -1,0 +1,73 @@
+"""SessionStore on SQLite: one row per session, the document written by shared.serde."""
+
+from __future__ import annotations
+
+from shared import serde
+from shared.adapters.embedded.db import Database, first, to_us
+from shared.errors import ConcurrencyConflict
+from shared.models import Session
+
+_MIGRATIONS = [
+    """
+    CREATE TABLE sessions (
+        workspace_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX sessions_by_updated ON sessions (workspace_id, updated_us DESC);
+    """,
+]
+
+
+class SqliteSessionStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        db.migrate("sessions", _MIGRATIONS)
+
+    def get(self, workspace_id: str, session_id: str) -> Session | None:
+        row = self._db.query_one(
+            "SELECT doc FROM sessions WHERE workspace_id = ? AND session_id = ?", (workspace_id, session_id)
+        )
+        return serde.loads(Session, row[0]) if row else None
+
+    def save(self, session: Session, *, expected_version: int) -> Session:
+        if expected_version < 0:
+            raise ValueError("expected_version must be >= 0")
+        stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
+        doc = serde.dumps(stored)
+        # The version check and the write share one write transaction, so of two writers that
+        # read the same version exactly one sees it unchanged.
+        with self._db.transaction() as conn:
+            row = first(
+                conn,
+                "SELECT version FROM sessions WHERE workspace_id = ? AND session_id = ?",
+                (session.workspace_id, session.id),
+            )
+            current = int(row[0]) if row else 0
+            if current != expected_version:
+                raise ConcurrencyConflict(
+                    f"session {session.id} is at version {current}, not {expected_version}"
+                )
+            conn.execute(
+                "INSERT INTO sessions (workspace_id, session_id, version, updated_us, doc) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace_id, session_id) DO UPDATE SET "
+                "version = excluded.version, updated_us = excluded.updated_us, doc = excluded.doc",
+                (session.workspace_id, session.id, stored.version, to_us(stored.updated_at), doc),
+            )
+        return stored
+
+    def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
+        """Most recently updated first."""
+        rows = self._db.query(
+            "SELECT doc FROM sessions WHERE workspace_id = ? ORDER BY updated_us DESC, session_id LIMIT ?",
+            (workspace_id, max(0, limit)),
+        )
+        return [serde.loads(Session, r[0]) for r in rows]
+
+    def delete(self, workspace_id: str, session_id: str) -> None:
+        self._db.execute(
+            "DELETE FROM sessions WHERE workspace_id = ? AND session_id = ?", (workspace_id, session_id)
+        )

@@ -1,0 +1,73 @@
+"""WorkspaceStore and AuditLog on SQLite."""
+
+from __future__ import annotations
+
+from shared import serde
+from shared.adapters.embedded.db import Database, to_us
+from shared.models import AuditRecord, WorkspaceConfig
+
+_WORKSPACE_MIGRATIONS = [
+    """
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        doc TEXT NOT NULL
+    ) WITHOUT ROWID;
+    """,
+]
+
+_AUDIT_MIGRATIONS = [
+    """
+    CREATE TABLE audit (
+        pos INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        created_us INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        UNIQUE (workspace_id, id)
+    );
+    CREATE INDEX audit_by_time ON audit (workspace_id, created_us DESC, pos DESC);
+    """,
+]
+
+
+class SqliteWorkspaceStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        db.migrate("workspaces", _WORKSPACE_MIGRATIONS)
+
+    def get(self, workspace_id: str) -> WorkspaceConfig | None:
+        row = self._db.query_one("SELECT doc FROM workspaces WHERE id = ?", (workspace_id,))
+        return serde.loads(WorkspaceConfig, row[0]) if row else None
+
+    def put(self, config: WorkspaceConfig) -> None:
+        self._db.execute(
+            "INSERT INTO workspaces (id, doc) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET doc = excluded.doc",
+            (config.id, serde.dumps(config)),
+        )
+
+    def list_workspaces(self) -> list[WorkspaceConfig]:
+        """Ordered by id."""
+        rows = self._db.query("SELECT doc FROM workspaces ORDER BY id")
+        return [serde.loads(WorkspaceConfig, r[0]) for r in rows]
+
+
+class SqliteAuditLog:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        db.migrate("audit", _AUDIT_MIGRATIONS)
+
+    def append(self, record: AuditRecord) -> None:
+        # Idempotent by record id: a retried turn's audit write does not count the turn twice.
+        self._db.execute(
+            "INSERT INTO audit (workspace_id, id, created_us, doc) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (workspace_id, id) DO NOTHING",
+            (record.workspace_id, record.id, to_us(record.created_at), serde.dumps(record)),
+        )
+
+    def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
+        rows = self._db.query(
+            "SELECT doc FROM audit WHERE workspace_id = ? ORDER BY created_us DESC, pos DESC LIMIT ?",
+            (workspace_id, max(0, limit)),
+        )
+        return [serde.loads(AuditRecord, r[0]) for r in rows]
