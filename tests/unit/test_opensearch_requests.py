@@ -275,6 +275,26 @@ def test_query_vector_of_the_wrong_dimension_is_refused_locally(fake: FakeOpenSe
     assert fake.of("POST", "/_msearch") == []
 
 
+def test_transport_failures_become_index_errors(fake: FakeOpenSearch) -> None:
+    fake.override = lambda req: (
+        (
+            500,
+            {
+                "error": {"type": "search_phase_execution_exception", "reason": "all shards failed"},
+                "status": 500,
+            },
+        )
+        if req.path.endswith("/_count")
+        else None
+    )
+    with pytest.raises(OpenSearchIndexError, match="counting mem-test: 500 search_phase_execution_exception"):
+        _adapter(fake).count("ws1")
+    refused = OpenSearchIndex(client=opensearch_client.__wrapped__("http://127.0.0.1:1"), index=INDEX)
+    with pytest.raises(OpenSearchIndexError, match=r"preparing index mem-test: .*onnection") as e:
+        refused.count("ws1")
+    assert e.value.code == "index_error"
+
+
 # ---------------------------------------------------------------- index creation
 
 

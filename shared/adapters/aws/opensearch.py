@@ -484,8 +484,10 @@ def _translate_errors(doing: str) -> Iterator[None]:
 
 
 def _describe_transport_error(e: Any) -> str:
+    status = getattr(e, "status_code", None)
+    prefix = f"{status} " if isinstance(status, int) else ""  # a connection error has no status
     info = getattr(e, "info", None)
     if isinstance(info, dict) and isinstance(info.get("error"), dict):
         error = info["error"]
-        return f"{e.status_code} {error.get('type')}: {error.get('reason')}"
-    return f"{getattr(e, 'status_code', '')} {getattr(e, 'error', e)}".strip()
+        return f"{prefix}{error.get('type')}: {error.get('reason')}"
+    return f"{prefix}{getattr(e, 'error', e)}"

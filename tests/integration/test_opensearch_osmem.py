@@ -1,0 +1,211 @@
+"""OpenSearchIndex over real HTTP against osmem-server, an in-memory OpenSearch-compatible server.
+
+osmem-server (PyPI) ships a static binary; `OsmemServer.start` launches it on 127.0.0.1 with a
+free port, reads the URL it prints, and the process exits when stdin closes or this process dies.
+It serves BM25, filters, routing, _bulk, _msearch and _count, and accepts the knn_vector mapping,
+but answers every `knn` query with an error: the k-NN path is checked at the wire level in
+tests/unit/test_opensearch_requests.py, and here only for the clear error it must produce.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from opensearchpy import OpenSearch
+from osmem_server import OsmemServer
+
+from shared.adapters.aws.opensearch import (
+    OpenSearchIndex,
+    OpenSearchIndexError,
+    index_body,
+    opensearch_client,
+)
+from shared.models import IndexDoc, IndexQuery
+
+DIM = 4
+
+
+@pytest.fixture(scope="module")
+def osmem() -> Iterator[OsmemServer]:
+    # Not named `osmem_server`: osmem's own pytest plugin defines that fixture, seeded from ini
+    # options this project does not set. Japanese analysis is off: it only slows start-up.
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def client(osmem: OsmemServer) -> OpenSearch:
+    return opensearch_client(osmem.url)
+
+
+@pytest.fixture
+def index(client: OpenSearch) -> OpenSearchIndex:
+    # One index per test on the shared server: tests stay independent without a restart.
+    return OpenSearchIndex(client=client, index=f"mem-{uuid.uuid4().hex[:12]}", dimension=DIM)
+
+
+def _doc(ws: str, doc_id: str, text: str, **kw: Any) -> IndexDoc:
+    kw.setdefault("tier", "message")
+    return IndexDoc(id=doc_id, workspace_id=ws, text=text, **kw)
+
+
+def _ids(hits: list[Any]) -> list[str]:
+    return [h.doc.id for h in hits]
+
+
+def test_index_is_created_on_first_use_with_the_expected_mapping(
+    index: OpenSearchIndex, client: OpenSearch
+) -> None:
+    assert not client.indices.exists(index=index.index)
+    assert index.count("ws1") == 0
+    mapping = client.indices.get_mapping(index=index.index)[index.index]["mappings"]
+    props = mapping["properties"]
+    assert props["vector"]["type"] == "knn_vector" and props["vector"]["dimension"] == DIM
+    assert props["vector"]["method"]["space_type"] == "cosinesimil"
+    assert props["workspace_id"]["type"] == "keyword" and props["text"]["analyzer"] == "english"
+    settings = client.indices.get_settings(index=index.index)[index.index]["settings"]["index"]
+    assert settings["knn"] == "true"
+    # A second adapter (another Lambda container) finds the index and leaves it alone.
+    again = OpenSearchIndex(client=client, index=index.index, dimension=DIM)
+    assert again.count("ws1") == 0
+
+
+def test_bm25_ranks_the_document_with_the_distinctive_term_first(index: OpenSearchIndex) -> None:
+    index.upsert(
+        "ws1",
+        [
+            _doc("ws1", "a", "we talked about the weather and lunch plans"),
+            _doc("ws1", "b", "the kubernetes cluster failed over during the deploy"),
+            _doc("ws1", "c", "the deploy went fine after lunch"),
+        ],
+    )
+    result = index.search("ws1", IndexQuery(text="kubernetes deploy", k=10))
+    assert _ids(result.text_hits)[0] == "b"
+    assert set(_ids(result.text_hits)) == {"b", "c"}
+    assert result.text_hits[0].score > result.text_hits[1].score
+    assert result.vector_hits == []
+    # The english analyser stems: "deploying" finds "deploy".
+    assert set(_ids(index.search("ws1", IndexQuery(text="deploying")).text_hits)) == {"b", "c"}
+
+
+def test_k_limits_the_hits(index: OpenSearchIndex) -> None:
+    index.upsert("ws1", [_doc("ws1", f"d{i}", f"note number {i} about tea") for i in range(6)])
+    assert len(index.search("ws1", IndexQuery(text="tea", k=4)).text_hits) == 4
+
+
+def test_workspaces_with_the_same_doc_ids_never_meet(index: OpenSearchIndex) -> None:
+    index.upsert("ws-a", [_doc("ws-a", "d1", "alpha secret plan"), _doc("ws-a", "d2", "shared words")])
+    index.upsert("ws-b", [_doc("ws-b", "d1", "beta secret plan"), _doc("ws-b", "d2", "shared words")])
+
+    assert index.count("ws-a") == 2
+    assert index.count("ws-b") == 2
+    a_hits = index.search("ws-a", IndexQuery(text="secret plan shared words beta")).text_hits
+    assert {(h.doc.workspace_id, h.doc.id) for h in a_hits} == {("ws-a", "d1"), ("ws-a", "d2")}
+    assert index.search("ws-a", IndexQuery(text="beta")).text_hits == []
+
+    index.delete("ws-a", ["d1"])
+    assert index.count("ws-a") == 1
+    assert index.count("ws-b") == 2
+    assert _ids(index.search("ws-b", IndexQuery(text="secret")).text_hits) == ["d1"]
+
+
+def test_tier_and_session_filters(index: OpenSearchIndex) -> None:
+    index.upsert(
+        "ws1",
+        [
+            _doc("ws1", "m1", "invoice paid", tier="message", session_id="s1"),
+            _doc("ws1", "m2", "invoice overdue", tier="message", session_id="s2"),
+            _doc("ws1", "s1", "invoice summary", tier="summary", session_id="s1"),
+            _doc("ws1", "f1", "invoice fact", tier="fact"),
+        ],
+    )
+    by_tier = index.search("ws1", IndexQuery(text="invoice", tiers=["summary", "fact"]))
+    assert set(_ids(by_tier.text_hits)) == {"s1", "f1"}
+    by_session = index.search("ws1", IndexQuery(text="invoice", session_id="s1"))
+    assert set(_ids(by_session.text_hits)) == {"m1", "s1"}
+    both = index.search("ws1", IndexQuery(text="invoice", session_id="s1", tiers=["message"]))
+    assert _ids(both.text_hits) == ["m1"]
+
+
+def test_upsert_replaces_a_document(index: OpenSearchIndex) -> None:
+    index.upsert("ws1", [_doc("ws1", "d1", "original wording")])
+    index.upsert("ws1", [_doc("ws1", "d1", "rewritten entirely", tier="summary")])
+    assert index.count("ws1") == 1
+    assert index.search("ws1", IndexQuery(text="original")).text_hits == []
+    (hit,) = index.search("ws1", IndexQuery(text="rewritten")).text_hits
+    assert hit.doc.tier == "summary"
+
+
+def test_delete_and_count(index: OpenSearchIndex) -> None:
+    index.upsert("ws1", [_doc("ws1", f"d{i}", f"entry {i}") for i in range(3)])
+    assert index.count("ws1") == 3
+    index.delete("ws1", ["d0", "d2", "never-there"])
+    assert index.count("ws1") == 1
+    assert _ids(index.search("ws1", IndexQuery(text="entry")).text_hits) == ["d1"]
+    index.delete("ws1", [])
+    assert index.count("ws2") == 0
+
+
+def test_hits_carry_the_document_back(index: OpenSearchIndex) -> None:
+    at = datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
+    doc = _doc(
+        "ws1",
+        "d1",
+        "round trip",
+        tier="fact",
+        session_id="s9",
+        created_at=at,
+        metadata={"source": "chat"},
+        vector=[1, 0, 0, 0],
+    )
+    index.upsert("ws1", [doc])
+    (hit,) = index.search("ws1", IndexQuery(text="round trip")).text_hits
+    # Everything but the vector, which search leaves out of the response on purpose.
+    assert hit.doc == doc.model_copy(update={"vector": None})
+
+
+def test_a_refused_document_is_named_and_the_others_are_kept(
+    index: OpenSearchIndex, client: OpenSearch
+) -> None:
+    # An index left behind with an incompatible mapping: session ids that are not numbers fail.
+    body = index_body(dimension=DIM)
+    body["mappings"]["properties"]["session_id"] = {"type": "integer"}
+    client.indices.create(index=index.index, body=body)
+    docs = [_doc("ws1", "good", "fine"), _doc("ws1", "bad", "broken", session_id="s-1")]
+    with pytest.raises(
+        OpenSearchIndexError, match=r"1 of 2 documents failed to index .* ws1:bad \[400\]"
+    ) as e:
+        index.upsert("ws1", docs)
+    assert [f["_id"] for f in e.value.failures] == ["ws1:bad"]
+    assert index.count("ws1") == 1
+
+
+def test_knn_query_on_osmem_fails_clearly(index: OpenSearchIndex) -> None:
+    index.upsert("ws1", [_doc("ws1", "d1", "vectors are stored", vector=[0.5, 0.5, 0.0, 0.0])])
+    with pytest.raises(OpenSearchIndexError, match="knn"):
+        index.search("ws1", IndexQuery(text="vectors", vector=[1, 0, 0, 0]))
+
+
+def test_knn_off_creates_a_plain_index_and_refuses_vector_queries(client: OpenSearch) -> None:
+    plain = OpenSearchIndex(client=client, index=f"plain-{uuid.uuid4().hex[:12]}", dimension=DIM, knn=False)
+    plain.upsert("ws1", [_doc("ws1", "d1", "text only please", vector=[1, 0, 0, 0])])
+    mapping = client.indices.get_mapping(index=plain.index)[plain.index]["mappings"]["properties"]
+    assert "vector" not in mapping
+    assert "knn" not in client.indices.get_settings(index=plain.index)[plain.index]["settings"]["index"]
+    assert _ids(plain.search("ws1", IndexQuery(text="text")).text_hits) == ["d1"]
+    with pytest.raises(OpenSearchIndexError, match="knn=False"):
+        plain.search("ws1", IndexQuery(text="text", vector=[1, 0, 0, 0]))
+
+
+def test_an_existing_index_with_another_dimension_is_refused(
+    index: OpenSearchIndex, client: OpenSearch
+) -> None:
+    index.ensure_index()
+    other = OpenSearchIndex(client=client, index=index.index, dimension=DIM * 2)
+    with pytest.raises(OpenSearchIndexError, match=f"dimension {DIM}, expected {DIM * 2}"):
+        other.count("ws1")
