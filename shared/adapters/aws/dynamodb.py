@@ -7,7 +7,7 @@ Two tables, one per concern (docs/dynamodb.md has the whole key design):
 - the memory table (pk, sk, GSI1, GSI2, TTL on `ttl`) holds what has secondary access paths or
   expires: Tier-1 messages, Tier-2 summaries, Tier-3 triples, workspace configs, audit records.
 
-Every base-table partition key begins with `WS#{workspace}#`, and workspace ids cannot contain
+Every base-table partition key begins with `WS#{workspace}`, and workspace ids cannot contain
 `#` (shared.models.ID_PATTERN), so no key built for one workspace can address another's items.
 Each item stores its document as serde JSON text in `doc` plus only the attributes a key,
 condition or filter needs; the document, not those attributes, is what a read returns.
@@ -27,6 +27,7 @@ from shared import serde
 from shared.adapters.aws import clients
 from shared.clock import epoch_seconds
 from shared.errors import ConcurrencyConflict, SigilError
+from shared.memory.keys import normalize_key
 from shared.models import (
     AuditRecord,
     MemoryRecord,
@@ -91,8 +92,11 @@ AUDIT_RETENTION_DAYS: Final = 400
 # Key parts longer than this are replaced by a digest: partition keys may be 2048 bytes and sort
 # keys 1024, and a triple's object may be 2048 characters.
 _MAX_KEY_PART_BYTES: Final = 512
-_BATCH_WRITE_MAX: Final = 25
-_UNPROCESSED_RETRIES: Final = 8
+# TransactWriteItems takes at most 100 actions and 4 MB; BatchGetItem at most 100 keys.
+_TRANSACT_MAX_ITEMS: Final = 100
+_TRANSACT_MAX_BYTES: Final = 3 * 1024 * 1024
+_BATCH_GET_MAX: Final = 100
+_RETRIES: Final = 8
 
 
 def create_tables(client: DynamoDBClient, *, sessions_table: str, memory_table: str) -> None:
@@ -124,11 +128,24 @@ def _part(value: str) -> str:
     return f"H#{hashlib.sha256(raw).hexdigest()}"
 
 
+def _utc(value: datetime) -> datetime:
+    # Models carry aware datetimes; a naive one read from old data is taken as UTC, as in SQLite.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _ts(value: datetime) -> str:
     """Fixed-width UTC text, so string order in a sort key is time order."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _newest_first(value: datetime) -> str:
+    """A sort-key prefix that sorts newest first in an ascending Query.
+
+    Ascending on this and then on the id gives "newest first, ties by id ascending", the order the
+    embedded store uses; a descending Query would reverse the tie-break too.
+    """
+    micros = int(_utc(value).timestamp() * 1_000_000)
+    return f"{10**17 - micros:017d}"
 
 
 def _seq(value: int) -> str:
@@ -149,21 +166,38 @@ def _key(pk: str, sk: str) -> Item:
 
 def _doc(value: Any) -> dict[str, str]:
     text = serde.dumps(value)
-    if len(text.encode()) > MAX_DOC_BYTES:
+    size = len(text.encode())
+    if size > MAX_DOC_BYTES:
         raise SigilError(
-            f"{type(value).__name__} is {len(text.encode())} bytes serialised; a DynamoDB item holds "
-            f"at most 400 KB",
+            f"{type(value).__name__} is {size} bytes serialised; a DynamoDB item holds at most 400 KB",
             code="item_too_large",
         )
     return _s(text)
+
+
+def _docs(items: Iterator[Item] | list[Item], tp: type[T]) -> list[T]:
+    return [serde.loads(tp, item["doc"]["S"]) for item in items]
 
 
 def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _cancellation_codes(exc: ClientError) -> list[str]:
+    """Per-action reasons of a cancelled transaction, in the order the actions were sent."""
+    reasons: list[Any] = list(exc.response.get("CancellationReasons", []))
+    return [str(reason.get("Code", "None")) for reason in reasons]
+
+
+def _check_workspace(expected: str, actual: str, what: str) -> None:
+    # A record carrying another workspace's id is a caller bug that would leak data across
+    # workspaces if stored under the caller's scope, so it is refused (as the embedded store does).
+    if actual != expected:
+        raise ValueError(f"{what} belongs to workspace {actual!r}, not {expected!r}")
+
+
 class _Table:
-    """One table's name and client, and the paging every store needs."""
+    """One table's name and client, and the paging and batching every store needs."""
 
     def __init__(self, table_name: str, client: DynamoDBClient | None, region: str | None) -> None:
         self.table = table_name
@@ -172,9 +206,11 @@ class _Table:
     def query(self, limit: int | None = None, **params: Any) -> Iterator[Item]:
         """Items of a Query, following LastEvaluatedKey; stops after `limit` items when given.
 
-        The page Limit is only a hint when a FilterExpression drops items, so paging continues
-        until `limit` items passed the filter or the key range is exhausted.
+        A page Limit counts items before a FilterExpression drops them, so with a filter no page
+        Limit is sent and paging continues until `limit` items passed it or the range ends.
         """
+        if limit is not None and limit <= 0:
+            return
         params["TableName"] = self.table
         if limit is not None and "FilterExpression" not in params:
             params["Limit"] = limit
@@ -191,28 +227,86 @@ class _Table:
                 return
             params["ExclusiveStartKey"] = last
 
-    def batch_put(self, items: Sequence[Item]) -> None:
-        """BatchWriteItem in chunks of 25, resubmitting UnprocessedItems with backoff."""
-        for start in range(0, len(items), _BATCH_WRITE_MAX):
-            pending: list[Any] = [
-                {"PutRequest": {"Item": item}} for item in items[start : start + _BATCH_WRITE_MAX]
-            ]
-            for attempt in range(_UNPROCESSED_RETRIES):
-                result = self.client.batch_write_item(RequestItems={self.table: pending})
-                pending = list(result.get("UnprocessedItems", {}).get(self.table, []))
-                if not pending:
+    def put_new(self, items: Sequence[Item]) -> None:
+        """Write each item unless its key exists already: the first write of a key wins.
+
+        One TransactWriteItems per chunk (up to 100 items, one round trip for a turn's roll-out)
+        with `attribute_not_exists(pk)` on every Put. A transaction is all-or-nothing, so when it
+        is cancelled the items whose condition failed are dropped (they are stored already) and
+        the rest are sent again.
+        """
+        for chunk in self._chunks(items):
+            pending = chunk
+            for attempt in range(_RETRIES):
+                try:
+                    self.client.transact_write_items(
+                        TransactItems=[
+                            {
+                                "Put": {
+                                    "TableName": self.table,
+                                    "Item": item,
+                                    "ConditionExpression": "attribute_not_exists(pk)",
+                                }
+                            }
+                            for item in pending
+                        ]
+                    )
                     break
-                # Unprocessed items mean the partition is throttled: back off before resubmitting.
-                time.sleep(min(0.05 * 2**attempt, 2.0))
+                except ClientError as exc:
+                    if _error_code(exc) != "TransactionCanceledException":
+                        raise
+                    codes = _cancellation_codes(exc)
+                    kept = [
+                        item
+                        for item, code in zip(pending, codes, strict=False)
+                        if code != "ConditionalCheckFailed"
+                    ]
+                    if len(codes) != len(pending) or len(kept) == len(pending):
+                        # No condition failed: a conflicting transaction or throttling. Back off.
+                        time.sleep(min(0.05 * 2**attempt, 1.0))
+                    pending = kept
+                    if not pending:
+                        break
             else:
                 raise SigilError(
-                    f"DynamoDB left {len(pending)} items unprocessed after {_UNPROCESSED_RETRIES} attempts",
-                    code="store_throttled",
+                    f"DynamoDB did not accept {len(pending)} items after {_RETRIES} attempts",
+                    code="store_unavailable",
                 )
 
+    @staticmethod
+    def _chunks(items: Sequence[Item]) -> Iterator[list[Item]]:
+        chunk: list[Item] = []
+        size = 0
+        for item in items:
+            # An estimate (the JSON text dominates an item), well inside the 4 MB request limit.
+            item_size = sum(len(str(v)) for v in item.values())
+            if chunk and (len(chunk) == _TRANSACT_MAX_ITEMS or size + item_size > _TRANSACT_MAX_BYTES):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(item)
+            size += item_size
+        if chunk:
+            yield chunk
 
-def _docs(items: Iterator[Item], tp: type[T]) -> list[T]:
-    return [serde.loads(tp, item["doc"]["S"]) for item in items]
+    def batch_get(self, keys: Sequence[Item]) -> list[Item]:
+        """BatchGetItem in chunks of 100 (consistent reads), resubmitting UnprocessedKeys."""
+        found: list[Item] = []
+        for start in range(0, len(keys), _BATCH_GET_MAX):
+            request: Any = {"Keys": list(keys[start : start + _BATCH_GET_MAX]), "ConsistentRead": True}
+            for attempt in range(_RETRIES):
+                result = self.client.batch_get_item(RequestItems={self.table: request})
+                found.extend(result.get("Responses", {}).get(self.table, []))
+                unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
+                if not unprocessed:
+                    break
+                request = unprocessed
+                # Unprocessed keys mean the partition is throttled: back off before asking again.
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+            else:
+                raise SigilError(
+                    f"DynamoDB left keys unprocessed after {_RETRIES} attempts", code="store_unavailable"
+                )
+        return found
 
 
 # ---------------------------------------------------------------- sessions
@@ -223,7 +317,7 @@ class DynamoSessionStore(_Table):
 
     The workspace is the partition so that `list_sessions` is one Query on a table without
     indexes; DynamoDB splits a hot item collection by sort key, so a busy workspace is not capped
-    at one partition's throughput.
+    at one partition's throughput. `get` and `save` are one request each.
     """
 
     def __init__(
@@ -244,10 +338,13 @@ class DynamoSessionStore(_Table):
         return None if item is None else serde.loads(Session, item["doc"]["S"])
 
     def save(self, session: Session, *, expected_version: int) -> Session:
-        stored = session.model_copy(update={"version": expected_version + 1})
+        if expected_version < 0:
+            raise ValueError("expected_version must be >= 0")
+        stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
         item = self._key(session.workspace_id, session.id) | {
             "doc": _doc(stored),
             "version": _n(stored.version),
+            "updated_at": _s(_ts(stored.updated_at)),
         }
         if expected_version == 0:
             condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -262,18 +359,33 @@ class DynamoSessionStore(_Table):
         except ClientError as exc:
             if _error_code(exc) == "ConditionalCheckFailedException":
                 raise ConcurrencyConflict(
-                    f"session {session.workspace_id}/{session.id} is no longer at version {expected_version}"
+                    f"session {session.id} is no longer at version {expected_version}"
                 ) from exc
             raise
         return stored
 
     def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
-        items = self.query(
-            limit,
+        """Most recently updated first (ties by id), like the embedded store.
+
+        The sort key is the session id, so the order is made here: one Query projecting only
+        (sk, updated_at) over the workspace's sessions, then one BatchGetItem for the `limit`
+        newest. Read capacity is charged on whole items either way; what the projection saves is
+        moving every session document into the function. An admin path, not a turn's.
+        """
+        if limit <= 0:
+            return []
+        heads = self.query(
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
             ExpressionAttributeValues={":pk": _s(_ws(workspace_id)), ":prefix": _s("SESSION#")},
+            ProjectionExpression="sk, updated_at",
         )
-        return _docs(items, Session)
+        # Stable sorts: by id, then by updated_at descending.
+        ordered = sorted(heads, key=lambda head: str(head["sk"]["S"]))
+        ordered.sort(key=lambda head: str(head["updated_at"]["S"]), reverse=True)
+        chosen = [_key(_ws(workspace_id), str(head["sk"]["S"])) for head in ordered[:limit]]
+        by_sk = {str(item["sk"]["S"]): item for item in self.batch_get(chosen)}
+        # A session deleted between the two requests is simply not listed.
+        return _docs([by_sk[key["sk"]["S"]] for key in chosen if key["sk"]["S"] in by_sk], Session)
 
     def delete(self, workspace_id: str, session_id: str) -> None:
         self.client.delete_item(TableName=self.table, Key=self._key(workspace_id, session_id))
@@ -290,7 +402,8 @@ class DynamoOutbox(_Table):
     An append reads the counter, then writes counter + ledger + entry in one transaction whose
     conditions are "the counter has not moved" and "this (turn, part) is new". So a duplicate
     stores nothing and consumes no seq (seqs have no gaps), and a crash can never leave a ledger
-    entry without its reply.
+    entry without its reply. Two round trips per append; one lane per session means the counter
+    condition almost never fails.
     """
 
     _MAX_ATTEMPTS: Final = 8
@@ -307,7 +420,7 @@ class DynamoOutbox(_Table):
     def append(self, message: OutboundMessage) -> OutboxEntry | None:
         pk = self._pk(message.workspace_id, message.session_id)
         ledger_sk = f"SENT#{_part(message.turn_id)}#{message.part}"
-        for _ in range(self._MAX_ATTEMPTS):
+        for attempt in range(self._MAX_ATTEMPTS):
             counter = self.client.get_item(
                 TableName=self.table, Key=_key(pk, "COUNTER"), ConsistentRead=True
             ).get("Item")
@@ -339,16 +452,16 @@ class DynamoOutbox(_Table):
             except ClientError as exc:
                 if _error_code(exc) != "TransactionCanceledException":
                     raise
-                reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
-                if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                codes = _cancellation_codes(exc)
+                if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
                     return None  # this (turn, part) was stored before: a retried turn
-                # Otherwise another writer took the next seq first (or the transaction conflicted
-                # with one in flight): read the counter again and retry.
+                # Another writer took the next seq first, or a transaction on these items was in
+                # flight: read the counter again.
+                time.sleep(min(0.01 * 2**attempt, 0.5))
                 continue
             return entry
         raise ConcurrencyConflict(
-            f"outbox {message.workspace_id}/{message.session_id}: "
-            f"no free seq after {self._MAX_ATTEMPTS} tries"
+            f"outbox of session {message.session_id}: no free seq after {self._MAX_ATTEMPTS} attempts"
         )
 
     def read(
@@ -374,11 +487,12 @@ class DynamoOutbox(_Table):
 class DynamoMemoryStore(_Table):
     """Tiers 1-3 in the memory table.
 
-    - Tier 1: pk `WS#{ws}#SESSION#{s}`, sk `MSG#{seq:012}#{id}`: a session's messages in seq order.
-    - Tier 2: pk `WS#{ws}#SESSION#{s}`, sk `SUM#{start_at}#{id}` for one session; GSI1
-      `WS#{ws}#SUMMARIES` / `SUM#{start_at}#{id}` across the workspace.
-    - Tier 3: pk `WS#{ws}#TRIPLE#{id}`, sk `TRIPLE` (upsert and delete by id); GSI1
-      `WS#{ws}#SUBJECT#{subject}` and GSI2 `WS#{ws}#OBJECT#{object}`, sorted by triple id.
+    - Tier 1: pk `WS#{ws}#SESSION#{s}`, sk `MSG#{seq:012}#{id}`: a session's messages in seq order,
+      read with strong consistency.
+    - Tier 2: pk `WS#{ws}#SUMMARY#{id}` (upsert by id); GSI1 `WS#{ws}#SUMMARIES` and GSI2
+      `WS#{ws}#SESSION#{s}#SUMMARIES`, both sorted `SUM#{start_at}#{id}`.
+    - Tier 3: pk `WS#{ws}#TRIPLE#{id}` (upsert and delete by id); GSI1 `WS#{ws}#SUBJECT#{key}` and
+      GSI2 `WS#{ws}#OBJECT#{key}`, keys normalised (shared.memory.keys), sorted newest first.
     """
 
     def __init__(
@@ -393,15 +507,17 @@ class DynamoMemoryStore(_Table):
     # ---- Tier 1
 
     def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
+        for record in records:
+            _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
         items: dict[tuple[str, str], Item] = {}
         for record in records:
-            self._check_workspace(workspace_id, record.workspace_id)
             pk = self._session_pk(workspace_id, record.session_id)
             sk = f"MSG#{_seq(record.seq)}#{record.id}"
-            # The key is derived from the record, so writing it again overwrites it in place: that
-            # is the idempotency. A batch may not name one key twice, hence the dict.
-            items[(pk, sk)] = _key(pk, sk) | {"doc": _doc(record)}
-        self.batch_put(list(items.values()))
+            # A transaction may not name one key twice; the first occurrence wins, as in storage.
+            items.setdefault((pk, sk), _key(pk, sk) | {"doc": _doc(record)})
+        # First write wins: a redelivered turn re-appending its roll-out neither duplicates nor
+        # rewrites what was stored.
+        self.put_new(list(items.values()))
 
     def get_messages(
         self, workspace_id: str, session_id: str, *, after_seq: int = -1, limit: int = 100
@@ -414,6 +530,7 @@ class DynamoMemoryStore(_Table):
                 ":lo": _s(f"MSG#{_seq(max(after_seq, -1) + 1)}"),
                 ":hi": _s("MSG#~"),
             },
+            ConsistentRead=True,
         )
         return _docs(items, MemoryRecord)
 
@@ -426,9 +543,9 @@ class DynamoMemoryStore(_Table):
                 ":prefix": _s("MSG#"),
             },
             ScanIndexForward=False,
+            ConsistentRead=True,
         )
-        newest_first: list[MemoryRecord] = _docs(items, MemoryRecord)
-        return newest_first[::-1]
+        return _docs(items, MemoryRecord)[::-1]
 
     def count_messages(self, workspace_id: str, session_id: str) -> int:
         # Select=COUNT still reads the items (Tier 1 keeps ~1000 a session: one or two pages).
@@ -440,6 +557,7 @@ class DynamoMemoryStore(_Table):
                 ":prefix": _s("MSG#"),
             },
             "Select": "COUNT",
+            "ConsistentRead": True,
         }
         total = 0
         while True:
@@ -452,14 +570,15 @@ class DynamoMemoryStore(_Table):
     # ---- Tier 2
 
     def put_summary(self, summary: Summary) -> None:
-        start = _ts(summary.start_at)
-        item = _key(
-            self._session_pk(summary.workspace_id, summary.session_id), f"SUM#{start}#{summary.id}"
-        ) | {
+        ws = _ws(summary.workspace_id)
+        order = f"SUM#{_ts(summary.start_at)}#{summary.id}"
+        item = _key(f"{ws}#SUMMARY#{summary.id}", "SUMMARY") | {
             "doc": _doc(summary),
             "end_at": _s(_ts(summary.end_at)),
-            "gsi1pk": _s(f"{_ws(summary.workspace_id)}#SUMMARIES"),
-            "gsi1sk": _s(f"SUM#{start}#{summary.id}"),
+            "gsi1pk": _s(f"{ws}#SUMMARIES"),
+            "gsi1sk": _s(order),
+            "gsi2pk": _s(f"{self._session_pk(summary.workspace_id, summary.session_id)}#SUMMARIES"),
+            "gsi2sk": _s(order),
         }
         self.client.put_item(TableName=self.table, Item=item)
 
@@ -472,56 +591,62 @@ class DynamoMemoryStore(_Table):
         end: datetime | None = None,
         limit: int = 50,
     ) -> list[Summary]:
-        # Both access paths sort by start_at, so "oldest first" is the key order and the range's
-        # end bounds the key; the range's start can only be a filter on end_at (a summary that
-        # began long ago may still overlap), so paging continues until `limit` pass it.
+        # Both indexes sort by start_at, so "oldest first" is key order and the range's end bounds
+        # the key. The range's start can only filter on end_at (a summary that began long before
+        # may still overlap it), so a range far from the beginning reads the older summaries too:
+        # Tier 2 holds one summary per ~50 messages, a few thousand for a long-lived workspace.
         if session_id is None:
-            pk_name, sk_name = "gsi1pk", "gsi1sk"
+            index, pk_name, sk_name = GSI1, "gsi1pk", "gsi1sk"
             pk_value = f"{_ws(workspace_id)}#SUMMARIES"
-            params: dict[str, Any] = {"IndexName": GSI1}
         else:
-            pk_name, sk_name = "pk", "sk"
-            pk_value = self._session_pk(workspace_id, session_id)
-            params = {}
+            index, pk_name, sk_name = GSI2, "gsi2pk", "gsi2sk"
+            pk_value = f"{self._session_pk(workspace_id, session_id)}#SUMMARIES"
         # '~' sorts after the '#' that follows the timestamp, so a summary starting at `end` is in.
         values: dict[str, Any] = {
             ":pk": _s(pk_value),
             ":lo": _s("SUM#"),
             ":hi": _s(f"SUM#{_ts(end)}~" if end is not None else "SUM#~"),
         }
-        params["KeyConditionExpression"] = f"{pk_name} = :pk AND {sk_name} BETWEEN :lo AND :hi"
+        params: dict[str, Any] = {
+            "IndexName": index,
+            "KeyConditionExpression": f"{pk_name} = :pk AND {sk_name} BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": values,
+        }
         if start is not None:
             params["FilterExpression"] = "#end_at >= :start"
             params["ExpressionAttributeNames"] = {"#end_at": "end_at"}
             values[":start"] = _s(_ts(start))
-        params["ExpressionAttributeValues"] = values
         return _docs(self.query(limit, **params), Summary)
 
     # ---- Tier 3
 
     def put_triple(self, triple: Triple) -> None:
         ws = _ws(triple.workspace_id)
+        order = f"{_newest_first(triple.updated_at)}#{triple.id}"
         item = _key(f"{ws}#TRIPLE#{triple.id}", "TRIPLE") | {
             "doc": _doc(triple),
-            "gsi1pk": _s(f"{ws}#SUBJECT#{_part(triple.subject)}"),
-            "gsi1sk": _s(triple.id),
-            "gsi2pk": _s(f"{ws}#OBJECT#{_part(triple.object)}"),
-            "gsi2sk": _s(triple.id),
+            "gsi1pk": _s(f"{ws}#SUBJECT#{_part(normalize_key(triple.subject))}"),
+            "gsi1sk": _s(order),
+            "gsi2pk": _s(f"{ws}#OBJECT#{_part(normalize_key(triple.object))}"),
+            "gsi2sk": _s(order),
         }
         self.client.put_item(TableName=self.table, Item=item)
 
     def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
-        return self._triples(GSI1, "gsi1pk", f"{_ws(workspace_id)}#SUBJECT#{_part(subject.strip())}", limit)
+        return self._triples(GSI1, "gsi1pk", f"{_ws(workspace_id)}#SUBJECT#", subject, limit)
 
     def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
-        return self._triples(GSI2, "gsi2pk", f"{_ws(workspace_id)}#OBJECT#{_part(obj.strip())}", limit)
+        return self._triples(GSI2, "gsi2pk", f"{_ws(workspace_id)}#OBJECT#", obj, limit)
 
-    def _triples(self, index: str, pk_name: str, pk_value: str, limit: int) -> list[Triple]:
+    def _triples(self, index: str, pk_name: str, prefix: str, value: str, limit: int) -> list[Triple]:
+        key = normalize_key(value)
+        if not key:
+            return []
         items = self.query(
             limit,
             IndexName=index,
             KeyConditionExpression=f"{pk_name} = :pk",
-            ExpressionAttributeValues={":pk": _s(pk_value)},
+            ExpressionAttributeValues={":pk": _s(prefix + _part(key))},
         )
         return _docs(items, Triple)
 
@@ -530,14 +655,6 @@ class DynamoMemoryStore(_Table):
             TableName=self.table, Key=_key(f"{_ws(workspace_id)}#TRIPLE#{triple_id}", "TRIPLE")
         )
 
-    @staticmethod
-    def _check_workspace(expected: str, actual: str) -> None:
-        if expected != actual:
-            raise SigilError(
-                f"a record of workspace {actual!r} cannot be written to workspace {expected!r}",
-                code="workspace_mismatch",
-            )
-
 
 # ---------------------------------------------------------------- workspaces
 
@@ -545,9 +662,9 @@ class DynamoMemoryStore(_Table):
 class DynamoWorkspaceStore(_Table):
     """Workspace configs in the memory table: pk `WS#{ws}`, sk `CONFIG`.
 
-    GSI1 `WORKSPACES` / `WS#{ws}` lists them. It is the one partition not scoped to a workspace,
-    and it lives only in an index: the list of tenants is by nature cross-tenant, and no base-table
-    key is built from it.
+    GSI1 `WORKSPACES` / `WS#{ws}` lists them in id order. It is the one partition not scoped to a
+    workspace, and it exists only in an index: the list of tenants is cross-tenant by nature, and
+    no base-table key is built from it.
     """
 
     def __init__(
@@ -583,8 +700,8 @@ class DynamoAuditLog(_Table):
     """Audit records in the memory table: pk `WS#{ws}#AUDIT`, sk `AUDIT#{created_at}#{id}`.
 
     Each record carries `ttl` = write time + retention (400 days), so DynamoDB deletes it without a
-    job. Expiry is counted from the write, not from created_at, so a record written late (a
-    backfill) is not deleted the moment it lands.
+    job. Expiry counts from the write, not from created_at, so a record written late (a backfill)
+    is not deleted the moment it lands. Idempotent by record: the first write wins.
     """
 
     def __init__(
@@ -604,11 +721,18 @@ class DynamoAuditLog(_Table):
             "doc": _doc(record),
             TTL_ATTRIBUTE: _n(expires),
         }
-        self.client.put_item(TableName=self.table, Item=item)
+        try:
+            self.client.put_item(
+                TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            )
+        except ClientError as exc:
+            # Stored before: a retried turn's audit write must not count the turn twice.
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise
 
     def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
-        # TTL deletion runs up to a few days late; expired records are filtered out so a read never
-        # depends on when the sweeper passed.
+        """Newest first. TTL deletion runs up to a few days late, so expired records are filtered
+        out: a read never depends on when the sweeper passed."""
         items = self.query(
             limit,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
