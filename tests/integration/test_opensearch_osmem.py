@@ -165,8 +165,7 @@ def test_hits_carry_the_document_back(index: OpenSearchIndex) -> None:
     )
     index.upsert("ws1", [doc])
     (hit,) = index.search("ws1", IndexQuery(text="round trip")).text_hits
-    # Everything but the vector, which search leaves out of the response on purpose.
-    assert hit.doc == doc.model_copy(update={"vector": None})
+    assert hit.doc == doc
 
 
 def test_a_refused_document_is_named_and_the_others_are_kept(

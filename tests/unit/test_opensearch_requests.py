@@ -126,7 +126,7 @@ def _search_response(hits: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _hit(doc: IndexDoc, score: float) -> dict[str, Any]:
-    source = doc.model_dump(mode="json", exclude={"vector"})
+    source = doc.model_dump(mode="json")
     return {"_index": INDEX, "_id": f"{doc.workspace_id}:{doc.id}", "_score": score, "_source": source}
 
 
@@ -205,8 +205,6 @@ def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) ->
     assert knn["query"] == {
         "knn": {"vector": {"vector": vector, "k": 5, "filter": {"bool": {"filter": [workspace_term]}}}}
     }
-    # Vectors are not sent back in hits.
-    assert bm25["_source"] == knn["_source"] == {"excludes": ["vector"]}
 
 
 def test_text_only_sends_only_bm25(fake: FakeOpenSearch) -> None:
@@ -249,7 +247,7 @@ def test_no_query_and_no_tiers_need_no_round_trip(fake: FakeOpenSearch) -> None:
 def test_each_sub_response_becomes_its_own_ranking(fake: FakeOpenSearch) -> None:
     at = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     a = _doc("ws1", "a", "alpha", session_id="s1", created_at=at, metadata={"role": "user"})
-    b = _doc("ws1", "b", "beta")
+    b = _doc("ws1", "b", "beta", vector=[0.0, 1.0, 0.0, 0.0])
     fake.msearch_responses = [
         _search_response([_hit(a, 2.5), _hit(b, 1.0)]),
         _search_response([_hit(b, 0.9)]),
@@ -257,7 +255,8 @@ def test_each_sub_response_becomes_its_own_ranking(fake: FakeOpenSearch) -> None
     result = _adapter(fake).search("ws1", IndexQuery(text="alpha", vector=[1, 0, 0, 0]))
     assert [(h.doc.id, h.score) for h in result.text_hits] == [("a", 2.5), ("b", 1.0)]
     assert [(h.doc.id, h.score) for h in result.vector_hits] == [("b", 0.9)]
-    assert result.text_hits[0].doc == a.model_copy(update={"vector": None})
+    assert result.text_hits[0].doc == a
+    assert result.vector_hits[0].doc == b
 
 
 def test_a_failed_sub_search_raises_with_the_servers_reason(fake: FakeOpenSearch) -> None:
@@ -267,6 +266,14 @@ def test_a_failed_sub_search_raises_with_the_servers_reason(fake: FakeOpenSearch
     ]
     with pytest.raises(OpenSearchIndexError, match=r"vector search .* no knn here"):
         _adapter(fake).search("ws1", IndexQuery(text="a", vector=[1, 0, 0, 0]))
+
+
+def test_a_zero_query_vector_sends_no_knn(fake: FakeOpenSearch) -> None:
+    # Cosine similarity to a zero vector is undefined; the embedded index returns no vector hits too.
+    result = _adapter(fake).search("ws1", IndexQuery(text="a", vector=[0.0, 0.0, 0.0, 0.0]))
+    assert result.vector_hits == []
+    lines = fake.of("POST", "/_msearch")[0].ndjson()
+    assert len(lines) == 2 and "knn" not in lines[1]["query"]
 
 
 def test_query_vector_of_the_wrong_dimension_is_refused_locally(fake: FakeOpenSearch) -> None:
@@ -353,7 +360,7 @@ def test_existing_index_with_another_dimension_is_refused(fake: FakeOpenSearch) 
 
 
 def test_bulk_actions_are_routed_and_keyed_by_workspace(fake: FakeOpenSearch) -> None:
-    docs = [_doc("ws1", "a", vector=[1, 0, 0, 0]), _doc("ws1", "b")]
+    docs = [_doc("ws1", "a", vector=[1, 0, 0, 0]), _doc("ws1", "b"), _doc("ws1", "z", vector=[0, 0, 0, 0])]
     _adapter(fake).upsert("ws1", docs)
 
     (bulk,) = fake.of("POST", "/_bulk")
@@ -363,6 +370,9 @@ def test_bulk_actions_are_routed_and_keyed_by_workspace(fake: FakeOpenSearch) ->
     assert lines[1]["id"] == "a" and lines[1]["workspace_id"] == "ws1" and lines[1]["vector"] == [1, 0, 0, 0]
     assert lines[2] == {"index": {"_index": INDEX, "_id": "ws1:b", "routing": "ws1"}}
     assert "vector" not in lines[3]
+    # A zero vector cannot be indexed under cosinesimil: the text goes in without it.
+    assert lines[4]["index"]["_id"] == "ws1:z"
+    assert "vector" not in lines[5] and lines[5]["text"] == "hello"
 
 
 def test_documents_refused_with_429_are_retried(fake: FakeOpenSearch) -> None:
@@ -445,7 +455,7 @@ def test_workspace_is_checked_before_anything_is_sent(fake: FakeOpenSearch) -> N
     with pytest.raises(ValueError, match="invalid workspace id"):
         index.count("ws1:evil")
     with pytest.raises(ValueError, match="5-dimensional"):
-        index.upsert("ws1", [_doc("ws1", "a", vector=[0.0] * 5)])
+        index.upsert("ws1", [_doc("ws1", "a", vector=[0.1] * 5)])
     assert fake.requests == []
 
 

@@ -21,6 +21,8 @@ misconfigured index can never pass for a working one.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from opensearchpy import OpenSearch
 
     from shared.config import Settings
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_INDEX = "sigil-memory"
 # all-MiniLM-L6-v2, the offline embedding model of development, tests and benchmarks.
@@ -267,9 +271,9 @@ class OpenSearchIndex:
         for doc in docs:
             if doc.workspace_id != workspace_id:
                 raise ValueError(f"document {doc.id!r} belongs to {doc.workspace_id!r}, not {workspace_id!r}")
-            if self.knn and doc.vector is not None and len(doc.vector) != self.dimension:
+            if self.knn and _usable(doc.vector) and len(doc.vector or ()) != self.dimension:
                 raise ValueError(
-                    f"document {doc.id!r} has a {len(doc.vector)}-dimensional vector; "
+                    f"document {doc.id!r} has a {len(doc.vector or ())}-dimensional vector; "
                     f"index {self.index} holds {self.dimension}"
                 )
         if not docs:
@@ -307,7 +311,8 @@ class OpenSearchIndex:
     def search(self, workspace_id: str, query: IndexQuery) -> IndexResult:
         _check_workspace(workspace_id)
         text = query.text if query.text and query.text.strip() else None
-        vector = query.vector
+        # A zero or non-finite vector has no cosine neighbours (as in the embedded index): no k-NN.
+        vector = query.vector if _usable(query.vector) else None
         if vector is not None:
             if not self.knn:
                 raise OpenSearchIndexError(
@@ -363,7 +368,11 @@ class OpenSearchIndex:
 
     def _source(self, doc: IndexDoc) -> dict[str, Any]:
         source: dict[str, Any] = serde.to_jsonable(doc)
-        if not self.knn or source.get("vector") is None:
+        if doc.vector is not None and not _usable(doc.vector):
+            # OpenSearch refuses a zero vector under cosinesimil, and NaN is not JSON: the text is
+            # still worth indexing, as the embedded index does.
+            logger.warning("index doc %s: vector is zero or not finite; indexed as text only", doc.id)
+        if not self.knn or not _usable(doc.vector):
             # No field is better than a null one, and a knn=False index has no field to hold it.
             source.pop("vector", None)
         return source
@@ -372,9 +381,8 @@ class OpenSearchIndex:
     def _bm25_body(text: str, k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "size": k,
+            # Nothing reads the total: not counting every match saves work on large workspaces.
             "track_total_hits": False,
-            # Vectors are never needed above the port and would multiply the response's size.
-            "_source": {"excludes": ["vector"]},
             "query": {"bool": {"must": [{"match": {"text": text}}], "filter": filters}},
         }
 
@@ -387,7 +395,6 @@ class OpenSearchIndex:
         return {
             "size": k,
             "track_total_hits": False,
-            "_source": {"excludes": ["vector"]},
             "query": {"knn": {"vector": {"vector": vector, "k": k, "filter": {"bool": {"filter": filters}}}}},
         }
 
@@ -433,6 +440,17 @@ def _check_workspace(workspace_id: str) -> None:
     # The id becomes routing and part of every document id: hold it to the models' alphabet.
     if not _WORKSPACE_RE.match(workspace_id):
         raise ValueError(f"invalid workspace id {workspace_id!r}")
+
+
+def _usable(vector: Sequence[float] | None) -> bool:
+    if not vector:
+        return False
+    norm = 0.0
+    for x in vector:
+        if not math.isfinite(x):
+            return False
+        norm += x * x
+    return norm > 0.0
 
 
 def _doc_key(workspace_id: str, doc_id: str) -> str:
