@@ -187,7 +187,8 @@ def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) ->
 
     searches = fake.of("POST", "/_msearch")
     assert len(searches) == 1, "BM25 and k-NN must travel in one round trip"
-    assert searches[0].path == "/_msearch"
+    # In the path too, so an IAM policy scoped to the index's resource path covers it.
+    assert searches[0].path == f"/{INDEX}/_msearch"
     lines = searches[0].ndjson()
     assert len(lines) == 4
     bm25_header, bm25, knn_header, knn = lines
@@ -364,6 +365,7 @@ def test_bulk_actions_are_routed_and_keyed_by_workspace(fake: FakeOpenSearch) ->
     _adapter(fake).upsert("ws1", docs)
 
     (bulk,) = fake.of("POST", "/_bulk")
+    assert bulk.path == f"/{INDEX}/_bulk"
     assert bulk.query == {"refresh": ["wait_for"]}
     lines = bulk.ndjson()
     assert lines[0] == {"index": {"_index": INDEX, "_id": "ws1:a", "routing": "ws1"}}

@@ -340,7 +340,9 @@ class OpenSearchIndex:
             parts.append("vector")
 
         with _translate_errors(f"searching {self.index}"):
-            response = self.client.msearch(body=searches)
+            # The index is in the path as well as in each header: an IAM policy scoped to the
+            # index's resource path (domain/<name>/<index>/*) does not cover a bare /_msearch.
+            response = self.client.msearch(body=searches, index=self.index)
         responses = response.get("responses", [])
         if len(responses) != len(parts):
             raise OpenSearchIndexError(f"_msearch answered {len(responses)} searches, {len(parts)} were sent")
@@ -417,6 +419,8 @@ class OpenSearchIndex:
                 initial_backoff=self.bulk_initial_backoff,
                 raise_on_error=False,
                 yield_ok=False,
+                # POST /<index>/_bulk, for the same IAM reason as _msearch.
+                index=self.index,
                 refresh=self.refresh,
             ):
                 if ok:
