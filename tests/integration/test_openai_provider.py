@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from shared.errors import ProviderError
@@ -239,3 +240,11 @@ def test_importing_the_providers_does_not_import_the_sdk() -> None:
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.sse")))
+def test_the_fake_server_replays_a_capture_byte_for_byte(fake: FakeOpenAI, fixture: str) -> None:
+    fake.replay(FIXTURES / fixture)
+    response = httpx.post(f"{fake.base_url}/chat/completions", json={"model": "m", "stream": True})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.content == (FIXTURES / fixture).read_bytes()

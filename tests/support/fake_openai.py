@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fixture:
         fake.set_default(args.fixture)
     print(f"fake OpenAI on {fake.base_url} ({'replaying ' + str(args.fixture) if args.fixture else 'echo'})")
-    print(f"  try: OPENAI_BASE_URL={fake.base_url} SIGIL_MODEL=openai/fake-model sigil dev")
+    print(f"  try: OPENAI_BASE_URL={fake.base_url} SIGIL_MODEL=openai/fake-model sigil dev", flush=True)
     try:
         fake._server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
