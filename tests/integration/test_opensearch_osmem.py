@@ -32,7 +32,7 @@ DIM = 4
 @pytest.fixture(scope="module")
 def osmem() -> Iterator[OsmemServer]:
     # Not named `osmem_server`: osmem's own pytest plugin defines that fixture, seeded from ini
-    # options this project does not set. Japanese analysis is off: it only slows start-up.
+    # options this project does not set. Japanese analysis (kuromoji) is not needed here.
     server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
     yield server
     server.close()
