@@ -5,8 +5,8 @@ Failure policy, decided once here:
   message is kept in the session, and the turn ends "model_not_configured". Retrying can't help.
 - The provider fails after the SDK's own retries (ProviderError): the attempt is audited as
   "error" and the error is raised, so the lane retries the item and dead-letters it after its last
-  attempt (`give_up_turn` then tells the user). Nothing is committed by a failed attempt, and the
-  turn id is derived from the event, so a retry that succeeds posts its reply once.
+  attempt; the dead-letter path calls `give_up_turn` to tell the user. Nothing is committed by a
+  failed attempt, and the turn id is derived from the event, so a retry that succeeds posts once.
 - The reply is sent before the commit: a crash in between re-runs the turn, and the outbox (the
   send ledger, keyed by turn id and part) drops the second post.
 - A redelivered event whose turn already committed is skipped ("skipped_duplicate").
