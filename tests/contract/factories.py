@@ -1,0 +1,81 @@
+"""The adapter sets the contract suites run against, one factory per set.
+
+A factory takes a fresh directory and returns a context manager yielding a `ContractBackend`.
+Two rules every factory keeps:
+
+- Entering it twice with the same directory reaches the same durable state: that is how the
+  suites simulate a restart (the embedded set reopens its SQLite files; a cloud set keys its
+  tables and queue by the directory, so a second entry finds them again).
+- Vectors in the suites have `CONTRACT_VECTOR_DIM` dimensions, for indexes whose mapping fixes one.
+
+To add a set, add its factory to BACKEND_FACTORIES: every suite then runs against it unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from shared.adapters.embedded import EmbeddedLaneRunner, SqliteLanes, build_embedded_backend
+from shared.backend import Backend
+from shared.config import Settings
+from shared.models import LaneItem
+
+CONTRACT_VECTOR_DIM = 8
+
+
+@dataclass
+class ContractBackend:
+    """The ports under test, plus the test-side consumer of the lanes.
+
+    `drain_lane(max_items)` consumes pending lane items until the lanes are empty or `max_items`
+    were taken, and returns every item it consumed, in delivery order (items of one group in
+    their group's order; groups may interleave).
+    """
+
+    backend: Backend
+    drain_lane: Callable[[int], list[LaneItem]]
+
+
+def _drain_embedded(lanes: SqliteLanes, max_items: int, *, timeout: float = 10.0) -> list[LaneItem]:
+    consumed: list[LaneItem] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def record(item: LaneItem) -> None:
+        with lock:
+            consumed.append(item)
+            if len(consumed) >= max_items:
+                enough.set()
+
+    runner = EmbeddedLaneRunner(lanes, record, workers=2, max_attempts=1, poll_interval_s=0.05)
+    runner.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not enough.is_set() and time.monotonic() < deadline:
+            if runner.wait_idle(0.05):
+                break
+    finally:
+        runner.stop()
+    with lock:
+        return list(consumed)
+
+
+@contextlib.contextmanager
+def embedded(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
+    backend = build_embedded_backend(Settings(data_dir=data_dir))
+    lanes = backend.lanes
+    assert isinstance(lanes, SqliteLanes)
+    try:
+        yield ContractBackend(backend=backend, drain_lane=lambda n: _drain_embedded(lanes, n))
+    finally:
+        backend.close()
+
+
+BACKEND_FACTORIES: dict[str, Callable[[pathlib.Path], contextlib.AbstractContextManager[ContractBackend]]] = {
+    "embedded": embedded,
+}

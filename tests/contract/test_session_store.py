@@ -1,0 +1,172 @@
+"""SessionStore contract: round trips, optimistic concurrency, workspace isolation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from shared.errors import ConcurrencyConflict
+from shared.models import AssistantMessage, Session, ToolResultMessage, UserMessage
+
+from .builders import session
+from .factories import ContractBackend
+
+
+def test_get_of_an_unknown_session_is_none(contract: ContractBackend, ws_a: str) -> None:
+    assert contract.backend.sessions.get(ws_a, "nope") is None
+
+
+def test_round_trip_keeps_every_field_and_message_kind(contract: ContractBackend, ws_a: str) -> None:
+    store = contract.backend.sessions
+    original = session(ws_a)
+
+    stored = store.save(original, expected_version=0)
+
+    assert stored.version == 1
+    assert stored == original.model_copy(update={"version": 1})
+    loaded = store.get(ws_a, original.id)
+    assert loaded == stored
+    assert loaded is not None
+    kinds = [type(m) for m in loaded.active_messages]
+    assert kinds == [UserMessage, AssistantMessage, ToolResultMessage, AssistantMessage, ToolResultMessage]
+    assert loaded.active_messages[1].tool_calls[0].arguments == '{"city": "Zürich", "unit": "c"}'  # type: ignore[union-attr]
+    assert loaded.created_at.tzinfo is not None
+
+
+def test_save_does_not_change_the_callers_object(contract: ContractBackend, ws_a: str) -> None:
+    original = session(ws_a)
+    contract.backend.sessions.save(original, expected_version=0)
+    assert original.version == 0
+
+
+def test_each_save_moves_the_version_by_one(contract: ContractBackend, ws_a: str) -> None:
+    store = contract.backend.sessions
+    current = store.save(session(ws_a), expected_version=0)
+    for expected in range(2, 5):
+        current.summary = f"summary {expected}"
+        current = store.save(current, expected_version=current.version)
+        assert current.version == expected
+    loaded = store.get(ws_a, "s1")
+    assert loaded is not None
+    assert (loaded.version, loaded.summary) == (4, "summary 4")
+
+
+def test_creating_an_existing_session_conflicts(contract: ContractBackend, ws_a: str) -> None:
+    store = contract.backend.sessions
+    store.save(session(ws_a, summary="first"), expected_version=0)
+    with pytest.raises(ConcurrencyConflict):
+        store.save(session(ws_a, summary="second"), expected_version=0)
+    loaded = store.get(ws_a, "s1")
+    assert loaded is not None
+    assert (loaded.version, loaded.summary) == (1, "first")
+
+
+def test_of_two_writers_from_one_version_only_the_first_wins(contract: ContractBackend, ws_a: str) -> None:
+    store = contract.backend.sessions
+    store.save(session(ws_a), expected_version=0)
+    one, two = store.get(ws_a, "s1"), store.get(ws_a, "s1")
+    assert one is not None and two is not None
+
+    one.summary = "writer one"
+    store.save(one, expected_version=one.version)
+    two.summary = "writer two"
+    with pytest.raises(ConcurrencyConflict):
+        store.save(two, expected_version=two.version)
+
+    loaded = store.get(ws_a, "s1")
+    assert loaded is not None
+    assert (loaded.version, loaded.summary) == (2, "writer one")
+
+
+def test_saving_at_a_version_never_stored_conflicts(contract: ContractBackend, ws_a: str) -> None:
+    store = contract.backend.sessions
+    with pytest.raises(ConcurrencyConflict):
+        store.save(session(ws_a), expected_version=3)
+    stored = store.save(session(ws_a), expected_version=0)
+    with pytest.raises(ConcurrencyConflict):
+        store.save(stored, expected_version=5)
+    assert store.get(ws_a, "s1") == stored
+
+
+@pytest.mark.parametrize("start_version", [0, 1])
+def test_racing_threads_from_one_version_exactly_one_wins(
+    contract: ContractBackend, ws_a: str, start_version: int
+) -> None:
+    store = contract.backend.sessions
+    writers, rounds = 4, 5
+    if start_version:
+        store.save(session(ws_a), expected_version=0)
+    for round_no in range(rounds):
+        expected = start_version + round_no
+        barrier = threading.Barrier(writers)
+        won: list[int] = []
+        lost: list[int] = []
+        lock = threading.Lock()
+
+        def write(writer: int, expected: int = expected, barrier: threading.Barrier = barrier) -> None:
+            candidate = session(ws_a, summary=f"round {round_no} writer {writer}", version=expected)
+            barrier.wait(timeout=10)
+            try:
+                store.save(candidate, expected_version=expected)
+            except ConcurrencyConflict:
+                with lock:
+                    lost.append(writer)
+            else:
+                with lock:
+                    won.append(writer)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+
+        assert len(won) == 1, f"round {round_no}: winners {won}"
+        assert sorted(won + lost) == list(range(writers))
+        loaded = store.get(ws_a, "s1")
+        assert loaded is not None
+        assert loaded.version == expected + 1
+        assert loaded.summary == f"round {round_no} writer {won[0]}"
+
+
+def test_list_sessions_is_scoped_and_limited(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    store = contract.backend.sessions
+    for i in range(3):
+        store.save(session(ws_a, f"a{i}"), expected_version=0)
+    store.save(session(ws_b, "b0"), expected_version=0)
+
+    assert {s.id for s in store.list_sessions(ws_a)} == {"a0", "a1", "a2"}
+    assert all(s.workspace_id == ws_a for s in store.list_sessions(ws_a))
+    assert [s.id for s in store.list_sessions(ws_b)] == ["b0"]
+    assert len(store.list_sessions(ws_a, limit=2)) == 2
+
+
+def test_delete_removes_only_that_workspaces_session(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    store = contract.backend.sessions
+    store.save(session(ws_a), expected_version=0)
+    store.save(session(ws_b), expected_version=0)
+
+    store.delete(ws_b, "s1")
+    store.delete(ws_b, "never-existed")
+
+    assert store.get(ws_b, "s1") is None
+    assert store.get(ws_a, "s1") is not None
+    # A deleted session can be created again from scratch.
+    assert store.save(session(ws_b), expected_version=0).version == 1
+
+
+def test_a_workspace_never_reads_another_workspaces_session(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    store = contract.backend.sessions
+    store.save(session(ws_a, summary="secret of a"), expected_version=0)
+
+    assert store.get(ws_b, "s1") is None
+    assert store.list_sessions(ws_b) == []
+    # The same session id in another workspace is another session, with its own versions.
+    mine: Session = store.save(session(ws_b, summary="b's own"), expected_version=0)
+    assert mine.version == 1
+    loaded = store.get(ws_a, "s1")
+    assert loaded is not None
+    assert loaded.summary == "secret of a"
