@@ -1,0 +1,513 @@
+"""The AWS adapters on in-process moto: what the contract suites cannot show.
+
+The contract suites prove each port behaves like the embedded one. These tests look at the wire
+and the tables: FIFO message attributes and deduplication, EventBridge entries as a rule delivers
+them, Secrets Manager reads cached by powertools, DynamoDB conditions under racing writers, the
+send ledger's items, round trips per call, TTL and the workspace prefix of every key.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+from moto import mock_aws
+
+from shared import serde
+from shared.adapters.aws import build_aws_backend, clients
+from shared.adapters.aws.dynamodb import (
+    TABLE_SCHEMAS,
+    TTL_ATTRIBUTE,
+    DynamoAuditLog,
+    DynamoMemoryStore,
+    DynamoOutbox,
+    DynamoSessionStore,
+    DynamoWorkspaceStore,
+)
+from shared.adapters.aws.events import EventBridgeBus, EventPublishError
+from shared.adapters.aws.opensearch import OpenSearchIndex
+from shared.adapters.aws.secrets import SecretsManagerStore
+from shared.adapters.aws.sqs import SqsLanes, fifo_id
+from shared.errors import ConcurrencyConflict, SigilError
+from shared.models import (
+    AuditRecord,
+    DomainEvent,
+    InboundMessage,
+    LaneItem,
+    MemoryRecord,
+    OutboundMessage,
+    Sender,
+    Session,
+    Summary,
+    ToolResultMessage,
+    Triple,
+    WorkspaceConfig,
+)
+from shared.ports import (
+    AuditLog,
+    EventBus,
+    Lanes,
+    MemoryIndex,
+    MemoryStore,
+    Outbox,
+    SecretStore,
+    SessionStore,
+    WorkspaceStore,
+)
+from tests.support.moto_aws import REGION, AwsResources, drain_fifo, provision
+
+NOW = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture
+def aws() -> Iterator[AwsResources]:
+    with mock_aws():
+        clients.reset()
+        yield provision("it")
+    clients.reset()
+
+
+def inbound(
+    workspace: str = "ws1", session: str = "s1", event: str = "e1", text: str = "hi"
+) -> InboundMessage:
+    return InboundMessage(
+        event_id=event,
+        channel="telegram",
+        workspace_id=workspace,
+        session_id=session,
+        sender=Sender(id="u1"),
+        chat_id="c1",
+        text=text,
+    )
+
+
+def reply(turn: str = "t1", part: int = 0, session: str = "s1", workspace: str = "ws1") -> OutboundMessage:
+    return OutboundMessage(
+        workspace_id=workspace,
+        session_id=session,
+        channel="web",
+        chat_id="c1",
+        turn_id=turn,
+        part=part,
+        text="ok",
+    )
+
+
+def counting_client() -> tuple[Any, list[str]]:
+    """A DynamoDB client of its own (not the cached one) that records every operation it sends."""
+    client = boto3.client("dynamodb", region_name=REGION)
+    calls: list[str] = []
+    client.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    return client, calls
+
+
+# ---------------------------------------------------------------- SQS FIFO lanes
+
+
+def test_lane_message_carries_group_and_dedup_ids_and_the_item(aws: AwsResources) -> None:
+    # Given a lane item for session s1 of ws1
+    item = LaneItem(inbound=inbound(), enqueued_at=NOW)
+    # When it is submitted
+    result = SqsLanes(aws.queue_url, region=REGION).submit(item)
+    # Then SQS holds one message grouped by session, deduplicated by event, whose body is the item
+    assert result.status == "queued"
+    messages = clients.sqs(REGION).receive_message(
+        QueueUrl=aws.queue_url,
+        MaxNumberOfMessages=10,
+        MessageSystemAttributeNames=["MessageGroupId", "MessageDeduplicationId"],
+    )["Messages"]
+    assert len(messages) == 1
+    attributes = messages[0]["Attributes"]
+    assert attributes["MessageGroupId"] == "ws1.s1" == item.group_id
+    assert attributes["MessageDeduplicationId"] == "ws1.telegram.e1" == item.dedup_id
+    assert serde.loads(LaneItem, messages[0]["Body"]) == item
+
+
+def test_same_dedup_id_within_five_minutes_is_queued_once(aws: AwsResources) -> None:
+    lanes = SqsLanes(aws.queue_url, region=REGION)
+    first = LaneItem(inbound=inbound(text="first"))
+    # A platform redelivery: same event id, so the same dedup id, even with another body.
+    again = LaneItem(inbound=inbound(text="redelivered"))
+    assert lanes.submit(first).status == "queued"
+    assert lanes.submit(again).status == "queued"  # SQS answers 200 and drops it
+    drained = drain_fifo(aws.queue_url, 10)
+    assert [i.inbound.text for i in drained] == ["first"]
+
+
+def test_lanes_keep_order_within_a_session(aws: AwsResources) -> None:
+    lanes = SqsLanes(aws.queue_url, region=REGION)
+    for n in range(5):
+        lanes.submit(LaneItem(inbound=inbound(session="s1", event=f"a{n}", text=f"a{n}")))
+        lanes.submit(LaneItem(inbound=inbound(session="s2", event=f"b{n}", text=f"b{n}")))
+    drained = drain_fifo(aws.queue_url, 100)
+    assert [i.inbound.text for i in drained if i.inbound.session_id == "s1"] == [f"a{n}" for n in range(5)]
+    assert [i.inbound.text for i in drained if i.inbound.session_id == "s2"] == [f"b{n}" for n in range(5)]
+
+
+def test_ids_longer_than_sqs_allows_are_digested_and_stay_distinct(aws: AwsResources) -> None:
+    # Workspace and session ids may each be 128 characters: their group id is 257.
+    ws, s1, s2 = "w" * 128, "s" * 127 + "1", "s" * 127 + "2"
+    lanes = SqsLanes(aws.queue_url, region=REGION)
+    a = LaneItem(inbound=inbound(ws, s1, "e" * 127 + "1"))
+    b = LaneItem(inbound=inbound(ws, s2, "e" * 127 + "2"))
+    lanes.submit(a)
+    lanes.submit(b)
+    ids = [fifo_id(a.group_id), fifo_id(b.group_id), fifo_id(a.dedup_id), fifo_id(b.dedup_id)]
+    assert all(len(i) <= 128 for i in ids)
+    assert len(set(ids)) == 4
+    received = clients.sqs(REGION).receive_message(
+        QueueUrl=aws.queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"]
+    )["Messages"]
+    assert sorted(m["Attributes"]["MessageGroupId"] for m in received) == sorted(ids[:2])
+    # Short ids are sent as they are, so the console shows the session key.
+    assert fifo_id("ws1.s1") == "ws1.s1"
+
+
+# ---------------------------------------------------------------- EventBridge
+
+
+def test_published_event_reaches_a_rule_target_as_sent(aws: AwsResources) -> None:
+    # Given a rule on the bus that sends Sigil's CompactionDue events to an SQS queue
+    sqs, events = clients.sqs(REGION), clients.events(REGION)
+    target_url = sqs.create_queue(QueueName="compaction")["QueueUrl"]
+    target_arn = sqs.get_queue_attributes(QueueUrl=target_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(
+        Name="compaction",
+        EventBusName=aws.event_bus_name,
+        EventPattern=json.dumps({"source": ["sigil"], "detail-type": ["CompactionDue"]}),
+    )
+    events.put_targets(
+        Rule="compaction", EventBusName=aws.event_bus_name, Targets=[{"Id": "q", "Arn": target_arn}]
+    )
+    event = DomainEvent(
+        type="CompactionDue", workspace_id="ws1", session_id="s1", detail={"tier1": 50}, at=NOW
+    )
+    bus = EventBridgeBus(aws.event_bus_name, region=REGION)
+    # When one CompactionDue and one MaintenanceDue are published
+    bus.publish(event)
+    bus.publish(DomainEvent(type="MaintenanceDue", workspace_id="ws1"))
+    # Then the queue receives only the matching one, with source, detail-type and detail intact
+    messages = sqs.receive_message(QueueUrl=target_url, MaxNumberOfMessages=10)["Messages"]
+    assert len(messages) == 1
+    envelope = json.loads(messages[0]["Body"])
+    assert envelope["source"] == "sigil"
+    assert envelope["detail-type"] == "CompactionDue"
+    assert serde.from_jsonable(DomainEvent, envelope["detail"]) == event
+
+
+def test_an_entry_eventbridge_refuses_raises(aws: AwsResources) -> None:
+    # PutEvents answers 200 and reports refusals per entry. An SDK hook blanks the entry's
+    # DetailType on its way out, which EventBridge (and moto) refuses as InvalidArgument.
+    client = boto3.client("events", region_name=REGION)
+
+    def blank_detail_type(params: dict[str, Any], **_: Any) -> None:
+        params["Entries"][0]["DetailType"] = ""
+
+    client.meta.events.register("provide-client-params.events.PutEvents", blank_detail_type)
+    bus = EventBridgeBus(aws.event_bus_name, client=client)
+    with pytest.raises(EventPublishError, match="InvalidArgument"):
+        bus.publish(DomainEvent(type="MaintenanceDue", workspace_id="ws1"))
+
+
+# ---------------------------------------------------------------- Secrets Manager
+
+
+def test_secrets_are_read_by_prefixed_name_and_cached(aws: AwsResources) -> None:
+    sm = boto3.client("secretsmanager", region_name=REGION)
+    reads: list[str] = []
+    sm.meta.events.register("before-call.secrets-manager.GetSecretValue", lambda **_: reads.append("get"))
+    sm.create_secret(Name=f"{aws.secrets_prefix}web/ws1", SecretString="s3cret")
+    store = SecretsManagerStore(aws.secrets_prefix, client=sm, max_age_s=300)
+    # Two reads inside max_age: one call to Secrets Manager
+    assert store.get("web/ws1") == "s3cret"
+    sm.put_secret_value(SecretId=f"{aws.secrets_prefix}web/ws1", SecretString="rotated")
+    assert store.get("web/ws1") == "s3cret"
+    assert reads == ["get"]
+    # A store without caching sees the rotation at once
+    assert SecretsManagerStore(aws.secrets_prefix, client=sm, max_age_s=0).get("web/ws1") == "rotated"
+
+
+def test_binary_secret_is_returned_as_text(aws: AwsResources) -> None:
+    clients.secretsmanager(REGION).create_secret(Name=f"{aws.secrets_prefix}bin", SecretBinary=b"raw-token")
+    assert SecretsManagerStore(aws.secrets_prefix, region=REGION).get("bin") == "raw-token"
+
+
+def test_missing_secret_is_none_and_other_failures_raise(aws: AwsResources) -> None:
+    sm = clients.secretsmanager(REGION)
+    store = SecretsManagerStore(aws.secrets_prefix, region=REGION)
+    assert store.get("web/nobody") is None
+    # A secret scheduled for deletion is an InvalidRequestException, not "not found": it must not
+    # pass for a missing secret (a webhook would then run unsigned), so it raises.
+    sm.create_secret(Name=f"{aws.secrets_prefix}gone", SecretString="x")
+    sm.delete_secret(SecretId=f"{aws.secrets_prefix}gone")
+    with pytest.raises(GetParameterError):
+        store.get("gone")
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_session_get_and_save_are_one_round_trip_each(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    store = DynamoSessionStore(aws.sessions_table, client=client)
+    saved = store.save(Session(id="s1", workspace_id="ws1"), expected_version=0)
+    assert calls == ["PutItem"]
+    calls.clear()
+    loaded = store.get("ws1", "s1")
+    assert calls == ["GetItem"]
+    calls.clear()
+    assert loaded is not None
+    store.save(loaded, expected_version=saved.version)
+    assert calls == ["PutItem"]
+
+
+def test_two_writers_of_one_version_one_wins(aws: AwsResources) -> None:
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    store.save(Session(id="s1", workspace_id="ws1"), expected_version=0)
+    # Both turns read version 1, then both write
+    a, b = store.get("ws1", "s1"), store.get("ws1", "s1")
+    assert a is not None and b is not None
+    a.summary, b.summary = "from a", "from b"
+    assert store.save(a, expected_version=1).version == 2
+    with pytest.raises(ConcurrencyConflict):
+        store.save(b, expected_version=1)
+    stored = store.get("ws1", "s1")
+    assert stored is not None and (stored.version, stored.summary) == (2, "from a")
+    # Creating a session that exists is a conflict too (attribute_not_exists on version 0)
+    with pytest.raises(ConcurrencyConflict):
+        store.save(Session(id="s1", workspace_id="ws1"), expected_version=0)
+
+
+def test_concurrent_writers_on_threads_exactly_one_wins(aws: AwsResources) -> None:
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    store.save(Session(id="s1", workspace_id="ws1"), expected_version=0)
+    writers = 8
+    barrier = threading.Barrier(writers)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def write(n: int) -> None:
+        session = store.get("ws1", "s1")
+        assert session is not None
+        session.summary = f"writer {n}"
+        barrier.wait()
+        try:
+            store.save(session, expected_version=1)
+            outcome = "won"
+        except ConcurrencyConflict:
+            outcome = "conflict"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * (writers - 1) + ["won"]
+    stored = store.get("ws1", "s1")
+    assert stored is not None and stored.version == 2
+
+
+def test_a_session_over_400_kb_is_refused_clearly(aws: AwsResources) -> None:
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    huge = ToolResultMessage(tool_call_id="c", name="fetch", content="x" * 30_000)
+    session = Session(id="s1", workspace_id="ws1", active_messages=[huge] * 14)
+    with pytest.raises(SigilError) as raised:
+        store.save(session, expected_version=0)
+    assert raised.value.code == "item_too_large"
+    # A full default window of ordinary messages is far below the limit
+    ordinary = ToolResultMessage(tool_call_id="c", name="fetch", content="x" * 4_000)
+    store.save(Session(id="s2", workspace_id="ws1", active_messages=[ordinary] * 20), expected_version=0)
+
+
+# ---------------------------------------------------------------- outbox (send ledger)
+
+
+def test_outbox_duplicate_part_stores_nothing_and_takes_no_seq(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    outbox = DynamoOutbox(aws.sessions_table, client=client)
+    first = outbox.append(reply("t1", 0))
+    assert calls == ["GetItem", "TransactWriteItems"]
+    assert first is not None and first.seq == 1
+    assert outbox.append(reply("t1", 0)) is None  # the retried turn
+    second = outbox.append(reply("t1", 1))
+    assert second is not None and second.seq == 2
+    assert [(e.seq, e.message.part) for e in outbox.read("ws1", "s1")] == [(1, 0), (2, 1)]
+    # The ledger holds one item per part; the counter holds the last seq
+    items = clients.dynamodb(REGION).query(
+        TableName=aws.sessions_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "WS#ws1#OUTBOX#s1"}},
+    )["Items"]
+    sks = sorted(i["sk"]["S"] for i in items)
+    assert sks == ["COUNTER", "SENT#V#t1#0", "SENT#V#t1#1", "SEQ#000000000001", "SEQ#000000000002"]
+
+
+def test_outbox_concurrent_appends_get_distinct_consecutive_seqs(aws: AwsResources) -> None:
+    outbox = DynamoOutbox(aws.sessions_table, region=REGION)
+    writers = 6
+    barrier = threading.Barrier(writers)
+    seqs: list[int | None] = []
+    lock = threading.Lock()
+
+    def append(n: int) -> None:
+        barrier.wait()
+        entry = outbox.append(reply(f"t{n}", 0))
+        with lock:
+            seqs.append(entry.seq if entry else None)
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(s for s in seqs if s is not None) == list(range(1, writers + 1))
+    assert [e.seq for e in outbox.read("ws1", "s1")] == list(range(1, writers + 1))
+
+
+def test_outbox_concurrent_duplicates_store_one(aws: AwsResources) -> None:
+    outbox = DynamoOutbox(aws.sessions_table, region=REGION)
+    writers = 6
+    barrier = threading.Barrier(writers)
+    results: list[int | None] = []
+    lock = threading.Lock()
+
+    def append() -> None:
+        barrier.wait()
+        entry = outbox.append(reply("t1", 0))
+        with lock:
+            results.append(entry.seq if entry else None)
+
+    threads = [threading.Thread(target=append) for _ in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=lambda r: r or 0) == [None] * (writers - 1) + [1]
+    assert len(outbox.read("ws1", "s1")) == 1
+
+
+# ---------------------------------------------------------------- memory table
+
+
+def test_audit_records_expire_after_400_days(aws: AwsResources) -> None:
+    audit = DynamoAuditLog(aws.memory_table, region=REGION)
+    record = AuditRecord(workspace_id="ws1", session_id="s1", turn_id="t1", outcome="ok")
+    before = datetime.now(UTC)
+    audit.append(record)
+    audit.append(record)  # a retried turn: stored once
+    item = clients.dynamodb(REGION).get_item(
+        TableName=aws.memory_table,
+        Key={
+            "pk": {"S": "WS#ws1#AUDIT"},
+            "sk": {"S": f"AUDIT#{record.created_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}#{record.id}"},
+        },
+    )["Item"]
+    expires = datetime.fromtimestamp(int(item[TTL_ATTRIBUTE]["N"]), UTC)
+    assert timedelta(days=399) < expires - before < timedelta(days=401)
+    ttl = clients.dynamodb(REGION).describe_time_to_live(TableName=aws.memory_table)["TimeToLiveDescription"]
+    assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)
+    assert [r.id for r in audit.list_records("ws1")] == [record.id]
+    # A record past its TTL that the sweeper has not deleted yet is not listed
+    expired = DynamoAuditLog(aws.memory_table, region=REGION, retention_days=-1)
+    expired.append(AuditRecord(workspace_id="ws1", session_id="s1", turn_id="t2", outcome="ok"))
+    assert [r.id for r in audit.list_records("ws1")] == [record.id]
+
+
+def test_every_base_table_key_begins_with_its_workspace(aws: AwsResources) -> None:
+    # Given one item of every kind written for workspace "ws1"
+    ws = "ws1"
+    sessions = DynamoSessionStore(aws.sessions_table, region=REGION)
+    memory = DynamoMemoryStore(aws.memory_table, region=REGION)
+    sessions.save(Session(id="s1", workspace_id=ws), expected_version=0)
+    DynamoOutbox(aws.sessions_table, region=REGION).append(reply(workspace=ws))
+    memory.append_messages(
+        ws,
+        [
+            MemoryRecord(
+                id="r1", workspace_id=ws, session_id="s1", role="user", text="hi", seq=0, created_at=NOW
+            )
+        ],
+    )
+    memory.put_summary(
+        Summary(
+            id="u1",
+            workspace_id=ws,
+            session_id="s1",
+            text="t",
+            first_seq=0,
+            last_seq=0,
+            start_at=NOW,
+            end_at=NOW,
+        )
+    )
+    memory.put_triple(Triple(id="k1", workspace_id=ws, subject="Alice", predicate="likes", object="tea"))
+    DynamoWorkspaceStore(aws.memory_table, region=REGION).put(WorkspaceConfig(id=ws))
+    DynamoAuditLog(aws.memory_table, region=REGION).append(
+        AuditRecord(workspace_id=ws, session_id="s1", turn_id="t1", outcome="ok")
+    )
+    # Then every partition key in both tables is under WS#ws1 (GSI keys are index-only)
+    ddb = clients.dynamodb(REGION)
+    pks = [
+        i["pk"]["S"] for t in (aws.sessions_table, aws.memory_table) for i in ddb.scan(TableName=t)["Items"]
+    ]
+    assert len(pks) == 9
+    assert all(pk == f"WS#{ws}" or pk.startswith(f"WS#{ws}#") for pk in pks), pks
+
+
+def test_triples_with_long_objects_use_a_digest_key(aws: AwsResources) -> None:
+    memory = DynamoMemoryStore(aws.memory_table, region=REGION)
+    long_object = "a fact " + "x" * 2000  # 2007 characters: too long for a key as it is
+    memory.put_triple(
+        Triple(id="k1", workspace_id="ws1", subject="alice", predicate="said", object=long_object)
+    )
+    assert [t.id for t in memory.triples_by_object("ws1", long_object)] == ["k1"]
+    assert memory.triples_by_object("ws1", long_object[:-1]) == []
+
+
+def test_tables_in_tests_are_built_from_the_adapters_schema(aws: AwsResources) -> None:
+    ddb = clients.dynamodb(REGION)
+    memory = ddb.describe_table(TableName=aws.memory_table)["Table"]
+    assert memory["KeySchema"] == TABLE_SCHEMAS["memory"]["KeySchema"]
+    assert sorted(g["IndexName"] for g in memory["GlobalSecondaryIndexes"]) == ["GSI1", "GSI2"]
+    sessions = ddb.describe_table(TableName=aws.sessions_table)["Table"]
+    assert sessions["KeySchema"] == TABLE_SCHEMAS["sessions"]["KeySchema"]
+    assert sessions.get("GlobalSecondaryIndexes", []) == []
+
+
+# ---------------------------------------------------------------- wiring
+
+
+def test_build_aws_backend_wires_every_port(aws: AwsResources) -> None:
+    backend = build_aws_backend(aws.settings())
+    for port, protocol in [
+        (backend.sessions, SessionStore),
+        (backend.memory, MemoryStore),
+        (backend.index, MemoryIndex),
+        (backend.lanes, Lanes),
+        (backend.outbox, Outbox),
+        (backend.events, EventBus),
+        (backend.workspaces, WorkspaceStore),
+        (backend.audit, AuditLog),
+        (backend.secrets, SecretStore),
+    ]:
+        assert isinstance(port, protocol), protocol.__name__
+    assert isinstance(backend.index, OpenSearchIndex)
+    # The ports work end to end on the stack's resources
+    backend.workspaces.put(WorkspaceConfig(id="ws1"))
+    assert [w.id for w in backend.workspaces.list_workspaces()] == ["ws1"]
+
+
+def test_build_aws_backend_names_missing_settings(aws: AwsResources) -> None:
+    with pytest.raises(SigilError, match="SIGIL_MEMORY_TABLE, SIGIL_QUEUE_URL") as raised:
+        build_aws_backend(aws.settings(memory_table=None, queue_url=None))
+    assert raised.value.code == "misconfigured"
