@@ -14,7 +14,9 @@ from shared.config import Settings
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory (default: $SIGIL_DATA_DIR or .sigil)")]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="state directory (default: $SIGIL_DATA_DIR or .sigil)")
+]
 Workspace = Annotated[str, typer.Option("--workspace", "-w", help="workspace id")]
 Url = Annotated[str | None, typer.Option("--url", help="gateway base URL (default: from settings)")]
 
@@ -76,7 +78,7 @@ def _secret(settings: Settings, workspace: str) -> str:
     finally:
         backend.close()
     if secret is None:
-        typer.echo(f"no web signing secret for workspace {workspace!r}: start `sigil dev` once first", err=True)
+        typer.echo(f"no web signing secret for workspace {workspace!r}: run `sigil dev` once", err=True)
         raise typer.Exit(2)
     return secret
 
@@ -152,7 +154,8 @@ def replies(
     """Print a web session's replies from the outbox."""
     settings = _settings(data_dir)
     base = url or f"http://{settings.host}:{settings.port}"
-    page = _signed_get(base, _secret(settings, workspace), f"/sessions/{workspace}/{session}/outbox?after={after}")
+    target = f"/sessions/{workspace}/{session}/outbox?after={after}"
+    page = _signed_get(base, _secret(settings, workspace), target)
     typer.echo(json.dumps(page, indent=2))
 
 

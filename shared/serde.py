@@ -6,7 +6,6 @@ write the same documents and a message read back is the message written.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -14,9 +13,15 @@ from pydantic import TypeAdapter
 T = TypeVar("T")
 
 
-@cache
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
 def _adapter(tp: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(tp)
+    # Building a TypeAdapter compiles a validator; do it once per type, not per call.
+    adapter = _ADAPTERS.get(tp)
+    if adapter is None:
+        adapter = _ADAPTERS[tp] = TypeAdapter(tp)
+    return adapter
 
 
 def dumps(value: Any, tp: Any = None) -> str:

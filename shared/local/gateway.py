@@ -19,16 +19,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from shared.adapters.embedded import EmbeddedLaneRunner, LocalScheduler
+from shared.adapters.embedded import (
+    EmbeddedLaneRunner,
+    LocalScheduler,
+    SqliteEventBus,
+    SqliteLanes,
+    build_embedded_backend,
+)
 from shared.agent.turn import TurnDeps, run_turn
-from shared.backend import Backend, build_backend
+from shared.backend import Backend
 from shared.channels import web
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
 from shared.models import LaneItem, WorkspaceConfig
-from shared.providers import build_provider
+from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
 
 log = logging.getLogger("sigil.gateway")
@@ -46,7 +52,10 @@ class LocalGateway:
     scheduler: LocalScheduler = field(init=False)
 
     def __post_init__(self) -> None:
-        self.backend = build_backend(self.settings)
+        self.backend = build_embedded_backend(self.settings)
+        lanes, events = self.backend.lanes, self.backend.events
+        # The embedded backend always builds these; the runner needs their consumer side.
+        assert isinstance(lanes, SqliteLanes) and isinstance(events, SqliteEventBus)
         self.ingress = Ingress(
             lanes=self.backend.lanes,
             outbox=self.backend.outbox,
@@ -59,15 +68,15 @@ class LocalGateway:
             backend=self.backend,
             settings=self.settings,
             senders=senders,
-            provider_factory=lambda ref: build_provider(self.settings, ref),
+            provider_factory=cached_provider_factory(self.settings),
         )
         self.runner = EmbeddedLaneRunner(
-            self.backend.lanes,
+            lanes,
             self._handle,
             workers=self.settings.lane_workers,
             max_attempts=self.settings.lane_max_attempts,
         )
-        self.scheduler = LocalScheduler(self.backend.events)
+        self.scheduler = LocalScheduler(events)
 
     def _handle(self, item: LaneItem) -> None:
         run_turn(self.deps, item)

@@ -11,7 +11,8 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<5} {record.name}: {record.getMessage()}"
+        when = self.formatTime(record, "%H:%M:%S")
+        base = f"{when} {record.levelname:<5} {record.name}: {record.getMessage()}"
         extras = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD)
         line = f"{base} {extras}" if extras else base
         if record.exc_info:
@@ -27,4 +28,5 @@ def configure(level: int = logging.INFO) -> None:
     root.setLevel(level)
     # Access logs would print every poll of the outbox; the turn line is the one that matters.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpx2", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
