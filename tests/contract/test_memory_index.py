@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.models import IndexDoc, IndexQuery, MemoryTier
+from shared.models import IndexDoc, IndexHit, IndexQuery, MemoryTier
 
 from .builders import at, unit_vector
 from .factories import ContractBackend
@@ -49,8 +49,8 @@ def corpus(contract: ContractBackend, ws_a: str) -> list[IndexDoc]:
     return docs
 
 
-def _ids(hits: list[object]) -> list[str]:
-    return [h.doc.id for h in hits]  # type: ignore[attr-defined]
+def _ids(hits: list[IndexHit]) -> list[str]:
+    return [h.doc.id for h in hits]
 
 
 def test_count_is_per_workspace(

@@ -8,6 +8,7 @@ import pytest
 
 from shared.errors import ConcurrencyConflict
 from shared.models import AssistantMessage, Session, ToolResultMessage, UserMessage
+from shared.ports import SessionStore
 
 from .builders import session
 from .factories import ContractBackend
@@ -89,41 +90,46 @@ def test_saving_at_a_version_never_stored_conflicts(contract: ContractBackend, w
     assert store.get(ws_a, "s1") == stored
 
 
+def _race(store: SessionStore, workspace_id: str, expected: int, label: str, writers: int) -> list[int]:
+    """`writers` threads save from version `expected` at the same moment; returns the winners."""
+    barrier = threading.Barrier(writers)
+    won: list[int] = []
+    lost: list[int] = []
+    lock = threading.Lock()
+
+    def write(writer: int) -> None:
+        candidate = session(workspace_id, summary=f"{label} writer {writer}", version=expected)
+        barrier.wait(timeout=10)
+        try:
+            store.save(candidate, expected_version=expected)
+        except ConcurrencyConflict:
+            with lock:
+                lost.append(writer)
+        else:
+            with lock:
+                won.append(writer)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(won + lost) == list(range(writers)), "a writer neither won nor conflicted"
+    return won
+
+
 @pytest.mark.parametrize("start_version", [0, 1])
 def test_racing_threads_from_one_version_exactly_one_wins(
     contract: ContractBackend, ws_a: str, start_version: int
 ) -> None:
     store = contract.backend.sessions
-    writers, rounds = 4, 5
     if start_version:
         store.save(session(ws_a), expected_version=0)
-    for round_no in range(rounds):
+    for round_no in range(5):
         expected = start_version + round_no
-        barrier = threading.Barrier(writers)
-        won: list[int] = []
-        lost: list[int] = []
-        lock = threading.Lock()
-
-        def write(writer: int, expected: int = expected, barrier: threading.Barrier = barrier) -> None:
-            candidate = session(ws_a, summary=f"round {round_no} writer {writer}", version=expected)
-            barrier.wait(timeout=10)
-            try:
-                store.save(candidate, expected_version=expected)
-            except ConcurrencyConflict:
-                with lock:
-                    lost.append(writer)
-            else:
-                with lock:
-                    won.append(writer)
-
-        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=30)
+        won = _race(store, ws_a, expected, f"round {round_no}", writers=4)
 
         assert len(won) == 1, f"round {round_no}: winners {won}"
-        assert sorted(won + lost) == list(range(writers))
         loaded = store.get(ws_a, "s1")
         assert loaded is not None
         assert loaded.version == expected + 1
