@@ -1,4 +1,4 @@
-"""Lanes end to end: 20 sessions × 10 messages sent concurrently through the real `sigil dev`."""
+"""Lanes end to end: 20 sessions x 10 messages sent concurrently through the real `sigil dev`."""
 
 from __future__ import annotations
 
