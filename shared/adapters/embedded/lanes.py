@@ -225,10 +225,13 @@ class SqliteLanes:
         """
         now = self.clock()
         with self._db.transaction() as conn:
+            # Only a group's oldest item may start: re-checked here, under the write lock, so a
+            # stale view of the heads can never run an item ahead of its group.
             row = first(
                 conn,
-                "SELECT group_id, dedup_id, body, attempts, last_error FROM lane_items "
-                "WHERE seq = ? AND status = 'pending'",
+                "SELECT group_id, dedup_id, body, attempts, last_error FROM lane_items i "
+                "WHERE seq = ? AND status = 'pending' "
+                "AND seq = (SELECT MIN(seq) FROM lane_items j WHERE j.group_id = i.group_id)",
                 (seq,),
             )
             if row is None:
@@ -284,6 +287,9 @@ class EmbeddedLaneRunner:
     A dispatcher thread picks the head item of each group that is not running, claims it and
     hands it to a worker; a group gets its next item only after the previous one finished,
     succeeded or was dead-lettered, which is what keeps a session's turns in order.
+
+    Run one runner per queue file: start() takes back every in-flight item, on the assumption
+    that whoever claimed it is gone.
     """
 
     def __init__(
@@ -398,7 +404,7 @@ class EmbeddedLaneRunner:
             return delay
         now = self.lanes.clock()
         for head in self.lanes._heads():
-            if free <= 0:
+            if free <= 0 or self._stopping:
                 break
             # An in-flight head belongs to a running worker (or another consumer process).
             if head.group_id in active or head.status != "pending":
