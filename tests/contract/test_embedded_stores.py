@@ -21,10 +21,10 @@ from shared.adapters.embedded import (
     SqliteMemoryIndex,
     build_embedded_backend,
     fts_match_query,
-    normalize_key,
 )
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.config import Settings
+from shared.memory.keys import normalize_key
 from shared.models import AuditRecord, IndexDoc, IndexQuery, OutboundMessage, Triple, WorkspaceConfig
 
 from .builders import record, session, unit_vector

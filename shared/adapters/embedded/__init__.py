@@ -13,7 +13,7 @@ from shared.adapters.embedded.db import Database, DatabaseClosed
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
-from shared.adapters.embedded.memory import SqliteMemoryStore, normalize_key
+from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.sessions import SqliteSessionStore
@@ -39,7 +39,6 @@ __all__ = [
     "StoredEvent",
     "build_embedded_backend",
     "fts_match_query",
-    "normalize_key",
 ]
 
 

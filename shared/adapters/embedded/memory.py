@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 
 from shared import serde
 from shared.adapters.embedded.db import Database, to_us
+from shared.memory.keys import normalize_key
 from shared.models import MemoryRecord, Summary, Triple
 
 _MIGRATIONS = [
@@ -47,20 +47,6 @@ _MIGRATIONS = [
     CREATE INDEX memory_triples_by_object ON memory_triples (workspace_id, object_key);
     """,
 ]
-
-_SEPARATORS = re.compile(r"[\s_\-]+")
-_SLASHES = re.compile(r"\s*/+\s*")
-
-
-def normalize_key(value: str) -> str:
-    """The lookup key of a triple's subject or object (spec 003's memory-key normalisation).
-
-    Case-folded, runs of spaces, underscores and hyphens become one hyphen, repeated slashes one
-    slash, and leading or trailing separators go: "Code_Style" and "code  style" meet.
-    """
-    key = _SLASHES.sub("/", value.casefold())
-    key = _SEPARATORS.sub("-", key)
-    return key.strip("-/")
 
 
 def _check_workspace(expected: str, actual: str, what: str) -> None:
