@@ -1,0 +1,51 @@
+"""The agent: the function that runs turns, fed by the lanes' FIFO queue."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.constructs.function import SigilFunction
+
+# A batch holds up to 10 turns, run one after another (in order within each session); a turn is
+# an LLM loop of up to 20 tool calls. The lanes' visibility timeout is derived from this.
+TIMEOUT = Duration.minutes(10)
+BATCH_SIZE = 10
+
+
+class Agent(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        turns: sqs.IQueue,
+        layer: lambda_.ILayerVersion,
+        log_group: logs.ILogGroup,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.handler = SigilFunction(
+            self,
+            "Handler",
+            source="agent",
+            description="Sigil agent: runs each session's turns in order from the FIFO lanes",
+            timeout=TIMEOUT,
+            memory_size=1024,
+            layer=layer,
+            log_group=log_group,
+        )
+        self.function = self.handler.function
+        # Adds sqs:ReceiveMessage/DeleteMessage/ChangeMessageVisibility on this queue to the role.
+        self.function.add_event_source(
+            sources.SqsEventSource(
+                turns,
+                batch_size=BATCH_SIZE,
+                # The handler reports the failed turns (and the rest of their session's group), so
+                # the other sessions' turns in the batch are not retried with them.
+                report_batch_item_failures=True,
+            )
+        )

@@ -1,0 +1,66 @@
+"""Consolidation: the event bus, and the two ways the consolidate function is started.
+
+CompactionDue (published by the agent when a session's Tier 1 grew by 50 messages) starts it for
+one session; the hourly schedule starts it for decay, promotion, pruning, deduplication, caps,
+embedding backfill and any work a missed event left behind.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.function import SigilFunction
+
+# shared/adapters/aws/events.py publishes every domain event with this source and its type as
+# the detail-type; MaintenanceDue lets an operator ask for a workspace's maintenance by hand.
+EVENT_SOURCE = "sigil"
+DETAIL_TYPES = ["CompactionDue", "MaintenanceDue"]
+
+
+class Consolidation(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name_prefix: str,
+        layer: lambda_.ILayerVersion,
+        log_group: logs.ILogGroup,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.bus = events.EventBus(self, "Bus", event_bus_name=f"{name_prefix}-events")
+        self.handler = SigilFunction(
+            self,
+            "Handler",
+            source="consolidate",
+            description="Sigil consolidate: summaries, triples, decay and housekeeping of memory",
+            timeout=Duration.minutes(15),
+            memory_size=1024,
+            layer=layer,
+            log_group=log_group,
+        )
+        self.function = self.handler.function
+        # Work is idempotent and the hourly run catches up on anything dropped, so a few
+        # retries within the hour are enough.
+        target = targets.LambdaFunction(self.function, retry_attempts=2, max_event_age=Duration.hours(1))
+        self.compaction_rule = events.Rule(
+            self,
+            "CompactionDue",
+            event_bus=self.bus,
+            description="Domain events that ask for consolidation",
+            event_pattern=events.EventPattern(source=[EVENT_SOURCE], detail_type=DETAIL_TYPES),
+            targets=[target],
+        )
+        # Scheduled rules live on the default bus: a custom bus cannot carry a schedule.
+        self.hourly_rule = events.Rule(
+            self,
+            "Hourly",
+            description="Hourly memory maintenance",
+            schedule=events.Schedule.rate(Duration.hours(1)),
+            targets=[target],
+        )

@@ -1,0 +1,113 @@
+"""Ingress: the HTTP API every channel calls, in front of the webhook function.
+
+Each route names its channel, so the webhook knows from the route key which signature scheme to
+check. Authentication is the platforms' own (HMAC, Ed25519, secret tokens), checked in the
+function against secrets from Secrets Manager: API Gateway cannot verify any of them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsii
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.function import SigilFunction
+from infra.constructs.nag import acknowledge
+
+# (method, path). The web channel posts per workspace (shared/ingress.py `accept_web`) and reads
+# its replies from the outbox; WhatsApp's GET is Meta's hub.challenge handshake.
+ROUTES: tuple[tuple[str, str], ...] = (
+    ("POST", "/webhooks/web/{workspace}"),
+    ("POST", "/webhooks/telegram"),
+    ("POST", "/webhooks/slack"),
+    ("POST", "/webhooks/discord"),
+    ("POST", "/webhooks/whatsapp"),
+    ("GET", "/webhooks/whatsapp"),
+    ("GET", "/sessions/{workspace}/{session}/outbox"),
+)
+
+# The $context variables of an HTTP API access log; the request id ties a line to the function's.
+ACCESS_LOG_FORMAT = {
+    "requestId": "$context.requestId",
+    "ip": "$context.identity.sourceIp",
+    "requestTime": "$context.requestTime",
+    "routeKey": "$context.routeKey",
+    "status": "$context.status",
+    "protocol": "$context.protocol",
+    "responseLength": "$context.responseLength",
+    "integrationLatency": "$context.integrationLatency",
+    "integrationError": "$context.integrationErrorMessage",
+}
+
+
+@jsii.implements(apigwv2.IAccessLogSettings)
+class _AccessLogs:
+    def __init__(self, log_group: logs.ILogGroup) -> None:
+        self._log_group = log_group
+
+    @property
+    def destination(self) -> apigwv2.IAccessLogDestination:
+        return apigwv2.LogGroupLogDestination(self._log_group)
+
+    @property
+    def format(self) -> apigw.AccessLogFormat:
+        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FORMAT))
+
+
+class Ingress(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        layer: lambda_.ILayerVersion,
+        log_group: logs.ILogGroup,
+        access_log_group: logs.ILogGroup,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.handler = SigilFunction(
+            self,
+            "Webhook",
+            source="webhook",
+            description="Sigil webhook: verifies, normalises and queues inbound messages",
+            # Verify, parse, one SendMessage: milliseconds. Platforms give up after 3 s (Slack,
+            # Discord), and API Gateway after 30 s.
+            timeout=Duration.seconds(10),
+            memory_size=512,
+            layer=layer,
+            log_group=log_group,
+        )
+        self.function = self.handler.function
+        self.api = apigwv2.HttpApi(
+            self,
+            "Api",
+            description="Sigil channel webhooks and the web channel's outbox",
+            create_default_stage=False,
+        )
+        self.stage = apigwv2.HttpStage(
+            self,
+            "DefaultStage",
+            http_api=self.api,
+            stage_name="$default",
+            auto_deploy=True,
+            access_log_settings=_AccessLogs(access_log_group),
+            # A ceiling for floods and runaway retries: each request may become an LLM turn.
+            throttle=apigwv2.ThrottleSettings(rate_limit=50, burst_limit=100),
+        )
+        integration = integrations.HttpLambdaIntegration("Webhook", self.function)
+        for method, path in ROUTES:
+            self.api.add_routes(path=path, methods=[apigwv2.HttpMethod(method)], integration=integration)
+        acknowledge(
+            self.api,
+            "AwsSolutions-APIG4",
+            "Callers are Telegram, Slack, Discord, Meta and web clients, which cannot present IAM, "
+            "Cognito or JWT credentials; each request is authenticated in the webhook function by "
+            "its platform's signature or secret token before anything is queued.",
+        )

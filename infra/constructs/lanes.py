@@ -1,0 +1,57 @@
+"""The lanes: one SQS FIFO queue of turns, a message group per session, and its dead-letter queue."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.constructs.nag import acknowledge
+
+MAX_RECEIVE_COUNT = 5
+
+
+class Lanes(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, name_prefix: str, consumer_timeout: Duration
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letters = sqs.Queue(
+            self,
+            "DeadLetters",
+            queue_name=f"{name_prefix}-turns-dlq.fifo",
+            fifo=True,
+            content_based_deduplication=False,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # The longest SQS allows: time to find the cause before a failed turn is gone.
+            retention_period=Duration.days(14),
+        )
+        acknowledge(
+            self.dead_letters,
+            "AwsSolutions-SQS3",
+            "This queue is the dead-letter queue of the turns lane; a dead-letter queue of its own "
+            "would only move the same messages one step further.",
+        )
+        self.turns = sqs.Queue(
+            self,
+            "Turns",
+            # The stage in the name lets dev and prod share an account and keeps the console readable.
+            queue_name=f"{name_prefix}-turns.fifo",
+            fifo=True,
+            # Off: the webhook sets MessageDeduplicationId to the platform's event id, so a
+            # redelivered webhook is dropped while two identical texts stay two turns.
+            content_based_deduplication=False,
+            # High-throughput FIFO: the limits apply per session (message group), not per queue.
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # AWS's rule for queues behind a Lambda event source: at least six times the function
+            # timeout, so a batch still being worked on (or retried after throttling) never
+            # becomes visible to a second consumer and runs twice.
+            visibility_timeout=Duration.seconds(6 * consumer_timeout.to_seconds()),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letters, max_receive_count=MAX_RECEIVE_COUNT
+            ),
+        )

@@ -1,0 +1,107 @@
+"""The Sigil stack: composes the constructs, then wires configuration and grants in one place.
+
+Each function gets the SIGIL_* settings shared.config.Settings reads, and exactly the grants its
+work needs; no policy is written by hand. The constructs acknowledge their own cdk-nag findings
+(docs/cdk-nag.md lists them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from infra.config import AppContext
+from infra.constructs import agent as agent_module
+from infra.constructs.agent import Agent
+from infra.constructs.consolidation import Consolidation
+from infra.constructs.function import DependencyLayer
+from infra.constructs.ingress import Ingress
+from infra.constructs.lanes import Lanes
+from infra.constructs.memory import Memory
+from infra.constructs.observability import Observability
+from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, Secrets
+
+
+class SigilStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, context: AppContext, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        stage = context.stage
+        name_prefix = f"sigil-{stage.name}"
+
+        observability = Observability(
+            self, "Observability", retention=stage.log_retention, removal_policy=stage.removal_policy
+        )
+        secrets = Secrets(
+            self,
+            "Secrets",
+            web_workspaces=context.web_workspaces,
+            removal_policy=stage.removal_policy,
+            prefix=context.secrets_prefix,
+        )
+        layer = DependencyLayer(self, "Dependencies", layer_dir=context.layer_dir).layer
+        memory = Memory(self, "Memory", stage=stage, domain_name=name_prefix, observability=observability)
+        lanes = Lanes(self, "Lanes", name_prefix=name_prefix, consumer_timeout=agent_module.TIMEOUT)
+        self.dead_letters_alarm = observability.alarm_on_dead_letters(lanes.dead_letters)
+        consolidation = Consolidation(
+            self,
+            "Consolidation",
+            name_prefix=name_prefix,
+            layer=layer,
+            log_group=observability.log_group("ConsolidateLogs"),
+        )
+        agent = Agent(
+            self, "Agent", turns=lanes.turns, layer=layer, log_group=observability.log_group("AgentLogs")
+        )
+        ingress = Ingress(
+            self,
+            "Ingress",
+            layer=layer,
+            log_group=observability.log_group("WebhookLogs"),
+            access_log_group=observability.log_group("ApiAccessLogs"),
+        )
+        webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
+
+        # shared.adapters.aws.build_aws_backend needs all five resource names in every function,
+        # so each gets them; what a function may do with them is decided by the grants below.
+        environment = {
+            "SIGIL_BACKEND": "aws",
+            "SIGIL_SESSIONS_TABLE": memory.sessions.table_name,
+            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
+            "SIGIL_QUEUE_URL": lanes.turns.queue_url,
+            "SIGIL_EVENT_BUS_NAME": consolidation.bus.event_bus_name,
+            "SIGIL_OPENSEARCH_ENDPOINT": memory.domain.domain_endpoint,
+            "SIGIL_SECRETS_PREFIX": secrets.prefix,
+        }
+        if context.model:
+            environment["SIGIL_MODEL"] = context.model
+        functions: tuple[lambda_.Function, ...] = (webhook, turn_runner, consolidate)
+        for function in functions:
+            for name, value in environment.items():
+                function.add_environment(name, value)
+
+        # webhook: verify with the channel secrets, queue the turn, serve the web outbox.
+        secrets.grant_read(webhook, [s.key for s in INGRESS_SECRETS] + list(secrets.web_keys))
+        lanes.turns.grant_send_messages(webhook)
+        memory.sessions.grant_read_data(webhook)
+        # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
+        memory.sessions.grant_read_write_data(turn_runner)
+        memory.grant_memory_read_write(turn_runner)
+        memory.grant_index_read_write(turn_runner)
+        consolidation.bus.grant_put_events_to(turn_runner)
+        secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)])
+        # consolidate: rewrites memory tiers and the index, reads sessions, calls the LLM.
+        memory.grant_memory_read_write(consolidate)
+        memory.sessions.grant_read_data(consolidate)
+        memory.grant_index_read_write(consolidate)
+        secrets.grant_read(consolidate, [s.key for s in LLM_KEYS])
+
+        CfnOutput(self, "ApiUrl", value=ingress.stage.url, description="Base URL of the webhooks")
+        CfnOutput(self, "TurnsQueueUrl", value=lanes.turns.queue_url)
+        CfnOutput(self, "DeadLettersQueueUrl", value=lanes.dead_letters.queue_url)
+        CfnOutput(self, "EventBusName", value=consolidation.bus.event_bus_name)
+        CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
+        CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
+        CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
