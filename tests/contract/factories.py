@@ -24,6 +24,7 @@ from shared.adapters.embedded import EmbeddedLaneRunner, SqliteLanes, build_embe
 from shared.backend import Backend
 from shared.config import Settings
 from shared.models import LaneItem
+from tests.support import moto_aws
 
 CONTRACT_VECTOR_DIM = 8
 
@@ -76,6 +77,14 @@ def embedded(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
         backend.close()
 
 
+@contextlib.contextmanager
+def aws(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
+    """The AWS adapters on in-process moto, index excepted (see moto_aws.contract_backend)."""
+    with moto_aws.contract_backend(data_dir) as (backend, drain):
+        yield ContractBackend(backend=backend, drain_lane=drain)
+
+
 BACKEND_FACTORIES: dict[str, Callable[[pathlib.Path], contextlib.AbstractContextManager[ContractBackend]]] = {
     "embedded": embedded,
+    "aws": aws,
 }

@@ -10,15 +10,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import pathlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
+from moto.sqs import models as sqs_models
 
 from shared import serde
-from shared.adapters.aws import clients
+from shared.adapters.aws import build_aws_backend, clients
 from shared.adapters.aws.dynamodb import create_tables
+from shared.adapters.embedded import Database, SqliteMemoryIndex
+from shared.backend import Backend
 from shared.config import Settings
 from shared.models import LaneItem
 
@@ -62,13 +68,81 @@ def persistent_mock() -> Iterator[None]:
     """
     mock = mock_aws()
     mock.start(reset=False)
-    # Clients built before this mock (or under another test's credentials) are not reused.
-    clients.reset()
+    # The cached clients are kept from one mock to the next (building them is most of a factory
+    # entry's time): moto intercepts every botocore client's requests while any mock is active,
+    # and a client built under a mock holds moto's fake credentials.
     try:
         yield
     finally:
         mock.stop(remove_data=False)
-        clients.reset()
+
+
+@contextlib.contextmanager
+def moto_like_aws() -> Iterator[None]:
+    """Close two gaps between in-process moto and AWS that Sigil's tests depend on, for the block.
+
+    Both patches change the stand-in, never Sigil's code, and each cites what AWS does.
+    """
+    with atomic_requests(), sqs_dedup_survives_delete():
+        yield
+
+
+@contextlib.contextmanager
+def atomic_requests() -> Iterator[None]:
+    """Handle one moto request at a time, as the real services apply each request atomically.
+
+    In-process moto runs a request on the caller's thread with no isolation: its DynamoDB
+    TransactWriteItems snapshots the whole table and restores the snapshot when a condition fails
+    (moto.dynamodb.models.DynamoDBBackend.transact_write_items), so one thread's failed transaction
+    can undo another's committed one, and scans can hit "dictionary changed size during
+    iteration". DynamoDB transactions are serializable. With one lock around moto's request
+    handling, concurrent callers still interleave between requests (what the tests of racing
+    writers are about) but never inside one.
+    """
+    lock = threading.RLock()
+    original = BotocoreStubber.__call__
+
+    def call(self: BotocoreStubber, event_name: str, request: Any, **kwargs: Any) -> Any:
+        with lock:
+            return original(self, event_name, request, **kwargs)
+
+    with mock.patch.object(BotocoreStubber, "__call__", call):
+        yield
+
+
+@contextlib.contextmanager
+def sqs_dedup_survives_delete() -> Iterator[None]:
+    """Make moto remember a FIFO deduplication id after its message is deleted, as SQS does.
+
+    SQS: "Amazon SQS continues tracking the deduplication ID even after the message has been
+    received and deleted" (SQS Developer Guide, FIFO queue key terms), for the 5-minute interval.
+    moto 5 compares a new message only with those still in the queue, so a platform retry that
+    arrives after the first delivery was consumed would be delivered again on moto and not on AWS.
+    This patch of the stand-in (not of Sigil's code) closes that gap for the block's duration.
+    """
+    original_add = sqs_models.Queue.add_message
+    original_delete = sqs_models.Queue.delete_message
+
+    def delete_message(queue: Any, receipt_handle: str) -> None:
+        for message in queue._messages:
+            if message.deduplication_id and message.had_receipt_handle(receipt_handle):
+                queue.__dict__.setdefault("_deleted_dedup_ids", {})[message.deduplication_id] = (
+                    message.sent_timestamp
+                )
+        original_delete(queue, receipt_handle)
+
+    def add_message(queue: Any, message: Any) -> None:
+        sent = queue.__dict__.get("_deleted_dedup_ids", {}).get(message.deduplication_id)
+        window_ms = sqs_models.DEDUPLICATION_TIME_IN_SECONDS * 1000
+        if queue.fifo_queue and sent is not None and message.sent_timestamp - sent < window_ms:
+            return  # accepted and dropped, as SQS does with a duplicate
+        original_add(queue, message)
+
+    with (
+        mock.patch.object(sqs_models.Queue, "add_message", add_message),
+        mock.patch.object(sqs_models.Queue, "delete_message", delete_message),
+    ):
+        yield
 
 
 def provision(name: str) -> AwsResources:
@@ -130,3 +204,23 @@ def drain_fifo(queue_url: str, max_items: int) -> list[LaneItem]:
                     QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
                 )
     return consumed
+
+
+@contextlib.contextmanager
+def contract_backend(data_dir: pathlib.Path) -> Iterator[tuple[Backend, Callable[[int], list[LaneItem]]]]:
+    """The backend `build_aws_backend` wires, on moto, for the contract suites; and its lane drain.
+
+    The index is the embedded one: moto has no OpenSearch, and osmem-server (which serves the
+    OpenSearch adapter's own tests) answers no k-NN query, which the index contract needs. Entering
+    twice with one directory finds the same tables, queue and index again (a restart).
+    """
+    with persistent_mock(), moto_like_aws():
+        resources = provision(name_for(data_dir))
+        backend = build_aws_backend(resources.settings())
+        index_db = Database(data_dir / "index.db", load_vec=True)
+        backend.index = SqliteMemoryIndex(index_db)
+        backend.closers.append(index_db.close)
+        try:
+            yield backend, lambda max_items: drain_fifo(resources.queue_url, max_items)
+        finally:
+            backend.close()
