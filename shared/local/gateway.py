@@ -26,7 +26,7 @@ from shared.adapters.embedded import (
     SqliteLanes,
     build_embedded_backend,
 )
-from shared.agent.turn import TurnDeps, run_turn
+from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels import web
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -75,6 +75,7 @@ class LocalGateway:
             self._handle,
             workers=self.settings.lane_workers,
             max_attempts=self.settings.lane_max_attempts,
+            on_dead_letter=lambda item: give_up_turn(self.deps, item),
         )
         self.scheduler = LocalScheduler(events)
 

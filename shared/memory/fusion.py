@@ -26,12 +26,15 @@ class FusedHit:
 def _minmax(hits: list[IndexHit]) -> dict[str, float]:
     if not hits:
         return {}
-    scores = [h.score for h in hits]
-    lo, hi = min(scores), max(scores)
+    first: dict[str, float] = {}
+    for h in hits:
+        # A document listed twice keeps its first (best-ranked) score, as the raw scores do.
+        first.setdefault(h.doc.id, h.score)
+    lo, hi = min(first.values()), max(first.values())
     if hi == lo:
         # One hit, or all tied: each is as good as the best in its list.
-        return {h.doc.id: 1.0 for h in hits}
-    return {h.doc.id: (h.score - lo) / (hi - lo) for h in hits}
+        return dict.fromkeys(first, 1.0)
+    return {doc_id: (score - lo) / (hi - lo) for doc_id, score in first.items()}
 
 
 def fuse(

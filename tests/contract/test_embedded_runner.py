@@ -146,10 +146,14 @@ def test_a_poison_item_is_dead_lettered_and_its_group_goes_on(lanes: SqliteLanes
         lanes.submit(lane_item("w1", "a", event_id=f"a-{i}"))
         lanes.submit(lane_item("w1", "b", event_id=f"b-{i}"))
 
-    with _runner(lanes, recorder, max_attempts=3) as runner:
+    told: list[str] = []
+    with _runner(
+        lanes, recorder, max_attempts=3, on_dead_letter=lambda it: told.append(it.inbound.event_id)
+    ) as runner:
         assert runner.wait_idle(15)
 
     assert attempts["a-1"] == 3
+    assert told == ["a-1"]  # the dead-letter callback heard about it exactly once
     assert recorder.order["w1.a"] == ["a-0", "a-2"]
     assert recorder.order["w1.b"] == ["b-0", "b-1", "b-2"]
     assert lanes.pending_count() == 0

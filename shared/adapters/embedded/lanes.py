@@ -302,6 +302,7 @@ class EmbeddedLaneRunner:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         poll_interval_s: float = 1.0,
+        on_dead_letter: Callable[[LaneItem], None] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -313,6 +314,8 @@ class EmbeddedLaneRunner:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        # Told when a handler's item is dead-lettered, so the user hears something, not silence.
+        self.on_dead_letter = on_dead_letter
         # Submits in this process wake the dispatcher at once; the poll only catches items
         # queued by another process (a CLI command) and retries coming due.
         self.poll_interval_s = poll_interval_s
@@ -425,6 +428,15 @@ class EmbeddedLaneRunner:
             self._pool.submit(self._work, claim)
         return max(0.0, delay)
 
+    def _tell_dead_letter(self, claim: _Claim) -> None:
+        if self.on_dead_letter is None:
+            return
+        try:
+            self.on_dead_letter(claim.item)
+        # Application code again: its failure is logged and must not stop the lane.
+        except Exception:
+            logger.exception("lanes: dead-letter callback failed for item %s", claim.dedup_id)
+
     def _work(self, claim: _Claim) -> None:
         try:
             try:
@@ -444,6 +456,7 @@ class EmbeddedLaneRunner:
                         claim.attempts,
                         exc_info=exc,
                     )
+                    self._tell_dead_letter(claim)
                 else:
                     logger.warning(
                         "lanes: item %s of group %s failed (attempt %d of %d); retrying in %.2fs",
