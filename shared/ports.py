@@ -101,7 +101,8 @@ class MemoryIndex(Protocol):
     def delete(self, workspace_id: str, ids: Sequence[str]) -> None: ...
 
     def search(self, workspace_id: str, query: IndexQuery) -> IndexResult:
-        """Both rankings in one round trip: BM25 for query.text, k-NN for query.vector (either may be None)."""
+        """Both rankings in one round trip: BM25 for query.text, k-NN for query.vector."""
+        # Either part may be None: a text-only or vector-only query returns just that ranking.
         ...
 
     def count(self, workspace_id: str) -> int: ...

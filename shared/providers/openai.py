@@ -43,7 +43,7 @@ class OpenAIProvider:
         timeout_s: float = 60.0,
         max_retries: int = 2,
     ) -> None:
-        import openai  # noqa: PLC0415 -- deferred on purpose, see the module docstring
+        import openai
 
         self.base_url = base_url
         self._api_key = api_key or KEYLESS_PLACEHOLDER

@@ -1,5 +1,4 @@
 # Imports of opensearchpy, botocore and boto3 sit inside functions on purpose (see below).
-# ruff: noqa: PLC0415
 """MemoryIndex over OpenSearch (opensearch-py): BM25 on `text`, k-NN on `vector`, one index.
 
 Isolation is structural: every document is written with `routing=workspace_id` under the id
