@@ -1,0 +1,1 @@
+"""The agent function: SQS FIFO batches of lane items in, one turn per item."""

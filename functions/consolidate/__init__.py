@@ -1,0 +1,1 @@
+"""The consolidate function: the hourly schedule and CompactionDue events from the bus."""

@@ -1,0 +1,104 @@
+"""The Lambda functions' runtime objects: built once per container, on first use, never at import.
+
+A warm container reuses them (boto3 clients, connection pools, the secret cache, SDK clients), and
+each function builds only what it uses: `ingress()` wires the webhook's three adapters directly, so
+the webhook never imports opensearchpy or an LLM SDK, while `turn_deps()` builds the whole backend
+for the agent. Tests start from a clean slate with `reset()`, optionally seeding the settings and
+the clock the factories use instead of the environment and `time.time`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from shared.adapters.aws import clients
+from shared.config import Settings
+from shared.errors import SigilError
+from shared.ingress import Ingress
+
+if TYPE_CHECKING:
+    from shared.agent.turn import TurnDeps
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class _Seed:
+    """What `reset` was given; the factories read it when they next build."""
+
+    settings: Settings | None = None
+    clock: Clock = time.time
+
+
+_seed = _Seed()
+
+
+@cache
+def settings() -> Settings:
+    # Validated once per container: a missing or malformed SIGIL_* variable fails the first
+    # invocation loudly rather than every call site on its own.
+    return _seed.settings if _seed.settings is not None else Settings()
+
+
+@cache
+def ingress() -> Ingress:
+    """The webhook's logic over SQS (lanes), DynamoDB (outbox) and Secrets Manager (signing secrets)."""
+    # Imported here, not at the top: the agent and consolidator import this module too and never
+    # build an Ingress.
+    from shared.adapters.aws.dynamodb import DynamoOutbox
+    from shared.adapters.aws.secrets import SecretsManagerStore
+    from shared.adapters.aws.sqs import SqsLanes
+
+    s = settings()
+    required = {"SIGIL_QUEUE_URL": s.queue_url, "SIGIL_SESSIONS_TABLE": s.sessions_table}
+    missing = sorted(name for name, value in required.items() if not value)
+    if missing:
+        raise SigilError(f"the webhook needs {', '.join(missing)}", code="misconfigured")
+    # Checked just above; the assert narrows the Optional types for mypy.
+    assert s.queue_url and s.sessions_table
+    return Ingress(
+        lanes=SqsLanes(s.queue_url, region=s.aws_region),
+        outbox=DynamoOutbox(s.sessions_table, region=s.aws_region),
+        secrets=SecretsManagerStore(s.secrets_prefix, region=s.aws_region),
+        signature_window_s=s.signature_window_s,
+        max_body_bytes=s.max_body_bytes,
+        clock=_seed.clock,
+    )
+
+
+@cache
+def turn_deps() -> TurnDeps:
+    """Everything a turn needs: the full AWS backend, the channel senders and the model providers."""
+    from shared.adapters.aws import build_aws_backend
+    from shared.agent.turn import TurnDeps
+    from shared.channels.senders import OutboxSender, SenderRegistry
+    from shared.providers import cached_provider_factory
+
+    s = settings()
+    backend = build_aws_backend(s)
+    return TurnDeps(
+        backend=backend,
+        settings=s,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        # One SDK client per model reference for the container's life; the SDK is imported on the
+        # first turn that needs it, not when the agent starts.
+        provider_factory=cached_provider_factory(s),
+    )
+
+
+def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
+    """Forget everything built so far, including the boto3 clients the adapters held.
+
+    `config` replaces the settings read from the environment and `clock` replaces `time.time` in
+    the next objects built (tests pin the clock to a sample event's signing time this way).
+    """
+    _seed.settings = config
+    _seed.clock = clock
+    settings.cache_clear()
+    ingress.cache_clear()
+    turn_deps.cache_clear()
+    clients.reset()
