@@ -467,6 +467,25 @@ def test_every_base_table_key_begins_with_its_workspace(aws: AwsResources) -> No
     assert all(pk == f"WS#{ws}" or pk.startswith(f"WS#{ws}#") for pk in pks), pks
 
 
+def test_reappending_tier1_keeps_the_first_write_and_stores_the_new_ones(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    memory = DynamoMemoryStore(aws.memory_table, client=client)
+
+    def record(seq: int, text: str) -> MemoryRecord:
+        return MemoryRecord(
+            id=f"r{seq}", workspace_id="ws1", session_id="s1", role="user", text=text, seq=seq, created_at=NOW
+        )
+
+    memory.append_messages("ws1", [record(0, "first")])
+    assert calls == ["TransactWriteItems"]
+    calls.clear()
+    # A redelivered roll-out (r0 again, rewritten) plus one new record
+    memory.append_messages("ws1", [record(0, "rewritten"), record(1, "new")])
+    # The transaction is cancelled on r0's condition; r1 alone is sent again
+    assert calls == ["TransactWriteItems", "TransactWriteItems"]
+    assert [(r.id, r.text) for r in memory.get_messages("ws1", "s1")] == [("r0", "first"), ("r1", "new")]
+
+
 def test_triples_with_long_objects_use_a_digest_key(aws: AwsResources) -> None:
     memory = DynamoMemoryStore(aws.memory_table, region=REGION)
     long_object = "a fact " + "x" * 2000  # 2007 characters: too long for a key as it is

@@ -256,12 +256,15 @@ class _Table:
                     if _error_code(exc) != "TransactionCanceledException":
                         raise
                     codes = _cancellation_codes(exc)
-                    kept = [
-                        item
-                        for item, code in zip(pending, codes, strict=False)
-                        if code != "ConditionalCheckFailed"
-                    ]
-                    if len(codes) != len(pending) or len(kept) == len(pending):
+                    if len(codes) == len(pending):
+                        kept = [
+                            item
+                            for item, code in zip(pending, codes, strict=True)
+                            if code != "ConditionalCheckFailed"
+                        ]
+                    else:
+                        kept = pending  # no per-item reasons: send them all again
+                    if len(kept) == len(pending):
                         # No condition failed: a conflicting transaction or throttling. Back off.
                         time.sleep(min(0.05 * 2**attempt, 1.0))
                     pending = kept
