@@ -23,18 +23,18 @@ def build_aws_backend(settings: Settings) -> Backend:
     No AWS call is made here: building a boto3 client sends no request.
     """
     # Deferred on purpose (see the module docstring).
-    from shared.adapters.aws.dynamodb import (  # noqa: PLC0415
+    from shared.adapters.aws.dynamodb import (
         DynamoAuditLog,
         DynamoMemoryStore,
         DynamoOutbox,
         DynamoSessionStore,
         DynamoWorkspaceStore,
     )
-    from shared.adapters.aws.events import EventBridgeBus  # noqa: PLC0415
-    from shared.adapters.aws.opensearch import OpenSearchIndex  # noqa: PLC0415
-    from shared.adapters.aws.secrets import SecretsManagerStore  # noqa: PLC0415
-    from shared.adapters.aws.sqs import SqsLanes  # noqa: PLC0415
-    from shared.backend import Backend  # noqa: PLC0415
+    from shared.adapters.aws.events import EventBridgeBus
+    from shared.adapters.aws.opensearch import OpenSearchIndex
+    from shared.adapters.aws.secrets import SecretsManagerStore
+    from shared.adapters.aws.sqs import SqsLanes
+    from shared.backend import Backend
 
     required = {
         "SIGIL_SESSIONS_TABLE": settings.sessions_table,

@@ -30,8 +30,8 @@ def _endpoint(explicit: str | None) -> str | None:
 @cache
 def _client(service: str, region: str | None, endpoint_url: str | None) -> Any:
     # Deferred: only the cloud adapters need boto3 (~0.2 s to import); the embedded runtime never pays.
-    import boto3  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
+    import boto3
+    from botocore.config import Config
 
     # Standard mode retries throttling and transient errors with jittered backoff (legacy mode,
     # boto3's default, retries fewer error codes).
