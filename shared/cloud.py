@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
+
 from shared.adapters.aws import clients
 from shared.config import Settings
 from shared.errors import SigilError
 from shared.ingress import Ingress
+from shared.ports import SecretStore
 
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
@@ -78,8 +81,8 @@ def turn_deps() -> TurnDeps:
     from shared.channels.senders import OutboxSender, SenderRegistry
     from shared.providers import cached_provider_factory
 
-    s = settings()
-    backend = build_aws_backend(s)
+    backend = build_aws_backend(settings())
+    s = with_provider_keys(settings(), backend.secrets)
     return TurnDeps(
         backend=backend,
         settings=s,
@@ -88,6 +91,19 @@ def turn_deps() -> TurnDeps:
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),
     )
+
+
+OPENAI_KEY_SECRET = "llm/openai-api-key"  # noqa: S105 -- the secret's name, not its value
+
+
+def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:
+    """Settings with the LLM API key from Secrets Manager: in the cloud keys never sit in env vars."""
+    if s.openai_api_key is not None:
+        return s
+    key = secrets.get(OPENAI_KEY_SECRET)
+    if not key:
+        return s
+    return s.model_copy(update={"openai_api_key": SecretStr(key)})
 
 
 def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
