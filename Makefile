@@ -35,3 +35,27 @@ lock:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# ---- Infrastructure (infra/, layers/, docs/deploy.md). No Docker anywhere: the layer is pip-installed
+# for the Lambda platform from layers/requirements.lock, function code is bundled by copying.
+STAGE ?= dev
+LAYER_MANIFEST := layers/build/sigil-layer.json
+CDK := node_modules/.bin/cdk
+
+.PHONY: layer synth deploy
+
+layer: $(LAYER_MANIFEST)
+
+# Rebuilt only when the lock or the build script changes.
+$(LAYER_MANIFEST): layers/requirements.lock layers/build.py | $(STAMP)
+	$(BIN)/python layers/build.py
+
+$(CDK): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $(CDK)
+
+synth: $(LAYER_MANIFEST) $(CDK) $(STAMP)
+	$(CDK) synth -c stage=$(STAGE) --quiet
+
+deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
+	$(CDK) deploy -c stage=$(STAGE)

@@ -34,8 +34,12 @@ def build_app(
         description=f"Sigil AI agent gateway ({ctx.stage.name})",
     )
     # cdk-nag 3: the pack runs as a policy-validation plugin during synth; a finding that is not
-    # acknowledged fails synth, and the report lands in the cloud assembly.
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    # acknowledged fails synth, and the report lands in the cloud assembly. The acknowledgements
+    # are also written into each resource's Metadata (cdk_nag.rules_to_suppress), an audit trail
+    # that travels with the template.
+    Validations.of(app).add_plugins(
+        AwsSolutionsChecks(app, verbose=True, write_suppressions_to_cloud_formation=True)
+    )
     return app, stack
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
-from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from infra.config import AppContext
@@ -63,22 +62,31 @@ class SigilStack(Stack):
             access_log_group=observability.log_group("ApiAccessLogs"),
         )
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
+        self.memory, self.lanes, self.secrets = memory, lanes, secrets
+        self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
 
-        # shared.adapters.aws.build_aws_backend needs all five resource names in every function,
-        # so each gets them; what a function may do with them is decided by the grants below.
-        environment = {
-            "SIGIL_BACKEND": "aws",
-            "SIGIL_SESSIONS_TABLE": memory.sessions.table_name,
-            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
+        common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
+        # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
+        webhook_env = {
+            **common,
             "SIGIL_QUEUE_URL": lanes.turns.queue_url,
+            "SIGIL_SESSIONS_TABLE": memory.sessions.table_name,
+        }
+        # The agent and the consolidator build the whole backend (build_aws_backend), which needs
+        # all five resource names; what each may do with them is decided by the grants below.
+        backend_env = {
+            **webhook_env,
+            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
             "SIGIL_EVENT_BUS_NAME": consolidation.bus.event_bus_name,
             "SIGIL_OPENSEARCH_ENDPOINT": memory.domain.domain_endpoint,
-            "SIGIL_SECRETS_PREFIX": secrets.prefix,
         }
         if context.model:
-            environment["SIGIL_MODEL"] = context.model
-        functions: tuple[lambda_.Function, ...] = (webhook, turn_runner, consolidate)
-        for function in functions:
+            backend_env["SIGIL_MODEL"] = context.model
+        for function, environment in (
+            (webhook, webhook_env),
+            (turn_runner, backend_env),
+            (consolidate, backend_env),
+        ):
             for name, value in environment.items():
                 function.add_environment(name, value)
 

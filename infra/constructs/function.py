@@ -151,7 +151,7 @@ class SigilFunction(Construct):
         # In place of AWSLambdaBasicExecutionRole (which may write to any log group): this one.
         log_group.grant_write(self.role)
         acknowledge(
-            self,
+            self.role,
             "AwsSolutions-IAM5[Resource::*]",
             "Added by CDK for active X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords "
             "support no resource-level permissions, so their Resource must be *.",

@@ -6,8 +6,6 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.constructs.nag import acknowledge
-
 MAX_RECEIVE_COUNT = 5
 
 
@@ -26,12 +24,6 @@ class Lanes(Construct):
             enforce_ssl=True,
             # The longest SQS allows: time to find the cause before a failed turn is gone.
             retention_period=Duration.days(14),
-        )
-        acknowledge(
-            self.dead_letters,
-            "AwsSolutions-SQS3",
-            "This queue is the dead-letter queue of the turns lane; a dead-letter queue of its own "
-            "would only move the same messages one step further.",
         )
         self.turns = sqs.Queue(
             self,

@@ -190,8 +190,8 @@ class Memory(Construct):
         acknowledge(
             _role(function),
             f"AwsSolutions-IAM5[Resource::<{_logical_id(self.domain)}.Arn>/*]",
-            "OpenSearch HTTP actions are authorised on paths below the domain (index names, _bulk, "
-            "_search); domain/* is limited to this one domain, whose only index Sigil creates.",
+            "OpenSearch authorises HTTP actions on paths below the domain (index names, _bulk, "
+            "_search), so the grant must name domain/*; it covers this one domain and nothing else.",
         )
 
 

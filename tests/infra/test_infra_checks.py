@@ -1,0 +1,133 @@
+"""cdk-nag, cfn-lint, the acknowledgement list in docs/, and the layer's interpreter."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from aws_cdk import App, Stack, Validations
+from aws_cdk import aws_sqs as sqs
+from cdk_nag import AwsSolutionsChecks
+from cfnlint.api import lint
+from cfnlint.config import ManualArgs
+
+from infra.config import ROOT
+from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION, RUNTIME, DependencyLayer
+from tests.infra.helpers import Synth
+
+pytestmark = pytest.mark.slow
+
+
+# ---------------------------------------------------------------- cdk-nag
+
+
+def test_aws_solutions_reports_nothing_unacknowledged(each_stage: Synth) -> None:
+    report = each_stage.validation_report()
+
+    findings = [
+        f"{v['severity']} {v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}"
+        for plugin in report["pluginReports"]
+        for v in plugin["violations"]
+    ]
+    assert findings == []
+
+
+def test_the_pack_really_ran_and_recorded_its_acknowledgements(each_stage: Synth) -> None:
+    # An empty report would also come from a pack that never ran: the acknowledgements it wrote
+    # into the template (writeSuppressionsToCloudFormation) show that it did.
+    rules = {rule for rule, _ in _acknowledgements(each_stage)}
+
+    assert {"AwsSolutions-APIG4", "AwsSolutions-SMG4", "AwsSolutions-IAM5[Resource::*]"} <= rules
+
+
+def test_the_pack_fails_synth_on_an_unacknowledged_finding(tmp_path: Path) -> None:
+    # The same registration as infra/app.py, on a queue that breaks AwsSolutions-SQS3 and -SQS4.
+    app = App(outdir=str(tmp_path))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    sqs.Queue(Stack(app, "Bad"), "Queue")
+
+    with pytest.raises(Exception, match="AwsSolutions-SQS4"):
+        app.synth()
+
+
+def _acknowledgements(synth: Synth) -> set[tuple[str, str]]:
+    return {
+        (rule["id"], rule["reason"])
+        for resource in synth.raw["Resources"].values()
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+    }
+
+
+def test_docs_list_every_acknowledgement_with_its_reason(dev: Synth, prod: Synth) -> None:
+    in_app = _acknowledgements(dev) | _acknowledgements(prod)
+    text = (ROOT / "docs" / "cdk-nag.md").read_text()
+    # Table rows: | `rule` | where | stages | reason |
+    in_docs = {
+        (m.group(1), m.group(2).strip())
+        for m in re.finditer(r"^\| `([^`]+)` \|[^|]*\|[^|]*\| (.+?) \|$", text, re.MULTILINE)
+    }
+
+    assert in_docs == in_app
+
+
+# ---------------------------------------------------------------- cfn-lint
+
+# CDK writes an explicit DependsOn on a function's role next to the GetAtt that already implies
+# it; CloudFormation accepts both, cfn-lint calls the first one redundant.
+ACCEPTED_LINT = {"W3005"}
+
+
+def test_cfn_lint_finds_nothing_but_accepted_warnings(each_stage: Synth) -> None:
+    matches = lint(json.dumps(each_stage.raw), config=ManualArgs(regions=["eu-west-1", "us-east-1"]))
+
+    problems = [f"{m.rule.id} {m.message} ({'/'.join(map(str, m.path))})" for m in matches]
+    assert [p for p in problems if p.split()[0] not in ACCEPTED_LINT] == []
+
+
+# ---------------------------------------------------------------- the layer
+
+
+def _layer_build() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("layer_build", ROOT / "layers" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_layer_is_built_and_locked_for_the_functions_runtime() -> None:
+    build = _layer_build()
+    lock = (ROOT / "layers" / "requirements.lock").read_text()
+
+    assert build.PYTHON_VERSION == PYTHON_VERSION
+    assert RUNTIME.name == f"python{PYTHON_VERSION}"
+    assert build.lock_python_version(lock) == PYTHON_VERSION
+    assert f"cpython-{PYTHON_VERSION.replace('.', '')}-aarch64-linux-gnu" == build.ABI_TAG
+
+
+def test_every_locked_requirement_is_pinned_with_hashes() -> None:
+    lock = (ROOT / "layers" / "requirements.lock").read_text()
+    requirements = re.findall(
+        r"^([A-Za-z0-9_.\-]+)==\S+ \\\n((?:\s+--hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock, re.M
+    )
+    names = re.findall(r"^[A-Za-z0-9_.\-]+(?===)", lock, re.M)
+
+    assert len(requirements) == len(names) > 0
+    assert {"pydantic", "aws-lambda-powertools", "boto3", "openai", "opensearch-py"} <= set(names)
+
+
+def test_a_layer_built_for_another_python_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "python").mkdir()
+    (tmp_path / LAYER_MANIFEST).write_text(json.dumps({"python_version": "3.11"}))
+
+    with pytest.raises(ValueError, match=r"built for Python 3\.11"):
+        DependencyLayer(Stack(App(), "S"), "Layer", layer_dir=tmp_path)
+
+
+def test_a_missing_layer_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="make layer"):
+        DependencyLayer(Stack(App(), "S"), "Layer", layer_dir=tmp_path)

@@ -1,0 +1,126 @@
+"""Least privilege: who may do what, read from every policy document in the template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS
+from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
+
+pytestmark = pytest.mark.slow
+
+# CDK adds this statement for active tracing; X-Ray has no resource-level permissions.
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _policy_documents(synth: Synth) -> list[tuple[str, dict[str, Any]]]:
+    """Every policy document in the template: IAM, queue, log and search-domain resource policies."""
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for name, resource in synth.raw["Resources"].items():
+        props = resource.get("Properties", {})
+        match resource["Type"]:
+            case "AWS::IAM::Policy" | "AWS::SQS::QueuePolicy":
+                docs.append((name, props["PolicyDocument"]))
+            case "AWS::IAM::Role":
+                docs.extend((name, p["PolicyDocument"]) for p in props.get("Policies", []))
+                docs.append((name, props["AssumeRolePolicyDocument"]))
+            case "AWS::OpenSearchService::Domain":
+                docs.append((name, props["AccessPolicies"]))
+            case "AWS::Logs::ResourcePolicy":
+                # Rendered as a JSON string around tokens: the literal parts are what matter here.
+                joined = props["PolicyDocument"]["Fn::Join"][1]
+                # Every token sits inside a JSON string there, so a placeholder keeps it valid JSON.
+                text = "".join(part if isinstance(part, str) else "TOKEN" for part in joined)
+                docs.append((name, json.loads(text)))
+    return docs
+
+
+def test_no_statement_allows_every_action_or_every_resource(each_stage: Synth) -> None:
+    for name, doc in _policy_documents(each_stage):
+        for statement in doc["Statement"]:
+            actions = set(_as_list(statement.get("Action", [])))
+            assert "*" not in actions, name
+            assert not any(a.endswith(":*") for a in actions if statement["Effect"] == "Allow"), name
+            if "*" in _as_list(statement.get("Resource", [])):
+                assert actions == XRAY_ACTIONS, (name, statement)
+
+
+def test_roles_have_no_managed_policies(each_stage: Synth) -> None:
+    for role in each_stage.resources("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
+    policy = next(
+        r
+        for r in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
+    )
+    secret_ids = {logical_id(s): key for key, s in synth.stack.secrets.secrets.items()}
+    granted: set[str] = set()
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
+            granted |= {secret_ids[ref_or_getatt_target(r)] for r in _as_list(statement["Resource"])}
+    return granted
+
+
+def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
+    stack = dev.stack
+
+    assert _granted_secrets(dev, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
+    assert _granted_secrets(dev, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)}
+    assert _granted_secrets(dev, stack.consolidation) == {s.key for s in LLM_KEYS}
+
+
+def _actions_on(synth: Synth, role_owner: Any, resource: Any) -> set[str]:
+    target = logical_id(resource)
+    actions: set[str] = set()
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": logical_id(role_owner.handler.role)} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if target in json.dumps(statement["Resource"]):
+                actions |= set(_as_list(statement["Action"]))
+    return actions
+
+
+def test_the_webhook_only_queues_and_reads_the_outbox(dev: Synth) -> None:
+    stack = dev.stack
+
+    assert "sqs:SendMessage" in _actions_on(dev, stack.ingress, stack.lanes.turns)
+    sessions = _actions_on(dev, stack.ingress, stack.memory.sessions)
+    assert "dynamodb:Query" in sessions
+    assert not sessions & {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    assert _actions_on(dev, stack.ingress, stack.memory.memory) == set()
+    assert _actions_on(dev, stack.ingress, stack.memory.domain) == set()
+    assert _actions_on(dev, stack.ingress, stack.consolidation.bus) == set()
+
+
+def test_the_agent_consumes_the_lane_and_publishes_compaction_events(dev: Synth) -> None:
+    stack = dev.stack
+
+    lane = _actions_on(dev, stack.agent, stack.lanes.turns)
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= lane
+    assert "sqs:SendMessage" not in lane
+    assert _actions_on(dev, stack.agent, stack.consolidation.bus) == {"events:PutEvents"}
+    assert "dynamodb:PutItem" in _actions_on(dev, stack.agent, stack.memory.sessions)
+    assert "dynamodb:PutItem" in _actions_on(dev, stack.agent, stack.memory.memory)
+    assert "es:ESHttpPost" in _actions_on(dev, stack.agent, stack.memory.domain)
+
+
+def test_the_consolidator_rewrites_memory_but_only_reads_sessions(dev: Synth) -> None:
+    stack = dev.stack
+
+    assert "dynamodb:PutItem" in _actions_on(dev, stack.consolidation, stack.memory.memory)
+    sessions = _actions_on(dev, stack.consolidation, stack.memory.sessions)
+    assert "dynamodb:Query" in sessions
+    assert "dynamodb:PutItem" not in sessions
+    assert "es:ESHttpPost" in _actions_on(dev, stack.consolidation, stack.memory.domain)
+    assert _actions_on(dev, stack.consolidation, stack.lanes.turns) == set()
