@@ -6,7 +6,12 @@ import logging
 import sys
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is printed.
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+# uvicorn adds `color_message`, a copy of the message with terminal colours.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class KeyValueFormatter(logging.Formatter):
