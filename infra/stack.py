@@ -1,8 +1,8 @@
 """The Sigil stack: composes the constructs, then wires configuration and grants in one place.
 
 Each function gets the SIGIL_* settings shared.config.Settings reads, and exactly the grants its
-work needs; no policy is written by hand. The constructs acknowledge their own cdk-nag findings
-(docs/cdk-nag.md lists them).
+work needs (grant_* only: no IAM policy is written by hand). The constructs acknowledge their own
+cdk-nag findings (docs/cdk-nag.md lists them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from infra.config import AppContext
-from infra.constructs import agent as agent_module
+from infra.constructs.agent import TIMEOUT as AGENT_TIMEOUT
 from infra.constructs.agent import Agent
 from infra.constructs.consolidation import Consolidation
 from infra.constructs.function import DependencyLayer
@@ -42,7 +42,7 @@ class SigilStack(Stack):
         )
         layer = DependencyLayer(self, "Dependencies", layer_dir=context.layer_dir).layer
         memory = Memory(self, "Memory", stage=stage, domain_name=name_prefix, observability=observability)
-        lanes = Lanes(self, "Lanes", name_prefix=name_prefix, consumer_timeout=agent_module.TIMEOUT)
+        lanes = Lanes(self, "Lanes", name_prefix=name_prefix, consumer_timeout=AGENT_TIMEOUT)
         self.dead_letters_alarm = observability.alarm_on_dead_letters(lanes.dead_letters)
         consolidation = Consolidation(
             self,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 
 import jsii
@@ -119,7 +118,6 @@ class SigilFunction(Construct):
         memory_size: int,
         layer: lambda_.ILayerVersion,
         log_group: logs.ILogGroup,
-        environment: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -141,7 +139,6 @@ class SigilFunction(Construct):
             description=description,
             timeout=timeout,
             memory_size=memory_size,
-            environment=dict(environment or {}),
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             application_log_level_v2=lambda_.ApplicationLogLevel.INFO,

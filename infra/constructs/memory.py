@@ -111,7 +111,8 @@ class Memory(Construct):
             node_to_node_encryption=True,
             encryption_at_rest=opensearch.EncryptionAtRestOptions(enabled=True),
             enforce_https=True,
-            tls_security_policy=opensearch.TLSSecurityPolicy.TLS_1_2,
+            # TLS 1.2 or later, and only cipher suites with forward secrecy.
+            tls_security_policy=opensearch.TLSSecurityPolicy.TLS_1_2_PFS,
             logging=opensearch.LoggingOptions(
                 slow_search_log_enabled=True,
                 slow_search_log_group=slow_search,
@@ -158,13 +159,14 @@ class Memory(Construct):
             "Lambda functions have no fixed IP addresses to allowlist; the resource policy admits "
             "only SigV4-signed requests from the agent and consolidate roles instead.",
         )
-        if not multi_az:
+        if not sizing.master_nodes:
             acknowledge(
                 domain,
                 "AwsSolutions-OS4",
                 "The dev stage runs one small data node to keep its cost low; prod runs three "
                 "dedicated master nodes (infra/config.py).",
             )
+        if not multi_az:
             acknowledge(
                 domain,
                 "AwsSolutions-OS7",

@@ -208,7 +208,7 @@ def test_search_domain_is_encrypted_https_only_and_admits_only_the_two_roles(eac
     assert props["EncryptionAtRestOptions"] == {"Enabled": True}
     assert props["DomainEndpointOptions"] == {
         "EnforceHTTPS": True,
-        "TLSSecurityPolicy": "Policy-Min-TLS-1-2-2019-07",
+        "TLSSecurityPolicy": "Policy-Min-TLS-1-2-PFS-2023-10",
     }
     (statement,) = props["AccessPolicies"]["Statement"]
     assert statement["Effect"] == "Allow"
