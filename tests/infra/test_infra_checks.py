@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -118,6 +121,46 @@ def test_every_locked_requirement_is_pinned_with_hashes() -> None:
 
     assert len(requirements) == len(names) > 0
     assert {"pydantic", "aws-lambda-powertools", "boto3", "openai", "opensearch-py"} <= set(names)
+
+
+def _runtime_imports(*folders: Path) -> set[str]:
+    """Top-level modules imported by these folders' code, leaving out `if TYPE_CHECKING:` blocks."""
+    modules: set[str] = set()
+    for path in (p for folder in folders for p in folder.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        type_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"__future__", "shared", "functions"}
+
+
+def test_everything_the_functions_import_is_in_the_layer_lock() -> None:
+    # A module imported at run time but missing from the lock would fail only on Lambda, at import.
+    def normalise(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    distributions = importlib.metadata.packages_distributions()
+    lock = (ROOT / "layers" / "requirements.lock").read_text()
+    locked = {normalise(n) for n in re.findall(r"^[A-Za-z0-9_.\-]+(?===)", lock, re.M)}
+    imported = _runtime_imports(ROOT / "shared", ROOT / "functions")
+
+    unlocked = {
+        module: distributions.get(module, [module])
+        for module in imported
+        if not any(normalise(d) in locked for d in distributions.get(module, [module]))
+    }
+    assert imported
+    assert unlocked == {}
 
 
 def test_a_layer_built_for_another_python_is_refused(tmp_path: Path) -> None:
