@@ -18,7 +18,7 @@ from infra.constructs.agent import Agent
 from infra.constructs.consolidation import Consolidation
 from infra.constructs.function import DependencyLayer
 from infra.constructs.ingress import Ingress
-from infra.constructs.lanes import Lanes
+from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, Secrets
@@ -82,9 +82,11 @@ class SigilStack(Stack):
         }
         if context.model:
             backend_env["SIGIL_MODEL"] = context.model
+        # The agent apologises on a turn's last delivery: it must know when SQS gives up.
+        agent_env = {**backend_env, "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT)}
         for function, environment in (
             (webhook, webhook_env),
-            (turn_runner, backend_env),
+            (turn_runner, agent_env),
             (consolidate, backend_env),
         ):
             for name, value in environment.items():

@@ -127,7 +127,8 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         return dict(props["Environment"]["Variables"])
 
     assert variables(stack.ingress.function) == webhook
-    assert variables(stack.agent.function) == backend
+    # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount.
+    assert variables(stack.agent.function) == {**backend, "SIGIL_LANE_MAX_ATTEMPTS": "5"}
     assert variables(stack.consolidation.function) == backend
 
 
