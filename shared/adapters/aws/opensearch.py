@@ -21,7 +21,6 @@ misconfigured index can never pass for a working one.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +31,7 @@ from urllib.parse import urlsplit
 
 from shared import serde
 from shared.errors import SigilError
+from shared.memory.vectors import usable_vector
 from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ class OpenSearchIndex:
         for doc in docs:
             if doc.workspace_id != workspace_id:
                 raise ValueError(f"document {doc.id!r} belongs to {doc.workspace_id!r}, not {workspace_id!r}")
-            if self.knn and _usable(doc.vector) and len(doc.vector or ()) != self.dimension:
+            if self.knn and usable_vector(doc.vector) and len(doc.vector or ()) != self.dimension:
                 raise ValueError(
                     f"document {doc.id!r} has a {len(doc.vector or ())}-dimensional vector; "
                     f"index {self.index} holds {self.dimension}"
@@ -311,7 +311,7 @@ class OpenSearchIndex:
         _check_workspace(workspace_id)
         text = query.text if query.text and query.text.strip() else None
         # A zero or non-finite vector has no cosine neighbours (as in the embedded index): no k-NN.
-        vector = query.vector if _usable(query.vector) else None
+        vector = query.vector if usable_vector(query.vector) else None
         if vector is not None:
             if not self.knn:
                 raise OpenSearchIndexError(
@@ -369,11 +369,11 @@ class OpenSearchIndex:
 
     def _source(self, doc: IndexDoc) -> dict[str, Any]:
         source: dict[str, Any] = serde.to_jsonable(doc)
-        if doc.vector is not None and not _usable(doc.vector):
+        if doc.vector is not None and not usable_vector(doc.vector):
             # OpenSearch refuses a zero vector under cosinesimil, and NaN is not JSON: the text is
             # still worth indexing, as the embedded index does.
             logger.warning("index doc %s: vector is zero or not finite; indexed as text only", doc.id)
-        if not self.knn or not _usable(doc.vector):
+        if not self.knn or not usable_vector(doc.vector):
             # No field is better than a null one, and a knn=False index has no field to hold it.
             source.pop("vector", None)
         return source
@@ -443,17 +443,6 @@ def _check_workspace(workspace_id: str) -> None:
     # The id becomes routing and part of every document id: hold it to the models' alphabet.
     if not _WORKSPACE_RE.match(workspace_id):
         raise ValueError(f"invalid workspace id {workspace_id!r}")
-
-
-def _usable(vector: Sequence[float] | None) -> bool:
-    if not vector:
-        return False
-    norm = 0.0
-    for x in vector:
-        if not math.isfinite(x):
-            return False
-        norm += x * x
-    return norm > 0.0
 
 
 def _doc_key(workspace_id: str, doc_id: str) -> str:

@@ -10,7 +10,6 @@ and k hits come back even when most of the index belongs to other workspaces or 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import struct
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ import apsw
 
 from shared import serde
 from shared.adapters.embedded.db import Database, first
+from shared.memory.vectors import usable_vector
 from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult
 
 logger = logging.getLogger(__name__)
@@ -59,18 +59,6 @@ def fts_match_query(text: str, *, max_terms: int = 32) -> str | None:
     return " OR ".join(f'"{token}"' for token in seen)
 
 
-def _usable(vector: Sequence[float] | None) -> bool:
-    if not vector:
-        return False
-    norm = 0.0
-    for x in vector:
-        if not math.isfinite(x):
-            return False
-        norm += x * x
-    # Cosine distance to a zero vector is undefined: sqlite-vec returns NULL, which would sort first.
-    return norm > 0.0
-
-
 def _pack(vector: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(vector)}f", *vector)
 
@@ -105,7 +93,7 @@ class SqliteMemoryIndex:
         with self._db.transaction() as conn:
             for doc in docs:
                 self._remove(conn, workspace_id, doc.id)
-                vector = doc.vector if _usable(doc.vector) else None
+                vector = doc.vector if usable_vector(doc.vector) else None
                 if doc.vector is not None and vector is None:
                     logger.warning("index doc %s: vector is zero or not finite; text only", doc.id)
                 dim = len(vector) if vector else None
@@ -198,7 +186,7 @@ class SqliteMemoryIndex:
 
     def _vector_hits(self, conn: apsw.Connection, workspace_id: str, query: IndexQuery) -> list[IndexHit]:
         vector = query.vector
-        if not vector or not _usable(vector) or len(vector) > MAX_DIMENSIONS:
+        if not vector or not usable_vector(vector) or len(vector) > MAX_DIMENSIONS:
             return []
         dim = len(vector)
         if not self._has_vec_table(conn, dim):
