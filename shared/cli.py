@@ -33,8 +33,12 @@ def dev(
     data_dir: DataDir = None,
     host: Annotated[str | None, typer.Option(help="bind address")] = None,
     port: Annotated[int | None, typer.Option(help="port")] = None,
+    aws: Annotated[
+        bool, typer.Option("--aws", help="run the real Lambda handlers over moto (docs/local-aws-mode.md)")
+    ] = False,
 ) -> None:
-    """Serve the local gateway on 127.0.0.1 with the embedded (SQLite) backend."""
+    """Serve the local gateway on 127.0.0.1: the embedded (SQLite) backend, or with --aws the Lambda
+    handlers over moto."""
     import uvicorn
 
     from shared.local import logs
@@ -42,6 +46,11 @@ def dev(
 
     logs.configure()
     settings = _settings(data_dir, host=host, port=port, backend="embedded")
+    if aws:
+        from shared.local.aws_mode import serve
+
+        serve(settings)
+        return
     gateway = LocalGateway(settings)
     gateway.start()
     base = f"http://{settings.host}:{settings.port}"

@@ -38,6 +38,7 @@ class DevGateway:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)  # more `sigil dev` options, e.g. ["--aws"]
 
     @property
     def url(self) -> str:
@@ -53,6 +54,7 @@ class DevGateway:
                 str(self.data_dir),
                 "--port",
                 str(self.port),
+                *self.extra_args,
             ],
             cwd=ROOT,
             env=self.env,
