@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, get_args
@@ -131,7 +131,7 @@ def _start_moto(host: str) -> Any:
     )
     from werkzeug.serving import make_server
 
-    class AtomicMotoServer(ThreadedMotoServer):  # type: ignore[misc]  # moto ships no type hints
+    class AtomicMotoServer(ThreadedMotoServer):
         # ThreadedMotoServer builds its app inside this method and offers no hook for a wrapper;
         # this is its body (moto 5) with the app wrapped.
         def _server_entry(self) -> None:
@@ -231,7 +231,9 @@ def provision(
 
     def queue(name: str, attributes: dict[str, str]) -> tuple[str, str]:
         url: str = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
-        arn: str = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        arn: str = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
         return url, arn
 
     # As infra/constructs/lanes.py: dedup ids are the platforms' event ids, never the content.
@@ -245,7 +247,9 @@ def provision(
             "FifoThroughputLimit": "perMessageGroupId",
             "VisibilityTimeout": str(visibility_timeout_s),
             # The agent apologises on a record's last delivery, judged against the same setting.
-            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
         },
     )
 
@@ -328,7 +332,8 @@ def _container_environment(extra: Mapping[str, str]) -> dict[str, str]:
 def _request_time(epoch_s: float) -> str:
     t = time.gmtime(epoch_s)
     # Spelled out rather than %b: API Gateway writes English month names whatever the locale.
-    return f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
+    month = _MONTHS[t.tm_mon - 1]
+    return f"{t.tm_mday:02d}/{month}/{t.tm_year}:{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
 
 
 def http_api_event(
@@ -483,7 +488,7 @@ def _lambda_message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def sqs_event(messages: list[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:
+def sqs_event(messages: Sequence[Mapping[str, Any]], *, queue_arn: str, region: str) -> dict[str, Any]:
     """ReceiveMessage's messages as the SQS event Lambda delivers (events/agent_sqs_fifo_batch.json)."""
     records = []
     for m in messages:
@@ -493,7 +498,8 @@ def sqs_event(messages: list[Mapping[str, Any]], *, queue_arn: str, region: str)
             "body": m["Body"],
             "attributes": dict(m.get("Attributes", {})),
             "messageAttributes": {
-                name: _lambda_message_attribute(value) for name, value in m.get("MessageAttributes", {}).items()
+                name: _lambda_message_attribute(value)
+                for name, value in m.get("MessageAttributes", {}).items()
             },
             "md5OfBody": m["MD5OfBody"],
             "eventSource": "aws:sqs",
@@ -757,7 +763,6 @@ class AwsModeGateway:
             raise SystemExit(
                 "sigil dev --aws needs moto[server] (a dev dependency): run `make dev`"
             ) from None
-        self.model_problem = self._model_problem()
         self._stack.enter_context(fifo_redelivery_in_order())
         moto = _start_moto(self.settings.host)
         self._stack.callback(moto.stop)
@@ -774,11 +779,15 @@ class AwsModeGateway:
             max_receive_count=self.settings.lane_max_attempts,
             visibility_timeout_s=self.options.visibility_timeout_s,
         )
-        self.web_secret = self._ensure_workspace(resources)
 
         specs = {
             # Timeouts and memory sizes of infra/constructs (ingress, agent, consolidation).
-            "webhook": ("functions.webhook.handler.lambda_handler", 10.0, 512, self.options.webhook_containers),
+            "webhook": (
+                "functions.webhook.handler.lambda_handler",
+                10.0,
+                512,
+                self.options.webhook_containers,
+            ),
             "agent": ("functions.agent.handler.lambda_handler", 600.0, 1024, 1),
             "consolidate": ("functions.consolidate.handler.lambda_handler", 900.0, 1024, 1),
         }
@@ -795,10 +804,13 @@ class AwsModeGateway:
             pools[function] = FunctionPool(spec, max_containers=containers)
         self._pools = list(pools.values())
         self._stack.callback(self._stop_pools)
-        # Started together so the three imports overlap, then awaited: a handler that cannot be
-        # imported stops the gateway here rather than failing its first request.
+        # Started together so the three imports overlap with each other and with the rest of the
+        # setup, then awaited: a handler that cannot be imported stops the gateway here rather
+        # than failing its first request.
         for pool in self._pools:
             pool.start()
+        self.web_secret = self._ensure_workspace(resources)
+        self._check_model()  # imports the model's SDK (~0.5 s) while the containers import theirs
         for pool in self._pools:
             pool.wait_ready()
         self.webhook = pools["webhook"]
@@ -864,15 +876,15 @@ class AwsModeGateway:
         ).put(WorkspaceConfig(id=workspace, name=workspace))
         return secret
 
-    def _model_problem(self) -> str | None:
+    def _check_model(self) -> None:
+        """Sets `model_problem`: None when a model is usable, else what every reply will say."""
         from shared.errors import ModelNotConfigured
         from shared.providers import build_provider
 
         try:
             build_provider(self.settings, self.settings.resolved_model())
         except ModelNotConfigured as exc:
-            return exc.message
-        return None
+            self.model_problem = exc.message
 
     # -- HTTP
 
@@ -888,17 +900,19 @@ class AwsModeGateway:
         s, r = self.settings, self.resources
         base = f"http://{s.host}:{s.port}"
         ws = s.default_workspace
-        model_line = s.resolved_model() if self.model_problem is None else f"NOT CONFIGURED. {self.model_problem}"
+        model_line = (
+            s.resolved_model() if self.model_problem is None else f"NOT CONFIGURED. {self.model_problem}"
+        )
         return "\n".join(
             [
                 f"Sigil local gateway on {base}   state: {s.data_dir.resolve()} (the signing secret only)",
-                "  mode:     AWS handlers over moto (functions/webhook, agent, consolidate; docs/local-aws-mode.md)",
+                "  mode:     AWS handlers over moto (webhook, agent, consolidate; docs/local-aws-mode.md)",
                 f"  model:    {model_line}",
                 f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
                 "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
                 f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
-                f"  aws:      moto on {r.endpoint} (region {r.region}): queue {TURNS_QUEUE}, DLQ {TURNS_DLQ}, "
-                f"bus {r.event_bus_name}, tables {r.sessions_table} {r.memory_table}",
+                f"  aws:      moto on {r.endpoint} (region {r.region}): queue {TURNS_QUEUE}, "
+                f"DLQ {TURNS_DLQ}, bus {r.event_bus_name}, tables {r.sessions_table} {r.memory_table}",
                 f"  index:    osmem-server on {r.opensearch_endpoint} (BM25 only, no k-NN)",
                 "  state:    in memory: a restart starts from empty tables and queues",
                 '  try:      sigil send "hello" --session demo --wait',

@@ -14,6 +14,7 @@ runtime API, and the freezing of a container between invocations.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -25,6 +26,7 @@ import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -133,6 +135,11 @@ def _local_log_format() -> None:
     from shared.local import logs
 
     logs.configure()
+    # "Found credentials in environment variables", once per client: true of every container here.
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
+        # Metrics are off on purpose, so "no metrics to publish" after each request says nothing.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
     if "shared.observability" not in sys.modules:
         return  # a handler without powertools' logger: the root handler above prints its records
     from shared.observability import logger
@@ -227,9 +234,11 @@ class Container:
                         "Sandbox.Timedout", f"Task timed out after {self.spec.timeout_s:.2f} seconds"
                     )
                 status, payload = conn.recv()
-            except (EOFError, OSError, BrokenPipeError):
+            except (EOFError, OSError):
                 self._kill()
-                raise InvocationError("Runtime.ExitError", f"{self.spec.name}: the container exited") from None
+                raise InvocationError(
+                    "Runtime.ExitError", f"{self.spec.name}: the container exited"
+                ) from None
             if status == "ok":
                 return payload
             error_type, message = payload
@@ -241,10 +250,8 @@ class Container:
         if process is None:
             return
         if conn is not None:
-            try:
+            with contextlib.suppress(OSError):  # already gone
                 conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass  # already gone
         process.join(timeout_s)
         if process.is_alive():
             process.kill()
@@ -280,11 +287,15 @@ class Container:
         try:
             if not conn.poll(_INIT_TIMEOUT_S):
                 self._kill()
-                raise InvocationError("Runtime.InitTimeout", f"{self.spec.name}: init took over {_INIT_TIMEOUT_S} s")
+                raise InvocationError(
+                    "Runtime.InitTimeout", f"{self.spec.name}: init took over {_INIT_TIMEOUT_S} s"
+                )
             status, payload = conn.recv()
         except (EOFError, OSError):
             self._kill()
-            raise InvocationError("Runtime.ExitError", f"{self.spec.name}: the container exited in init") from None
+            raise InvocationError(
+                "Runtime.ExitError", f"{self.spec.name}: the container exited in init"
+            ) from None
         if status != "ready":
             self._kill()
             error_type, message = payload
