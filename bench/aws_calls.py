@@ -1,0 +1,402 @@
+"""What a message costs in AWS calls, and what each function costs to import. Run by `make bench`.
+
+(a) AWS calls per accepted webhook event: the real webhook handler, in this process, on moto in
+    server mode (the resources `sigil dev --aws` creates), counted by a botocore `before-call`
+    hook on boto3's default session, from which shared.adapters.aws.clients builds every client.
+    Goal: exactly one call on a warm invocation, the SendMessage.
+(b) DynamoDB round trips per agent turn (no tools are offered yet): the real agent handler fed
+    the queued events one record per batch by the aws mode's poller, with the fake OpenAI server
+    of tests/support as the model. Goal: at most 3. Every call is listed, so the excess shows.
+(c) Cold import time of each handler module against a bare powertools handler
+    (bench/bare_handler.py), each in a fresh interpreter, median of N. Goal: webhook <= 1.5x.
+
+A benchmark, not a test: it prints a table and fails only if something does not work at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# functions/ and tests/ are not in the installed package; the bench runs from a plain clone.
+sys.path.insert(0, str(ROOT))
+
+WORKSPACE = "default"
+SESSION = "bench"
+HANDLERS = {
+    "functions.webhook.handler": 1.5,  # module -> goal as a multiple of the bare handler (or None)
+    "functions.agent.handler": None,
+    "functions.consolidate.handler": None,
+}
+BARE = "bare_handler"
+
+
+# ---------------------------------------------------------------- counting AWS calls
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str  # "service.Operation(table)"
+    where: str  # the adapter method that made it, and the step of the turn or webhook that asked
+
+
+@dataclass
+class CallLog:
+    """Every AWS API call made through boto3's default session, with who made it."""
+
+    calls: list[Call] = field(default_factory=list)
+
+    def __call__(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        name = f"{model.service_model.service_name}.{model.name}{_target(params)}"
+        self.calls.append(Call(name, _caller(sys._getframe(1))))
+
+    @contextmanager
+    def window(self) -> Iterator[list[Call]]:
+        """The calls made inside the block."""
+        start = len(self.calls)
+        seen: list[Call] = []
+        try:
+            yield seen
+        finally:
+            seen.extend(self.calls[start:])
+
+
+# A call is attributed to the outermost adapter frame (the port's method, not its helpers) and to
+# the innermost frame of the code that drives the adapters.
+_ADAPTERS = f"{os.sep}shared{os.sep}adapters{os.sep}aws{os.sep}"
+_DRIVERS = (f"shared{os.sep}agent{os.sep}turn.py", f"shared{os.sep}ingress.py", f"shared{os.sep}cloud.py")
+
+
+def _caller(frame: Any) -> str:
+    adapter = step = None
+    while frame is not None:
+        path, code = frame.f_code.co_filename, frame.f_code
+        if _ADAPTERS in path:
+            adapter = code.co_qualname
+        elif step is None and path.endswith(_DRIVERS):
+            step = f"{Path(path).stem}.{code.co_qualname}"
+        frame = frame.f_back
+    return " <- ".join(part for part in (adapter, step) if part) or "?"
+
+
+def _target(request: dict[str, Any]) -> str:
+    """The table a DynamoDB call names (the request body is JSON for every service used here)."""
+    try:
+        body = json.loads(request.get("body") or b"{}")
+    except (ValueError, TypeError):
+        return ""
+    table = body.get("TableName")
+    if isinstance(table, str):
+        return f"({table.removeprefix('sigil-local-')})"
+    items = body.get("TransactItems")
+    if isinstance(items, list):
+        kinds = Counter(
+            f"{kind}:{action['TableName'].removeprefix('sigil-local-')}"
+            for item in items
+            for kind, action in item.items()
+        )
+        return "(" + ", ".join(f"{n}x {k}" if n > 1 else k for k, n in kinds.items()) + ")"
+    return ""
+
+
+def _summary(calls: list[Call]) -> str:
+    counts = Counter(c.name for c in calls)
+    return ", ".join(f"{n}x {c}" if n > 1 else c for c, n in counts.items()) or "-"
+
+
+@dataclass
+class Row:
+    label: str
+    samples: list[list[Call]]
+
+    def counts(self, service: str | None = None) -> list[int]:
+        return [
+            sum(1 for c in s if service is None or c.name.startswith(service + ".")) for s in self.samples
+        ]
+
+    def typical(self) -> list[Call]:
+        """The most common call sequence of the sample (they are all alike when the code is)."""
+        shapes = Counter(tuple(s) for s in self.samples)
+        return list(shapes.most_common(1)[0][0])
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    median = statistics.median(values)
+    text = f"{median:g}"
+    return text if lo == hi else f"{text} [{lo}-{hi}]"
+
+
+SIGNING_SECRET = "bench-signing-secret"  # noqa: S105 - a throwaway secret on moto
+
+
+def _context(name: str) -> Any:
+    from shared.local.lambda_runtime import InvocationContext
+
+    return InvocationContext(
+        function_name=name,
+        invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
+        memory_limit_in_mb=512,
+        aws_request_id=f"bench-{time.monotonic_ns()}",
+        deadline=time.monotonic() + 60,
+    )
+
+
+def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
+    """moto (server mode), osmem-server and the fake model, with the resources `sigil dev --aws`
+    creates, and the functions' environment set in this process: (resources, fake model)."""
+    from shared.channels import web
+    from shared.config import Settings
+    from shared.local import aws_mode
+    from tests.support.fake_openai import FakeOpenAI
+
+    stack.enter_context(aws_mode.fifo_redelivery_in_order())
+    moto = aws_mode._start_moto("127.0.0.1")
+    stack.callback(moto.stop)
+    host, port = moto.get_host_and_port()
+    osmem = aws_mode._start_osmem()
+    stack.callback(osmem.close)
+    fake = stack.enter_context(FakeOpenAI())
+    fake._server.handle_error = _quiet_resets(fake._server.handle_error)  # type: ignore[method-assign,assignment]
+    settings = Settings()
+    resources = aws_mode.provision(
+        f"http://{host}:{port}",
+        aws_mode.DEFAULT_REGION,
+        opensearch_endpoint=osmem.url,
+        secrets_prefix=settings.secrets_prefix,
+        max_receive_count=settings.lane_max_attempts,
+        visibility_timeout_s=30,
+    )
+    aws_mode.aws_client("secretsmanager", resources.endpoint, resources.region).create_secret(
+        Name=resources.secrets_prefix + web.secret_name(WORKSPACE), SecretString=SIGNING_SECRET
+    )
+    # The functions' environment as `sigil dev --aws` sets it (the agent's is the webhook's plus
+    # the backend's), in this process, so the handlers run here and the hook sees their calls.
+    os.environ.update(aws_mode.function_env(resources, "agent", settings))
+    os.environ.update(
+        {
+            "SIGIL_MODEL": "openai/fake-model",
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_API_KEY": "sk-bench",
+            # The handlers' INFO lines would bury the table; warnings and errors still show.
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+        }
+    )
+    return resources, fake
+
+
+def _post_events(logs: CallLog, events: int) -> list[list[Call]]:
+    """(a) One signed POST per event through the webhook handler: each one's AWS calls."""
+    from functions.webhook import handler as webhook
+    from shared.channels import web
+    from shared.local import aws_mode
+
+    posts: list[list[Call]] = []
+    for i in range(events):
+        body = json.dumps(
+            {"event_id": f"evt-{i:04d}", "session": SESSION, "user": "u1", "text": f"message {i}"}
+        ).encode()
+        headers = [("content-type", "application/json"), ("host", "127.0.0.1")]
+        headers += list(web.signed_headers(SIGNING_SECRET, body).items())
+        event = aws_mode.http_api_event(
+            route_key=aws_mode.POST_WEB,
+            method="POST",
+            raw_path=f"/webhooks/web/{WORKSPACE}",
+            raw_query="",
+            headers=headers,
+            body=body,
+            path_parameters={"workspace": WORKSPACE},
+        )
+        with logs.window() as seen:
+            answer = webhook.lambda_handler(event, _context("sigil-local-webhook"))
+        if answer["statusCode"] != 202:
+            raise SystemExit(f"the webhook refused the bench's event: {answer}")
+        posts.append(seen)
+    return posts
+
+
+def _run_turns(logs: CallLog, resources: Any) -> list[list[Call]]:
+    """(b) Every queued event as its own batch, in order, through the aws mode's poller."""
+    from functions.agent import handler as agent
+    from shared.local import aws_mode
+
+    turns: list[list[Call]] = []
+
+    def invoke(batch: dict[str, Any]) -> Any:
+        with logs.window() as seen:
+            result = agent.lambda_handler(batch, _context("sigil-local-agent"))
+        turns.append(seen)
+        return result
+
+    poller = aws_mode.FifoPoller(
+        aws_mode.aws_client("sqs", resources.endpoint, resources.region),
+        queue_url=resources.queue_url,
+        queue_arn=resources.queue_arn,
+        region=resources.region,
+        invoke=invoke,
+        batch_size=1,
+    )
+    while poller.poll_once():
+        pass
+    return turns
+
+
+def measure_calls(events: int) -> tuple[list[Row], list[Row]]:
+    import boto3
+
+    from shared import cloud
+    from shared.adapters.aws import clients
+
+    with ExitStack() as stack:
+        resources, fake = _stand_ins(stack)
+        logs = CallLog()
+        boto3.setup_default_session()
+        assert boto3.DEFAULT_SESSION is not None
+        # Registered before any handler builds a client: a client copies the session's hooks.
+        boto3.DEFAULT_SESSION.events.register("before-call", logs)
+        clients.reset()
+        cloud.reset()
+        posts = _post_events(logs, events)
+        turns = _run_turns(logs, resources)
+        if len(turns) != events or len(fake.requests) != events:
+            raise SystemExit(f"{events} events queued: {len(turns)} turns, {len(fake.requests)} model calls")
+
+    webhook_rows = [Row("cold (first invocation)", posts[:1]), Row(f"warm (n={len(posts) - 1})", posts[1:])]
+    # The window holds 20 messages, two a turn: from the 11th turn on, every commit rolls the
+    # oldest two messages out to Tier 1 (DynamoDB) and the index (OpenSearch, not an AWS SDK call).
+    filling, rolling = turns[1:10], turns[10:]
+    agent_rows = [
+        Row("cold (first turn of the container)", turns[:1]),
+        Row(f"warm, window filling (n={len(filling)})", filling),
+        Row(f"warm, window full: rolls 2 out (n={len(rolling)})", rolling),
+    ]
+    return webhook_rows, agent_rows
+
+
+def _quiet_resets(handle_error: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """The fake model server's error report, minus clients dropping a kept-alive connection.
+
+    The openai SDK's pool sometimes resets an idle connection; socketserver prints a traceback for
+    each, which would bury the table and says nothing about the calls measured.
+    """
+
+    def report(request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionResetError):
+            handle_error(request, client_address)
+
+    return report
+
+
+# ---------------------------------------------------------------- cold imports
+
+
+def import_ms(module: str, runs: int) -> list[float]:
+    """Milliseconds to import `module` in fresh interpreters, after one unmeasured run."""
+    code = (
+        "import sys, time\n"
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'bench')!r}]\n"
+        "t = time.perf_counter()\n"
+        f"import {module}\n"
+        "print((time.perf_counter() - t) * 1000)\n"
+    )
+    # The same minimal environment for every module: nothing of the caller's SIGIL_* or AWS_*.
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env["AWS_REGION"] = "us-east-1"
+    samples = []
+    for i in range(runs + 1):
+        out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
+            [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        if out.returncode != 0:
+            raise SystemExit(f"importing {module} failed:\n{out.stderr}")
+        if i:  # the first run writes the bytecode caches of a fresh clone
+            samples.append(float(out.stdout.strip().splitlines()[-1]))
+    return samples
+
+
+# ---------------------------------------------------------------- report
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=True)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
+    out += [line.format(*row) for row in rows]
+    return "\n".join("  " + row.rstrip() for row in out)
+
+
+def _listing(title: str, calls: list[Call]) -> str:
+    width = max((len(c.name) for c in calls), default=0)
+    lines = [f"  {title}:"] + [f"    {i}. {c.name:<{width}}  {c.where}" for i, c in enumerate(calls, 1)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--events", type=int, default=20, help="webhook events, each then one turn")
+    parser.add_argument("--runs", type=int, default=9, help="fresh interpreters per module import")
+    args = parser.parse_args(argv)
+    if args.events < 12:
+        parser.error("--events must be at least 12, for turns with a full window")
+
+    started = time.monotonic()
+    webhook_rows, agent_rows = measure_calls(args.events)
+    imports = {module: statistics.median(import_ms(module, args.runs)) for module in [BARE, *HANDLERS]}
+
+    print("\nSigil on moto: AWS calls per message, and cold imports (bench/aws_calls.py)\n")
+    print("(a) AWS calls per accepted webhook event (goal: 1 when warm, the SendMessage)")
+    print(
+        table(
+            ["invocation", "AWS calls", "calls"],
+            [[r.label, _spread(r.counts()), _summary(r.typical())] for r in webhook_rows],
+        )
+    )
+    print(_listing("the cold invocation's calls", webhook_rows[0].typical()))
+    print("\n(b) DynamoDB round trips per agent turn, no tools (goal: <= 3)")
+    print(
+        table(
+            ["turn", "DynamoDB", "other AWS"],
+            [
+                [
+                    r.label,
+                    _spread(r.counts("dynamodb")),
+                    _spread([a - d for a, d in zip(r.counts(), r.counts("dynamodb"), strict=True)]),
+                ]
+                for r in agent_rows
+            ],
+        )
+    )
+    print(_listing("a warm turn's calls, in order (window full)", agent_rows[-1].typical()))
+    bare = imports[BARE]
+    print(f"\n(c) cold import, median of {args.runs} fresh interpreters (goal: webhook <= 1.5x bare)")
+    rows = [["bench/bare_handler.py (powertools only)", f"{bare:.0f}", "1.00", ""]]
+    for module, goal in HANDLERS.items():
+        ratio = imports[module] / bare
+        verdict = "" if goal is None else ("meets goal" if ratio <= goal else f"over {goal}x")
+        rows.append([module, f"{imports[module]:.0f}", f"{ratio:.2f}", verdict])
+    print(table(["module", "ms", "x bare", ""], rows))
+    print(f"\n({time.monotonic() - started:.0f} s; moto {_version('moto')}, Python {sys.version.split()[0]})")
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+if __name__ == "__main__":
+    main()
