@@ -165,10 +165,10 @@ def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
     from tests.support.fake_openai import FakeOpenAI
 
     stack.enter_context(aws_mode.fifo_redelivery_in_order())
-    moto = aws_mode._start_moto("127.0.0.1")
+    moto = aws_mode.start_moto("127.0.0.1")
     stack.callback(moto.stop)
     host, port = moto.get_host_and_port()
-    osmem = aws_mode._start_osmem()
+    osmem = aws_mode.start_osmem()
     stack.callback(osmem.close)
     fake = stack.enter_context(FakeOpenAI())
     fake._server.handle_error = _quiet_resets(fake._server.handle_error)  # type: ignore[method-assign,assignment]

@@ -121,7 +121,7 @@ class _Serialised:
         return [body]
 
 
-def _start_moto(host: str) -> Any:
+def start_moto(host: str = "127.0.0.1") -> Any:
     """moto's ThreadedMotoServer on a free port, its WSGI app wrapped in `_Serialised`."""
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import (
@@ -720,7 +720,7 @@ class ConsolidationFeed:
 # ---------------------------------------------------------------- the whole mode
 
 
-def _start_osmem() -> OsmemServer:
+def start_osmem() -> OsmemServer:
     try:
         from osmem_server import OsmemServer
     except ImportError:
@@ -764,11 +764,13 @@ class AwsModeGateway:
                 "sigil dev --aws needs moto[server] (a dev dependency): run `make dev`"
             ) from None
         self._stack.enter_context(fifo_redelivery_in_order())
-        moto = _start_moto(self.settings.host)
+        # Loopback whatever --host says: moto accepts any credentials, so it must not be reachable
+        # from the network even when the gateway's front is.
+        moto = start_moto("127.0.0.1")
         self._stack.callback(moto.stop)
         host, port = moto.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        osmem = _start_osmem()
+        osmem = start_osmem()
         self._stack.callback(osmem.close)
 
         self.resources = resources = provision(
