@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     backend: Literal["embedded", "aws"] = "embedded"
     data_dir: Path = Path(".sigil")
     default_workspace: str = "default"
+    # The workspace the platform channels (/webhooks/telegram, slack, discord, whatsapp) deliver
+    # into; None means default_workspace. A sender's identity is then resolved inside it.
+    channel_workspace: str | None = None
 
     # "provider/model", e.g. "openai/gpt-4.1-mini". Unset means no model is configured, and the
     # gateway says so at start and in every reply instead of inventing an answer.
@@ -45,6 +48,9 @@ class Settings(BaseSettings):
     opensearch_endpoint: str | None = None
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
+
+    def resolved_channel_workspace(self) -> str:
+        return self.channel_workspace or self.default_workspace
 
     def resolved_model(self) -> str | None:
         """The gateway's default model, or None when no provider is usable."""
