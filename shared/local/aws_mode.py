@@ -89,7 +89,7 @@ class AwsModeOptions(BaseSettings):
     # How many webhook containers concurrent requests may scale out to (each is a process).
     webhook_containers: int = Field(default=2, ge=1, le=16)
     # The pollers' pause after an empty receive. Short polling: moto handles one request at a
-    # time here (see _serialised), so a long poll would hold every other caller up.
+    # time here (see _Serialised), so a long poll would hold every other caller up.
     idle_poll_s: float = Field(default=0.05, gt=0, le=5)
 
 
