@@ -80,8 +80,11 @@ def turn_deps() -> TurnDeps:
     from shared.agent.turn import TurnDeps
     from shared.channels.senders import OutboxSender, SenderRegistry
     from shared.providers import cached_provider_factory
+    from shared.workspace_cache import with_workspace_cache
 
-    backend = build_aws_backend(settings())
+    # Workspace configs are cached for a minute, so a warm turn reads none: a change made through
+    # another container takes up to that long to apply here (shared.workspace_cache).
+    backend = with_workspace_cache(build_aws_backend(settings()))
     s = with_provider_keys(settings(), backend.secrets)
     return TurnDeps(
         backend=backend,

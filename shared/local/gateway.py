@@ -36,6 +36,7 @@ from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
 from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
+from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
 
@@ -52,7 +53,7 @@ class LocalGateway:
     scheduler: LocalScheduler = field(init=False)
 
     def __post_init__(self) -> None:
-        self.backend = build_embedded_backend(self.settings)
+        self.backend = with_workspace_cache(build_embedded_backend(self.settings))
         lanes, events = self.backend.lanes, self.backend.events
         # The embedded backend always builds these; the runner needs their consumer side.
         assert isinstance(lanes, SqliteLanes) and isinstance(events, SqliteEventBus)
