@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.clock import new_id, utcnow
 
@@ -146,7 +146,13 @@ class InboundMessage(Model):
 
 
 class OutboundMessage(Model):
-    """One part of a reply. (turn_id, part) is the send ledger's key: a retried turn never posts twice."""
+    """One part of a reply, and its position in the session's outbox.
+
+    The sender sets `seq` from the turn (shared.agent.turn.reply_seq), so every retry of a turn
+    asks for the same position: the outbox stores a part at its seq once, which makes (turn_id,
+    part) ↔ seq the send ledger without a counter to read. Seqs increase from turn to turn but
+    are not contiguous.
+    """
 
     workspace_id: WorkspaceId
     session_id: Identifier
@@ -154,7 +160,8 @@ class OutboundMessage(Model):
     chat_id: str
     thread_id: str | None = None
     turn_id: str
-    part: int = 0
+    part: int = Field(default=0, ge=0)
+    seq: int = Field(ge=1)  # from 1, so that reading after seq 0 returns everything
     text: str
     in_reply_to: str | None = None  # the inbound event id
     final: bool = True
@@ -162,10 +169,31 @@ class OutboundMessage(Model):
 
 
 class OutboxEntry(Model):
-    """An outbound message as stored in a session's outbox, with its position for readers."""
+    """An outbound message as stored in a session's outbox, with its position for readers.
 
-    seq: int
+    `seq` is where the message landed, and `message.seq` always equals it: usually the position
+    the message asked for, later when another turn's part held that one (see ports.Outbox).
+    """
+
+    seq: int = Field(ge=1)
     message: OutboundMessage
+
+    @model_validator(mode="before")
+    @classmethod
+    def _position_of_older_documents(cls, data: Any) -> Any:
+        # Entries stored before messages carried their position have none in `message`: the
+        # entry's seq is that position. Without this, reading an older outbox would fail.
+        if isinstance(data, dict) and isinstance(data.get("message"), dict) and "seq" not in data["message"]:
+            return {**data, "message": {**data["message"], "seq": data.get("seq")}}
+        return data
+
+    @model_validator(mode="after")
+    def _one_position(self) -> OutboxEntry:
+        # Readers see both (the web API's reply JSON spreads the message next to the entry's
+        # seq), so the two must never disagree.
+        if self.message.seq != self.seq:
+            raise ValueError(f"entry seq {self.seq} differs from its message's seq {self.message.seq}")
+        return self
 
 
 # ---------------------------------------------------------------- workspaces

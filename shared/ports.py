@@ -34,11 +34,29 @@ from shared.models import (
 class SessionStore(Protocol):
     def get(self, workspace_id: str, session_id: str) -> Session | None: ...
 
-    def save(self, session: Session, *, expected_version: int) -> Session:
+    def save(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        archive: Sequence[MemoryRecord] = (),
+        audit: AuditRecord | None = None,
+    ) -> Session:
         """Write `session` if the stored version is `expected_version` (0: must not exist yet).
 
         Returns the session as stored, with `version` = expected_version + 1. Raises
         ConcurrencyConflict when another writer got there first.
+
+        `archive` (the Tier-1 records of the messages this save rolls out of the window) and
+        `audit` (the turn's record) are written in the same atomic write as the session: all of
+        it lands, or, on a conflict, none of it. They keep the rules of MemoryStore.append_messages
+        and AuditLog.append (the first write of a record wins; a record of another workspace is a
+        ValueError), so a turn commits with one call instead of three.
+
+        One exception, for stores whose transactions are bounded (DynamoDB: 100 items, 4 MB): an
+        archive too large to fit is appended first, on its own, and the session and audit record
+        then saved together. That is the order the turn used before the single write existed: a
+        crash or conflict in between leaves records that the retry finds already stored.
         """
         ...
 
@@ -124,15 +142,32 @@ class Lanes(Protocol):
 
 @runtime_checkable
 class Outbox(Protocol):
-    """Replies of the web channel, readable in order. Keyed by (turn_id, part): the send ledger."""
+    """Replies of the web channel, readable in order of seq. Also the send ledger.
+
+    A message carries its own position, `message.seq`, which the turn derives from the session's
+    message count and the part (shared.agent.turn.reply_seq): the same on every retry of a turn,
+    larger for every later turn. So the outbox needs no counter: a part is stored at its seq by
+    one conditional write, and finding its own (turn_id, part) there means a retried turn.
+
+    Seqs increase but are not contiguous (a turn's parts take 100 positions): readers page with
+    `after_seq` and never assume seq + 1 is next.
+    """
 
     def append(self, message: OutboundMessage) -> OutboxEntry | None:
-        """Store a reply part; None when that (turn_id, part) was already stored (a retried turn)."""
+        """Store a reply part at `message.seq`; None when that (turn_id, part) is already stored.
+
+        When the seq holds another turn's part (a turn that sent and then never committed, so the
+        next turn started from the same message count), the part is stored at the first free seq
+        after it instead of being dropped; a retry walks the same way and finds itself. The entry
+        returned has the seq it was stored at.
+        """
         ...
 
     def read(
         self, workspace_id: str, session_id: str, *, after_seq: int = 0, limit: int = 100
-    ) -> list[OutboxEntry]: ...
+    ) -> list[OutboxEntry]:
+        """The session's entries with seq > after_seq, in seq order."""
+        ...
 
 
 @runtime_checkable

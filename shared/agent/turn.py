@@ -1,4 +1,4 @@
-"""One agent turn (spec 000): load, prepare, call the model, send, commit, audit.
+"""One agent turn (spec 000): load, prepare, call the model, send, commit (with the audit record).
 
 Failure policy, decided once here:
 - No model configured: the user is told how to configure one (the ModelNotConfigured text), their
@@ -7,8 +7,13 @@ Failure policy, decided once here:
   "error" and the error is raised, so the lane retries the item and dead-letters it after its last
   attempt; the dead-letter path calls `give_up_turn` to tell the user. Nothing is committed by a
   failed attempt, and the turn id is derived from the event, so a retry that succeeds posts once.
-- The reply is sent before the commit: a crash in between re-runs the turn, and the outbox (the
-  send ledger, keyed by turn id and part) drops the second post.
+- The reply is sent before the commit: a crash in between re-runs the turn, which asks for the
+  same outbox position (reply_seq: the session's message count is unchanged until the commit),
+  and the outbox, for which that position is the send ledger, drops the second post.
+- The commit is one SessionStore.save: the session, the Tier-1 records rolled out of the window
+  and the turn's audit record land together or not at all (one DynamoDB transaction in the cloud).
+  With the workspace config cached (shared.workspace_cache), a warm turn makes three DynamoDB
+  round trips: the session's GetItem, the reply's PutItem and the commit's TransactWriteItems.
 - A redelivered event whose turn already committed is skipped ("skipped_duplicate").
 """
 
@@ -48,6 +53,7 @@ from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCa
 log = logging.getLogger("sigil.turn")
 
 RECENT_EVENT_IDS = 50  # redeliveries arrive within minutes; 50 turns back is far beyond that
+PARTS_PER_TURN = 100  # outbox positions a turn's reply may take (see reply_seq)
 COMMIT_ATTEMPTS = 5
 EMPTY_REPLY = "(The model returned an empty reply.)"
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
@@ -85,9 +91,10 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     try:
         provider, model = deps.provider_factory(session.model_override or workspace.model)
     except ModelNotConfigured as exc:
-        _send(deps, inbound, turn, exc.message)
-        _commit(deps, workspace, session, inbound, [user])
-        return _audit(deps, item, started, "model_not_configured", error=exc.message)
+        _send(deps, inbound, session, turn, exc.message)
+        record = _audit_record(item, started, "model_not_configured", error=exc.message)
+        _commit(deps, workspace, session, inbound, [user], audit=record)
+        return _log_turn(record)
     model_ref = f"{provider.name}/{model}"
     _, window = split_window(session.active_messages, workspace.active_window)
     request = ChatRequest(model=model, system=workspace.system_prompt, messages=[*window, user])
@@ -99,9 +106,10 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     if step.tool_calls:  # no tools are offered yet; the tool loop will consume these here
         log.warning("model asked for tools that were not offered", extra={"turn_id": turn})
     reply = AssistantMessage(id=f"{turn}.a", content=_reply_text(step), model=model_ref)
-    _send(deps, inbound, turn, reply.content)
-    _commit(deps, workspace, session, inbound, [user, reply])
-    return _audit(deps, item, started, "ok", model=model_ref, usage=step.usage)
+    _send(deps, inbound, session, turn, reply.content)
+    record = _audit_record(item, started, "ok", model=model_ref, usage=step.usage)
+    _commit(deps, workspace, session, inbound, [user, reply], audit=record)
+    return _log_turn(record)
 
 
 def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
@@ -111,7 +119,10 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     session = _load_session(deps.backend.sessions, inbound)
     if inbound.event_id in session.recent_event_ids:
         return
-    _send(deps, inbound, turn, APOLOGY)
+    # The failed attempts sent nothing (a provider error comes before the send), so the apology
+    # takes the reply's position; had one of them sent, the user has the reply and the outbox
+    # drops the apology as that part, sent again.
+    _send(deps, inbound, session, turn, APOLOGY)
     _commit(deps, workspace, session, inbound, [_user_message(inbound, turn)])
 
 
@@ -132,6 +143,20 @@ def call_model(provider: Provider, request: ChatRequest) -> ModelStep:
             step.done = event
     step.text = "".join(parts)
     return step
+
+
+def reply_seq(message_count: int, part: int = 0) -> int:
+    """The outbox position of a reply part, from the session's message count at the turn's start.
+
+    The count is the same on every retry of a turn (it moves only when the turn commits) and
+    larger for each later turn of the session (every commit appends at least the user's message,
+    and the lane runs a session's turns one at a time). So a turn's parts have positions no other
+    turn asks for, in order, and a retry asks for the same ones: the outbox needs no counter.
+    Positions are not contiguous; readers page with `after`.
+    """
+    if not 0 <= part < PARTS_PER_TURN:
+        raise ValueError(f"a reply has at most {PARTS_PER_TURN} parts, not part {part}")
+    return message_count * PARTS_PER_TURN + part + 1
 
 
 def turn_id_for(item: LaneItem) -> str:
@@ -186,7 +211,7 @@ def _reply_text(step: ModelStep) -> str:
     return step.text or step.done.refusal or EMPTY_REPLY
 
 
-def _send(deps: TurnDeps, inbound: InboundMessage, turn: str, text: str) -> None:
+def _send(deps: TurnDeps, inbound: InboundMessage, session: Session, turn: str, text: str) -> None:
     deps.senders.get(inbound.channel).send(
         OutboundMessage(
             workspace_id=inbound.workspace_id,
@@ -196,6 +221,8 @@ def _send(deps: TurnDeps, inbound: InboundMessage, turn: str, text: str) -> None
             thread_id=inbound.thread_id,
             turn_id=turn,
             part=0,
+            # `session` is as loaded at the turn's start, so a retry computes the same seq.
+            seq=reply_seq(session.message_count, 0),
             text=text,
             in_reply_to=inbound.event_id,
         )
@@ -208,13 +235,18 @@ def _commit(
     session: Session,
     inbound: InboundMessage,
     new: list[Message],
+    *,
+    audit: AuditRecord | None = None,
 ) -> Session:
-    """Append to the window, roll the overflow into Tier 1 and the index, save (optimistically)."""
+    """Append to the window and save (optimistically), with the overflow's Tier-1 records and
+    `audit` in the same write; the overflow goes to the index first."""
     for _ in range(COMMIT_ATTEMPTS):
         rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
-        # Tier 1 is written before the session: a crash in between leaves records that the retry
-        # rewrites in place (ids are message ids), whereas the reverse order would lose them.
-        _archive(deps.backend, session, rolled)
+        records = _tier1_records(session, rolled)
+        # The index is another store, outside the save's transaction, so it goes first: a crash
+        # before the save leaves documents the retry rewrites in place (ids are message ids),
+        # whereas the reverse order could leave Tier-1 records that search never finds.
+        _index(deps.backend, session, records)
         updated = session.model_copy(
             update={
                 "active_messages": kept,
@@ -225,11 +257,15 @@ def _commit(
             }
         )
         try:
-            saved = deps.backend.sessions.save(updated, expected_version=session.version)
+            saved = deps.backend.sessions.save(
+                updated, expected_version=session.version, archive=records, audit=audit
+            )
         except ConcurrencyConflict:
             session = _load_session(deps.backend.sessions, inbound)
             if inbound.event_id in session.recent_event_ids:
-                return session  # another delivery of this same turn committed first
+                # Another delivery of this same turn committed first, with its own audit record:
+                # this one's is not written, so the turn is counted once.
+                return session
             continue
         _announce_compaction(deps.backend.events, workspace, session, saved)
         return saved
@@ -238,15 +274,12 @@ def _commit(
     )
 
 
-def _archive(backend: Backend, session: Session, rolled: list[Message]) -> None:
-    if not rolled:
-        return
-    ws, sid = session.workspace_id, session.id
-    records = [
+def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord]:
+    return [
         MemoryRecord(
             id=m.id,
-            workspace_id=ws,
-            session_id=sid,
+            workspace_id=session.workspace_id,
+            session_id=session.id,
             role=m.kind,
             text=message_text(m),
             # Messages roll out oldest first, so seq is the message's position in the session.
@@ -256,14 +289,18 @@ def _archive(backend: Backend, session: Session, rolled: list[Message]) -> None:
         )
         for i, m in enumerate(rolled)
     ]
-    backend.memory.append_messages(ws, records)
+
+
+def _index(backend: Backend, session: Session, records: list[MemoryRecord]) -> None:
+    if not records:
+        return
     backend.index.upsert(
-        ws,
+        session.workspace_id,
         [
             IndexDoc(
                 id=r.id,
-                workspace_id=ws,
-                session_id=sid,
+                workspace_id=session.workspace_id,
+                session_id=session.id,
                 tier="message",
                 text=r.text,
                 created_at=r.created_at,
@@ -301,11 +338,26 @@ def _audit(
     outcome: Outcome,
     *,
     model: str | None = None,
+    error: str | None = None,
+) -> AuditRecord:
+    """Audit a turn that commits nothing (a skipped duplicate, a failed attempt) on its own."""
+    record = _audit_record(item, started, outcome, model=model, error=error)
+    deps.backend.audit.append(record)
+    return _log_turn(record)
+
+
+def _audit_record(
+    item: LaneItem,
+    started: float,
+    outcome: Outcome,
+    *,
+    model: str | None = None,
     usage: Usage | None = None,
     error: str | None = None,
 ) -> AuditRecord:
+    # A committing turn's record travels in its commit, so its duration stops short of the save.
     inbound, usage = item.inbound, usage or Usage()
-    record = AuditRecord(
+    return AuditRecord(
         workspace_id=inbound.workspace_id,
         session_id=inbound.session_id,
         user_id=inbound.sender.id,
@@ -318,10 +370,12 @@ def _audit(
         outcome=outcome,
         error=error,
     )
-    deps.backend.audit.append(record)
+
+
+def _log_turn(record: AuditRecord) -> AuditRecord:
     # One line per turn, never the message text: logs outlive the memory retention rules.
     log.log(
-        logging.WARNING if outcome == "error" else logging.INFO,
+        logging.WARNING if record.outcome == "error" else logging.INFO,
         "turn",
         extra={
             "workspace_id": record.workspace_id,

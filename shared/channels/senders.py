@@ -13,7 +13,11 @@ log = logging.getLogger("sigil.senders")
 
 
 class OutboxSender:
-    """The web channel's sender: replies go to the session's outbox, where clients read them."""
+    """The web channel's sender: replies go to the session's outbox, where clients read them.
+
+    One outbox write per part (a DynamoDB PutItem in the cloud): the message already carries its
+    position, `seq`, which the turn derived from the session (shared.agent.turn.reply_seq).
+    """
 
     def __init__(self, outbox: Outbox) -> None:
         self.outbox = outbox
@@ -21,8 +25,11 @@ class OutboxSender:
     def send(self, message: OutboundMessage) -> None:
         if self.outbox.append(message) is None:
             # The outbox is the send ledger: a retried turn reaches here with the same
-            # (turn_id, part), and the user must see the reply once.
-            log.debug("reply part already sent", extra={"turn_id": message.turn_id, "part": message.part})
+            # (turn_id, part) and so the same seq, and the user must see the reply once.
+            log.debug(
+                "reply part already sent",
+                extra={"turn_id": message.turn_id, "part": message.part, "seq": message.seq},
+            )
 
 
 class SenderRegistry:

@@ -39,7 +39,9 @@ def test_everything_persists_across_a_restart(tmp_path: pathlib.Path) -> None:
         "w1", [IndexDoc(id="d1", workspace_id="w1", tier="fact", text="zebra", vector=[0.5, 0.5])]
     )
     entry = backend.outbox.append(
-        OutboundMessage(workspace_id="w1", session_id="s1", channel="web", chat_id="c", turn_id="t", text="x")
+        OutboundMessage(
+            workspace_id="w1", session_id="s1", channel="web", chat_id="c", turn_id="t", seq=1, text="x"
+        )
     )
     backend.workspaces.put(WorkspaceConfig(id="w1"))
     backend.audit.append(AuditRecord(workspace_id="w1", session_id="s1", turn_id="t", outcome="ok"))

@@ -1,4 +1,5 @@
-"""SessionStore contract: round trips, optimistic concurrency, workspace isolation."""
+"""SessionStore contract: round trips, optimistic concurrency, the atomic commit (session, Tier-1
+records and audit record in one write), workspace isolation."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import threading
 import pytest
 
 from shared.errors import ConcurrencyConflict
-from shared.models import AssistantMessage, Session, ToolResultMessage, UserMessage
+from shared.models import AssistantMessage, AuditRecord, Session, ToolResultMessage, UserMessage
 from shared.ports import SessionStore
 
-from .builders import session
+from .builders import record, session
 from .factories import ContractBackend
 
 
@@ -176,3 +177,103 @@ def test_a_workspace_never_reads_another_workspaces_session(
     loaded = store.get(ws_a, "s1")
     assert loaded is not None
     assert loaded.summary == "secret of a"
+
+
+# ---------------------------------------------------------------- the atomic commit
+
+
+def _audit(workspace_id: str, turn: str = "t1") -> AuditRecord:
+    return AuditRecord(workspace_id=workspace_id, session_id="s1", turn_id=turn, outcome="ok")
+
+
+def test_a_save_writes_its_archive_and_audit_record_with_the_session(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    backend = contract.backend
+    archive = [record(ws_a, "s1", 0), record(ws_a, "s1", 1)]
+    audit = _audit(ws_a)
+
+    stored = backend.sessions.save(session(ws_a), expected_version=0, archive=archive, audit=audit)
+
+    assert backend.sessions.get(ws_a, "s1") == stored
+    assert backend.memory.get_messages(ws_a, "s1") == archive
+    assert backend.audit.list_records(ws_a) == [audit]
+
+
+def test_a_save_with_nothing_to_archive_or_audit_writes_only_the_session(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    backend = contract.backend
+    stored = backend.sessions.save(session(ws_a), expected_version=0, archive=[], audit=None)
+    assert backend.sessions.get(ws_a, "s1") == stored
+    assert backend.memory.count_messages(ws_a, "s1") == 0
+    assert backend.audit.list_records(ws_a) == []
+
+
+@pytest.mark.parametrize("expected", [0, 5])
+def test_a_conflicting_save_writes_none_of_it(contract: ContractBackend, ws_a: str, expected: int) -> None:
+    backend = contract.backend
+    first = backend.sessions.save(session(ws_a, summary="first"), expected_version=0)
+
+    with pytest.raises(ConcurrencyConflict):
+        backend.sessions.save(
+            session(ws_a, summary="second"),
+            expected_version=expected,
+            archive=[record(ws_a, "s1", 0), record(ws_a, "s1", 1)],
+            audit=_audit(ws_a),
+        )
+
+    assert backend.sessions.get(ws_a, "s1") == first
+    assert backend.memory.count_messages(ws_a, "s1") == 0
+    assert backend.audit.list_records(ws_a) == []
+
+
+def test_records_stored_before_are_kept_and_the_save_still_lands(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    backend = contract.backend
+    # Given Tier-1 record 0 and an audit record already stored (an earlier, interrupted commit)
+    backend.memory.append_messages(ws_a, [record(ws_a, "s1", 0, text="as first stored")])
+    audit = _audit(ws_a)
+    backend.audit.append(audit)
+
+    # When a save carries them again, with record 1 new
+    stored = backend.sessions.save(
+        session(ws_a),
+        expected_version=0,
+        archive=[record(ws_a, "s1", 0, text="written again"), record(ws_a, "s1", 1)],
+        audit=audit,
+    )
+
+    # Then the session is saved, the first write of each record wins, and nothing is doubled
+    assert backend.sessions.get(ws_a, "s1") == stored
+    assert [r.text for r in backend.memory.get_messages(ws_a, "s1")] == [
+        "as first stored",
+        "message number 1",
+    ]
+    assert backend.audit.list_records(ws_a) == [audit]
+
+
+def test_an_archive_larger_than_one_transaction_is_stored_whole(contract: ContractBackend, ws_a: str) -> None:
+    backend = contract.backend
+    archive = [record(ws_a, "s1", seq) for seq in range(150)]  # DynamoDB: 100 items a transaction
+
+    stored = backend.sessions.save(session(ws_a), expected_version=0, archive=archive, audit=_audit(ws_a))
+
+    assert backend.sessions.get(ws_a, "s1") == stored
+    assert backend.memory.get_messages(ws_a, "s1", limit=200) == archive
+    assert len(backend.audit.list_records(ws_a)) == 1
+
+
+def test_a_save_carrying_another_workspaces_records_is_refused_whole(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    backend = contract.backend
+    with pytest.raises(ValueError):
+        backend.sessions.save(session(ws_a), expected_version=0, archive=[record(ws_b, "s1", 0)])
+    with pytest.raises(ValueError):
+        backend.sessions.save(session(ws_a), expected_version=0, audit=_audit(ws_b))
+
+    assert backend.sessions.get(ws_a, "s1") is None
+    assert backend.memory.count_messages(ws_a, "s1") == backend.memory.count_messages(ws_b, "s1") == 0
+    assert backend.audit.list_records(ws_a) == backend.audit.list_records(ws_b) == []

@@ -42,6 +42,7 @@ from shared.models import (
     LaneItem,
     MemoryRecord,
     OutboundMessage,
+    OutboxEntry,
     Sender,
     Session,
     Summary,
@@ -86,7 +87,9 @@ def inbound(
     )
 
 
-def reply(turn: str = "t1", part: int = 0, session: str = "s1", workspace: str = "ws1") -> OutboundMessage:
+def reply(
+    turn: str = "t1", part: int = 0, session: str = "s1", workspace: str = "ws1", seq: int | None = None
+) -> OutboundMessage:
     return OutboundMessage(
         workspace_id=workspace,
         session_id=session,
@@ -94,6 +97,7 @@ def reply(turn: str = "t1", part: int = 0, session: str = "s1", workspace: str =
         chat_id="c1",
         turn_id=turn,
         part=part,
+        seq=seq if seq is not None else part + 1,
         text="ok",
     )
 
@@ -335,46 +339,65 @@ def test_a_session_over_400_kb_is_refused_clearly(aws: AwsResources) -> None:
 # ---------------------------------------------------------------- outbox (send ledger)
 
 
-def test_outbox_duplicate_part_stores_nothing_and_takes_no_seq(aws: AwsResources) -> None:
+def test_outbox_append_is_one_put_item_and_a_duplicate_is_one_too(aws: AwsResources) -> None:
     client, calls = counting_client()
     outbox = DynamoOutbox(aws.sessions_table, client=client)
-    first = outbox.append(reply("t1", 0))
-    assert calls == ["GetItem", "TransactWriteItems"]
-    assert first is not None and first.seq == 1
-    assert outbox.append(reply("t1", 0)) is None  # the retried turn
-    second = outbox.append(reply("t1", 1))
-    assert second is not None and second.seq == 2
-    assert [(e.seq, e.message.part) for e in outbox.read("ws1", "s1")] == [(1, 0), (2, 1)]
-    # The ledger holds one item per part; the counter holds the last seq
+    first = outbox.append(reply("t1", 0, seq=101))
+    assert calls == ["PutItem"]
+    assert first is not None and first.seq == 101
+    calls.clear()
+    # The retried turn: the failed condition hands back the stored item, which is this part
+    assert outbox.append(reply("t1", 0, seq=101)) is None
+    assert calls == ["PutItem"]
+    second = outbox.append(reply("t1", 1, seq=102))
+    assert second is not None and second.seq == 102
+    assert [(e.seq, e.message.part) for e in outbox.read("ws1", "s1")] == [(101, 0), (102, 1)]
+    # One item per part, at its seq: no counter, no ledger items
     items = clients.dynamodb(REGION).query(
         TableName=aws.sessions_table,
         KeyConditionExpression="pk = :pk",
         ExpressionAttributeValues={":pk": {"S": "WS#ws1#OUTBOX#s1"}},
     )["Items"]
-    sks = sorted(i["sk"]["S"] for i in items)
-    assert sks == ["COUNTER", "SENT#V#t1#0", "SENT#V#t1#1", "SEQ#000000000001", "SEQ#000000000002"]
+    assert sorted(i["sk"]["S"] for i in items) == ["SEQ#000000000101", "SEQ#000000000102"]
 
 
-def test_outbox_concurrent_appends_get_distinct_consecutive_seqs(aws: AwsResources) -> None:
+def test_outbox_part_at_another_turns_seq_looks_for_the_next_free_one(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    outbox = DynamoOutbox(aws.sessions_table, client=client)
+    # Given a turn that sent two parts and never committed
+    outbox.append(reply("t1", 0, seq=501))
+    outbox.append(reply("t1", 1, seq=502))
+    calls.clear()
+    # When the next turn asks for the same first seq: one failed PutItem, one Query, one PutItem
+    entry = outbox.append(reply("t2", 0, seq=501))
+    assert calls == ["PutItem", "Query", "PutItem"]
+    assert entry is not None and (entry.seq, entry.message.seq) == (503, 503)
+    calls.clear()
+    # And its retry finds itself in the same two steps, storing nothing
+    assert outbox.append(reply("t2", 0, seq=501)) is None
+    assert calls == ["PutItem", "Query"]
+    assert [e.message.turn_id for e in outbox.read("ws1", "s1")] == ["t1", "t1", "t2"]
+
+
+def test_outbox_reads_entries_stored_before_messages_carried_a_seq(aws: AwsResources) -> None:
+    # Given a partition as the counter design left it: COUNTER, SENT# and a SEQ# entry whose
+    # message has no seq of its own
+    ddb, pk = clients.dynamodb(REGION), {"S": "WS#ws1#OUTBOX#s1"}
+    older = json.loads(serde.dumps(OutboxEntry(seq=1, message=reply("t0", 0, seq=1))))
+    del older["message"]["seq"]
+    for sk, extra in [
+        ("COUNTER", {"n": {"N": "1"}}),
+        ("SENT#V#t0#0", {"seq": {"N": "1"}}),
+        ("SEQ#000000000001", {"doc": {"S": json.dumps(older)}}),
+    ]:
+        ddb.put_item(TableName=aws.sessions_table, Item={"pk": pk, "sk": {"S": sk}, **extra})
     outbox = DynamoOutbox(aws.sessions_table, region=REGION)
-    writers = 6
-    barrier = threading.Barrier(writers)
-    seqs: list[int | None] = []
-    lock = threading.Lock()
-
-    def append(n: int) -> None:
-        barrier.wait()
-        entry = outbox.append(reply(f"t{n}", 0))
-        with lock:
-            seqs.append(entry.seq if entry else None)
-
-    threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(s for s in seqs if s is not None) == list(range(1, writers + 1))
-    assert [e.seq for e in outbox.read("ws1", "s1")] == list(range(1, writers + 1))
+    # When the next turn (two messages committed) replies, then both read back, in order
+    assert outbox.append(reply("t1", 0, seq=201)) is not None
+    assert [(e.seq, e.message.seq, e.message.turn_id) for e in outbox.read("ws1", "s1")] == [
+        (1, 1, "t0"),
+        (201, 201, "t1"),
+    ]
 
 
 def test_outbox_concurrent_duplicates_store_one(aws: AwsResources) -> None:
@@ -397,6 +420,90 @@ def test_outbox_concurrent_duplicates_store_one(aws: AwsResources) -> None:
         t.join()
     assert sorted(results, key=lambda r: r or 0) == [None] * (writers - 1) + [1]
     assert len(outbox.read("ws1", "s1")) == 1
+
+
+# ---------------------------------------------------------------- the atomic commit
+
+
+def tier1(seq: int, text: str = "hi") -> MemoryRecord:
+    return MemoryRecord(
+        id=f"r{seq}", workspace_id="ws1", session_id="s1", role="user", text=text, seq=seq, created_at=NOW
+    )
+
+
+def test_a_save_with_archive_and_audit_is_one_transaction_across_both_tables(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    store = DynamoSessionStore(aws.sessions_table, memory_table=aws.memory_table, client=client)
+    actions: list[list[str]] = []
+    client.meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems",
+        lambda params, **_: actions.append(
+            [a["Put"]["TableName"] for a in params["TransactItems"]]  # one Put per item
+        ),
+    )
+    audit = AuditRecord(workspace_id="ws1", session_id="s1", turn_id="t1", outcome="ok")
+    store.save(
+        Session(id="s1", workspace_id="ws1"), expected_version=0, archive=[tier1(0), tier1(1)], audit=audit
+    )
+    assert calls == ["TransactWriteItems"]
+    assert actions == [[aws.sessions_table, aws.memory_table, aws.memory_table, aws.memory_table]]
+    assert [r.id for r in DynamoMemoryStore(aws.memory_table, region=REGION).get_messages("ws1", "s1")] == [
+        "r0",
+        "r1",
+    ]
+    # The audit item is the one DynamoAuditLog writes: listed, with its TTL
+    assert [r.id for r in DynamoAuditLog(aws.memory_table, region=REGION).list_records("ws1")] == [audit.id]
+
+
+def test_a_save_whose_version_moved_is_a_conflict_and_writes_nothing(aws: AwsResources) -> None:
+    store = DynamoSessionStore(aws.sessions_table, memory_table=aws.memory_table, region=REGION)
+    store.save(Session(id="s1", workspace_id="ws1"), expected_version=0)
+    audit = AuditRecord(workspace_id="ws1", session_id="s1", turn_id="t1", outcome="ok")
+    with pytest.raises(ConcurrencyConflict):
+        store.save(Session(id="s1", workspace_id="ws1"), expected_version=0, archive=[tier1(0)], audit=audit)
+    assert DynamoMemoryStore(aws.memory_table, region=REGION).count_messages("ws1", "s1") == 0
+    assert DynamoAuditLog(aws.memory_table, region=REGION).list_records("ws1") == []
+
+
+def test_a_save_resends_without_the_records_already_stored(aws: AwsResources) -> None:
+    client, calls = counting_client()
+    store = DynamoSessionStore(aws.sessions_table, memory_table=aws.memory_table, client=client)
+    DynamoMemoryStore(aws.memory_table, region=REGION).append_messages("ws1", [tier1(0, "first")])
+    # r0's condition cancels the transaction; the session and r1 are sent again, without it
+    store.save(
+        Session(id="s1", workspace_id="ws1"), expected_version=0, archive=[tier1(0, "again"), tier1(1)]
+    )
+    assert calls == ["TransactWriteItems", "TransactWriteItems"]
+    texts = [r.text for r in DynamoMemoryStore(aws.memory_table, region=REGION).get_messages("ws1", "s1")]
+    assert texts == ["first", "hi"]
+
+
+def test_an_archive_over_100_items_goes_first_then_the_session_and_audit(aws: AwsResources) -> None:
+    client, _ = counting_client()
+    store = DynamoSessionStore(aws.sessions_table, memory_table=aws.memory_table, client=client)
+    sizes: list[int] = []
+    client.meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems",
+        lambda params, **_: sizes.append(len(params["TransactItems"])),
+    )
+    audit = AuditRecord(workspace_id="ws1", session_id="s1", turn_id="t1", outcome="ok")
+    store.save(
+        Session(id="s1", workspace_id="ws1"),
+        expected_version=0,
+        archive=[tier1(seq) for seq in range(150)],
+        audit=audit,
+    )
+    # The archive in transactions of at most 100, then the session with the audit record
+    assert sizes == [100, 50, 2]
+    assert DynamoMemoryStore(aws.memory_table, region=REGION).count_messages("ws1", "s1") == 150
+
+
+def test_a_save_with_extras_needs_the_memory_table(aws: AwsResources) -> None:
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    with pytest.raises(SigilError) as raised:
+        store.save(Session(id="s1", workspace_id="ws1"), expected_version=0, archive=[tier1(0)])
+    assert raised.value.code == "misconfigured"
+    assert store.get("ws1", "s1") is None
 
 
 # ---------------------------------------------------------------- memory table
@@ -429,15 +536,25 @@ def test_audit_records_expire_after_400_days(aws: AwsResources) -> None:
 def test_every_base_table_key_begins_with_its_workspace(aws: AwsResources) -> None:
     # Given one item of every kind written for workspace "ws1"
     ws = "ws1"
-    sessions = DynamoSessionStore(aws.sessions_table, region=REGION)
+    sessions = DynamoSessionStore(aws.sessions_table, memory_table=aws.memory_table, region=REGION)
     memory = DynamoMemoryStore(aws.memory_table, region=REGION)
-    sessions.save(Session(id="s1", workspace_id=ws), expected_version=0)
+    # The session with a Tier-1 record and an audit record in its transaction
+    sessions.save(
+        Session(id="s1", workspace_id=ws),
+        expected_version=0,
+        archive=[
+            MemoryRecord(
+                id="r0", workspace_id=ws, session_id="s1", role="user", text="hi", seq=0, created_at=NOW
+            )
+        ],
+        audit=AuditRecord(workspace_id=ws, session_id="s1", turn_id="t0", outcome="ok"),
+    )
     DynamoOutbox(aws.sessions_table, region=REGION).append(reply(workspace=ws))
     memory.append_messages(
         ws,
         [
             MemoryRecord(
-                id="r1", workspace_id=ws, session_id="s1", role="user", text="hi", seq=0, created_at=NOW
+                id="r1", workspace_id=ws, session_id="s1", role="user", text="hi", seq=1, created_at=NOW
             )
         ],
     )
@@ -463,7 +580,7 @@ def test_every_base_table_key_begins_with_its_workspace(aws: AwsResources) -> No
     pks = [
         i["pk"]["S"] for t in (aws.sessions_table, aws.memory_table) for i in ddb.scan(TableName=t)["Items"]
     ]
-    assert len(pks) == 9
+    assert len(pks) == 9  # session, outbox entry, 2 Tier-1, summary, triple, config, 2 audit
     assert all(pk == f"WS#{ws}" or pk.startswith(f"WS#{ws}#") for pk in pks), pks
 
 

@@ -4,7 +4,8 @@ edge, by the real `openai` SDK against the local fake server."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from shared.agent.turn import (
     EMPTY_REPLY,
     TurnDeps,
     give_up_turn,
+    reply_seq,
     run_turn,
     split_window,
     turn_id_for,
@@ -25,9 +27,11 @@ from shared.config import Settings
 from shared.errors import ProviderError
 from shared.models import (
     AssistantMessage,
+    AuditRecord,
     InboundMessage,
     IndexQuery,
     LaneItem,
+    MemoryRecord,
     Message,
     Sender,
     Session,
@@ -36,6 +40,7 @@ from shared.models import (
     UserMessage,
     WorkspaceConfig,
 )
+from shared.ports import SessionStore
 from shared.providers import NOT_CONFIGURED, build_provider
 from shared.providers.base import ChatRequest, Done, Provider
 from shared.providers.function import FunctionProvider
@@ -380,6 +385,8 @@ def test_a_concurrent_session_write_is_merged_by_the_commit_retry(
     assert session.status == "paused"  # the other writer's change survived
     assert contents(session.active_messages) == ["msg 0", "reply 0", "msg 1", "reply 1"]
     assert session.version == 3  # first turn, the other writer, then this turn's retried commit
+    # The audit record rode the retried commit: one per turn, not one per attempt
+    assert [a.event_id for a in backend.audit.list_records(WS)] == ["e1", "e0"]
 
 
 def test_a_refusal_or_empty_answer_still_replies(backend: Backend, settings: Settings) -> None:
@@ -387,6 +394,77 @@ def test_a_refusal_or_empty_answer_still_replies(backend: Backend, settings: Set
     run_turn(deps_for(backend, settings, refusing), item("e1"))
     run_turn(deps_for(backend, settings, FunctionProvider(lambda r: "")), item("e2"))
     assert replies(backend) == ["I can't help with that.", EMPTY_REPLY]
+
+
+# ---------------------------------------------------------------- one outbox write, one commit
+
+
+class RecordingSessions:
+    """The session store, with a note of every save's archive and audit record."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.saves: list[tuple[list[str], str | None]] = []
+
+    def get(self, workspace_id: str, session_id: str) -> Session | None:
+        return self.store.get(workspace_id, session_id)
+
+    def save(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        archive: Sequence[MemoryRecord] = (),
+        audit: AuditRecord | None = None,
+    ) -> Session:
+        self.saves.append(([r.text for r in archive], audit.outcome if audit else None))
+        return self.store.save(session, expected_version=expected_version, archive=archive, audit=audit)
+
+    def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
+        return self.store.list_sessions(workspace_id, limit=limit)
+
+    def delete(self, workspace_id: str, session_id: str) -> None:
+        self.store.delete(workspace_id, session_id)
+
+
+def test_reply_seq_orders_turns_and_parts() -> None:
+    assert [reply_seq(0), reply_seq(0, 1), reply_seq(2), reply_seq(2, 99)] == [1, 2, 201, 300]
+    with pytest.raises(ValueError):
+        reply_seq(2, 100)
+
+
+def test_each_turns_reply_asks_for_the_seq_its_session_count_gives(
+    backend: Backend, settings: Settings
+) -> None:
+    deps = deps_for(backend, settings, FunctionProvider(reply_to))
+    for i in range(3):
+        run_turn(deps, item(f"e{i}", f"msg {i}"))
+    entries = backend.outbox.read(WS, SESSION)
+    assert [(e.seq, e.message.text) for e in entries] == [(1, "reply 0"), (201, "reply 1"), (401, "reply 2")]
+
+
+def test_the_commit_is_one_save_carrying_the_roll_out_and_the_audit_record(
+    backend: Backend, settings: Settings
+) -> None:
+    backend.workspaces.put(WorkspaceConfig(id=WS, active_window=2))
+    sessions = RecordingSessions(backend.sessions)
+    deps = deps_for(replace(backend, sessions=sessions), settings, FunctionProvider(reply_to))
+    for i in range(3):
+        run_turn(deps, item(f"e{i}", f"msg {i}"))
+    # One save a turn: the first rolls nothing out, the next two roll out the turn before
+    assert sessions.saves == [
+        ([], "ok"),
+        (["msg 0", "reply 0"], "ok"),
+        (["msg 1", "reply 1"], "ok"),
+    ]
+    assert [r.text for r in backend.memory.get_messages(WS, SESSION)] == [
+        "msg 0",
+        "reply 0",
+        "msg 1",
+        "reply 1",
+    ]
+    assert backend.index.count(WS) == 4
+    assert len(backend.audit.list_records(WS)) == 3
 
 
 # ---------------------------------------------------------------- audit and logs

@@ -121,7 +121,7 @@ def test_nested_models_round_trip() -> None:
     entry = OutboxEntry(
         seq=3,
         message=OutboundMessage(
-            workspace_id="w1", session_id="s1", channel="web", chat_id="c", turn_id="t", text="x"
+            workspace_id="w1", session_id="s1", channel="web", chat_id="c", turn_id="t", seq=3, text="x"
         ),
     )
     assert serde.loads(OutboxEntry, serde.dumps(entry)) == entry
@@ -210,3 +210,16 @@ def test_any_text_round_trips(content: str, arguments: str, is_error: bool, seco
         ToolResultMessage(tool_call_id="c", name="n", content=content, is_error=is_error, created_at=when),
     ]
     assert serde.loads(list[Message], serde.dumps(messages, list[Message])) == messages
+
+
+def test_an_outbox_entry_and_its_message_carry_one_seq() -> None:
+    message = OutboundMessage(
+        workspace_id="w1", session_id="s1", channel="web", chat_id="c", turn_id="t", seq=5, text="x"
+    )
+    with pytest.raises(ValidationError):
+        OutboxEntry(seq=6, message=message)
+    # An entry stored before messages carried their seq reads back with the entry's seq
+    older = json.loads(serde.dumps(OutboxEntry(seq=5, message=message)))
+    del older["message"]["seq"]
+    older["seq"] = 2
+    assert serde.loads(OutboxEntry, json.dumps(older)).message.seq == 2

@@ -52,7 +52,11 @@ def build_aws_backend(settings: Settings) -> Backend:
 
     region = settings.aws_region
     return Backend(
-        sessions=DynamoSessionStore(settings.sessions_table, region=region),
+        # The memory table too: a turn's commit writes its Tier-1 records and audit record in the
+        # session's transaction.
+        sessions=DynamoSessionStore(
+            settings.sessions_table, memory_table=settings.memory_table, region=region
+        ),
         memory=DynamoMemoryStore(settings.memory_table, region=region),
         index=OpenSearchIndex.from_settings(settings),
         lanes=SqsLanes(settings.queue_url, region=region),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -41,7 +41,7 @@ from shared.models import (
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import PutTypeDef
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -189,6 +189,11 @@ def _cancellation_codes(exc: ClientError) -> list[str]:
     return [str(reason.get("Code", "None")) for reason in reasons]
 
 
+def _size(item: Mapping[str, Any]) -> int:
+    # An estimate (the JSON text dominates an item), well inside the 4 MB transaction limit.
+    return sum(len(str(v)) for v in item.values())
+
+
 def _check_workspace(expected: str, actual: str, what: str) -> None:
     # A record carrying another workspace's id is a caller bug that would leak data across
     # workspaces if stored under the caller's scope, so it is refused (as the embedded store does).
@@ -281,8 +286,7 @@ class _Table:
         chunk: list[Item] = []
         size = 0
         for item in items:
-            # An estimate (the JSON text dominates an item), well inside the 4 MB request limit.
-            item_size = sum(len(str(v)) for v in item.values())
+            item_size = _size(item)
             if chunk and (len(chunk) == _TRANSACT_MAX_ITEMS or size + item_size > _TRANSACT_MAX_BYTES):
                 yield chunk
                 chunk, size = [], 0
@@ -321,12 +325,25 @@ class DynamoSessionStore(_Table):
     The workspace is the partition so that `list_sessions` is one Query on a table without
     indexes; DynamoDB splits a hot item collection by sort key, so a busy workspace is not capped
     at one partition's throughput. `get` and `save` are one request each.
+
+    A save that carries Tier-1 records or an audit record writes them with the session in one
+    TransactWriteItems across both tables, so the store needs the memory table's name too
+    (`memory_table`); the items are those DynamoMemoryStore and DynamoAuditLog write.
     """
 
     def __init__(
-        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+        self,
+        table_name: str,
+        *,
+        memory_table: str | None = None,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+        audit_retention_days: int = AUDIT_RETENTION_DAYS,
     ) -> None:
         super().__init__(table_name, client, region)
+        # Same client: one connection pool, and the writes to both tables share a transaction.
+        self.memory = None if memory_table is None else _Table(memory_table, self.client, region)
+        self.audit_retention = timedelta(days=audit_retention_days)
 
     @staticmethod
     def _key(workspace_id: str, session_id: str) -> Item:
@@ -340,32 +357,122 @@ class DynamoSessionStore(_Table):
         item = result.get("Item")
         return None if item is None else serde.loads(Session, item["doc"]["S"])
 
-    def save(self, session: Session, *, expected_version: int) -> Session:
+    def save(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        archive: Sequence[MemoryRecord] = (),
+        audit: AuditRecord | None = None,
+    ) -> Session:
         if expected_version < 0:
             raise ValueError("expected_version must be >= 0")
         stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
-        item = self._key(session.workspace_id, session.id) | {
-            "doc": _doc(stored),
-            "version": _n(stored.version),
-            "updated_at": _s(_ts(stored.updated_at)),
+        put: PutTypeDef = {
+            "TableName": self.table,
+            "Item": self._key(session.workspace_id, session.id)
+            | {
+                "doc": _doc(stored),
+                "version": _n(stored.version),
+                "updated_at": _s(_ts(stored.updated_at)),
+            },
         }
         if expected_version == 0:
-            condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
         else:
-            condition = {
-                "ConditionExpression": "#version = :expected",
-                "ExpressionAttributeNames": {"#version": "version"},
-                "ExpressionAttributeValues": {":expected": _n(expected_version)},
-            }
-        try:
-            self.client.put_item(TableName=self.table, Item=item, **condition)
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                raise ConcurrencyConflict(
-                    f"session {session.id} is no longer at version {expected_version}"
-                ) from exc
-            raise
+            put["ConditionExpression"] = "#version = :expected"
+            put["ExpressionAttributeNames"] = {"#version": "version"}
+            put["ExpressionAttributeValues"] = {":expected": _n(expected_version)}
+        extras = self._extras(session, put, archive, audit)
+        if not extras:
+            try:
+                self.client.put_item(**put)
+            except ClientError as exc:
+                if _error_code(exc) == "ConditionalCheckFailedException":
+                    raise self._conflict(session, expected_version) from exc
+                raise
+        else:
+            self._transact(session, expected_version, put, extras)
         return stored
+
+    def _extras(
+        self,
+        session: Session,
+        put: PutTypeDef,
+        archive: Sequence[MemoryRecord],
+        audit: AuditRecord | None,
+    ) -> list[Item]:
+        """The memory-table items to write with the session, after any archive too large for that."""
+        if not archive and audit is None:
+            return []
+        if self.memory is None:
+            raise SigilError(
+                "this session store was built without the memory table, so it cannot archive or audit",
+                code="misconfigured",
+            )
+        tier1 = _tier1_items(session.workspace_id, archive)
+        audits = [] if audit is None else [_audit_item(session.workspace_id, audit, self.audit_retention)]
+        items = [put["Item"], *tier1, *audits]
+        if len(items) > _TRANSACT_MAX_ITEMS or sum(map(_size, items)) > _TRANSACT_MAX_BYTES:
+            # One transaction holds 100 items and 4 MB. A turn rolls out a few messages of a
+            # 20-message window, so only an unusual save gets here: its archive goes first, on its
+            # own (first write wins, as append_messages), then the session and audit together.
+            # A crash or conflict in between leaves records that the retry finds stored.
+            self.memory.put_new(tier1)
+            tier1 = []
+        return [*tier1, *audits]
+
+    def _transact(self, session: Session, expected_version: int, put: PutTypeDef, extras: list[Item]) -> None:
+        """One TransactWriteItems: the session Put (with its version condition) and `extras`.
+
+        Each extra is conditioned on `attribute_not_exists(pk)`: the first write of a Tier-1 or
+        audit record wins, as in their own stores. DynamoDB cannot skip one Put of a transaction,
+        so when only those conditions failed (the records are stored already) the transaction is
+        sent again without them; the session's condition failing is a ConcurrencyConflict.
+        """
+        assert self.memory is not None  # _extras returned items, so the memory table is known
+        pending = extras
+        for attempt in range(_RETRIES):
+            actions: list[TransactWriteItemTypeDef] = [{"Put": put}]
+            actions += [
+                {
+                    "Put": {
+                        "TableName": self.memory.table,
+                        "Item": item,
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+                for item in pending
+            ]
+            try:
+                self.client.transact_write_items(TransactItems=actions)
+                return
+            except ClientError as exc:
+                if _error_code(exc) != "TransactionCanceledException":
+                    raise
+                codes = _cancellation_codes(exc)
+                if codes and codes[0] == "ConditionalCheckFailed":
+                    raise self._conflict(session, expected_version) from exc
+                if len(codes) == 1 + len(pending):
+                    kept = [
+                        item
+                        for item, code in zip(pending, codes[1:], strict=True)
+                        if code != "ConditionalCheckFailed"
+                    ]
+                else:
+                    kept = pending  # no per-item reasons: send them all again
+                if len(kept) == len(pending):
+                    # No condition failed: a conflicting transaction or throttling. Back off.
+                    time.sleep(min(0.05 * 2**attempt, 1.0))
+                pending = kept
+        raise SigilError(
+            f"DynamoDB did not accept the save of session {session.id} after {_RETRIES} attempts",
+            code="store_unavailable",
+        )
+
+    @staticmethod
+    def _conflict(session: Session, expected_version: int) -> ConcurrencyConflict:
+        return ConcurrencyConflict(f"session {session.id} is no longer at version {expected_version}")
 
     def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
         """Most recently updated first (ties by id), like the embedded store.
@@ -398,18 +505,23 @@ class DynamoSessionStore(_Table):
 
 
 class DynamoOutbox(_Table):
-    """A session's web replies in the sessions table, partition `WS#{ws}#OUTBOX#{session}`.
+    """A session's web replies in the sessions table: pk `WS#{ws}#OUTBOX#{session}`, sk `SEQ#{seq:012}`.
 
-    Three kinds of item share the partition: `COUNTER` (the last seq handed out), `SENT#{turn}#{part}`
-    (the ledger: one per reply part ever stored) and `SEQ#{seq}` (the entry readers page through).
-    An append reads the counter, then writes counter + ledger + entry in one transaction whose
-    conditions are "the counter has not moved" and "this (turn, part) is new". So a duplicate
-    stores nothing and consumes no seq (seqs have no gaps), and a crash can never leave a ledger
-    entry without its reply. Two round trips per append; one lane per session means the counter
-    condition almost never fails.
+    A message carries its position (`message.seq`, set by the turn; see ports.Outbox), so an
+    append is one PutItem conditioned on `attribute_not_exists(pk)`: no counter to read, no ledger
+    item. The seq is the send ledger: a retried turn asks for the same seq, the condition fails,
+    and the item it gets back (ReturnValuesOnConditionCheckFailure, no extra request) is its own
+    (turn, part), so nothing is stored and append returns None. When the item is another turn's
+    part, one consistent Query of the seqs after it finds the first free one (or this part, stored
+    there by an earlier attempt); that happens only after a turn sent without committing.
+
+    Partitions written before this design also hold `COUNTER` and `SENT#...` items; nothing reads
+    them any more, and `read` only ranges over `SEQ#`.
     """
 
     _MAX_ATTEMPTS: Final = 8
+    # Positions looked at from the one asked for, as in the SQLite outbox.
+    MAX_PROBES: Final = 1_000
 
     def __init__(
         self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
@@ -420,51 +532,62 @@ class DynamoOutbox(_Table):
     def _pk(workspace_id: str, session_id: str) -> str:
         return f"{_ws(workspace_id)}#OUTBOX#{session_id}"
 
+    @staticmethod
+    def _is(item: Item, message: OutboundMessage) -> bool:
+        held: OutboxEntry = serde.loads(OutboxEntry, item["doc"]["S"])
+        return (held.message.turn_id, held.message.part) == (message.turn_id, message.part)
+
     def append(self, message: OutboundMessage) -> OutboxEntry | None:
         pk = self._pk(message.workspace_id, message.session_id)
-        ledger_sk = f"SENT#{_part(message.turn_id)}#{message.part}"
-        for attempt in range(self._MAX_ATTEMPTS):
-            counter = self.client.get_item(
-                TableName=self.table, Key=_key(pk, "COUNTER"), ConsistentRead=True
-            ).get("Item")
-            last = int(counter["n"]["N"]) if counter else 0
-            entry = OutboxEntry(seq=last + 1, message=message)
-            counter_put: PutTypeDef = {
-                "TableName": self.table,
-                "Item": _key(pk, "COUNTER") | {"n": _n(entry.seq)},
-            }
-            if counter:
-                counter_put["ConditionExpression"] = "#n = :last"
-                counter_put["ExpressionAttributeNames"] = {"#n": "n"}
-                counter_put["ExpressionAttributeValues"] = {":last": _n(last)}
-            else:
-                counter_put["ConditionExpression"] = "attribute_not_exists(pk)"
-            ledger_put: PutTypeDef = {
-                "TableName": self.table,
-                "Item": _key(pk, ledger_sk) | {"seq": _n(entry.seq)},
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }
-            entry_put: PutTypeDef = {
-                "TableName": self.table,
-                "Item": _key(pk, f"SEQ#{_seq(entry.seq)}") | {"doc": _doc(entry)},
-            }
+        seq = message.seq
+        for _ in range(self._MAX_ATTEMPTS):
+            entry = OutboxEntry(seq=seq, message=message.model_copy(update={"seq": seq}))
             try:
-                self.client.transact_write_items(
-                    TransactItems=[{"Put": counter_put}, {"Put": ledger_put}, {"Put": entry_put}]
+                self.client.put_item(
+                    TableName=self.table,
+                    Item=_key(pk, f"SEQ#{_seq(seq)}") | {"doc": _doc(entry)},
+                    ConditionExpression="attribute_not_exists(pk)",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except ClientError as exc:
-                if _error_code(exc) != "TransactionCanceledException":
+                if _error_code(exc) != "ConditionalCheckFailedException":
                     raise
-                codes = _cancellation_codes(exc)
-                if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+                # botocore's error type names only the common keys; ALL_OLD adds "Item".
+                held = exc.response.get("Item")
+                if isinstance(held, dict) and self._is(held, message):
                     return None  # this (turn, part) was stored before: a retried turn
-                # Another writer took the next seq first, or a transaction on these items was in
-                # flight: read the counter again.
-                time.sleep(min(0.01 * 2**attempt, 0.5))
+                free = self._first_free(pk, message)
+                if free is None:
+                    return None  # stored further on by an earlier attempt of this turn
+                # Another writer may take `free` first: the next attempt sees that and looks again.
+                seq = free
                 continue
             return entry
         raise ConcurrencyConflict(
             f"outbox of session {message.session_id}: no free seq after {self._MAX_ATTEMPTS} attempts"
+        )
+
+    def _first_free(self, pk: str, message: OutboundMessage) -> int | None:
+        """The first seq from message.seq that no entry holds; None if this part holds one."""
+        items = self.query(
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={
+                ":pk": _s(pk),
+                ":lo": _s(f"SEQ#{_seq(message.seq)}"),
+                ":hi": _s(f"SEQ#{_seq(message.seq + self.MAX_PROBES)}"),
+            },
+            ConsistentRead=True,
+        )
+        taken: set[int] = set()
+        for item in items:
+            if self._is(item, message):
+                return None
+            taken.add(int(str(item["sk"]["S"]).removeprefix("SEQ#")))
+        for seq in range(message.seq, message.seq + self.MAX_PROBES):
+            if seq not in taken:
+                return seq
+        raise SigilError(
+            f"outbox of session {message.session_id}: no free seq after {message.seq}", code="outbox_full"
         )
 
     def read(
@@ -487,6 +610,23 @@ class DynamoOutbox(_Table):
 # ---------------------------------------------------------------- memory tiers
 
 
+def _tier1_pk(workspace_id: str, session_id: str) -> str:
+    return f"{_ws(workspace_id)}#SESSION#{session_id}"
+
+
+def _tier1_items(workspace_id: str, records: Sequence[MemoryRecord]) -> list[Item]:
+    """Tier-1 items (DynamoMemoryStore.append_messages and DynamoSessionStore.save write them)."""
+    for record in records:
+        _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
+    items: dict[tuple[str, str], Item] = {}
+    for record in records:
+        pk = _tier1_pk(workspace_id, record.session_id)
+        sk = f"MSG#{_seq(record.seq)}#{record.id}"
+        # A transaction may not name one key twice; the first occurrence wins, as in storage.
+        items.setdefault((pk, sk), _key(pk, sk) | {"doc": _doc(record)})
+    return list(items.values())
+
+
 class DynamoMemoryStore(_Table):
     """Tiers 1-3 in the memory table.
 
@@ -505,22 +645,14 @@ class DynamoMemoryStore(_Table):
 
     @staticmethod
     def _session_pk(workspace_id: str, session_id: str) -> str:
-        return f"{_ws(workspace_id)}#SESSION#{session_id}"
+        return _tier1_pk(workspace_id, session_id)
 
     # ---- Tier 1
 
     def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
-        for record in records:
-            _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
-        items: dict[tuple[str, str], Item] = {}
-        for record in records:
-            pk = self._session_pk(workspace_id, record.session_id)
-            sk = f"MSG#{_seq(record.seq)}#{record.id}"
-            # A transaction may not name one key twice; the first occurrence wins, as in storage.
-            items.setdefault((pk, sk), _key(pk, sk) | {"doc": _doc(record)})
         # First write wins: a redelivered turn re-appending its roll-out neither duplicates nor
         # rewrites what was stored.
-        self.put_new(list(items.values()))
+        self.put_new(_tier1_items(workspace_id, records))
 
     def get_messages(
         self, workspace_id: str, session_id: str, *, after_seq: int = -1, limit: int = 100
@@ -699,6 +831,20 @@ class DynamoWorkspaceStore(_Table):
 # ---------------------------------------------------------------- audit
 
 
+def _audit_item(workspace_id: str, record: AuditRecord, retention: timedelta) -> Item:
+    """An audit item (DynamoAuditLog.append and DynamoSessionStore.save write them).
+
+    Its `ttl` is the time of writing + retention: expiry counts from the write, not from
+    created_at, so a record written late (a backfill) is not deleted the moment it lands.
+    """
+    _check_workspace(workspace_id, record.workspace_id, f"audit record {record.id}")
+    expires = int(epoch_seconds() + retention.total_seconds())
+    return _key(f"{_ws(record.workspace_id)}#AUDIT", f"AUDIT#{_ts(record.created_at)}#{record.id}") | {
+        "doc": _doc(record),
+        TTL_ATTRIBUTE: _n(expires),
+    }
+
+
 class DynamoAuditLog(_Table):
     """Audit records in the memory table: pk `WS#{ws}#AUDIT`, sk `AUDIT#{created_at}#{id}`.
 
@@ -719,11 +865,7 @@ class DynamoAuditLog(_Table):
         self.retention = timedelta(days=retention_days)
 
     def append(self, record: AuditRecord) -> None:
-        expires = int(epoch_seconds() + self.retention.total_seconds())
-        item = _key(f"{_ws(record.workspace_id)}#AUDIT", f"AUDIT#{_ts(record.created_at)}#{record.id}") | {
-            "doc": _doc(record),
-            TTL_ATTRIBUTE: _n(expires),
-        }
+        item = _audit_item(record.workspace_id, record, self.retention)
         try:
             self.client.put_item(
                 TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import apsw
+
 from shared import serde
 from shared.adapters.embedded.db import Database, to_us
 from shared.memory.keys import normalize_key
@@ -56,27 +58,37 @@ def _check_workspace(expected: str, actual: str, what: str) -> None:
         raise ValueError(f"{what} belongs to workspace {actual!r}, not {expected!r}")
 
 
+def migrate(db: Database) -> None:
+    """Create or upgrade the memory tables (the session store writes Tier 1 in its transaction)."""
+    db.migrate("memory", _MIGRATIONS)
+
+
+def insert_messages(conn: apsw.Connection, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
+    """Tier-1 rows, inside the caller's transaction (append_messages, and a session's save)."""
+    for record in records:
+        _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
+    for record in records:
+        # The first write of an id wins: a redelivered turn re-appending the same messages must
+        # not rewrite or duplicate them.
+        conn.execute(
+            "INSERT INTO memory_messages (workspace_id, id, session_id, seq, doc) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO NOTHING",
+            (workspace_id, record.id, record.session_id, record.seq, serde.dumps(record)),
+        )
+
+
 class SqliteMemoryStore:
     def __init__(self, db: Database) -> None:
         self._db = db
-        db.migrate("memory", _MIGRATIONS)
+        migrate(db)
 
     # ------------------------------------------------------------------ Tier 1
 
     def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
         if not records:
             return
-        for record in records:
-            _check_workspace(workspace_id, record.workspace_id, f"memory record {record.id}")
         with self._db.transaction() as conn:
-            for record in records:
-                # The first write of an id wins: a redelivered turn re-appending the same
-                # messages must not rewrite or duplicate them.
-                conn.execute(
-                    "INSERT INTO memory_messages (workspace_id, id, session_id, seq, doc) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO NOTHING",
-                    (workspace_id, record.id, record.session_id, record.seq, serde.dumps(record)),
-                )
+            insert_messages(conn, workspace_id, records)
 
     def get_messages(
         self, workspace_id: str, session_id: str, *, after_seq: int = -1, limit: int = 100

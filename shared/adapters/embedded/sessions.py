@@ -1,11 +1,19 @@
-"""SessionStore on SQLite: one row per session, the document written by shared.serde."""
+"""SessionStore on SQLite: one row per session, the document written by shared.serde.
+
+A save can carry the Tier-1 records it rolls out and the turn's audit record: sessions, memory and
+audit share sigil.db, so all three are written in the save's one transaction, with the memory and
+audit stores' own statements (memory.insert_messages, workspaces.insert_audit).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shared import serde
+from shared.adapters.embedded import memory, workspaces
 from shared.adapters.embedded.db import Database, first, to_us
 from shared.errors import ConcurrencyConflict
-from shared.models import Session
+from shared.models import AuditRecord, MemoryRecord, Session
 
 _MIGRATIONS = [
     """
@@ -26,6 +34,10 @@ class SqliteSessionStore:
     def __init__(self, db: Database) -> None:
         self._db = db
         db.migrate("sessions", _MIGRATIONS)
+        # A save writes these tables too; migrating twice is a no-op, so the order in which the
+        # stores of one file are opened does not matter.
+        memory.migrate(db)
+        workspaces.migrate_audit(db)
 
     def get(self, workspace_id: str, session_id: str) -> Session | None:
         row = self._db.query_one(
@@ -33,13 +45,25 @@ class SqliteSessionStore:
         )
         return serde.loads(Session, row[0]) if row else None
 
-    def save(self, session: Session, *, expected_version: int) -> Session:
+    def save(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        archive: Sequence[MemoryRecord] = (),
+        audit: AuditRecord | None = None,
+    ) -> Session:
         if expected_version < 0:
             raise ValueError("expected_version must be >= 0")
+        if audit is not None and audit.workspace_id != session.workspace_id:
+            raise ValueError(
+                f"audit record {audit.id} belongs to workspace {audit.workspace_id!r}, "
+                f"not {session.workspace_id!r}"
+            )
         stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
         doc = serde.dumps(stored)
-        # The version check and the write share one write transaction, so of two writers that
-        # read the same version exactly one sees it unchanged.
+        # The version check and the writes share one write transaction, so of two writers that
+        # read the same version exactly one sees it unchanged, and a conflict writes nothing.
         with self._db.transaction() as conn:
             row = first(
                 conn,
@@ -57,6 +81,9 @@ class SqliteSessionStore:
                 "version = excluded.version, updated_us = excluded.updated_us, doc = excluded.doc",
                 (session.workspace_id, session.id, stored.version, to_us(stored.updated_at), doc),
             )
+            memory.insert_messages(conn, session.workspace_id, archive)
+            if audit is not None:
+                workspaces.insert_audit(conn, audit)
         return stored
 
     def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:

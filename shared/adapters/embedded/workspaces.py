@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import apsw
+
 from shared import serde
 from shared.adapters.embedded.db import Database, to_us
 from shared.models import AuditRecord, WorkspaceConfig
@@ -52,18 +54,29 @@ class SqliteWorkspaceStore:
         return [serde.loads(WorkspaceConfig, r[0]) for r in rows]
 
 
+def migrate_audit(db: Database) -> None:
+    """Create or upgrade the audit table (the session store writes it in its transaction)."""
+    db.migrate("audit", _AUDIT_MIGRATIONS)
+
+
+def insert_audit(conn: apsw.Connection, record: AuditRecord) -> None:
+    """One audit row, inside the caller's transaction (AuditLog.append, and a session's save)."""
+    # Idempotent by record id: a retried turn's audit write does not count the turn twice.
+    conn.execute(
+        "INSERT INTO audit (workspace_id, id, created_us, doc) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (workspace_id, id) DO NOTHING",
+        (record.workspace_id, record.id, to_us(record.created_at), serde.dumps(record)),
+    )
+
+
 class SqliteAuditLog:
     def __init__(self, db: Database) -> None:
         self._db = db
-        db.migrate("audit", _AUDIT_MIGRATIONS)
+        migrate_audit(db)
 
     def append(self, record: AuditRecord) -> None:
-        # Idempotent by record id: a retried turn's audit write does not count the turn twice.
-        self._db.execute(
-            "INSERT INTO audit (workspace_id, id, created_us, doc) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (workspace_id, id) DO NOTHING",
-            (record.workspace_id, record.id, to_us(record.created_at), serde.dumps(record)),
-        )
+        with self._db.transaction() as conn:
+            insert_audit(conn, record)
 
     def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
         rows = self._db.query(
