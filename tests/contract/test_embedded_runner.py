@@ -265,7 +265,8 @@ def test_items_in_flight_at_a_crash_are_delivered_after_restart(tmp_path: pathli
     proc = subprocess.Popen([sys.executable, "-c", _CRASHING_CONSUMER, str(queue_path), str(marker)], env=env)
     try:
         deadline = time.monotonic() + 30
-        while not marker.exists():
+        # The consumer creates the file before it writes to it: wait for the content, not the file.
+        while not (marker.exists() and marker.read_text()):
             assert proc.poll() is None, "the consumer process died before claiming an item"
             assert time.monotonic() < deadline, "the consumer process never claimed an item"
             time.sleep(0.02)
