@@ -1,0 +1,377 @@
+"""One local HTTP server speaking the outbound APIs of Telegram, Slack, Discord and WhatsApp.
+
+Each platform lives under its own path prefix, so one server serves all four and `base_urls`
+points the senders at it:
+
+    with FakePlatforms() as fake:
+        senders = build_senders(secrets, outbox, base_urls=fake.base_urls)
+        fake.rate_limit("telegram", retry_after=3)          # the next Telegram request gets a 429
+        ...
+        assert fake.calls("telegram", "sendMessage")[0].json["parse_mode"] == "HTML"
+
+Every request is recorded (method, path, query, headers, JSON body, status). Answers are the
+platforms' success shapes with fresh message ids, and their error shapes for a wrong token or
+an unknown message. Scripted answers (`rate_limit`, `fail`) replace the next requests' answers
+and leave no trace in the chats, as a refused request does; 429s come in each platform's form:
+Telegram `parameters.retry_after`, Slack a Retry-After header, Discord `retry_after` in the JSON
+and a header, WhatsApp a Graph API error with code 130429 and no wait.
+
+Texts are kept per message (`fake.messages`), so a test can assert what a chat shows in the
+end, not only which requests were made. `python -m tests.support.fake_platforms` serves it
+for manual runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
+
+Json = dict[str, Any]
+Answer = tuple[int, Json, dict[str, str]]
+PLATFORMS = ("telegram", "slack", "discord", "whatsapp")
+WHATSAPP_VERSION = "v23.0"
+DISCORD_APPLICATION = "1100000000000000001"
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    platform: str
+    op: str  # sendMessage, editMessageText, chat.postMessage, chat.update, followup, edit, messages
+    method: str
+    path: str  # without the platform prefix
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-cased names
+    json: Json
+    status: int
+
+
+@dataclass
+class FakeMessage:
+    platform: str
+    chat: str
+    message_id: str
+    texts: list[str]  # every text it showed, oldest first: texts[-1] is what it shows now
+    thread: str | None = None
+
+
+@dataclass
+class _Scripted:
+    status: int
+    body: Json
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakePlatforms:
+    def __init__(self, *, tokens: dict[str, str] | None = None, host: str = "127.0.0.1", port: int = 0):
+        # The credentials the fake accepts; any other gets the platform's authentication error.
+        self.tokens = {
+            "telegram": "123456:TEST-telegram-token",
+            "slack": "xoxb-test-slack-token",
+            "whatsapp": "EAATESTwhatsapptoken",
+            **(tokens or {}),
+        }
+        self.requests: list[Recorded] = []
+        self.messages: dict[tuple[str, str], FakeMessage] = {}  # (platform, message id) → message
+        self._scripts: dict[str, deque[_Scripted]] = {p: deque() for p in PLATFORMS}
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1001)
+        self._server = _Server((host, port), _Handler)
+        self._server.fake = self
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def root(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def base_urls(self) -> dict[str, str]:
+        return {
+            "telegram": f"{self.root}/telegram",
+            "slack": f"{self.root}/slack/api",
+            "discord": f"{self.root}/discord/api/v10",
+            "whatsapp": f"{self.root}/whatsapp/{WHATSAPP_VERSION}",
+        }
+
+    def __enter__(self) -> Self:
+        # A short poll interval: shutdown() waits for the loop to notice, once per test.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------ scripting
+
+    def rate_limit(self, platform: str, *, retry_after: float = 1.0, times: int = 1) -> Self:
+        """Answer the platform's next `times` requests with its rate-limit error."""
+        return self._script(platform, _rate_limited(platform, retry_after), times)
+
+    def fail(self, platform: str, status: int, body: Json, *, times: int = 1) -> Self:
+        """Answer the platform's next `times` requests with this status and JSON body."""
+        return self._script(platform, _Scripted(status, body), times)
+
+    def _script(self, platform: str, scripted: _Scripted, times: int) -> Self:
+        with self._lock:
+            self._scripts[platform].extend([scripted] * times)
+        return self
+
+    # ------------------------------------------------------------ reading
+
+    def calls(self, platform: str, op: str | None = None) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if r.platform == platform and (op is None or r.op == op)]
+
+    def shown_ids(self, platform: str) -> list[str]:
+        """The platform's message ids, in posting order (Discord's original as `<token>/@original`)."""
+        with self._lock:
+            return [m.message_id for m in self.messages.values() if m.platform == platform]
+
+    def shown(self, platform: str) -> list[str]:
+        """What each of the platform's messages shows now, in posting order."""
+        with self._lock:
+            return [m.texts[-1] for m in self.messages.values() if m.platform == platform]
+
+    # ------------------------------------------------------------ handling
+
+    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Answer:
+        url = urlsplit(raw_path)
+        platform, _, rest = url.path.lstrip("/").partition("/")
+        path = "/" + rest
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        try:
+            payload = json.loads(body) if body else {}
+        except ValueError:
+            payload = {"_unparsed": body.decode(errors="replace")}
+        if platform not in PLATFORMS:
+            return 404, {"error": "unknown platform"}, {}
+        op = _op(platform, method, path)
+        with self._lock:
+            scripted = self._scripts[platform].popleft() if self._scripts[platform] else None
+            if scripted is not None:
+                status, answer, extra = scripted.status, scripted.body, scripted.headers
+            else:
+                route = getattr(self, f"_{platform}")
+                status, answer, extra = route(op, path, headers, payload)
+            self.requests.append(Recorded(platform, op, method, path, query, headers, payload, status))
+        return status, answer, extra
+
+    def _post(self, platform: str, chat: str, text: str, *, mid: str, thread: str | None = None) -> None:
+        self.messages[(platform, mid)] = FakeMessage(platform, chat, mid, [text], thread)
+
+    def _telegram(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
+        token = path.split("/")[1].removeprefix("bot")
+        if token != self.tokens["telegram"]:
+            return 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}, {}
+        chat, text = body.get("chat_id"), str(body.get("text"))
+        if op == "sendMessage":
+            mid = str(next(self._ids))
+            thread = body.get("message_thread_id")
+            self._post("telegram", str(chat), text, mid=mid, thread=None if thread is None else str(thread))
+        elif op == "editMessageText":
+            mid = str(body.get("message_id"))
+            current = self.messages.get(("telegram", mid))
+            if current is None:
+                return 400, _telegram_error(400, "Bad Request: message to edit not found"), {}
+            if current.texts[-1] == text:
+                return 400, _telegram_error(400, _NOT_MODIFIED), {}
+            current.texts.append(text)
+        else:
+            return 404, _telegram_error(404, "Not Found"), {}
+        result = {"message_id": int(mid), "date": 1700000000, "chat": {"id": chat, "type": "private"}}
+        return 200, {"ok": True, "result": result | {"text": text}}, {}
+
+    def _slack(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
+        if headers.get("authorization") != f"Bearer {self.tokens['slack']}":
+            return 200, {"ok": False, "error": "invalid_auth"}, {}
+        channel, text = str(body.get("channel")), str(body.get("text"))
+        if op == "chat.postMessage":
+            ts = f"1700000000.{next(self._ids):06d}"
+            thread = body.get("thread_ts")
+            self._post("slack", channel, text, mid=ts, thread=thread)
+            message = {"type": "message", "text": text, "ts": ts, "bot_id": "B0TEST"}
+            if thread:
+                message["thread_ts"] = thread
+            return 200, {"ok": True, "channel": channel, "ts": ts, "message": message}, {}
+        if op == "chat.update":
+            ts = str(body.get("ts"))
+            current = self.messages.get(("slack", ts))
+            if current is None:
+                return 200, {"ok": False, "error": "message_not_found"}, {}
+            current.texts.append(text)
+            return (
+                200,
+                {"ok": True, "channel": channel, "ts": ts, "text": text, "message": {"text": text}},
+                {},
+            )
+        return 200, {"ok": False, "error": "unknown_method"}, {}
+
+    def _discord(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
+        match = re.fullmatch(r"/api/v10/webhooks/(\d+)/([^/]+)(?:/messages/([^/]+))?", path)
+        if not match or match.group(1) != DISCORD_APPLICATION or match.group(2).startswith("expired"):
+            return 404, {"message": "Unknown Webhook", "code": 10015}, {}
+        token, target = match.group(2), match.group(3)
+        content = str(body.get("content", ""))
+        if op == "followup":
+            mid = str(1_200_000_000_000_000_000 + next(self._ids))
+            self._post("discord", token, content, mid=mid)
+        else:
+            # The original response exists from the deferred answer on; the first edit fills it.
+            mid = f"{token}/@original" if target == "@original" else str(target)
+            current = self.messages.get(("discord", mid))
+            if current is None and target == "@original":
+                self._post("discord", token, content, mid=mid)
+            elif current is None:
+                return 404, {"message": "Unknown Message", "code": 10008}, {}
+            else:
+                current.texts.append(content)
+        shown_id = "1200000000000000000" if mid.endswith("@original") else mid
+        answer = {"id": shown_id, "type": 0, "content": content, "channel_id": "1300000000000000001"}
+        return 200, answer | {"webhook_id": DISCORD_APPLICATION, "flags": 0}, {}
+
+    def _whatsapp(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
+        if not re.fullmatch(rf"/{re.escape(WHATSAPP_VERSION)}/\d+/messages", path):
+            return 404, _graph_error("Unknown path components", 2500), {}
+        if headers.get("authorization") != f"Bearer {self.tokens['whatsapp']}":
+            return 401, _graph_error("Invalid OAuth access token - Cannot parse access token", 190), {}
+        to, text = str(body.get("to")), body.get("text")
+        mid = f"wamid.HBgLMTU1NTAwMDEyMzQVAgARGBI{next(self._ids)}"
+        self._post("whatsapp", to, str(text.get("body")) if isinstance(text, dict) else "", mid=mid)
+        answer = {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}]}
+        return 200, answer | {"messages": [{"id": mid}]}, {}
+
+
+def _op(platform: str, method: str, path: str) -> str:
+    if platform == "telegram":
+        return path.rsplit("/", 1)[-1]
+    if platform == "slack":
+        return path.rsplit("/", 1)[-1]
+    if platform == "discord":
+        return "followup" if method == "POST" else "edit"
+    return "messages"
+
+
+def _telegram_error(code: int, description: str) -> Json:
+    return {"ok": False, "error_code": code, "description": description}
+
+
+def _graph_error(message: str, code: int) -> Json:
+    return {"error": {"message": message, "type": "OAuthException", "code": code, "fbtrace_id": "AbCdEf12"}}
+
+
+def _rate_limited(platform: str, retry_after: float) -> _Scripted:
+    if platform == "telegram":
+        seconds = int(retry_after)
+        return _Scripted(
+            429,
+            _telegram_error(429, f"Too Many Requests: retry after {seconds}")
+            | {"parameters": {"retry_after": seconds}},
+        )
+    if platform == "slack":
+        return _Scripted(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(int(retry_after))})
+    if platform == "discord":
+        body = {"message": "You are being rate limited.", "retry_after": retry_after, "global": False}
+        return _Scripted(429, body, {"Retry-After": str(int(retry_after) + 1), "X-RateLimit-Scope": "user"})
+    # WhatsApp's throttling is a Graph API error without any wait time.
+    return _Scripted(400, _graph_error("(#130429) Rate limit hit", 130429))
+
+
+class FakeClock:
+    """A monotonic clock whose sleep advances it: throttles and 429 waits run without waiting."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class DictSecrets:
+    """A SecretStore over a dict, counting reads (the real stores cache; this one records)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+        self.reads: list[str] = []
+
+    def get(self, name: str) -> str | None:
+        self.reads.append(name)
+        return self.values.get(name)
+
+    @classmethod
+    def for_fake(cls, fake: FakePlatforms) -> DictSecrets:
+        return cls(
+            {
+                "telegram/bot-token": fake.tokens["telegram"],
+                "slack/bot-token": fake.tokens["slack"],
+                "whatsapp/access-token": fake.tokens["whatsapp"],
+            }
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakePlatforms
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        status, answer, extra = self.server.fake.handle(self.command, self.path, headers, body)
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in extra.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = _serve
+    do_PATCH = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # quiet: the tests assert on the recorded requests instead
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve the fake platform APIs on a local port.")
+    parser.add_argument("--port", type=int, default=8790)
+    args = parser.parse_args()
+    with FakePlatforms(port=args.port) as fake:
+        for platform, url in fake.base_urls.items():
+            print(f"{platform}: {url}")
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
