@@ -1,36 +1,29 @@
 """The webhook's logic, independent of how HTTP arrives (Lambda event or the local gateway).
 
 Verify → parse → queue on the session's lane → answer. Nothing else happens on the request path:
-the turn runs later in the lane, so the platform gets its answer in milliseconds. The local
-gateway and the Lambda webhook both call `accept_web` / `read_outbox`, and map SigilError to a
-status code once, in their own adapter.
+the turn runs later in the lane, so the platform gets its answer in milliseconds (Slack and
+Discord give up after 3 seconds). The local gateway and the Lambda webhook both call
+`accept_web` / `read_outbox` (the web channel) and `accept` (the platform channels of
+shared.channels.inbound), and map SigilError to a status code once, in their own adapter.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import TypeAdapter, ValidationError
 
 from shared.channels import web
+from shared.channels.inbound import Accepted, InboundChannel, IngressOutcome, WebhookRequest
 from shared.errors import BadRequest
 from shared.models import Identifier, LaneItem, OutboxEntry
 from shared.ports import Lanes, Outbox, SecretStore, SubmitResult
 from shared.serde import to_jsonable
 
-
-@dataclass(frozen=True)
-class WebhookRequest:
-    """The parts of an HTTP request the webhook needs; header names lower-case."""
-
-    method: str
-    target: str  # path with query string, exactly as signed by GET clients
-    headers: dict[str, str]
-    body: bytes
-    path_params: dict[str, str] = field(default_factory=dict)
-    query: dict[str, str] = field(default_factory=dict)
+# WebhookRequest lives with the channels (they read it); importers of this module still find it here.
+__all__ = ["Ingress", "WebhookRequest", "outbox_json", "parse_after"]
 
 
 @dataclass
@@ -57,6 +50,24 @@ class Ingress:
         inbound = web.parse(workspace_id, request.body)
         item = LaneItem(inbound=inbound)
         return self.lanes.submit(item), item
+
+    def accept(self, channel: InboundChannel, request: WebhookRequest) -> IngressOutcome:
+        """POST (and WhatsApp's GET) /webhooks/{platform}: answer a handshake, or verify and queue.
+
+        Every message of an Accepted outcome is on its lane before this returns; its dedup id is
+        the platform's event id, so a retried delivery is acknowledged again and queued once.
+        """
+        if len(request.body) > self.max_body_bytes:
+            raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
+        handshake = channel.handshake(request, self.secrets)
+        if handshake is not None:
+            return handshake
+        channel.verify(request, self.secrets, now=self.clock(), window_s=self.signature_window_s)
+        outcome = channel.parse(request)
+        if isinstance(outcome, Accepted):
+            for inbound in outcome.messages:
+                self.lanes.submit(LaneItem(inbound=inbound))
+        return outcome
 
     def authorise_read(self, workspace_id: str, request: WebhookRequest) -> None:
         """GETs on the outbox carry the same signature, over the request target instead of a body."""

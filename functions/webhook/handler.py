@@ -15,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud
+from shared.channels.inbound import Accepted, ChannelName, Handshake, IngressOutcome, channel_for
 from shared.errors import SigilError
 from shared.ingress import WebhookRequest, outbox_json
 from shared.observability import logger, metrics, tracer
@@ -41,6 +42,61 @@ def post_web(workspace: str) -> dict[str, Any]:
         },
     )
     return {"status": result.status, "event_id": inbound.event_id, "session": inbound.chat_id}
+
+
+@app.post("/webhooks/telegram")
+def post_telegram() -> Response[str]:
+    return _platform("telegram")
+
+
+@app.post("/webhooks/slack")
+def post_slack() -> Response[str]:
+    return _platform("slack")
+
+
+@app.post("/webhooks/discord")
+def post_discord() -> Response[str]:
+    return _platform("discord")
+
+
+@app.post("/webhooks/whatsapp")
+def post_whatsapp() -> Response[str]:
+    return _platform("whatsapp")
+
+
+@app.get("/webhooks/whatsapp")
+def get_whatsapp() -> Response[str]:
+    # Meta's subscription handshake (hub.challenge), answered by the same channel.
+    return _platform("whatsapp")
+
+
+def _platform(name: ChannelName) -> Response[str]:
+    """A platform's delivery: handshake, or verify and queue; 200 with the body it expects."""
+    channel = channel_for(name, cloud.settings().resolved_channel_workspace())
+    outcome = cloud.ingress().accept(channel, _request())
+    _record(name, outcome)
+    return Response(status_code=outcome.status, content_type=outcome.content_type, body=outcome.body)
+
+
+def _record(name: ChannelName, outcome: IngressOutcome) -> None:
+    if isinstance(outcome, Accepted):
+        metrics.add_metric(name="MessagesQueued", unit=MetricUnit.Count, value=len(outcome.messages))
+        for inbound in outcome.messages:
+            logger.info(
+                "message accepted",
+                extra={
+                    "channel": name,
+                    "workspace_id": inbound.workspace_id,
+                    "session_id": inbound.session_id,
+                    "event_id": inbound.event_id,
+                },
+            )
+    elif isinstance(outcome, Handshake):
+        metrics.add_metric(name="Handshakes", unit=MetricUnit.Count, value=1)
+        logger.info("handshake answered", extra={"channel": name, "status": outcome.status})
+    else:
+        metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=1)
+        logger.info("event ignored", extra={"channel": name, "reason": outcome.reason})
 
 
 @app.get("/sessions/<workspace>/<session>/outbox")

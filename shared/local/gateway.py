@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -29,6 +29,7 @@ from shared.adapters.embedded import (
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels import web
+from shared.channels.inbound import ChannelName, channel_for
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
@@ -119,6 +120,10 @@ class LocalGateway:
             routes=[
                 Route("/health", self._health, methods=["GET"]),
                 Route("/webhooks/web/{workspace}", self._post_web, methods=["POST"]),
+                Route("/webhooks/telegram", self._platform("telegram"), methods=["POST"]),
+                Route("/webhooks/slack", self._platform("slack"), methods=["POST"]),
+                Route("/webhooks/discord", self._platform("discord"), methods=["POST"]),
+                Route("/webhooks/whatsapp", self._platform("whatsapp"), methods=["GET", "POST"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
@@ -136,6 +141,17 @@ class LocalGateway:
             {"status": result.status, "event_id": item.inbound.event_id, "session": item.inbound.chat_id},
             status_code=202,
         )
+
+    def _platform(self, name: ChannelName) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint of one platform's webhook: the same Ingress.accept as the Lambda webhook."""
+
+        async def endpoint(request: Request) -> Response:
+            req = await _to_webhook_request(request, await request.body())
+            channel = channel_for(name, self.settings.resolved_channel_workspace())
+            outcome = await run_in_threadpool(self.ingress.accept, channel, req)
+            return Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
+
+        return endpoint
 
     async def _get_outbox(self, request: Request) -> Response:
         req = await _to_webhook_request(request, b"")
