@@ -70,6 +70,7 @@ EVENT_DELIVERIES: Final = 3
 # The webhook's routes, as API Gateway names them (infra/constructs/ingress.py, web channel only).
 POST_WEB: Final = "POST /webhooks/web/{workspace}"
 GET_OUTBOX: Final = "GET /sessions/{workspace}/{session}/outbox"
+PLATFORM_CHANNELS: Final = ("telegram", "slack", "discord", "whatsapp")
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -434,6 +435,12 @@ class HttpFront:
                 Route("/health", self._health, methods=["GET"]),
                 Route("/webhooks/web/{workspace}", self._route(POST_WEB), methods=["POST"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._route(GET_OUTBOX), methods=["GET"]),
+                # The platform channels' routes, as the stack's HTTP API declares them.
+                *(
+                    Route(f"/webhooks/{name}", self._route(f"POST /webhooks/{name}"), methods=["POST"])
+                    for name in PLATFORM_CHANNELS
+                ),
+                Route("/webhooks/whatsapp", self._route("GET /webhooks/whatsapp"), methods=["GET"]),
             ]
         )
 
