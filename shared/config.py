@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     provider_timeout_s: float = 60.0
     provider_max_retries: int = 2
 
+    # Platform API base URLs by channel (JSON in SIGIL_PLATFORM_BASE_URLS), for a proxy or a
+    # local stand-in; a channel not listed uses the platform's public API.
+    platform_base_urls: dict[str, str] = Field(default_factory=dict)
+
     # Local gateway
     host: str = "127.0.0.1"
     port: int = 8787
