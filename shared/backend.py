@@ -9,6 +9,7 @@ from shared.config import Settings
 from shared.ports import (
     AuditLog,
     EventBus,
+    IdentityStore,
     Lanes,
     MemoryIndex,
     MemoryStore,
@@ -30,6 +31,7 @@ class Backend:
     workspaces: WorkspaceStore
     audit: AuditLog
     secrets: SecretStore
+    identities: IdentityStore
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shared.config import Settings
+
+if TYPE_CHECKING:
+    from shared.models import Identity
+    from shared.ports import IdentityStore
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
 
@@ -172,6 +178,98 @@ def replies(
 def web_secret(workspace: Workspace = "default", data_dir: DataDir = None) -> None:
     """Print a workspace's web signing secret (for your own web client; keep it out of logs)."""
     typer.echo(_secret(_settings(data_dir), workspace))
+
+
+# ---------------------------------------------------------------- pairing
+
+pairing_app = typer.Typer(
+    help="Senders waiting for approval under the pairing policy: list, approve, block.",
+    no_args_is_help=True,
+)
+app.add_typer(pairing_app, name="pairing")
+
+PairingWorkspace = Annotated[
+    str | None,
+    typer.Option("--workspace", "-w", help="workspace id (default: the one platform channels deliver into)"),
+]
+
+
+@contextmanager
+def _identities(data_dir: Path | None, workspace: str | None) -> Iterator[tuple[IdentityStore, str]]:
+    """The embedded identity store of the data dir (only sigil.db is opened), and the workspace."""
+    from shared.adapters.embedded import Database, SqliteIdentityStore, open_data_dir
+
+    settings = _settings(data_dir)
+    db = Database(open_data_dir(settings.data_dir) / "sigil.db")
+    try:
+        yield SqliteIdentityStore(db), workspace or settings.resolved_channel_workspace()
+    finally:
+        db.close()
+
+
+def _describe(identity: Identity) -> str:
+    name = f"  {identity.display_name}" if identity.display_name else ""
+    return f"{identity.channel}:{identity.channel_user_id}  as {identity.user_id}{name}"
+
+
+@pairing_app.command("list")
+def pairing_list(
+    workspace: PairingWorkspace = None,
+    show_all: Annotated[bool, typer.Option("--all", help="every identity, not only pending ones")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """List the senders waiting for approval, with their pairing codes."""
+    with _identities(data_dir, workspace) as (store, ws):
+        found = store.list_identities(ws, status=None if show_all else "pending")
+    if not found:
+        typer.echo(f"no {'identities' if show_all else 'pending senders'} in workspace {ws!r}", err=True)
+        return
+    for identity in found:
+        code = identity.pairing_code or "-"
+        typer.echo(
+            f"{code:<8}  {identity.status:<8}  {identity.created_at:%Y-%m-%d %H:%M}  {_describe(identity)}"
+        )
+
+
+@pairing_app.command("approve")
+def pairing_approve(
+    code: Annotated[str, typer.Argument(help="the pairing code the sender was given")],
+    workspace: PairingWorkspace = None,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="the Sigil user they are (default: derived)")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Approve a pending sender: their next message is answered, as USER."""
+    from shared.identity import approve
+
+    with _identities(data_dir, workspace) as (store, ws):
+        approved = _admin(lambda: approve(store, ws, code, user_id=user))
+    typer.echo(f"approved {_describe(approved)}")
+
+
+@pairing_app.command("block")
+def pairing_block(
+    who: Annotated[str, typer.Argument(help="a pairing code, or CHANNEL:USER (e.g. telegram:12345)")],
+    workspace: PairingWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Block a sender: their messages are dropped unanswered (and audited)."""
+    from shared.identity import block
+
+    with _identities(data_dir, workspace) as (store, ws):
+        blocked = _admin(lambda: block(store, ws, who))
+    typer.echo(f"blocked {_describe(blocked)}")
+
+
+def _admin(action: Callable[[], Identity]) -> Identity:
+    from shared.errors import SigilError
+
+    try:
+        return action()
+    except SigilError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from exc
 
 
 if __name__ == "__main__":

@@ -94,11 +94,26 @@ class Session(Model):
     # Messages ever appended, and how many have rolled out of the window into Tier 1.
     message_count: int = 0
     rolled_out_count: int = 0
-    # Platform event ids of the last turns: a redelivered event that already ran is skipped.
+    # Platform event ids of the turns committed lately, oldest first, and when each committed
+    # (epoch seconds, same order). The turn keeps a day of them (shared.agent.turn.EVENT_ID_TTL),
+    # so a redelivered event that already ran is skipped however late the platform retries.
     recent_event_ids: list[str] = Field(default_factory=list)
+    recent_event_times: list[int] = Field(default_factory=list)
     version: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _a_time_for_every_event_id(self) -> Session:
+        # Documents written before the times were kept carry ids only: those count as seen at the
+        # session's last update, so they expire a day after it, neither at once nor never.
+        missing = len(self.recent_event_ids) - len(self.recent_event_times)
+        if missing < 0:
+            raise ValueError("recent_event_times has more entries than recent_event_ids")
+        if missing:
+            seen = int(self.updated_at.timestamp())
+            self.recent_event_times = [seen] * missing + self.recent_event_times
+        return self
 
 
 # ---------------------------------------------------------------- channels
@@ -121,11 +136,14 @@ class Attachment(Model):
     size: int | None = None
 
 
+Channel = Literal["web", "telegram", "slack", "discord", "whatsapp"]
+
+
 class InboundMessage(Model):
     """A user's message, normalised from any channel, as it travels through the lane."""
 
     event_id: Identifier
-    channel: Literal["web", "telegram", "slack", "discord", "whatsapp"]
+    channel: Channel
     workspace_id: WorkspaceId
     session_id: Identifier
     sender: Sender
@@ -212,6 +230,35 @@ class WorkspaceConfig(Model):
     pii_redaction: bool = False
     unknown_sender_policy: Literal["allow", "allow_list", "pairing"] = "allow"
     allowed_senders: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- identities
+
+
+IdentityStatus = Literal["approved", "pending", "blocked"]
+# Eight characters of an alphabet without 0/O and 1/I (shared.identity.PAIRING_ALPHABET): short
+# enough to read out or type on a phone, 32^8 (about 10^12) codes.
+PAIRING_CODE_PATTERN = r"^[A-HJ-NP-Z2-9]{8}$"
+
+
+class Identity(Model):
+    """A channel user known to a workspace, and the Sigil user they are (spec 000, RECEIVE).
+
+    One per (workspace, channel, channel user). `pairing_code` is set while the identity is
+    pending under the "pairing" policy and cleared when an admin approves or blocks it.
+    """
+
+    workspace_id: WorkspaceId
+    channel: Channel
+    # The platform's own id (Telegram's may be negative); bounded so it fits in a key.
+    channel_user_id: str = Field(min_length=1, max_length=256)
+    # The Sigil user, e.g. "alice"; room for a derived "{channel}:{channel_user_id}".
+    user_id: str = Field(min_length=1, max_length=300)
+    display_name: str | None = None
+    status: IdentityStatus = "pending"
+    pairing_code: str | None = Field(default=None, pattern=PAIRING_CODE_PATTERN)
+    created_at: datetime = Field(default_factory=utcnow)
+    approved_at: datetime | None = None
 
 
 # ---------------------------------------------------------------- memory
@@ -341,6 +388,15 @@ class AuditRecord(Model):
     tokens_out: int = 0
     duration_ms: float = 0.0
     cost_usd: float = 0.0
-    outcome: Literal["ok", "error", "skipped_duplicate", "model_not_configured", "budget_denied", "limited"]
+    outcome: Literal[
+        "ok",
+        "error",
+        "skipped_duplicate",
+        "model_not_configured",
+        "budget_denied",
+        "limited",
+        "pairing_required",  # an unknown sender under the pairing policy was given a code
+        "sender_refused",  # not on the allow list, blocked, or a bot: no model call, nothing kept
+    ]
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)

@@ -16,6 +16,8 @@ from pydantic import BaseModel
 from shared.models import (
     AuditRecord,
     DomainEvent,
+    Identity,
+    IdentityStatus,
     IndexDoc,
     IndexQuery,
     IndexResult,
@@ -184,6 +186,37 @@ class WorkspaceStore(Protocol):
     def put(self, config: WorkspaceConfig) -> None: ...
 
     def list_workspaces(self) -> list[WorkspaceConfig]: ...
+
+
+@runtime_checkable
+class IdentityStore(Protocol):
+    """Who a channel user is in a workspace: one Identity per (workspace, channel, channel user).
+
+    The agent reads it on every turn (shared.identity.resolve_sender) and admins change it
+    (`sigil pairing ...`). A pairing code is looked up without a scan.
+    """
+
+    def get(self, workspace_id: str, channel: str, channel_user_id: str) -> Identity | None: ...
+
+    def put(self, identity: Identity) -> None:
+        """Store `identity`, replacing the one with its key; a code it no longer has stops finding it."""
+        ...
+
+    def create(self, identity: Identity) -> Identity:
+        """Store `identity` unless its key holds one already; returns the identity stored.
+
+        The first write wins, so two first messages of one sender racing in two lanes (a DM and a
+        group) end up with one identity, and one pairing code, between them.
+        """
+        ...
+
+    def list_identities(self, workspace_id: str, *, status: IdentityStatus | None = None) -> list[Identity]:
+        """The workspace's identities (those with `status`, when given), by channel, then channel user."""
+        ...
+
+    def find_by_pairing_code(self, workspace_id: str, code: str) -> Identity | None: ...
+
+    def delete(self, workspace_id: str, channel: str, channel_user_id: str) -> None: ...
 
 
 @runtime_checkable

@@ -1,6 +1,12 @@
 """One agent turn (spec 000): load, prepare, call the model, send, commit (with the audit record).
 
 Failure policy, decided once here:
+- The sender is resolved first (shared.identity.resolve_sender). One the workspace does not admit
+  (refused, or waiting for an admin to approve their pairing code) gets the policy's reply, if it
+  has one, and the turn ends there: no model call, and nothing committed, since theirs is not an
+  admitted conversation. The audit record says why ("sender_refused", "pairing_required"). The
+  reply goes out once however often the event is redelivered: the outbox and the platforms'
+  send ledger are keyed by the turn, which is derived from the event.
 - No model configured: the user is told how to configure one (the ModelNotConfigured text), their
   message is kept in the session, and the turn ends "model_not_configured". Retrying can't help.
 - The provider fails after the SDK's own retries (ProviderError): the attempt is audited as
@@ -12,9 +18,19 @@ Failure policy, decided once here:
   and the outbox, for which that position is the send ledger, drops the second post.
 - The commit is one SessionStore.save: the session, the Tier-1 records rolled out of the window
   and the turn's audit record land together or not at all (one DynamoDB transaction in the cloud).
-  With the workspace config cached (shared.workspace_cache), a warm turn makes three DynamoDB
-  round trips: the session's GetItem, the reply's PutItem and the commit's TransactWriteItems.
-- A redelivered event whose turn already committed is skipped ("skipped_duplicate").
+  With the workspace config and the sender's identity cached (shared.workspace_cache,
+  shared.identity.CachedIdentities), a warm turn makes three DynamoDB round trips: the session's
+  GetItem, the reply's PutItem and the commit's TransactWriteItems.
+- A redelivered event whose turn already committed is skipped ("skipped_duplicate"). SQS FIFO
+  drops a duplicate only within 5 minutes of the first send, and platforms retry later than that
+  (Slack's last retry; Telegram re-sending updates after the webhook failed for a while), so the
+  session keeps the event ids of its last day of turns (EVENT_ID_TTL, at most
+  MAX_RECENT_EVENT_IDS) with their commit times: a few hundred bytes for a conversation at an
+  ordinary pace. Checking the session is enough: an event always maps to the same session, so its
+  deliveries queue in one lane and run one after the other, and the later one finds the id in the
+  session it loads. Deliveries that overlap all the same (a visibility timeout running out
+  mid-turn) meet at the commit, whose version condition lets one through and sends the other
+  back to a session that now holds the id.
 """
 
 from __future__ import annotations
@@ -24,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Literal
 
 from shared.backend import Backend
@@ -31,6 +48,7 @@ from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
 from shared.errors import ConcurrencyConflict, ModelNotConfigured, ProviderError
+from shared.identity import Resolution, resolve_sender
 from shared.models import (
     AssistantMessage,
     AuditRecord,
@@ -52,13 +70,20 @@ from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCa
 
 log = logging.getLogger("sigil.turn")
 
-RECENT_EVENT_IDS = 50  # redeliveries arrive within minutes; 50 turns back is far beyond that
+# How long a committed event id is remembered: past every platform's redelivery (see the module
+# docstring), and past SQS FIFO's 5-minute deduplication window by far.
+EVENT_ID_TTL = timedelta(hours=24)
+# A bound on the session item whatever the pace: 500 turns within a day is a busy group channel,
+# whose retries (minutes or hours late) are still among its last 500 events.
+MAX_RECENT_EVENT_IDS = 500
 PARTS_PER_TURN = 100  # outbox positions a turn's reply may take (see reply_seq)
 COMMIT_ATTEMPTS = 5
 EMPTY_REPLY = "(The model returned an empty reply.)"
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
 
-Outcome = Literal["ok", "error", "skipped_duplicate", "model_not_configured"]
+Outcome = Literal[
+    "ok", "error", "skipped_duplicate", "model_not_configured", "pairing_required", "sender_refused"
+]
 ProviderFactory = Callable[[str | None], tuple[Provider, str]]
 
 
@@ -68,6 +93,7 @@ class TurnDeps:
     settings: Settings
     senders: SenderRegistry
     provider_factory: ProviderFactory  # model ref ("openai/gpt-4.1-mini" or None) → (provider, model)
+    clock: Callable[[], datetime] = utcnow  # commit times, event-id expiry, identity timestamps
 
 
 @dataclass
@@ -84,15 +110,20 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
     workspace = deps.backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
-    session = _load_session(deps.backend.sessions, inbound)
+    sender = resolve_sender(deps.backend.identities, workspace, inbound, now=deps.clock())
+    session = _load_session(deps.backend.sessions, inbound, sender.user_id)
     if inbound.event_id in session.recent_event_ids:
-        return _audit(deps, item, started, "skipped_duplicate")
+        return _audit(deps, item, started, "skipped_duplicate", user_id=sender.user_id)
+    if not sender.admitted:
+        return _turn_away(deps, item, session, sender, started)
     user = _user_message(inbound, turn)
     try:
         provider, model = deps.provider_factory(session.model_override or workspace.model)
     except ModelNotConfigured as exc:
         _send(deps, inbound, session, turn, exc.message)
-        record = _audit_record(item, started, "model_not_configured", error=exc.message)
+        record = _audit_record(
+            item, started, "model_not_configured", user_id=sender.user_id, error=exc.message
+        )
         _commit(deps, workspace, session, inbound, [user], audit=record)
         return _log_turn(record)
     model_ref = f"{provider.name}/{model}"
@@ -101,13 +132,13 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     try:
         step = call_model(provider, request)
     except ProviderError as exc:
-        _audit(deps, item, started, "error", model=model_ref, error=exc.message)
+        _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
     if step.tool_calls:  # no tools are offered yet; the tool loop will consume these here
         log.warning("model asked for tools that were not offered", extra={"turn_id": turn})
     reply = AssistantMessage(id=f"{turn}.a", content=_reply_text(step), model=model_ref)
     _send(deps, inbound, session, turn, reply.content)
-    record = _audit_record(item, started, "ok", model=model_ref, usage=step.usage)
+    record = _audit_record(item, started, "ok", user_id=sender.user_id, model=model_ref, usage=step.usage)
     _commit(deps, workspace, session, inbound, [user, reply], audit=record)
     return _log_turn(record)
 
@@ -116,7 +147,12 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     """For the lane, when it dead-letters an item: apologise once and keep what the user said."""
     inbound, turn = item.inbound, turn_id_for(item)
     workspace = deps.backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
-    session = _load_session(deps.backend.sessions, inbound)
+    sender = resolve_sender(deps.backend.identities, workspace, inbound, now=deps.clock())
+    if not sender.admitted:
+        # What failed was the policy's reply; a sender not admitted has nothing kept, apology
+        # included.
+        return
+    session = _load_session(deps.backend.sessions, inbound, sender.user_id)
     if inbound.event_id in session.recent_event_ids:
         return
     # The failed attempts sent nothing (a provider error comes before the send), so the apology
@@ -159,6 +195,16 @@ def reply_seq(message_count: int, part: int = 0) -> int:
     return message_count * PARTS_PER_TURN + part + 1
 
 
+def recent_events(session: Session, event_id: str, now: datetime) -> tuple[list[str], list[int]]:
+    """The session's event ids and times with `event_id` added at `now`: those of the last
+    EVENT_ID_TTL, the newest MAX_RECENT_EVENT_IDS of them, oldest first."""
+    at = int(now.timestamp())
+    horizon = at - int(EVENT_ID_TTL.total_seconds())
+    seen = zip(session.recent_event_ids, session.recent_event_times, strict=True)
+    kept = [*((e, t) for e, t in seen if t >= horizon), (event_id, at)][-MAX_RECENT_EVENT_IDS:]
+    return [e for e, _ in kept], [t for _, t in kept]
+
+
 def turn_id_for(item: LaneItem) -> str:
     """Deterministic per event, so every retry of a turn writes to the same send-ledger keys."""
     i = item.inbound
@@ -188,16 +234,28 @@ def message_text(m: Message) -> str:
 # ---------------------------------------------------------------- steps
 
 
-def _load_session(store: SessionStore, inbound: InboundMessage) -> Session:
+def _load_session(store: SessionStore, inbound: InboundMessage, user_id: str) -> Session:
+    """The stored session, or a new one belonging to `user_id` (the Sigil user who opened it)."""
     found = store.get(inbound.workspace_id, inbound.session_id)
     if found is not None:
         return found
     return Session(
         id=inbound.session_id,
         workspace_id=inbound.workspace_id,
-        user_id=inbound.sender.id,
+        user_id=user_id,
         channel=inbound.channel,
     )
+
+
+def _turn_away(
+    deps: TurnDeps, item: LaneItem, session: Session, sender: Resolution, started: float
+) -> AuditRecord:
+    """A sender the workspace does not admit: the policy's reply if it has one (a pairing code, a
+    refusal; nothing to a blocked sender or a bot), no model call, nothing kept in the session."""
+    if sender.reply is not None:
+        _send(deps, item.inbound, session, turn_id_for(item), sender.reply)
+    outcome: Outcome = "pairing_required" if sender.admission == "pairing_required" else "sender_refused"
+    return _audit(deps, item, started, outcome, user_id=sender.user_id, error=sender.reason)
 
 
 def _user_message(inbound: InboundMessage, turn: str) -> UserMessage:
@@ -247,13 +305,16 @@ def _commit(
         # before the save leaves documents the retry rewrites in place (ids are message ids),
         # whereas the reverse order could leave Tier-1 records that search never finds.
         _index(deps.backend, session, records)
+        now = deps.clock()
+        event_ids, event_times = recent_events(session, inbound.event_id, now)
         updated = session.model_copy(
             update={
                 "active_messages": kept,
                 "message_count": session.message_count + len(new),
                 "rolled_out_count": session.rolled_out_count + len(rolled),
-                "recent_event_ids": [*session.recent_event_ids, inbound.event_id][-RECENT_EVENT_IDS:],
-                "updated_at": utcnow(),
+                "recent_event_ids": event_ids,
+                "recent_event_times": event_times,
+                "updated_at": now,
             }
         )
         try:
@@ -261,7 +322,7 @@ def _commit(
                 updated, expected_version=session.version, archive=records, audit=audit
             )
         except ConcurrencyConflict:
-            session = _load_session(deps.backend.sessions, inbound)
+            session = _load_session(deps.backend.sessions, inbound, session.user_id or inbound.sender.id)
             if inbound.event_id in session.recent_event_ids:
                 # Another delivery of this same turn committed first, with its own audit record:
                 # this one's is not written, so the turn is counted once.
@@ -337,11 +398,13 @@ def _audit(
     started: float,
     outcome: Outcome,
     *,
+    user_id: str,
     model: str | None = None,
     error: str | None = None,
 ) -> AuditRecord:
-    """Audit a turn that commits nothing (a skipped duplicate, a failed attempt) on its own."""
-    record = _audit_record(item, started, outcome, model=model, error=error)
+    """Audit a turn that commits nothing (a skipped duplicate, a sender turned away, a failed
+    attempt) on its own."""
+    record = _audit_record(item, started, outcome, user_id=user_id, model=model, error=error)
     deps.backend.audit.append(record)
     return _log_turn(record)
 
@@ -351,16 +414,18 @@ def _audit_record(
     started: float,
     outcome: Outcome,
     *,
+    user_id: str,
     model: str | None = None,
     usage: Usage | None = None,
     error: str | None = None,
 ) -> AuditRecord:
     # A committing turn's record travels in its commit, so its duration stops short of the save.
+    # `user_id` is the Sigil user the sender resolved to (for a refused sender, who they claim to be).
     inbound, usage = item.inbound, usage or Usage()
     return AuditRecord(
         workspace_id=inbound.workspace_id,
         session_id=inbound.session_id,
-        user_id=inbound.sender.id,
+        user_id=user_id,
         event_id=inbound.event_id,
         turn_id=turn_id_for(item),
         model=model,

@@ -21,10 +21,15 @@ def build_aws_backend(settings: Settings) -> Backend:
     """Wire every port to its AWS adapter from the stack's settings (SIGIL_* variables).
 
     No AWS call is made here: building a boto3 client sends no request.
+
+    Identities are read through a per-process cache (shared.identity.CachedIdentities) so that a
+    warm turn reads none: a block or rename made elsewhere takes up to a minute to apply in a warm
+    container, while a pending sender's approval applies at once (pending answers are not kept).
     """
     # Deferred on purpose (see the module docstring).
     from shared.adapters.aws.dynamodb import (
         DynamoAuditLog,
+        DynamoIdentityStore,
         DynamoMemoryStore,
         DynamoOutbox,
         DynamoSessionStore,
@@ -35,6 +40,7 @@ def build_aws_backend(settings: Settings) -> Backend:
     from shared.adapters.aws.secrets import SecretsManagerStore
     from shared.adapters.aws.sqs import SqsLanes
     from shared.backend import Backend
+    from shared.identity import CachedIdentities
 
     required = {
         "SIGIL_SESSIONS_TABLE": settings.sessions_table,
@@ -65,4 +71,5 @@ def build_aws_backend(settings: Settings) -> Backend:
         workspaces=DynamoWorkspaceStore(settings.memory_table, region=region),
         audit=DynamoAuditLog(settings.memory_table, region=region),
         secrets=SecretsManagerStore(settings.secrets_prefix, region=region),
+        identities=CachedIdentities(DynamoIdentityStore(settings.memory_table, region=region)),
     )

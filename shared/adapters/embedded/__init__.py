@@ -1,8 +1,8 @@
 """Embedded adapters: every port on SQLite files in settings.data_dir, for one machine.
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
-(sessions, memory, outbox, workspaces, audit), `index.db` (FTS5 + sqlite-vec) and `queue.db`
-(lanes and events), plus `secrets.json` (mode 0600).
+(sessions, memory, outbox, workspaces, audit, identities), `index.db` (FTS5 + sqlite-vec) and
+`queue.db` (lanes and events), plus `secrets.json` (mode 0600).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from shared.adapters.embedded.db import Database, DatabaseClosed
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
+from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
 from shared.adapters.embedded.memory import SqliteMemoryStore
@@ -30,6 +31,7 @@ __all__ = [
     "LocalScheduler",
     "SqliteAuditLog",
     "SqliteEventBus",
+    "SqliteIdentityStore",
     "SqliteLanes",
     "SqliteMemoryIndex",
     "SqliteMemoryStore",
@@ -70,6 +72,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             workspaces=SqliteWorkspaceStore(main),
             audit=SqliteAuditLog(main),
             secrets=FileSecretStore(data_dir / "secrets.json"),
+            identities=SqliteIdentityStore(main),
             closers=[main.close, index_db.close, queue.close],
         )
     except BaseException:

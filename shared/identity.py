@@ -1,0 +1,328 @@
+"""Who is writing: channel user → Sigil user, under the workspace's unknown-sender policy (spec 000).
+
+The webhook puts every platform message in one workspace (Settings.resolved_channel_workspace;
+the web channel: the workspace in its URL) and makes no store call; the agent resolves the sender
+there, at the start of the turn, with `resolve_sender`:
+
+- an identity that is blocked refuses the sender, silently (audited, never answered);
+- an approved identity admits them as its `user_id`;
+- otherwise the workspace's policy decides:
+  - "allow": everyone is admitted, and first contact stores an approved identity (user id
+    derived from the channel user, see `derived_user_id`) that an admin can later rename or block;
+  - "allow_list": admitted if `{channel}:{sender id}` (the bare id for web) is in
+    `allowed_senders`, refused with a short reply otherwise. No identity is stored for a listed
+    sender, so taking them off the list is enough to shut them out;
+  - "pairing": first contact stores a pending identity with a pairing code, and the reply tells
+    the sender the code and that an admin must run `sigil pairing approve <code>`. A pending
+    sender who writes again gets the same code.
+
+Bots are refused silently whatever the policy: the platform channels drop their messages
+already, and answering a bot could start two bots talking forever.
+
+A refused or pending sender costs no model call and leaves nothing in the session (see
+shared.agent.turn); the turn's audit record carries the outcome, the user id and the reason.
+Nothing here logs, and nothing here reads the message's text.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from pydantic import ValidationError
+
+from shared.clock import utcnow
+from shared.errors import BadRequest, NotFound, SigilError
+from shared.models import Identity, IdentityStatus, InboundMessage, WorkspaceConfig
+from shared.ports import IdentityStore
+
+# No 0/O or 1/I: a code read aloud or typed on a phone has one reading.
+PAIRING_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+PAIRING_CODE_LENGTH: Final = 8
+# A fresh code is checked against the workspace's pending ones; with 32^8 codes a second try is
+# already unlikely, and a fifth would mean the generator is broken.
+_CODE_ATTEMPTS: Final = 5
+MAX_CHANNEL_USER_ID: Final = 256
+
+PAIRING_REPLY: Final = (
+    "Hi! This assistant only talks to people an admin has approved. Your pairing code is {code}. "
+    "Please ask an admin to run: sigil pairing approve {code}"
+)
+REFUSAL_REPLY: Final = (
+    "Sorry, this assistant only answers people on its allow list. Please ask an admin to add you."
+)
+
+Admission = Literal["admitted", "pairing_required", "sender_refused"]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the turn does with a sender: admit them as `user_id`, or answer `reply` (None: nothing).
+
+    `user_id` is set for refused senders too (their identity's, or the derived one), so the audit
+    record says who was turned away. `reason` is for the audit record, never shown to the sender.
+    """
+
+    admission: Admission
+    user_id: str
+    reply: str | None = None
+    reason: str | None = None
+    identity: Identity | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.admission == "admitted"
+
+
+def derived_user_id(channel: str, channel_user_id: str) -> str:
+    """The Sigil user of a sender nobody named: the web client's user id as it is (the signed web
+    client speaks for its users), `{channel}:{id}` for a platform user."""
+    return channel_user_id if channel == "web" else f"{channel}:{channel_user_id}"
+
+
+def on_allow_list(workspace: WorkspaceConfig, channel: str, channel_user_id: str) -> bool:
+    entries = set(workspace.allowed_senders)
+    if f"{channel}:{channel_user_id}" in entries:
+        return True
+    return channel == "web" and channel_user_id in entries
+
+
+def new_pairing_code() -> str:
+    return "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(PAIRING_CODE_LENGTH))
+
+
+def normalize_code(text: str) -> str:
+    """A code as an admin typed it: any case, spaces or dashes in it."""
+    return "".join(ch for ch in text.upper() if ch not in " -")
+
+
+def resolve_sender(
+    identities: IdentityStore,
+    workspace: WorkspaceConfig,
+    inbound: InboundMessage,
+    *,
+    now: datetime | None = None,
+) -> Resolution:
+    """Admit, give a pairing code to, or refuse the sender of `inbound` in `workspace` (see the module)."""
+    channel, sender_id = inbound.channel, inbound.sender.id
+    derived = derived_user_id(channel, sender_id)
+    if inbound.sender.is_bot:
+        return Resolution("sender_refused", derived, reason="bot sender")
+    if not 0 < len(sender_id) <= MAX_CHANNEL_USER_ID:
+        # No identity can be stored for it; the channels never produce one, so refuse quietly.
+        return Resolution("sender_refused", derived, reason="unusable sender id")
+    found = identities.get(workspace.id, channel, sender_id)
+    if found is None and workspace.unknown_sender_policy != "allow_list":
+        # The first write wins: a sender racing themself in two lanes gets one identity (one code).
+        found = identities.create(_first_contact(identities, workspace, inbound, now or utcnow()))
+    return _judge(workspace, channel, sender_id, found)
+
+
+def _first_contact(
+    identities: IdentityStore, workspace: WorkspaceConfig, inbound: InboundMessage, now: datetime
+) -> Identity:
+    allow = workspace.unknown_sender_policy == "allow"
+    return Identity(
+        workspace_id=workspace.id,
+        channel=inbound.channel,
+        channel_user_id=inbound.sender.id,
+        user_id=derived_user_id(inbound.channel, inbound.sender.id),
+        display_name=inbound.sender.name,
+        status="approved" if allow else "pending",
+        pairing_code=None if allow else _unused_code(identities, workspace.id),
+        created_at=now,
+        approved_at=now if allow else None,
+    )
+
+
+def _unused_code(identities: IdentityStore, workspace_id: str) -> str:
+    # A code must name one sender: an admin approving it must never let a second one in.
+    for _ in range(_CODE_ATTEMPTS):
+        code = new_pairing_code()
+        if identities.find_by_pairing_code(workspace_id, code) is None:
+            return code
+    raise SigilError("no free pairing code after several tries", code="pairing_unavailable")
+
+
+def _judge(workspace: WorkspaceConfig, channel: str, sender_id: str, found: Identity | None) -> Resolution:
+    policy = workspace.unknown_sender_policy
+    if found is not None and found.status == "blocked":
+        return Resolution("sender_refused", found.user_id, reason="blocked", identity=found)
+    if found is not None and found.status == "approved":
+        return Resolution("admitted", found.user_id, identity=found)
+    user_id = found.user_id if found is not None else derived_user_id(channel, sender_id)
+    # Unknown or pending from here on. A pending identity outlives a change of policy: under
+    # "allow" it is admitted, under "allow_list" the list decides, as for anyone unknown.
+    if policy == "allow" or (policy == "allow_list" and on_allow_list(workspace, channel, sender_id)):
+        return Resolution("admitted", user_id, identity=found)
+    if policy == "allow_list":
+        return Resolution(
+            "sender_refused", user_id, reply=REFUSAL_REPLY, reason="not on the allow list", identity=found
+        )
+    if found is None or found.pairing_code is None:
+        # Only a pending identity whose code an admin cleared by hand gets here: it waits for an
+        # admin to approve or block it by its channel id, and hears nothing in the meantime.
+        return Resolution("sender_refused", user_id, reason="pending without a code", identity=found)
+    return Resolution(
+        "pairing_required",
+        user_id,
+        reply=PAIRING_REPLY.format(code=found.pairing_code),
+        reason="awaiting approval",
+        identity=found,
+    )
+
+
+# ---------------------------------------------------------------- admin actions (the CLI)
+
+
+def approve(
+    identities: IdentityStore,
+    workspace_id: str,
+    code: str,
+    *,
+    user_id: str | None = None,
+    now: datetime | None = None,
+) -> Identity:
+    """Approve the pending sender holding `code`, as `user_id` (default: the id derived at contact)."""
+    found = _by_code(identities, workspace_id, code)
+    approved = _changed(
+        found,
+        status="approved",
+        user_id=user_id or found.user_id,
+        # A code is good for one approval: cleared, it can never let anyone else in.
+        pairing_code=None,
+        approved_at=now or utcnow(),
+    )
+    identities.put(approved)
+    return approved
+
+
+def block(identities: IdentityStore, workspace_id: str, who: str, *, now: datetime | None = None) -> Identity:
+    """Block a sender, by pairing code or as `{channel}:{channel user id}`.
+
+    By channel id it works for a sender not seen yet too: the blocked identity is stored before
+    their first message arrives.
+    """
+    channel, sep, channel_user_id = who.partition(":")
+    if not sep:
+        found = _by_code(identities, workspace_id, who)
+    else:
+        existing = identities.get(workspace_id, channel, channel_user_id)
+        found = existing or _changed(
+            None,
+            workspace_id=workspace_id,
+            channel=channel,
+            channel_user_id=channel_user_id,
+            user_id=derived_user_id(channel, channel_user_id),
+            created_at=now or utcnow(),
+        )
+    blocked = _changed(found, status="blocked", pairing_code=None)
+    identities.put(blocked)
+    return blocked
+
+
+def _by_code(identities: IdentityStore, workspace_id: str, code: str) -> Identity:
+    found = identities.find_by_pairing_code(workspace_id, normalize_code(code))
+    if found is None:
+        raise NotFound(f"no pending sender has pairing code {code!r} in workspace {workspace_id!r}")
+    return found
+
+
+def _changed(identity: Identity | None, **fields: object) -> Identity:
+    """`identity` with `fields` changed, validated (model_copy would not check an admin's input)."""
+    base = {} if identity is None else identity.model_dump()
+    try:
+        return Identity.model_validate(base | fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise BadRequest(f"not a valid identity: {problems}") from exc
+
+
+# ---------------------------------------------------------------- the agent's cache
+
+IDENTITY_TTL_S: Final = 60.0
+MAX_ENTRIES: Final = 4096
+
+_Key = tuple[str, str, str]
+
+
+class CachedIdentities:
+    """An IdentityStore answering `get` from memory for `ttl_s` seconds, so a warm turn reads none.
+
+    Approved, blocked and unknown answers are kept; pending ones never are, so a sender an admin
+    has just approved is admitted on their next message. The price, as for workspace configs
+    (shared.workspace_cache): a block, a rename, or a first identity stored by another process
+    takes up to the TTL to apply in this one. Writes through the cache apply here at once.
+    """
+
+    def __init__(
+        self,
+        store: IdentityStore,
+        *,
+        ttl_s: float = IDENTITY_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = MAX_ENTRIES,
+    ) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._max_entries = max_entries
+        self._entries: dict[_Key, tuple[float, Identity | None]] = {}
+        # Lane workers share one instance in the local gateway; Lambda runs one turn at a time.
+        self._lock = threading.Lock()
+
+    def get(self, workspace_id: str, channel: str, channel_user_id: str) -> Identity | None:
+        key = (workspace_id, channel, channel_user_id)
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is not None and now - entry[0] < self.ttl_s:
+            return _copy(entry[1])
+        found = self.store.get(workspace_id, channel, channel_user_id)
+        self._remember(key, found, now)
+        return _copy(found)
+
+    def put(self, identity: Identity) -> None:
+        self.store.put(identity)
+        self._remember(_key(identity), identity, self._clock())
+
+    def create(self, identity: Identity) -> Identity:
+        stored = self.store.create(identity)
+        self._remember(_key(stored), stored, self._clock())
+        return stored
+
+    def list_identities(self, workspace_id: str, *, status: IdentityStatus | None = None) -> list[Identity]:
+        # An admin path: always the store's current list.
+        return self.store.list_identities(workspace_id, status=status)
+
+    def find_by_pairing_code(self, workspace_id: str, code: str) -> Identity | None:
+        return self.store.find_by_pairing_code(workspace_id, code)
+
+    def delete(self, workspace_id: str, channel: str, channel_user_id: str) -> None:
+        self.store.delete(workspace_id, channel, channel_user_id)
+        with self._lock:
+            self._entries.pop((workspace_id, channel, channel_user_id), None)
+
+    def _remember(self, key: _Key, identity: Identity | None, now: float) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+            if identity is not None and identity.status == "pending":
+                return
+            if len(self._entries) >= self._max_entries:
+                # Insertion order is refresh order: the first key is the stalest entry.
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = (now, _copy(identity))
+
+
+def _key(identity: Identity) -> _Key:
+    return (identity.workspace_id, identity.channel, identity.channel_user_id)
+
+
+def _copy(identity: Identity | None) -> Identity | None:
+    # Models are mutable: a caller changing what it got must not change the cached one.
+    return None if identity is None else identity.model_copy(deep=True)
