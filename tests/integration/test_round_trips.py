@@ -128,8 +128,16 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
         assert agent.lambda_handler(batch(n), CONTEXT) == {"batchItemFailures": []}
         turns.append(calls[start:])
 
-    # The cold turn reads the workspace config once; then the cache answers
-    assert [c.operation for c in turns[0]] == ["GetItem", "GetItem", "PutItem", "TransactWriteItems"]
+    # The cold turn reads the workspace config once and, at the sender's first contact, reads and
+    # creates their identity; then the caches answer
+    assert [c.operation for c in turns[0]] == [
+        "GetItem",  # workspace config
+        "GetItem",  # the sender's identity
+        "PutItem",  # ... created at first contact (policy "allow")
+        "GetItem",  # the session
+        "PutItem",  # the reply
+        "TransactWriteItems",  # the commit
+    ]
     assert turns[0][0].tables == [aws.memory_table]
     # Every warm turn: the session, the reply, and one transaction that commits the session with
     # the two messages rolled out to Tier 1 and the audit record
