@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shared.channels.ledger import SendLedger
 from shared.config import Settings
 from shared.ports import (
     AuditLog,
@@ -32,6 +33,7 @@ class Backend:
     audit: AuditLog
     secrets: SecretStore
     identities: IdentityStore
+    send_ledger: SendLedger
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -78,7 +78,7 @@ def turn_deps() -> TurnDeps:
     """Everything a turn needs: the full AWS backend, the channel senders and the model providers."""
     from shared.adapters.aws import build_aws_backend
     from shared.agent.turn import TurnDeps
-    from shared.channels.senders import OutboxSender, SenderRegistry
+    from shared.channels.out import build_senders
     from shared.providers import cached_provider_factory
     from shared.workspace_cache import with_workspace_cache
 
@@ -89,7 +89,12 @@ def turn_deps() -> TurnDeps:
     return TurnDeps(
         backend=backend,
         settings=s,
-        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        senders=build_senders(
+            backend.secrets,
+            backend.outbox,
+            ledger=backend.send_ledger,
+            base_urls=s.platform_base_urls or None,
+        ),
         # One SDK client per model reference for the container's life; the SDK is imported on the
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),

@@ -182,6 +182,8 @@ class OutboundMessage(Model):
     seq: int = Field(ge=1)  # from 1, so that reading after seq 0 returns everything
     text: str
     in_reply_to: str | None = None  # the inbound event id
+    # The inbound's routing data (Discord's interaction token, WhatsApp's phone-number id, ...).
+    reply_context: dict[str, str] = Field(default_factory=dict)
     final: bool = True
     created_at: datetime = Field(default_factory=utcnow)
 

@@ -44,6 +44,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from shared.backend import Backend
+from shared.channels.out import progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
@@ -129,15 +130,18 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     model_ref = f"{provider.name}/{model}"
     _, window = split_window(session.active_messages, workspace.active_window)
     request = ChatRequest(model=model, system=workspace.system_prompt, messages=[*window, user])
+    # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
+    # Slack, Discord); the web outbox and WhatsApp get the final text once.
+    shown = progressive_reply(deps.senders.get(inbound.channel), _outbound(inbound, session, turn, ""))
     try:
-        step = call_model(provider, request)
+        step = call_model(provider, request, on_text=shown.update)
     except ProviderError as exc:
         _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
     if step.tool_calls:  # no tools are offered yet; the tool loop will consume these here
         log.warning("model asked for tools that were not offered", extra={"turn_id": turn})
     reply = AssistantMessage(id=f"{turn}.a", content=_reply_text(step), model=model_ref)
-    _send(deps, inbound, session, turn, reply.content)
+    shown.finish(reply.content)
     record = _audit_record(item, started, "ok", user_id=sender.user_id, model=model_ref, usage=step.usage)
     _commit(deps, workspace, session, inbound, [user, reply], audit=record)
     return _log_turn(record)
@@ -162,12 +166,17 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     _commit(deps, workspace, session, inbound, [_user_message(inbound, turn)])
 
 
-def call_model(provider: Provider, request: ChatRequest) -> ModelStep:
+def call_model(
+    provider: Provider, request: ChatRequest, *, on_text: Callable[[str], None] | None = None
+) -> ModelStep:
+    """Run one model call; `on_text` sees the text so far after each delta."""
     step = ModelStep()
     parts: list[str] = []
     for event in provider.stream(request):
         if isinstance(event, TextDelta):
             parts.append(event.text)
+            if on_text is not None:
+                on_text("".join(parts))
         elif isinstance(event, ToolCallEvent):
             step.tool_calls.append(event.call)
         elif isinstance(event, Usage):
@@ -270,20 +279,23 @@ def _reply_text(step: ModelStep) -> str:
 
 
 def _send(deps: TurnDeps, inbound: InboundMessage, session: Session, turn: str, text: str) -> None:
-    deps.senders.get(inbound.channel).send(
-        OutboundMessage(
-            workspace_id=inbound.workspace_id,
-            session_id=inbound.session_id,
-            channel=inbound.channel,
-            chat_id=inbound.chat_id,
-            thread_id=inbound.thread_id,
-            turn_id=turn,
-            part=0,
-            # `session` is as loaded at the turn's start, so a retry computes the same seq.
-            seq=reply_seq(session.message_count, 0),
-            text=text,
-            in_reply_to=inbound.event_id,
-        )
+    deps.senders.get(inbound.channel).send(_outbound(inbound, session, turn, text))
+
+
+def _outbound(inbound: InboundMessage, session: Session, turn: str, text: str) -> OutboundMessage:
+    return OutboundMessage(
+        workspace_id=inbound.workspace_id,
+        session_id=inbound.session_id,
+        channel=inbound.channel,
+        chat_id=inbound.chat_id,
+        thread_id=inbound.thread_id,
+        turn_id=turn,
+        part=0,
+        # `session` is as loaded at the turn's start, so a retry computes the same seq.
+        seq=reply_seq(session.message_count, 0),
+        text=text,
+        in_reply_to=inbound.event_id,
+        reply_context=inbound.reply_context,
     )
 
 

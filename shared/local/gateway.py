@@ -30,7 +30,7 @@ from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels import web
 from shared.channels.inbound import ChannelName, channel_for
-from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
@@ -65,7 +65,12 @@ class LocalGateway:
             signature_window_s=self.settings.signature_window_s,
             max_body_bytes=self.settings.max_body_bytes,
         )
-        senders = SenderRegistry({"web": OutboxSender(self.backend.outbox)})
+        senders = build_senders(
+            self.backend.secrets,
+            self.backend.outbox,
+            ledger=self.backend.send_ledger,
+            base_urls=self.settings.platform_base_urls or None,
+        )
         self.deps = TurnDeps(
             backend=self.backend,
             settings=self.settings,

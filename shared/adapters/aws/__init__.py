@@ -56,6 +56,8 @@ def build_aws_backend(settings: Settings) -> Backend:
     assert settings.sessions_table and settings.memory_table
     assert settings.queue_url and settings.event_bus_name
 
+    from shared.channels.ledger import DynamoSendLedger
+
     region = settings.aws_region
     return Backend(
         # The memory table too: a turn's commit writes its Tier-1 records and audit record in the
@@ -72,4 +74,5 @@ def build_aws_backend(settings: Settings) -> Backend:
         audit=DynamoAuditLog(settings.memory_table, region=region),
         secrets=SecretsManagerStore(settings.secrets_prefix, region=region),
         identities=CachedIdentities(DynamoIdentityStore(settings.memory_table, region=region)),
+        send_ledger=DynamoSendLedger(settings.sessions_table, region=region),
     )

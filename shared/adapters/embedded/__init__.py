@@ -20,6 +20,7 @@ from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceStore
 from shared.backend import Backend
+from shared.channels.ledger import SqliteSendLedger
 from shared.config import Settings
 
 __all__ = [
@@ -73,6 +74,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             audit=SqliteAuditLog(main),
             secrets=FileSecretStore(data_dir / "secrets.json"),
             identities=SqliteIdentityStore(main),
+            send_ledger=SqliteSendLedger(main),
             closers=[main.close, index_db.close, queue.close],
         )
     except BaseException:

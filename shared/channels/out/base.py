@@ -314,15 +314,8 @@ class PlatformSender:
 
 
 def reply_context(message: OutboundMessage, explicit: Mapping[str, str] | None) -> dict[str, str]:
-    """The routing context for `message`: the one given, else one the message carries.
-
-    OutboundMessage has no reply_context field today; if it gains one (the inbound's, copied
-    by the turn), senders use it without a change here.
-    """
-    if explicit is not None:
-        return dict(explicit)
-    carried = getattr(message, "reply_context", None)
-    return {str(k): str(v) for k, v in carried.items()} if isinstance(carried, Mapping) else {}
+    """The routing context for `message`: the one given, else the one it carries from its inbound."""
+    return dict(explicit) if explicit is not None else dict(message.reply_context)
 
 
 class BufferedReply:
