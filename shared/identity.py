@@ -27,7 +27,6 @@ Nothing here logs, and nothing here reads the message's text.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from shared.clock import utcnow
 from shared.errors import BadRequest, NotFound, SigilError
 from shared.models import Identity, IdentityStatus, InboundMessage, WorkspaceConfig
 from shared.ports import IdentityStore
+from shared.ttl_cache import TtlCache
 
 # No 0/O or 1/I: a code read aloud or typed on a phone has one reading.
 PAIRING_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -270,30 +270,27 @@ class CachedIdentities:
     ) -> None:
         self.store = store
         self.ttl_s = ttl_s
-        self._clock = clock
-        self._max_entries = max_entries
-        self._entries: dict[_Key, tuple[float, Identity | None]] = {}
-        # Lane workers share one instance in the local gateway; Lambda runs one turn at a time.
-        self._lock = threading.Lock()
+        # Pending answers are never kept: an approval must apply on the sender's next message.
+        self._cache: TtlCache[_Key, Identity] = TtlCache(
+            ttl_s=ttl_s,
+            clock=clock,
+            max_entries=max_entries,
+            keep=lambda found: found is None or found.status != "pending",
+        )
 
     def get(self, workspace_id: str, channel: str, channel_user_id: str) -> Identity | None:
-        key = (workspace_id, channel, channel_user_id)
-        now = self._clock()
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is not None and now - entry[0] < self.ttl_s:
-            return _copy(entry[1])
-        found = self.store.get(workspace_id, channel, channel_user_id)
-        self._remember(key, found, now)
-        return _copy(found)
+        return self._cache.get(
+            (workspace_id, channel, channel_user_id),
+            lambda: self.store.get(workspace_id, channel, channel_user_id),
+        )
 
     def put(self, identity: Identity) -> None:
         self.store.put(identity)
-        self._remember(_key(identity), identity, self._clock())
+        self._cache.remember(_key(identity), identity)
 
     def create(self, identity: Identity) -> Identity:
         stored = self.store.create(identity)
-        self._remember(_key(stored), stored, self._clock())
+        self._cache.remember(_key(stored), stored)
         return stored
 
     def list_identities(self, workspace_id: str, *, status: IdentityStatus | None = None) -> list[Identity]:
@@ -305,24 +302,8 @@ class CachedIdentities:
 
     def delete(self, workspace_id: str, channel: str, channel_user_id: str) -> None:
         self.store.delete(workspace_id, channel, channel_user_id)
-        with self._lock:
-            self._entries.pop((workspace_id, channel, channel_user_id), None)
-
-    def _remember(self, key: _Key, identity: Identity | None, now: float) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-            if identity is not None and identity.status == "pending":
-                return
-            if len(self._entries) >= self._max_entries:
-                # Insertion order is refresh order: the first key is the stalest entry.
-                del self._entries[next(iter(self._entries))]
-            self._entries[key] = (now, _copy(identity))
+        self._cache.forget((workspace_id, channel, channel_user_id))
 
 
 def _key(identity: Identity) -> _Key:
     return (identity.workspace_id, identity.channel, identity.channel_user_id)
-
-
-def _copy(identity: Identity | None) -> Identity | None:
-    # Models are mutable: a caller changing what it got must not change the cached one.
-    return None if identity is None else identity.model_copy(deep=True)

@@ -11,7 +11,6 @@ applies in this process at once.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,6 +18,7 @@ from dataclasses import replace
 from shared.backend import Backend
 from shared.models import WorkspaceConfig
 from shared.ports import WorkspaceStore
+from shared.ttl_cache import TtlCache
 
 WORKSPACE_TTL_S = 60.0
 # Far more workspaces than one process serves at once; a bound, so a long-lived gateway's cache
@@ -39,26 +39,16 @@ class CachedWorkspaces:
     ) -> None:
         self.store = store
         self.ttl_s = ttl_s
-        self._clock = clock
-        self._max_entries = max_entries
-        self._entries: dict[str, tuple[float, WorkspaceConfig | None]] = {}
-        # Lane workers and HTTP threads share one instance in the local gateway.
-        self._lock = threading.Lock()
+        self._cache: TtlCache[str, WorkspaceConfig] = TtlCache(
+            ttl_s=ttl_s, clock=clock, max_entries=max_entries
+        )
 
     def get(self, workspace_id: str) -> WorkspaceConfig | None:
-        now = self._clock()
-        with self._lock:
-            entry = self._entries.get(workspace_id)
-        if entry is not None and now - entry[0] < self.ttl_s:
-            return _copy(entry[1])
-        # Read outside the lock: two threads missing at once both read, which is harmless.
-        config = self.store.get(workspace_id)
-        self._remember(workspace_id, config, now)
-        return _copy(config)
+        return self._cache.get(workspace_id, lambda: self.store.get(workspace_id))
 
     def put(self, config: WorkspaceConfig) -> None:
         self.store.put(config)
-        self._remember(config.id, _copy(config), self._clock())
+        self._cache.remember(config.id, config)
 
     def list_workspaces(self) -> list[WorkspaceConfig]:
         # An admin path: always the store's current list.
@@ -66,25 +56,7 @@ class CachedWorkspaces:
 
     def forget(self, workspace_id: str | None = None) -> None:
         """Drop one workspace's entry (or all), so the next get reads the store."""
-        with self._lock:
-            if workspace_id is None:
-                self._entries.clear()
-            else:
-                self._entries.pop(workspace_id, None)
-
-    def _remember(self, workspace_id: str, config: WorkspaceConfig | None, now: float) -> None:
-        with self._lock:
-            self._entries.pop(workspace_id, None)
-            if len(self._entries) >= self._max_entries:
-                # Dicts keep insertion order and every write re-inserts: the first key is the
-                # entry refreshed longest ago.
-                del self._entries[next(iter(self._entries))]
-            self._entries[workspace_id] = (now, config)
-
-
-def _copy(config: WorkspaceConfig | None) -> WorkspaceConfig | None:
-    # Models are mutable: a caller changing the config it got must not change the cached one.
-    return None if config is None else config.model_copy(deep=True)
+        self._cache.forget(workspace_id)
 
 
 def with_workspace_cache(backend: Backend, *, ttl_s: float = WORKSPACE_TTL_S) -> Backend:
