@@ -15,6 +15,7 @@ import typer
 from shared.config import Settings
 
 if TYPE_CHECKING:
+    from shared.adapters.embedded import FileSecretStore
     from shared.models import Identity
     from shared.ports import IdentityStore
 
@@ -270,6 +271,43 @@ def _admin(action: Callable[[], Identity]) -> Identity:
     except SigilError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(1) from exc
+
+
+secret_app = typer.Typer(
+    help="The local gateway's secrets (bot tokens, signing secrets, API keys) in its data dir.",
+    no_args_is_help=True,
+)
+app.add_typer(secret_app, name="secret")
+
+
+def _local_secrets(data_dir: Path | None) -> FileSecretStore:
+    from shared.adapters.embedded import FileSecretStore, open_data_dir
+
+    return FileSecretStore(open_data_dir(_settings(data_dir).data_dir) / "secrets.json")
+
+
+@secret_app.command("set")
+def secret_set(
+    name: Annotated[str, typer.Argument(help="e.g. telegram/bot-token, slack/signing-secret")],
+    data_dir: DataDir = None,
+) -> None:
+    """Store a secret's value, read from the prompt (hidden) or from standard input."""
+    import sys
+
+    value = typer.prompt("value", hide_input=True) if sys.stdin.isatty() else sys.stdin.read()
+    value = value.strip()
+    if not value:
+        typer.echo("an empty value was not stored", err=True)
+        raise typer.Exit(2)
+    _local_secrets(data_dir).set(name, value)
+    typer.echo(f"stored {name}", err=True)
+
+
+@secret_app.command("list")
+def secret_list(data_dir: DataDir = None) -> None:
+    """List the names of the stored secrets (never their values)."""
+    for name in _local_secrets(data_dir).names():
+        typer.echo(name)
 
 
 if __name__ == "__main__":
