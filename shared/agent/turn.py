@@ -7,6 +7,12 @@ Failure policy, decided once here:
   admitted conversation. The audit record says why ("sender_refused", "pairing_required"). The
   reply goes out once however often the event is redelivered: the outbox and the platforms'
   send ledger are keyed by the turn, which is derived from the event.
+- Tools run inside the turn (shared.agent.loop): every new message (the user's, each assistant
+  step with its tool calls, the results, the reply) is committed together, and a turn stopped by
+  the workspace's tool-call limit replies with the reason and is committed as "limited". A tool
+  failure is a result the model reads, never an error of the turn. A provider error after some
+  tools ran retries the whole turn, tools included: a tool with side effects keys them on the
+  ToolContext's turn_id (idempotent per event, like the reply).
 - No model configured: the user is told how to configure one (the ModelNotConfigured text), their
   message is kept in the session, and the turn ends "model_not_configured". Retrying can't help.
 - The provider fails after the SDK's own retries (ProviderError): the attempt is audited as
@@ -43,6 +49,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from shared.agent.loop import (
+    EMPTY_REPLY,  # noqa: F401 -- re-exported: part of what a turn replies
+    LoopResult,
+    run_loop,
+)
 from shared.backend import Backend
 from shared.channels.out import progressive_reply
 from shared.channels.senders import SenderRegistry
@@ -61,13 +72,13 @@ from shared.models import (
     Message,
     OutboundMessage,
     Session,
-    ToolCall,
     ToolResultMessage,
     UserMessage,
     WorkspaceConfig,
 )
 from shared.ports import EventBus, SessionStore
-from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
+from shared.providers.base import ChatRequest, Provider, Usage
+from shared.tools import ToolContext, ToolRegistry, default_registry
 
 log = logging.getLogger("sigil.turn")
 
@@ -79,11 +90,16 @@ EVENT_ID_TTL = timedelta(hours=24)
 MAX_RECENT_EVENT_IDS = 500
 PARTS_PER_TURN = 100  # outbox positions a turn's reply may take (see reply_seq)
 COMMIT_ATTEMPTS = 5
-EMPTY_REPLY = "(The model returned an empty reply.)"
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
 
 Outcome = Literal[
-    "ok", "error", "skipped_duplicate", "model_not_configured", "pairing_required", "sender_refused"
+    "ok",
+    "error",
+    "limited",  # the workspace's tool-call limit ended the turn
+    "skipped_duplicate",
+    "model_not_configured",
+    "pairing_required",
+    "sender_refused",
 ]
 ProviderFactory = Callable[[str | None], tuple[Provider, str]]
 
@@ -95,16 +111,8 @@ class TurnDeps:
     senders: SenderRegistry
     provider_factory: ProviderFactory  # model ref ("openai/gpt-4.1-mini" or None) → (provider, model)
     clock: Callable[[], datetime] = utcnow  # commit times, event-id expiry, identity timestamps
-
-
-@dataclass
-class ModelStep:
-    """What one model call produced."""
-
-    text: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    done: Done = field(default_factory=Done)
+    # Offered to the model on every turn; what a workspace may run is checked per call.
+    tools: ToolRegistry = field(default_factory=default_registry)
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
@@ -129,21 +137,23 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         return _log_turn(record)
     model_ref = f"{provider.name}/{model}"
     _, window = split_window(session.active_messages, workspace.active_window)
-    request = ChatRequest(model=model, system=workspace.system_prompt, messages=[*window, user])
+    request = ChatRequest(
+        model=model, system=workspace.system_prompt, messages=[*window, user], tools=deps.tools.specs()
+    )
+    ctx = _tool_context(deps, inbound, sender.user_id, turn)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord); the web outbox and WhatsApp get the final text once.
     shown = progressive_reply(deps.senders.get(inbound.channel), _outbound(inbound, session, turn, ""))
     try:
-        step = call_model(provider, request, on_text=shown.update)
+        result = run_loop(provider, request, deps.tools, ctx, workspace, on_text=shown.update)
     except ProviderError as exc:
         _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
-    if step.tool_calls:  # no tools are offered yet; the tool loop will consume these here
-        log.warning("model asked for tools that were not offered", extra={"turn_id": turn})
-    reply = AssistantMessage(id=f"{turn}.a", content=_reply_text(step), model=model_ref)
-    shown.finish(reply.content)
-    record = _audit_record(item, started, "ok", user_id=sender.user_id, model=model_ref, usage=step.usage)
-    _commit(deps, workspace, session, inbound, [user, reply], audit=record)
+    shown.finish(result.reply.content)
+    record = _audit_record(
+        item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result
+    )
+    _commit(deps, workspace, session, inbound, [user, *result.messages], audit=record)
     return _log_turn(record)
 
 
@@ -164,30 +174,6 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     # drops the apology as that part, sent again.
     _send(deps, inbound, session, turn, APOLOGY)
     _commit(deps, workspace, session, inbound, [_user_message(inbound, turn)])
-
-
-def call_model(
-    provider: Provider, request: ChatRequest, *, on_text: Callable[[str], None] | None = None
-) -> ModelStep:
-    """Run one model call; `on_text` sees the text so far after each delta."""
-    step = ModelStep()
-    parts: list[str] = []
-    for event in provider.stream(request):
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-            if on_text is not None:
-                on_text("".join(parts))
-        elif isinstance(event, ToolCallEvent):
-            step.tool_calls.append(event.call)
-        elif isinstance(event, Usage):
-            step.usage = Usage(
-                input_tokens=step.usage.input_tokens + event.input_tokens,
-                output_tokens=step.usage.output_tokens + event.output_tokens,
-            )
-        elif isinstance(event, Done):
-            step.done = event
-    step.text = "".join(parts)
-    return step
 
 
 def reply_seq(message_count: int, part: int = 0) -> int:
@@ -274,8 +260,16 @@ def _user_message(inbound: InboundMessage, turn: str) -> UserMessage:
     )
 
 
-def _reply_text(step: ModelStep) -> str:
-    return step.text or step.done.refusal or EMPTY_REPLY
+def _tool_context(deps: TurnDeps, inbound: InboundMessage, user_id: str, turn: str) -> ToolContext:
+    # The workspace and session a tool acts in are the inbound's, never anything the model wrote.
+    return ToolContext(
+        workspace_id=inbound.workspace_id,
+        session_id=inbound.session_id,
+        user_id=user_id,
+        turn_id=turn,
+        backend=deps.backend,
+        now=deps.clock,
+    )
 
 
 def _send(deps: TurnDeps, inbound: InboundMessage, session: Session, turn: str, text: str) -> None:
@@ -428,12 +422,14 @@ def _audit_record(
     *,
     user_id: str,
     model: str | None = None,
-    usage: Usage | None = None,
+    loop: LoopResult | None = None,
     error: str | None = None,
 ) -> AuditRecord:
     # A committing turn's record travels in its commit, so its duration stops short of the save.
     # `user_id` is the Sigil user the sender resolved to (for a refused sender, who they claim to be).
-    inbound, usage = item.inbound, usage or Usage()
+    inbound, usage = item.inbound, loop.usage if loop else Usage()
+    if loop and loop.stopped:
+        error = loop.stopped.message
     return AuditRecord(
         workspace_id=inbound.workspace_id,
         session_id=inbound.session_id,
@@ -441,6 +437,7 @@ def _audit_record(
         event_id=inbound.event_id,
         turn_id=turn_id_for(item),
         model=model,
+        tools_used=loop.tools_used if loop else [],
         tokens_in=usage.input_tokens,
         tokens_out=usage.output_tokens,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
@@ -452,7 +449,8 @@ def _audit_record(
 def _log_turn(record: AuditRecord) -> AuditRecord:
     # One line per turn, never the message text: logs outlive the memory retention rules.
     log.log(
-        logging.WARNING if record.outcome == "error" else logging.INFO,
+        # A limited turn is worth a look too: a model that loops on tools, or a limit set too low.
+        logging.WARNING if record.outcome in {"error", "limited"} else logging.INFO,
         "turn",
         extra={
             "workspace_id": record.workspace_id,
@@ -463,6 +461,7 @@ def _log_turn(record: AuditRecord) -> AuditRecord:
             "model": record.model,
             "tokens_in": record.tokens_in,
             "tokens_out": record.tokens_out,
+            "tool_calls": len(record.tools_used),
             "duration_ms": record.duration_ms,
         },
     )

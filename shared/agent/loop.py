@@ -1,0 +1,139 @@
+"""The agent loop inside one turn (spec 000, "Multi-Turn Tool Orchestration").
+
+Call the model; while it asks for tools, run them in the order asked, hand the results back and
+call it again; stop when it answers in text. A turn runs at most the workspace's
+max_tool_calls_per_turn calls (20 by default): calls past the limit are not run, each gets an
+error result (providers reject a call without one), and the turn ends with LIMIT_REPLY instead
+of another model call. That stop is a typed value, ToolCallLimitExceeded, on the result: the turn
+still replies and commits, and audits the outcome as "limited".
+
+Text is streamed through `on_text` as each model call produces it. A stream cannot tell a final
+answer from the preamble of a step that ends in tool calls ("Let me look that up") until it
+ends, so such a preamble may show for a moment; the next step's text replaces it, because
+`on_text` always gets the text of the current call so far, and the reply shows the final answer.
+
+Message ids come from the turn id and the step, so a retried turn writes the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shared.errors import ToolCallLimitExceeded
+from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, WorkspaceConfig
+from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
+from shared.tools import ToolContext, ToolRegistry, tool_error
+
+EMPTY_REPLY = "(The model returned an empty reply.)"
+LIMIT_REPLY = (
+    "I stopped after {limit} tool calls in one turn: that is this workspace's limit, there to keep "
+    "one request from running on without end. Ask me to continue and I'll pick up from here."
+)
+
+
+@dataclass
+class ModelStep:
+    """What one model call produced."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    done: Done = field(default_factory=Done)
+
+
+@dataclass
+class LoopResult:
+    """What the turn commits after the user's message, in order, ending with the reply."""
+
+    messages: list[Message] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)  # summed over every model call
+    tools_used: list[str] = field(default_factory=list)  # one name per call run, in order
+    stopped: ToolCallLimitExceeded | None = None  # set when the tool-call limit ended the turn
+
+    @property
+    def reply(self) -> AssistantMessage:
+        last = self.messages[-1]
+        assert isinstance(last, AssistantMessage)
+        return last
+
+    @property
+    def outcome(self) -> Literal["ok", "limited"]:
+        return "ok" if self.stopped is None else "limited"
+
+
+def run_loop(
+    provider: Provider,
+    request: ChatRequest,
+    tools: ToolRegistry,
+    ctx: ToolContext,
+    workspace: WorkspaceConfig,
+    *,
+    on_text: Callable[[str], None] | None = None,
+) -> LoopResult:
+    """Run the model and the tools it calls until it answers, or the tool-call limit stops it."""
+    model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
+    result, calls, step = LoopResult(), 0, 0
+
+    def reply(text: str) -> LoopResult:
+        result.messages.append(AssistantMessage(id=f"{ctx.turn_id}.a", content=text, model=model_ref))
+        return result
+
+    while True:
+        step += 1
+        sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
+        answer = call_model(provider, sent, on_text=on_text)
+        result.usage = _sum(result.usage, answer.usage)
+        if not answer.tool_calls:
+            return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
+        step_id = f"{ctx.turn_id}.a{step}"
+        result.messages.append(
+            AssistantMessage(id=step_id, content=answer.text, tool_calls=answer.tool_calls, model=model_ref)
+        )
+        refused = 0
+        for i, call in enumerate(answer.tool_calls):  # parallel calls too: one after the other, in order
+            if calls < limit:
+                calls += 1
+                outcome = tools.execute(call, ctx, workspace)
+                if tools.permits(call.name, workspace):
+                    result.tools_used.append(call.name)
+            else:
+                refused += 1
+                outcome = _refused(call, limit)
+            result.messages.append(outcome.model_copy(update={"id": f"{step_id}.r{i}"}))
+        if refused:
+            result.stopped = ToolCallLimitExceeded(LIMIT_REPLY.format(limit=limit))
+            return reply(result.stopped.message)
+
+
+def call_model(
+    provider: Provider, request: ChatRequest, *, on_text: Callable[[str], None] | None = None
+) -> ModelStep:
+    """Run one model call; `on_text` sees the text so far after each delta."""
+    step = ModelStep()
+    parts: list[str] = []
+    for event in provider.stream(request):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+            if on_text is not None:
+                on_text("".join(parts))
+        elif isinstance(event, ToolCallEvent):
+            step.tool_calls.append(event.call)
+        elif isinstance(event, Usage):
+            step.usage = _sum(step.usage, event)
+        elif isinstance(event, Done):
+            step.done = event
+    step.text = "".join(parts)
+    return step
+
+
+def _refused(call: ToolCall, limit: int) -> ToolResultMessage:
+    message = f"Not run: this turn reached its limit of {limit} tool calls."
+    return tool_error(call, ToolCallLimitExceeded.code, message)
+
+
+def _sum(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens, output_tokens=a.output_tokens + b.output_tokens
+    )
