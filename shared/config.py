@@ -31,6 +31,20 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     provider_timeout_s: float = 60.0
     provider_max_retries: int = 2
+    # Anthropic: the key (or a base URL for a proxy that holds it), and the max_tokens sent when a
+    # request sets none (the Messages API requires one).
+    anthropic_api_key: SecretStr | None = Field(default=None, validation_alias="ANTHROPIC_API_KEY")
+    anthropic_base_url: str | None = Field(default=None, validation_alias="ANTHROPIC_BASE_URL")
+    anthropic_max_tokens: int = Field(default=4096, ge=1)
+    # Bedrock: credentials come from boto3's chain (the Lambda role); the region defaults to
+    # AWS_REGION.
+    bedrock_region: str | None = None
+    # "provider/model" tried when the model's provider keeps failing. When set, retries are made
+    # by shared.providers.resilient (provider_max_retries of them, with this backoff) and the
+    # SDKs' own retries are turned off; when unset each SDK retries by itself.
+    fallback_model: str | None = None
+    provider_retry_base_delay_s: float = Field(default=0.5, ge=0)
+    provider_retry_max_delay_s: float = Field(default=8.0, ge=0)
 
     # Platform API base URLs by channel (JSON in SIGIL_PLATFORM_BASE_URLS), for a proxy or a
     # local stand-in; a channel not listed uses the platform's public API.

@@ -57,10 +57,28 @@ class ModelNotConfigured(SigilError):
 
 
 class ProviderError(SigilError):
-    """The model provider failed after its retries."""
+    """The model provider failed after its retries.
+
+    `retryable` says whether the same call may succeed if made again (a 429, a 5xx, a timeout, a
+    dropped connection); each provider sets it from its SDK's error, and ResilientProvider reads
+    it. It defaults to False, so an error nobody classified is never retried blindly.
+    `retry_after_s` is the wait the server asked for (Retry-After), when it gave one.
+    """
 
     code = "provider_error"
     http_status = 502
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        retryable: bool = False,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
 
 
 class ToolCallLimitExceeded(SigilError):

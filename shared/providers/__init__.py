@@ -2,6 +2,10 @@
 
 Each provider imports its SDK only when built, so `import shared.providers` stays cheap and a
 gateway loads only the SDK of the provider it is configured for.
+
+With SIGIL_FALLBACK_MODEL set, build_provider wraps the model's provider and the fallback's in a
+ResilientProvider, which then makes every retry itself (the SDKs' own are turned off, so a call is
+never retried by both). Without it, each SDK retries on its own, provider_max_retries times.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from functools import lru_cache
 
 from shared.config import Settings
 from shared.errors import ModelNotConfigured
+from shared.providers.anthropic import AnthropicProvider  # cheap: each imports its SDK only when built
 from shared.providers.base import Provider
-from shared.providers.openai import OpenAIProvider  # cheap: it imports the SDK only when built
+from shared.providers.bedrock import BedrockProvider
+from shared.providers.openai import OpenAIProvider
+from shared.providers.resilient import ResilientProvider
 
 ProviderBuilder = Callable[[Settings], Provider]
 
@@ -38,30 +45,80 @@ def _openai(settings: Settings) -> Provider:
     )
 
 
-# Anthropic and Bedrock plug in here: a name and a builder, nothing else changes.
-PROVIDERS: dict[str, ProviderBuilder] = {"openai": _openai}
+def _anthropic(settings: Settings) -> Provider:
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    if not key and not settings.anthropic_base_url:
+        raise ModelNotConfigured(
+            "The model uses the anthropic provider but neither ANTHROPIC_API_KEY nor ANTHROPIC_BASE_URL "
+            "is set. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a proxy that holds the key), "
+            "then restart the gateway."
+        )
+    return AnthropicProvider(
+        api_key=key,
+        base_url=settings.anthropic_base_url,
+        timeout_s=settings.provider_timeout_s,
+        max_retries=settings.provider_max_retries,
+        default_max_tokens=settings.anthropic_max_tokens,
+    )
+
+
+def _bedrock(settings: Settings) -> Provider:
+    region = settings.bedrock_region or settings.aws_region
+    if not region:
+        raise ModelNotConfigured(
+            "The model uses the bedrock provider but no region is set. Set SIGIL_BEDROCK_REGION "
+            "(or AWS_REGION), then restart the gateway. Credentials come from the AWS role or profile."
+        )
+    # Built now, the client itself only on the first call: boto3 loads when a turn needs it.
+    return BedrockProvider(
+        region,
+        max_attempts=settings.provider_max_retries + 1,
+        timeout_s=settings.provider_timeout_s,
+    )
+
+
+PROVIDERS: dict[str, ProviderBuilder] = {"openai": _openai, "anthropic": _anthropic, "bedrock": _bedrock}
 
 
 def build_provider(settings: Settings, model_ref: str | None) -> tuple[Provider, str]:
     """The provider for "provider/model" (or the gateway default) and the provider's model name.
 
-    Raises ModelNotConfigured, with a message fit to show the user, when nothing usable is set.
+    With a fallback model configured (and different from this one) the provider is a
+    ResilientProvider over both. Raises ModelNotConfigured, with a message fit to show the user,
+    when nothing usable is set, the fallback included.
     """
     ref = model_ref or settings.resolved_model()
     if not ref:
         raise ModelNotConfigured(NOT_CONFIGURED)
+    fallback_ref = settings.fallback_model
+    if not fallback_ref or fallback_ref == ref:
+        return _build(settings, ref, "Fix SIGIL_MODEL or the workspace's model.")
+    # The wrapper counts the retries: the SDKs under it make none of their own.
+    inner = settings.model_copy(update={"provider_max_retries": 0})
+    primary, model = _build(inner, ref, "Fix SIGIL_MODEL or the workspace's model.")
+    fallback, fallback_model = _build(inner, fallback_ref, "Fix SIGIL_FALLBACK_MODEL.")
+    resilient = ResilientProvider(
+        primary,
+        fallback,
+        fallback_model=fallback_model,
+        max_attempts=settings.provider_max_retries + 1,
+        base_delay_s=settings.provider_retry_base_delay_s,
+        max_delay_s=settings.provider_retry_max_delay_s,
+    )
+    return resilient, model
+
+
+def _build(settings: Settings, ref: str, fix: str) -> tuple[Provider, str]:
     prefix, sep, model = ref.partition("/")
     if not sep or not prefix or not model:
         raise ModelNotConfigured(
-            f"The model {ref!r} is not of the form provider/model (for example openai/gpt-4.1-mini). "
-            "Fix SIGIL_MODEL or the workspace's model."
+            f"The model {ref!r} is not of the form provider/model (for example openai/gpt-4.1-mini). {fix}"
         )
     builder = PROVIDERS.get(prefix)
     if builder is None:
-        known = ", ".join(sorted(PROVIDERS))
+        known = ", ".join(PROVIDERS)  # registry order: the original provider first
         raise ModelNotConfigured(
-            f"Unknown model provider {prefix!r} in {ref!r}; known providers: {known}. "
-            "Fix SIGIL_MODEL or the workspace's model."
+            f"Unknown model provider {prefix!r} in {ref!r}; known providers: {known}. {fix}"
         )
     return builder(settings), model
 

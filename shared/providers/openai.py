@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from shared.errors import ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
+from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
     import openai
@@ -51,6 +52,7 @@ class OpenAIProvider:
             api_key=self._api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
         )
         self._sdk_error: type[openai.OpenAIError] = openai.OpenAIError
+        self._connection_error: type[openai.APIConnectionError] = openai.APIConnectionError
 
     def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
         try:
@@ -58,7 +60,11 @@ class OpenAIProvider:
             with self._client.chat.completions.create(stream=True, **self._params(request)) as chunks:
                 yield from _translate_stream(chunks)
         except self._sdk_error as exc:
-            raise ProviderError(self._safe_message(exc)) from None
+            # Timeouts are APIConnectionErrors too; both are worth another try.
+            retryable, after = (
+                (True, None) if isinstance(exc, self._connection_error) else http_error_retry(exc)
+            )
+            raise ProviderError(self._safe_message(exc), retryable=retryable, retry_after_s=after) from None
         except json.JSONDecodeError:
             # A compatible server that breaks the SSE framing: nothing useful to quote from it.
             raise ProviderError("the model server sent a malformed stream") from None
@@ -173,7 +179,7 @@ def _translate_stream(chunks: Iterable[ChatCompletionChunk]) -> Iterator[Provide
                 calls.clear()
     if finish_reason is None:
         # A cut connection must not pass for a finished answer (it would be committed as one).
-        raise ProviderError("the model stream ended before the model finished")
+        raise ProviderError("the model stream ended before the model finished", retryable=True)
     if usage is not None:
         yield usage
     if refusal:
