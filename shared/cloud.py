@@ -101,17 +101,24 @@ def turn_deps() -> TurnDeps:
     )
 
 
-OPENAI_KEY_SECRET = "llm/openai-api-key"  # noqa: S105 -- the secret's name, not its value
+# Secret names (not values) of the LLM API keys, by the Settings field each one fills.
+PROVIDER_KEY_SECRETS = {
+    "openai_api_key": "llm/openai-api-key",
+    "anthropic_api_key": "llm/anthropic-api-key",
+}
+OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]
 
 
 def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:
-    """Settings with the LLM API key from Secrets Manager: in the cloud keys never sit in env vars."""
-    if s.openai_api_key is not None:
-        return s
-    key = secrets.get(OPENAI_KEY_SECRET)
-    if not key:
-        return s
-    return s.model_copy(update={"openai_api_key": SecretStr(key)})
+    """Settings with the LLM API keys from Secrets Manager: in the cloud keys never sit in env vars.
+
+    A key already set (e.g. by a local run's environment) wins; a secret that is absent is skipped.
+    """
+    found: dict[str, SecretStr] = {}
+    for field, name in PROVIDER_KEY_SECRETS.items():
+        if getattr(s, field) is None and (key := secrets.get(name)):
+            found[field] = SecretStr(key)
+    return s.model_copy(update=found) if found else s
 
 
 def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:

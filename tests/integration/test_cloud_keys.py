@@ -35,3 +35,14 @@ def test_an_explicit_key_wins_and_a_missing_secret_changes_nothing() -> None:
         explicit = Settings(backend="aws", openai_api_key="sk-explicit")  # type: ignore[arg-type]
         kept = with_provider_keys(explicit, store).openai_api_key
         assert kept is not None and kept.get_secret_value() == "sk-explicit"
+
+
+def test_the_anthropic_key_is_read_from_secrets_manager_too() -> None:
+    with mock_aws():
+        sm = boto3.client("secretsmanager", region_name="eu-west-1")
+        sm.create_secret(Name="sigil/llm/anthropic-api-key", SecretString="sk-ant-from-secrets-manager")
+        store = SecretsManagerStore("sigil/", client=sm)
+        completed = with_provider_keys(Settings(backend="aws", anthropic_api_key=None), store)
+        assert completed.anthropic_api_key is not None
+        assert completed.anthropic_api_key.get_secret_value() == "sk-ant-from-secrets-manager"
+        assert completed.openai_api_key is None
