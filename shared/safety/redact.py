@@ -1,0 +1,475 @@
+"""Output filter: secrets always, PII when the workspace asks (WorkspaceConfig.pii_redaction).
+
+`redact` replaces each finding with `[REDACTED:<kind>]` and counts them by kind. It runs on the
+model's reply before the channel sees it and before the session (and so the index) stores it.
+`redact_partial` is the same filter for a reply still streaming: it also holds back the tail that
+could still turn into a secret as more text arrives.
+
+Choices, each for a reason:
+- Secrets are matched by shape (a provider's prefix and length) or by context (the key name in
+  `aws_secret_access_key = ...`, `password: ...`, an Authorization header). A shape with no prefix
+  (40 random characters) is too common to redact without its context.
+- PII is conservative: a missed phone number is a policy miss, but eating dates, versions and
+  order numbers would corrupt every technical answer. Card numbers need a card's grouping, a
+  card network's first digit and a valid Luhn check digit; phone numbers need a leading `+`, a
+  national grouping, or a word like "phone" before them.
+- Invisible characters that can hide a secret from the patterns (zero-width space, word joiner,
+  bidi controls, tag characters) are removed first: they have no business in a chat reply, and
+  a key with a zero-width space after "sk-" must not pass as text. They count as "invisible".
+- Redaction is a fixpoint: replacing one finding can expose another (the characters that kept a
+  token from matching were part of the first), so passes repeat until nothing changes. That
+  makes it idempotent: redacting a redacted text changes nothing and counts nothing. It ends
+  because no pattern matches a marker alone, so every replacement removes original characters.
+- Linear time on hostile input: repetitions are bounded or cannot overlap, each match can only
+  start where a run of its alphabet starts (a lookbehind), patterns open with a literal where
+  they can (so the engine skips between occurrences), and each pattern is skipped outright when
+  none of its keywords is in the text. A megabyte of prose redacts in about a tenth of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+MARKER = "[REDACTED:{}]"
+_MARKER_PREFIX = "[REDACTED:"
+_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
+# How much of a streaming reply's tail is held back: longer than any pattern that spans
+# whitespace and only matches once complete (a grouped card number, a phone number after
+# "phone:"), so no part of one is shown before it can be recognised.
+HOLD_BACK = 96
+
+# ---------------------------------------------------------------- secrets
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    kind: str
+    regex: re.Pattern[str]
+    # Literals one of which every match contains (lower case if `caseless`): the pattern is
+    # skipped when none is in the text, so clean text costs a few substring searches, not a
+    # regex pass per pattern.
+    needs: tuple[str, ...]
+    caseless: bool = False
+    # The group to replace (0: the whole match); the rest (a key name, "Bearer ") is kept.
+    group: int = 0
+    check: Callable[[str], bool] | None = None
+
+
+def _token(prefix: str, body: str) -> str:
+    # A token starts where a run of the token alphabet starts. The lookbehind sits after the
+    # literal prefix (checking the prefix and the character before it), so the regex engine can
+    # jump between occurrences of the prefix instead of trying every position.
+    return f"{re.escape(prefix)}(?<![A-Za-z0-9_-]{re.escape(prefix)}){body}(?![A-Za-z0-9_-])"
+
+
+def _random_looking(token: str) -> bool:
+    # A generated key mixes classes; words glued by dashes ("sk-learn-tutorial-...") don't.
+    body = token.split("-", 2)[-1] if token.count("-") >= 2 else token
+    return all(any(test(c) for c in body) for test in (str.isupper, str.islower, str.isdigit))
+
+
+def _not_placeholder(value: str) -> bool:
+    """Whether an assignment's value discloses anything. Not if it is only markers (another
+    kind got there first; escaped line breaks count as blank, so a JSON value that held a private
+    key is not redacted twice) or a reference to a secret kept elsewhere ($DB_PASSWORD, ${...},
+    <password>, ****)."""
+    bare = re.sub(r"\\[nrt]", "", _MARKER.sub("", value))
+    bare = bare.strip().strip("\"'").rstrip(".,;:!?)").strip()
+    return bool(bare) and not _PLACEHOLDER.fullmatch(bare)
+
+
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][\w.]*\}?|<[^<>]*>|\*+|x+|\.\.\.", re.IGNORECASE)
+
+
+# Caseless patterns are matched in the text with ASCII lowered (see `redact`), so their literals
+# are lower case; a word's boundary is a lookbehind after it, as in _token ("proxy-authorization"
+# passes: "-" is not a word character).
+_AUTH_HEADER = r"authorization(?<![a-z0-9_]authorization)[\"']?\s{0,4}[:=]\s{0,4}[\"']?"
+
+_SECRETS: tuple[_Pattern, ...] = (
+    # Private keys come first, by their markers; see _private_keys.
+    _Pattern(
+        "anthropic_key",
+        re.compile(_token("sk-ant-", r"(?:[a-z]{2,8}\d{2}-)?[A-Za-z0-9_-]{20,}")),
+        ("sk-ant-",),
+    ),
+    _Pattern(
+        "openai_key",
+        re.compile(_token("sk-", r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9][A-Za-z0-9_-]{19,}")),
+        ("sk-",),
+        check=_random_looking,
+    ),
+    *(
+        _Pattern("github_token", re.compile(_token(prefix, r"[A-Za-z0-9]{30,255}")), (prefix,))
+        for prefix in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+    ),
+    _Pattern("github_token", re.compile(_token("github_pat_", r"[A-Za-z0-9_]{22,255}")), ("github_pat_",)),
+    _Pattern("slack_token", re.compile(_token("xox", r"[abeoprs]-[A-Za-z0-9-]{10,}")), ("xox",)),
+    _Pattern("slack_token", re.compile(_token("xapp-", r"\d-[A-Za-z0-9-]{10,}")), ("xapp-",)),
+    _Pattern(
+        "slack_webhook",
+        re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"),
+        ("hooks.slack.com",),
+    ),
+    _Pattern("google_api_key", re.compile(_token("AIza", r"[0-9A-Za-z_-]{35}")), ("AIza",)),
+    *(
+        _Pattern("aws_access_key", re.compile(_token(prefix, r"[A-Z0-9]{16}")), (prefix,))
+        for prefix in ("AKIA", "ASIA", "ABIA", "ACCA")
+    ),
+    _Pattern(
+        "telegram_bot_token",
+        # Also right after "bot", as in the Bot API's URLs (https://api.telegram.org/bot<token>/).
+        re.compile(r"(?:(?<=bot)|(?<![\w:]))\d{5,12}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+        (":",),
+    ),
+    _Pattern(
+        "jwt", re.compile(_token("eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")), ("eyJ",)
+    ),
+    _Pattern(
+        "bearer_token",
+        re.compile(rf"{_AUTH_HEADER}(?:bearer|token)\s{{1,4}}([A-Za-z0-9._~+/=-]{{8,}})"),
+        ("authorization",),
+        caseless=True,
+        group=1,
+    ),
+    _Pattern(
+        "basic_auth",
+        re.compile(rf"{_AUTH_HEADER}basic\s{{1,4}}([A-Za-z0-9+/=]{{8,}})"),
+        ("authorization",),
+        caseless=True,
+        group=1,
+    ),
+    _Pattern(
+        "bearer_token",
+        re.compile(r"bearer(?<![a-z0-9_]bearer)\s{1,4}([A-Za-z0-9._~+/-]{20,}=*)"),
+        ("bearer",),
+        caseless=True,
+        group=1,
+    ),
+    _Pattern(
+        "aws_secret_key",
+        re.compile(
+            r"secret_?(?:access_?)?key(?:_?id)?\b[\"']?\s{0,4}[:=>]{1,2}\s{0,4}[\"']?"
+            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
+        ),
+        ("secret",),
+        caseless=True,
+        group=1,
+    ),
+    _Pattern(
+        "url_password",
+        re.compile(r"://(?<=[a-z0-9+.-]://)[^\s:/@\[\]]{1,128}:([^\s/@]{1,256})@"),
+        ("://",),
+        caseless=True,
+        group=1,
+        check=_not_placeholder,
+    ),
+)
+
+# `password=...` and its relatives. `=` anywhere; `:` only where a key sits (a quoted JSON key, or
+# the start of a line in YAML, .env or a header block), because prose is full of colons
+# ("How do I reset my password: by email?"). The key's own prefix (DB_, client.) is kept as it
+# is, so it need not be matched. A quoted value may be cut short by the end of the text, so a
+# reply still streaming hides it from its opening quote.
+_KEY_KINDS = (
+    ("password", r"(?:password|passwd|passphrase|pwd)", ("pass", "pwd")),
+    (
+        "secret",
+        r"(?:secret_?key|client_?secret|app_?secret|api_?secret|(?:api|access|auth|refresh|session|bot)_?token|"
+        r"api_?key|apikey|private_?key)",
+        ("secret", "token", "key"),
+    ),
+)
+_VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;]+)"
+_ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
+    _Pattern(
+        kind,
+        re.compile(shape.format(key=rf"{key}(?![a-z0-9_])") + _VALUE),
+        needs,
+        caseless=True,
+        group=1,
+        check=_not_placeholder,
+    )
+    for kind, key, needs in _KEY_KINDS
+    for shape in (
+        # key=value, key = "value", KEY="value"
+        r"{key}[\"']?\s{{0,4}}=\s{{0,4}}",
+        # --key value
+        r"--?[a-z0-9_.-]{{0,40}}?{key}\s{{1,4}}",
+        # key: value at the start of a line (YAML, .env-ish, headers), or "key": value (JSON)
+        r"(?m:^[ \t]*(?:-[ \t]+)?[\"']?|[\"'])[a-z0-9_.-]{{0,40}}?{key}[\"']?[ \t]{{0,4}}:[ \t]{{0,4}}",
+    )
+)
+
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+
+# Invisible characters that can split a secret; ZWJ/ZWNJ (emoji, Persian) and LRM/RLM stay.
+_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u180e\u00ad\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]+")
+_FLAG_SEQUENCE = re.compile("\U0001f3f4[\U000e0020-\U000e007e]{1,12}\U000e007f")
+
+# ---------------------------------------------------------------- PII
+
+# The local part is matched forward from where its run starts (the lookbehind), so a long run
+# with no "@" is tried once, not from each of its positions.
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9_%+-][A-Za-z0-9._%+-]{0,63}@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,8}[A-Za-z]{2,24}(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+)
+# Numbers start where a run of digits (and the characters that join numbers) starts; the
+# lookbehind follows the first digit, for the same reason as in _token.
+_NUM = r"\d(?<![\w.,/:+@-]\d)"
+_NUM_END = r"(?![\w/:]|[.,-]\d)"
+# Cards: 4-4-4-4-3 (19 digits), 4-4-4-4, Amex/Diners 4-6-5 / 4-6-4, or contiguous; one separator
+# kind throughout. Separate patterns rather than one with an optional tail: a rejected candidate
+# is not retried shorter, so "<card> 123" must still find the card when the 19 digits fail Luhn.
+_CARDS = tuple(
+    re.compile(_NUM + body + _NUM_END)
+    for body in (
+        r"\d{3}([ -])\d{4}\1\d{4}\1\d{4}\1\d{3}",
+        r"\d{3}([ -])\d{4}\1\d{4}\1\d{4}",
+        r"\d{3}([ -])\d{6}\1\d{4,5}",
+        r"\d{12,18}",
+    )
+)
+_PHONE_INTL = re.compile(r"\+(?<![\w+@/.-]\+)\d(?:[ .()-]{0,2}\d){7,14}" + _NUM_END)
+# North American: (415) 555-0100, 415-555-0100, 415.555.0100, optionally after 1-; never bare
+# digits or spaces alone, which are how ordinary numbers are written.
+_NANP = r"(?:\(\d{3}\)[ ]?\d{3}[-. ]\d{4}|\d{3}([-.])\d{3}\1\d{4})"
+_PHONES_NANP = (
+    re.compile(r"1(?<![\w+@/.-]1)[ .-]?" + _NANP + _NUM_END),
+    re.compile(r"\((?<![\w+@/.-]\()\d{3}\)[ ]?\d{3}[-. ]\d{4}" + _NUM_END),
+    re.compile(_NUM + r"\d{2}([-.])\d{3}\1\d{4}" + _NUM_END),
+)
+_PHONE_ZERO = re.compile(
+    r"0(?<![\w+@/.-]0)(?:\d{1,4}([ -])\d{2,4}\1?\d{3,4}|[1-9](?:([ .])\d{2})(?:\2\d{2}){3})" + _NUM_END
+)
+_PHONE_CONTEXT = re.compile(
+    r"\b(?:phone|tel|telephone|mobile|cell|call\s+me\s+(?:at|on)|whatsapp|sms|text\s+me\s+at|fax)\b"
+    r"[\s:.#-]{0,6}(?:is\s+|at\s+|on\s+)?(\+?\d(?:[ .()-]{0,2}\d){6,14})" + _NUM_END
+)
+_PHONE_WORDS = ("phone", "tel", "mobile", "cell", "call", "whatsapp", "sms", "text", "fax")
+_DATE_LIKE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card(candidate: str) -> bool:
+    digits = re.sub(r"\D", "", candidate)
+    # The networks' first digits: 2 (Mastercard 2-series), 3 (Amex, Diners, JCB), 4 (Visa),
+    # 5 (Mastercard), 6 (Discover, UnionPay). Ids and timestamps mostly start elsewhere.
+    return 13 <= len(digits) <= 19 and digits[0] in "23456" and _luhn(digits)
+
+
+def _phone_digits(low: int, high: int) -> Callable[[str], bool]:
+    def check(candidate: str) -> bool:
+        return low <= len(re.sub(r"\D", "", candidate)) <= high and not _DATE_LIKE.search(candidate)
+
+    return check
+
+
+_DIGITS = tuple("0123456789")
+_PII: tuple[_Pattern, ...] = (
+    *(_Pattern("card_number", card, _DIGITS, check=_card) for card in _CARDS),
+    _Pattern("email", _EMAIL, ("@",)),
+    _Pattern("phone", _PHONE_CONTEXT, _PHONE_WORDS, caseless=True, group=1, check=_phone_digits(7, 15)),
+    _Pattern("phone", _PHONE_INTL, ("+",), check=_phone_digits(8, 15)),
+    *(_Pattern("phone", nanp, _DIGITS, check=_phone_digits(10, 11)) for nanp in _PHONES_NANP),
+    _Pattern("phone", _PHONE_ZERO, ("0",), check=_phone_digits(10, 11)),
+)
+
+
+# ---------------------------------------------------------------- API
+
+
+@dataclass(frozen=True)
+class Redaction:
+    text: str
+    counts: Mapping[str, int] = field(default_factory=dict)  # kind -> findings replaced
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def redact(text: str, *, pii: bool) -> Redaction:
+    """`text` with secrets (always) and PII (if `pii`) replaced by `[REDACTED:<kind>]`."""
+    counts: Counter[str] = Counter()
+    text = _strip_invisible(text, counts)
+    patterns = _SECRETS + _ASSIGNMENTS + (_PII if pii else ())
+    # Until a pass changes nothing. It ends: no pattern matches markers alone, so each
+    # replacement removes characters of the original text, and a pass that changes nothing stops.
+    while True:
+        before = text
+        text = _private_keys(text, counts)
+        lowered, lowered_of = "", ""
+        for pattern in patterns:
+            if pattern.caseless and lowered_of is not text:
+                lowered, lowered_of = _ascii_lower(text), text
+            haystack = lowered if pattern.caseless else text
+            if any(n in haystack for n in pattern.needs):
+                text, found = _apply(pattern, text, haystack)
+                counts[pattern.kind] += found
+        if text == before:
+            return Redaction(text, {kind: n for kind, n in counts.items() if n})
+
+
+def _ascii_lower(text: str) -> str:
+    # ASCII only, so every index means the same character in both texts (str.lower can lengthen
+    # a text: "\u0130" lowers to two characters); the patterns' literals are ASCII anyway.
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def redact_partial(text_so_far: str, *, pii: bool) -> str:
+    """What of a reply still streaming can be shown now: redacted, less its open tail.
+
+    The tail held back is the last HOLD_BACK characters, and back to a space or line break
+    before them, so a token or a grouped number is never cut: `redact` of the final text judges
+    them whole. A begin marker of a private key with no end yet hides everything after it.
+    """
+    shown = redact(text_so_far, pii=pii).text
+    before = len(shown) - HOLD_BACK
+    if before <= 0:
+        return ""
+    cut = max(shown.rfind(c, 0, before) for c in " \n\t")
+    return shown[:cut] if cut > 0 else ""
+
+
+class StreamRedactor:
+    """`redact_partial` for a stream's `on_text` callback, recomputed only once the text has grown
+    by `step` characters or an eighth, whichever is more. Per delta, a long reply would be
+    redacted thousands of times over; this way a reply of n characters is redacted O(log n)
+    times, and what is shown lags the stream by at most an eighth plus HOLD_BACK.
+
+    A text shorter than the last one is a new model call (the tool loop streams each call's text
+    from the start), so the filter starts over with it.
+    """
+
+    def __init__(self, *, pii: bool, step: int = 64) -> None:
+        self._pii = pii
+        self._step = step
+        self._seen = 0  # length of the text last redacted
+        self._last = 0  # length of the text last given
+        self._shown = ""
+
+    def __call__(self, text_so_far: str) -> str:
+        if len(text_so_far) < self._last:
+            self._seen = 0
+            self._shown = ""
+        self._last = len(text_so_far)
+        if len(text_so_far) - self._seen >= max(self._step, self._seen // 8):
+            self._seen = len(text_so_far)
+            self._shown = redact_partial(text_so_far, pii=self._pii)
+        return self._shown
+
+
+def redact_json(text: str, *, pii: bool) -> str:
+    """`redact` for a JSON document (a tool call's arguments, to store): each string value is
+    redacted on its own, and a value under a credential's key ("password", "api_key",
+    "authorization") is replaced whole, since the key that gives it away is not in the string.
+    The result is still JSON of the same shape, where redacting the text would let a private key
+    cut short take the closing quote and braces with it. Text that is not JSON is redacted as
+    text; input with nothing to redact comes back as it was, formatting included."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact(text, pii=pii).text
+    redacted = _redact_json_value(value, None, pii)
+    return text if redacted == value else json.dumps(redacted, ensure_ascii=False)
+
+
+def _redact_json_value(value: object, key: str | None, pii: bool) -> object:
+    if isinstance(value, str):
+        kind = _credential_kind(key) if value and not value.startswith(_MARKER_PREFIX) else None
+        return MARKER.format(kind) if kind else redact(value, pii=pii).text
+    if isinstance(value, list):
+        return [_redact_json_value(v, None, pii) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_json_value(v, k, pii) for k, v in value.items()}
+    return value
+
+
+def _credential_kind(key: str | None) -> str | None:
+    if key is None:
+        return None
+    lowered = key.lower()
+    if lowered in ("authorization", "proxy-authorization"):
+        return "secret"
+    return next((kind for kind, key_name in _CREDENTIAL_KEYS if key_name.fullmatch(lowered)), None)
+
+
+_CREDENTIAL_KEYS = tuple(
+    (kind, re.compile(rf"[a-z0-9_.-]{{0,40}}?{pattern}")) for kind, pattern, _ in _KEY_KINDS
+)
+
+
+def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
+    """`text` with the pattern's findings in `haystack` (the text, or it lowered) replaced."""
+    pieces: list[str] = []
+    last = found = 0
+    for m in pattern.regex.finditer(haystack):
+        start, end = m.span(pattern.group)
+        value = text[start:end]
+        if value.startswith(_MARKER_PREFIX) or (pattern.check is not None and not pattern.check(value)):
+            continue
+        marker = MARKER.format(pattern.kind)
+        if value[:1] in ("'", '"'):
+            # Keep a quoted value's quotes (the closing one only if the value had it), so the
+            # JSON or YAML around it still reads as it did.
+            closed = len(value) > 1 and value.endswith(value[0])
+            marker = value[0] + marker + (value[0] if closed else "")
+        pieces += (text[last:start], marker)
+        last = end
+        found += 1
+    if not found:
+        return text, 0
+    pieces.append(text[last:])
+    return "".join(pieces), found
+
+
+def _private_keys(text: str, counts: Counter[str]) -> str:
+    # Found by markers rather than one lazy `BEGIN[\s\S]*?END` pattern, which rescans to the end
+    # of the text for every unterminated BEGIN (quadratic on a hostile text).
+    pieces: list[str] = []
+    last = 0
+    for begin in _PEM_BEGIN.finditer(text):
+        if begin.start() < last:
+            continue
+        end = _PEM_END.search(text, begin.end())
+        pieces.append(text[last : begin.start()])
+        pieces.append(MARKER.format("private_key"))
+        counts["private_key"] += 1
+        last = end.end() if end is not None else len(text)
+        if end is None:
+            break
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _strip_invisible(text: str, counts: Counter[str]) -> str:
+    if text.isascii():
+        return text
+    flags = [m.span() for m in _FLAG_SEQUENCE.finditer(text)]
+
+    def strip(m: re.Match[str]) -> str:
+        if any(a <= m.start() and m.end() <= b for a, b in flags):
+            return m.group(0)
+        counts["invisible"] += 1
+        return ""
+
+    return _INVISIBLE.sub(strip, text)
