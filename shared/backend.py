@@ -9,6 +9,7 @@ from shared.channels.ledger import SendLedger
 from shared.config import Settings
 from shared.ports import (
     AuditLog,
+    BudgetStore,
     EventBus,
     IdentityStore,
     Lanes,
@@ -34,6 +35,7 @@ class Backend:
     secrets: SecretStore
     identities: IdentityStore
     send_ledger: SendLedger
+    budgets: BudgetStore
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ codec in `shared.serde`, so the SQLite and DynamoDB stores write byte-identical 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -219,6 +220,29 @@ class OutboxEntry(Model):
 # ---------------------------------------------------------------- workspaces
 
 
+class ScopeLimits(Model):
+    """One scope's budget per UTC day and per calendar month (UTC). None: unlimited.
+
+    Tokens count input and output together. USD is the estimate from the price table
+    (shared.budgets.PriceTable), not the provider's invoice. A limit of 0 denies every call.
+    """
+
+    tokens_per_day: int | None = Field(default=None, ge=0)
+    tokens_per_month: int | None = Field(default=None, ge=0)
+    tool_calls_per_day: int | None = Field(default=None, ge=0)
+    tool_calls_per_month: int | None = Field(default=None, ge=0)
+    # Decimal, so that "5.00" in a config is exactly five dollars when it becomes a counter limit.
+    usd_per_day: Decimal | None = Field(default=None, ge=0)
+    usd_per_month: Decimal | None = Field(default=None, ge=0)
+
+
+class BudgetLimits(Model):
+    """A workspace's budgets (shared.budgets): `workspace` for all its users together, `user` for each."""
+
+    workspace: ScopeLimits = Field(default_factory=ScopeLimits)
+    user: ScopeLimits = Field(default_factory=ScopeLimits)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -232,6 +256,9 @@ class WorkspaceConfig(Model):
     pii_redaction: bool = False
     unknown_sender_policy: Literal["allow", "allow_list", "pairing"] = "allow"
     allowed_senders: list[str] = Field(default_factory=list)
+    # None: budgets off, nothing counted (no request on the turn path). An empty BudgetLimits()
+    # counts usage without limiting it, so limits set later apply to the period so far.
+    budget: BudgetLimits | None = None
 
 
 # ---------------------------------------------------------------- identities

@@ -13,8 +13,10 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from shared.budgets import BudgetDecision, BudgetUsage
 from shared.models import (
     AuditRecord,
+    BudgetLimits,
     DomainEvent,
     Identity,
     IdentityStatus,
@@ -225,6 +227,37 @@ class AuditLog(Protocol):
 
     def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
         """Newest first."""
+        ...
+
+
+@runtime_checkable
+class BudgetStore(Protocol):
+    """Counters of tokens, tool calls and estimated USD per workspace and per user, per UTC day and
+    calendar month (shared.budgets; docs/budgets.md). `limits` None: nothing is limited.
+
+    A model call's usage is known only after the call, so the turn checks before each call and
+    charges after it: a call that starts under the limit may end over it, and the next check
+    denies. Every charge is recorded (the tokens were spent) and added atomically to all its
+    buckets: two writers charging at once never lose an update.
+    """
+
+    def check(
+        self, workspace_id: str, user_id: str | None, limits: BudgetLimits | None, now: datetime
+    ) -> BudgetDecision:
+        """Denied when a counter of a bucket of `now` (workspace/day, workspace/month, and with a
+        user user/day, user/month) is at or over its limit. Reads only; no reads when no limit."""
+        ...
+
+    def charge(
+        self,
+        workspace_id: str,
+        user_id: str | None,
+        usage: BudgetUsage,
+        limits: BudgetLimits | None,
+        now: datetime,
+    ) -> BudgetDecision:
+        """Add `usage` to every bucket of `now`, all or none, whatever the limits; the decision is
+        the state after the charge (denied when this or an earlier charge used a limit up)."""
         ...
 
 

@@ -27,6 +27,7 @@ def build_aws_backend(settings: Settings) -> Backend:
     container, while a pending sender's approval applies at once (pending answers are not kept).
     """
     # Deferred on purpose (see the module docstring).
+    from shared.adapters.aws.budgets import DynamoBudgetStore
     from shared.adapters.aws.dynamodb import (
         DynamoAuditLog,
         DynamoIdentityStore,
@@ -75,4 +76,6 @@ def build_aws_backend(settings: Settings) -> Backend:
         secrets=SecretsManagerStore(settings.secrets_prefix, region=region),
         identities=CachedIdentities(DynamoIdentityStore(settings.memory_table, region=region)),
         send_ledger=DynamoSendLedger(settings.sessions_table, region=region),
+        # The sessions table: conditional counter writes on the turn path, like the outbox.
+        budgets=DynamoBudgetStore(settings.sessions_table, region=region),
     )

@@ -1,14 +1,15 @@
 """Embedded adapters: every port on SQLite files in settings.data_dir, for one machine.
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
-(sessions, memory, outbox, workspaces, audit, identities), `index.db` (FTS5 + sqlite-vec) and
-`queue.db` (lanes and events), plus `secrets.json` (mode 0600).
+(sessions, memory, outbox, workspaces, audit, identities, budget counters), `index.db` (FTS5 +
+sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json` (mode 0600).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from shared.adapters.embedded.budgets import SqliteBudgetStore
 from shared.adapters.embedded.db import Database, DatabaseClosed
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
 from shared.adapters.embedded.identities import SqliteIdentityStore
@@ -31,6 +32,7 @@ __all__ = [
     "FileSecretStore",
     "LocalScheduler",
     "SqliteAuditLog",
+    "SqliteBudgetStore",
     "SqliteEventBus",
     "SqliteIdentityStore",
     "SqliteLanes",
@@ -75,6 +77,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             secrets=FileSecretStore(data_dir / "secrets.json"),
             identities=SqliteIdentityStore(main),
             send_ledger=SqliteSendLedger(main),
+            budgets=SqliteBudgetStore(main),
             closers=[main.close, index_db.close, queue.close],
         )
     except BaseException:

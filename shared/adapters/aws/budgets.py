@@ -1,0 +1,180 @@
+"""BudgetStore on DynamoDB: counters in the sessions table, charged in one TransactWriteItems.
+
+Items: pk `WS#{ws}#BUDGET`, sk the bucket key of shared.budgets (`workspace#-#day#2026-03-17`,
+`user#V#alice#month#2026-03`), numbers `tokens`, `tool_calls`, `usd_nanos` and `ttl` (epoch
+seconds, the period's end + shared.budgets.BUCKET_RETENTION). No decision reads a past period's
+item, so nothing depends on when DynamoDB's TTL sweeper passes.
+
+check: one BatchGetItem, strongly consistent, of the buckets that have a limit (none: no request).
+
+charge: one TransactWriteItems with an Update per bucket (`ADD` the amounts, `SET ttl`), all or
+none. ADD is applied by DynamoDB itself, so concurrent charges never lose an update; the
+transaction's ClientRequestToken, which botocore fills in and keeps across its own retries, makes a
+retried request apply once. Each Update carries the condition that its bucket stays under each of
+its limits after the charge, so a charge that succeeds is known to be allowed without reading the
+totals back: one request. When a condition fails (this charge uses a limit up, or another one did
+already) nothing was written, and the charge is sent again without conditions (it is always
+recorded: the tokens were spent) and the buckets read back for the decision: three requests,
+once per bucket and period at most, since the next check then denies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import ClientError
+
+from shared.adapters.aws import clients
+from shared.budgets import METRICS, Bucket, BudgetDecision, BudgetUsage, Counters, buckets, crossing, evaluate
+from shared.errors import SigilError
+from shared.models import BudgetLimits
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
+
+# Each metric's attribute, as an expression name (USD is counted in nano-dollars, an integer).
+_NAMES: Final = {"#t": "tokens", "#c": "tool_calls", "#u": "usd_nanos"}
+_REF: Final = {"tokens": "#t", "tool_calls": "#c", "usd": "#u"}
+# TransactionConflict (another transaction on a bucket at that moment) and throttling cancel a
+# transaction without applying it; both are retried here, since botocore does not retry them.
+_RETRIES: Final = 8
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+class DynamoBudgetStore:
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
+    ) -> None:
+        self.table = table_name
+        self.client = client if client is not None else clients.dynamodb(region)
+
+    @staticmethod
+    def _key(workspace_id: str, bucket: Bucket) -> dict[str, Any]:
+        return {"pk": {"S": f"WS#{workspace_id}#BUDGET"}, "sk": {"S": bucket.key}}
+
+    # ------------------------------------------------------------------ check
+
+    def check(
+        self, workspace_id: str, user_id: str | None, limits: BudgetLimits | None, now: datetime
+    ) -> BudgetDecision:
+        limited = [b for b in buckets(user_id, limits, now) if b.limited]
+        if not limited:
+            return evaluate(now, [])
+        totals = self._read(workspace_id, limited)
+        return evaluate(now, [(b, totals.get(b.key, Counters())) for b in limited])
+
+    def _read(self, workspace_id: str, wanted: Sequence[Bucket]) -> dict[str, Counters]:
+        # Consistent: a check right after a charge (the next model call of the turn, or another
+        # Lambda's) must see it. At most four keys, far under BatchGetItem's hundred.
+        request: Any = {
+            "Keys": [self._key(workspace_id, b) for b in wanted],
+            "ConsistentRead": True,
+            "ProjectionExpression": "sk, #t, #c, #u",
+            "ExpressionAttributeNames": _NAMES,
+        }
+        found: dict[str, Counters] = {}
+        for attempt in range(_RETRIES):
+            result = self.client.batch_get_item(RequestItems={self.table: request})
+            for item in result.get("Responses", {}).get(self.table, []):
+                found[item["sk"]["S"]] = Counters(
+                    tokens=int(item.get("tokens", {}).get("N", "0")),
+                    tool_calls=int(item.get("tool_calls", {}).get("N", "0")),
+                    usd_nanos=int(item.get("usd_nanos", {}).get("N", "0")),
+                )
+            unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
+            if not unprocessed:
+                return found
+            request = unprocessed
+            # Unprocessed keys mean the partition is throttled: back off before asking again.
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise SigilError(
+            f"DynamoDB left budget keys unprocessed after {_RETRIES} attempts", code="store_unavailable"
+        )
+
+    # ------------------------------------------------------------------ charge
+
+    def charge(
+        self,
+        workspace_id: str,
+        user_id: str | None,
+        usage: BudgetUsage,
+        limits: BudgetLimits | None,
+        now: datetime,
+    ) -> BudgetDecision:
+        amounts = usage.counters
+        if amounts.empty:
+            return self.check(workspace_id, user_id, limits, now)
+        plan = buckets(user_id, limits, now)
+        # A charge that alone reaches a limit cannot pass its condition: skip straight to the
+        # unconditional write instead of sending a transaction that is sure to be cancelled.
+        if not any(crossing(b, amounts) for b in plan) and self._transact(
+            workspace_id, plan, amounts, conditional=True
+        ):
+            return evaluate(now, [])
+        self._transact(workspace_id, plan, amounts, conditional=False)
+        return self.check(workspace_id, user_id, limits, now)
+
+    def _transact(
+        self, workspace_id: str, plan: Sequence[Bucket], amounts: Counters, *, conditional: bool
+    ) -> bool:
+        """Apply the charge to every bucket in one transaction; False when a condition failed."""
+        actions = [self._update(workspace_id, b, amounts, conditional=conditional) for b in plan]
+        for attempt in range(_RETRIES):
+            try:
+                self.client.transact_write_items(TransactItems=actions)
+                return True
+            except ClientError as exc:
+                if _error_code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
+                if "ConditionalCheckFailed" in reasons:
+                    return False
+                # A conflicting transaction on a bucket, or throttling: nothing was applied.
+                time.sleep(min(0.02 * 2**attempt, 1.0))
+        raise SigilError(
+            f"DynamoDB did not accept a budget charge after {_RETRIES} attempts", code="store_unavailable"
+        )
+
+    def _update(
+        self, workspace_id: str, bucket: Bucket, amounts: Counters, *, conditional: bool
+    ) -> TransactWriteItemTypeDef:
+        names = {**_NAMES, "#ttl": "ttl"}
+        values: dict[str, Any] = {
+            ":t": _n(amounts.tokens),
+            ":c": _n(amounts.tool_calls),
+            ":u": _n(amounts.usd_nanos),
+            ":ttl": _n(int(bucket.expires_at.timestamp())),
+        }
+        update: UpdateTypeDef = {
+            "TableName": self.table,
+            "Key": self._key(workspace_id, bucket),
+            "UpdateExpression": "ADD #t :t, #c :c, #u :u SET #ttl = :ttl",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if conditional and bucket.limited:
+            # "total + amount < limit" as "total < limit - amount": conditions cannot add. A bucket
+            # not written yet holds 0, which is under every bound here (`crossing` excluded the
+            # bounds <= 0 before this was built).
+            clauses = []
+            for metric in METRICS:
+                limit = bucket.limits.get(metric)
+                if limit is None:
+                    continue
+                ref = _REF[metric]
+                bound = f":max_{metric}"
+                values[bound] = _n(limit - amounts.get(metric))
+                clauses.append(f"(attribute_not_exists({ref}) OR {ref} < {bound})")
+            update["ConditionExpression"] = " AND ".join(clauses)
+        return {"Update": update}

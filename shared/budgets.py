@@ -1,0 +1,560 @@
+"""Budgets: tokens, tool calls and estimated USD per workspace and per user, per UTC day and month.
+
+The limits are configuration (`WorkspaceConfig.budget`, a `shared.models.BudgetLimits`); the
+counters live behind the `BudgetStore` port (shared.ports), in SQLite or DynamoDB. This module is
+what both adapters share, so they cannot disagree: which counters ("buckets") a call touches and
+their keys, when each resets, how a reading becomes a decision, what a model call costs, and the
+text a user is shown when a budget is used up. docs/budgets.md has the whole design.
+
+Units. Counters are integers in both stores: tokens, tool calls, and USD in nano-dollars (USD times
+10^9). Integers add exactly in SQLite and in DynamoDB's ADD alike, so concurrent charges sum to the
+same total on both, and a cost rounded up to the next nano-dollar is never more than a billionth
+of a dollar off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.clock import utcnow
+from shared.models import BudgetLimits, ScopeLimits
+
+if TYPE_CHECKING:
+    # The port's module imports this one for its types; at run time the store is only called.
+    from shared.ports import BudgetStore
+
+log = logging.getLogger("sigil.budgets")
+
+Scope = Literal["workspace", "user"]
+Metric = Literal["tokens", "tool_calls", "usd"]
+Period = Literal["day", "month"]
+
+SCOPES: Final[tuple[Scope, ...]] = ("workspace", "user")
+METRICS: Final[tuple[Metric, ...]] = ("tokens", "tool_calls", "usd")
+PERIODS: Final[tuple[Period, ...]] = ("day", "month")
+
+NANOS_PER_USD: Final = 10**9
+# How long a counter is kept after its period ends (DynamoDB `ttl`, the SQLite sweep): long enough
+# to report on the previous month day by day; no decision ever reads a past period's counter.
+BUCKET_RETENTION: Final = timedelta(days=35)
+# A user id longer than this (in UTF-8) is replaced by a digest in a counter's key: DynamoDB sort
+# keys hold 1,024 bytes, and Identity.user_id may be 300 characters of up to 4 bytes each.
+_MAX_USER_KEY_BYTES: Final = 512
+
+_MONTHS: Final = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- prices
+
+
+class ModelPrice(_Frozen):
+    """A model's list price in USD per 1M tokens, input (prompt) and output (completion)."""
+
+    input_per_mtok: Decimal = Field(ge=0)
+    output_per_mtok: Decimal = Field(ge=0)
+
+    def cost_nanos(self, tokens_in: int, tokens_out: int) -> int:
+        """The cost of a call in nano-dollars, rounded up (an estimate should not flatter)."""
+        # USD per 1M tokens is exactly 1,000 nano-dollars per token per USD of price.
+        nanos = (self.input_per_mtok * tokens_in + self.output_per_mtok * tokens_out) * 1000
+        return int(nanos.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _price(input_per_mtok: str, output_per_mtok: str) -> ModelPrice:
+    return ModelPrice(input_per_mtok=Decimal(input_per_mtok), output_per_mtok=Decimal(output_per_mtok))
+
+
+# Published list prices (standard tier; no prompt-caching, batch or long-context rates), USD per
+# 1M tokens, as known in mid-2025. Prices change: override them with the PriceTable mapping
+# (SIGIL_MODEL_PRICES) rather than trusting this table for billing. Keys are "provider/model" as
+# the turn names them; dated snapshots and Bedrock version suffixes find their base entry (see
+# PriceTable.price), so only snapshots priced differently from their family are listed.
+_ANTHROPIC: Final = {
+    "claude-opus-4-1": _price("15", "75"),
+    "claude-opus-4": _price("15", "75"),
+    "claude-opus-4-0": _price("15", "75"),
+    "claude-sonnet-4-5": _price("3", "15"),
+    "claude-sonnet-4": _price("3", "15"),
+    "claude-sonnet-4-0": _price("3", "15"),
+    "claude-3-7-sonnet": _price("3", "15"),
+    "claude-3-5-sonnet": _price("3", "15"),
+    "claude-haiku-4-5": _price("1", "5"),
+    "claude-3-5-haiku": _price("0.80", "4"),
+    "claude-3-opus": _price("15", "75"),
+    "claude-3-haiku": _price("0.25", "1.25"),
+}
+DEFAULT_PRICES: Final[Mapping[str, ModelPrice]] = {
+    "openai/gpt-5": _price("1.25", "10"),
+    "openai/gpt-5-mini": _price("0.25", "2"),
+    "openai/gpt-5-nano": _price("0.05", "0.40"),
+    "openai/gpt-4.1": _price("2", "8"),
+    "openai/gpt-4.1-mini": _price("0.40", "1.60"),
+    "openai/gpt-4.1-nano": _price("0.10", "0.40"),
+    "openai/gpt-4o": _price("2.50", "10"),
+    "openai/gpt-4o-2024-05-13": _price("5", "15"),
+    "openai/gpt-4o-mini": _price("0.15", "0.60"),
+    "openai/o3": _price("2", "8"),
+    "openai/o3-pro": _price("20", "80"),
+    "openai/o3-mini": _price("1.10", "4.40"),
+    "openai/o4-mini": _price("1.10", "4.40"),
+    "openai/o1": _price("15", "60"),
+    "openai/o1-pro": _price("150", "600"),
+    "openai/gpt-4-turbo": _price("10", "30"),
+    "openai/gpt-4": _price("30", "60"),
+    "openai/gpt-3.5-turbo": _price("0.50", "1.50"),
+    **{f"anthropic/{name}": price for name, price in _ANTHROPIC.items()},
+    # Bedrock on-demand, us-east-1: Anthropic's models at Anthropic's prices, and Amazon Nova.
+    **{f"bedrock/anthropic.{name}": price for name, price in _ANTHROPIC.items()},
+    "bedrock/amazon.nova-micro": _price("0.035", "0.14"),
+    "bedrock/amazon.nova-lite": _price("0.06", "0.24"),
+    "bedrock/amazon.nova-pro": _price("0.80", "3.20"),
+    "bedrock/amazon.nova-premier": _price("2.50", "12.50"),
+}
+# For a model the table does not know: the price of the dearest mainstream models (Claude Opus),
+# so an unknown model uses a budget up early rather than late. Override with the key "*".
+DEFAULT_UNKNOWN_PRICE: Final = _price("15", "75")
+
+# Suffixes that name a snapshot or version of a model priced like its family: a date
+# (-20250514, -2024-08-06), "-latest", and Bedrock's "-v2:0" / ":0".
+_VERSION_SUFFIX: Final = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|-v\d+(?::\d+)?|:\d+)$")
+# Bedrock's cross-region inference profiles put a geography before the model id.
+_BEDROCK_GEO: Final = re.compile(r"^(?:us|us-gov|eu|apac|ap|ca|jp|au|global)\.")
+
+
+def _lookup_keys(model_ref: str) -> Iterator[str]:
+    """The keys to try for a model ref, most specific first."""
+    ref = model_ref.strip().lower()
+    yield ref
+    provider, slash, model = ref.partition("/")
+    if provider == "bedrock" and slash:
+        # A foundation-model or inference-profile ARN ends in the model id; an application
+        # inference profile's ends in an opaque id, which finds nothing (the unknown price).
+        if model.startswith("arn:"):
+            model = model.rsplit("/", 1)[-1]
+        stripped = _BEDROCK_GEO.sub("", model)
+        if f"{provider}/{stripped}" != ref:
+            ref = f"{provider}/{stripped}"
+            yield ref
+    while True:
+        shorter = _VERSION_SUFFIX.sub("", ref)
+        if shorter == ref:
+            return
+        ref = shorter
+        yield ref
+
+
+class PriceTable:
+    """USD per 1M tokens by model ref ("openai/gpt-4.1-mini"), and the cost of a call.
+
+    `prices` overrides or extends DEFAULT_PRICES (pass `defaults={}` to start empty); its entries
+    may be ModelPrice or plain mappings (`{"input_per_mtok": 0.4, "output_per_mtok": 1.6}`, the
+    shape of JSON settings). The key "*" replaces the price of unknown models. A model the table
+    does not know costs DEFAULT_UNKNOWN_PRICE, and a warning is logged once per model ref.
+    """
+
+    def __init__(
+        self,
+        prices: Mapping[str, ModelPrice | Mapping[str, Any]] | None = None,
+        *,
+        defaults: Mapping[str, ModelPrice] = DEFAULT_PRICES,
+    ) -> None:
+        table = {key.strip().lower(): price for key, price in defaults.items()}
+        for key, value in (prices or {}).items():
+            price = value if isinstance(value, ModelPrice) else ModelPrice.model_validate(value)
+            table[key.strip().lower()] = price
+        self.unknown_price = table.pop("*", DEFAULT_UNKNOWN_PRICE)
+        self._prices = table
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def known(self, model_ref: str) -> bool:
+        return any(key in self._prices for key in _lookup_keys(model_ref))
+
+    def price(self, model_ref: str) -> ModelPrice:
+        """The model's price; a dated snapshot or Bedrock version falls back to its family's."""
+        for key in _lookup_keys(model_ref):
+            found = self._prices.get(key)
+            if found is not None:
+                return found
+        with self._lock:
+            first = model_ref not in self._warned
+            self._warned.add(model_ref)
+        if first:
+            log.warning(
+                "no price for model %s: estimating its cost at $%s in / $%s out per 1M tokens; "
+                "add it to the price table (SIGIL_MODEL_PRICES)",
+                model_ref,
+                self.unknown_price.input_per_mtok,
+                self.unknown_price.output_per_mtok,
+            )
+        return self.unknown_price
+
+    def cost_nanos(self, model_ref: str, tokens_in: int, tokens_out: int) -> int:
+        return self.price(model_ref).cost_nanos(tokens_in, tokens_out)
+
+    def usage(self, model_ref: str, *, tokens_in: int, tokens_out: int, tool_calls: int = 0) -> BudgetUsage:
+        """What a model call charges: its tokens, and their estimated cost at the model's price."""
+        return BudgetUsage(
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            tool_calls=tool_calls,
+            usd_nanos=self.cost_nanos(model_ref, tokens_in, tokens_out),
+        )
+
+
+# ---------------------------------------------------------------- usage
+
+
+class BudgetUsage(_Frozen):
+    """What one charge adds to every bucket it touches.
+
+    Named apart from shared.providers.base.Usage (a provider's token report), which the turn
+    also holds: build this one with PriceTable.usage, or `BudgetUsage(tool_calls=1)` for a tool.
+    """
+
+    tokens_in: int = Field(default=0, ge=0)
+    tokens_out: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    usd_nanos: int = Field(default=0, ge=0)
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    @property
+    def usd(self) -> Decimal:
+        """The estimated cost in USD (AuditRecord.cost_usd takes float(usage.usd))."""
+        return Decimal(self.usd_nanos) / NANOS_PER_USD
+
+    @property
+    def counters(self) -> Counters:
+        return Counters(tokens=self.tokens, tool_calls=self.tool_calls, usd_nanos=self.usd_nanos)
+
+    def __add__(self, other: BudgetUsage) -> BudgetUsage:
+        return BudgetUsage(
+            tokens_in=self.tokens_in + other.tokens_in,
+            tokens_out=self.tokens_out + other.tokens_out,
+            tool_calls=self.tool_calls + other.tool_calls,
+            usd_nanos=self.usd_nanos + other.usd_nanos,
+        )
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A bucket's totals (or a charge's amounts) in counting units: USD in nano-dollars."""
+
+    tokens: int = 0
+    tool_calls: int = 0
+    usd_nanos: int = 0
+
+    def get(self, metric: Metric) -> int:
+        if metric == "tokens":
+            return self.tokens
+        if metric == "tool_calls":
+            return self.tool_calls
+        return self.usd_nanos
+
+    @property
+    def empty(self) -> bool:
+        return not (self.tokens or self.tool_calls or self.usd_nanos)
+
+
+# ---------------------------------------------------------------- periods
+
+
+def as_utc(now: datetime) -> datetime:
+    """`now` in UTC; a naive datetime is taken as UTC, as the stores do with every timestamp."""
+    return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
+
+
+def period_start(period: Period, now: datetime) -> datetime:
+    now = as_utc(now)
+    if period == "day":
+        return datetime(now.year, now.month, now.day, tzinfo=UTC)
+    return datetime(now.year, now.month, 1, tzinfo=UTC)
+
+
+def period_reset(period: Period, now: datetime) -> datetime:
+    """When the period containing `now` ends: the next 00:00 UTC, or the first of the next month."""
+    start = period_start(period, now)
+    if period == "day":
+        return start + timedelta(days=1)
+    if start.month == 12:
+        return datetime(start.year + 1, 1, 1, tzinfo=UTC)
+    return datetime(start.year, start.month + 1, 1, tzinfo=UTC)
+
+
+def period_label(period: Period, now: datetime) -> str:
+    """The period's name in a key: "2026-03-17" for a day, "2026-03" for a month."""
+    return period_start(period, now).strftime("%Y-%m-%d" if period == "day" else "%Y-%m")
+
+
+# ---------------------------------------------------------------- buckets
+
+
+def _user_key(user_id: str) -> str:
+    # Literal when short, a digest when long; the V#/H# prefix keeps a literal id from ever
+    # equalling another id's digest (the rule of the DynamoDB adapters' free-text key parts).
+    raw = user_id.encode()
+    if len(raw) <= _MAX_USER_KEY_BYTES:
+        return f"V#{user_id}"
+    return f"H#{hashlib.sha256(raw).hexdigest()}"
+
+
+def bucket_key(scope: Scope, user_id: str | None, period: Period, now: datetime) -> str:
+    """A counter's key within its workspace, the same in SQLite and DynamoDB (the sort key).
+
+    "workspace#-#day#2026-03-17", "user#V#alice#month#2026-03". The period and its label are the
+    last two fields and have fixed shapes, so the key is unambiguous whatever a user id holds.
+    """
+    if scope == "user":
+        if not user_id:
+            raise ValueError("a user bucket needs a user id")
+        who = _user_key(user_id)
+    else:
+        who = "-"
+    return f"{scope}#{who}#{period}#{period_label(period, now)}"
+
+
+def _scope_limits(limits: ScopeLimits, period: Period) -> dict[Metric, int]:
+    if period == "day":
+        tokens, calls, usd = limits.tokens_per_day, limits.tool_calls_per_day, limits.usd_per_day
+    else:
+        tokens, calls, usd = limits.tokens_per_month, limits.tool_calls_per_month, limits.usd_per_month
+    found: dict[Metric, int] = {}
+    if tokens is not None:
+        found["tokens"] = tokens
+    if calls is not None:
+        found["tool_calls"] = calls
+    if usd is not None:
+        # Rounded down: a limit finer than a nano-dollar is used up a fraction early, never late.
+        found["usd"] = int((usd * NANOS_PER_USD).to_integral_value(rounding=ROUND_FLOOR))
+    return found
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One counter a call touches: a scope's totals for one period, and that scope's limits."""
+
+    scope: Scope
+    period: Period
+    key: str  # bucket_key(...)
+    resets_at: datetime
+    expires_at: datetime  # resets_at + BUCKET_RETENTION: when the counter may be deleted
+    limits: Mapping[Metric, int]  # the metrics with a limit, in counting units; empty: unlimited
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.limits)
+
+
+def buckets(user_id: str | None, limits: BudgetLimits | None, now: datetime) -> list[Bucket]:
+    """The buckets of a call at `now`: workspace/day, workspace/month, and with a user user/day and
+    user/month. Without a user (a sender the channel does not identify) only the workspace's."""
+    limits = limits or BudgetLimits()
+    found: list[Bucket] = []
+    for scope in SCOPES:
+        if scope == "user" and not user_id:
+            continue
+        for period in PERIODS:
+            resets = period_reset(period, now)
+            found.append(
+                Bucket(
+                    scope=scope,
+                    period=period,
+                    key=bucket_key(scope, user_id, period, now),
+                    resets_at=resets,
+                    expires_at=resets + BUCKET_RETENTION,
+                    limits=_scope_limits(getattr(limits, scope), period),
+                )
+            )
+    return found
+
+
+def crossing(bucket: Bucket, amounts: Counters) -> bool:
+    """True when adding `amounts` to this bucket surely uses a limit up, whatever it holds now."""
+    return any(amounts.get(metric) >= limit for metric, limit in bucket.limits.items())
+
+
+# ---------------------------------------------------------------- decisions
+
+
+class Exhausted(_Frozen):
+    """The limit that ran out: whose, which metric, over which period, and when it resets."""
+
+    scope: Scope
+    metric: Metric
+    period: Period
+    used: int  # in counting units: tokens, tool calls, or nano-dollars for "usd"
+    limit: int
+    resets_at: datetime
+
+    def message(self, now: datetime) -> str:
+        """What the user is told, e.g. "The daily token budget for this workspace is used up
+        (1,000,000 of 1,000,000). It resets at 00:00 UTC, in 3 h 12 min."
+        """
+        adjective = "daily" if self.period == "day" else "monthly"
+        what = {"tokens": "token", "tool_calls": "tool-call", "usd": "spending"}[self.metric]
+        amounts = f"({_amount(self.metric, self.used, self.limit)} of {_amount(self.metric, self.limit)})"
+        if self.scope == "workspace":
+            first = f"The {adjective} {what} budget for this workspace is used up {amounts}."
+        else:
+            first = f"Your {adjective} {what} budget is used up {amounts}."
+        resets = as_utc(self.resets_at)
+        when = "at 00:00 UTC" if self.period == "day" else f"on {_date(resets)} at 00:00 UTC"
+        return f"{first} It resets {when}, in {_duration(resets - as_utc(now))}."
+
+    @property
+    def summary(self) -> str:
+        """A short form for logs and the audit record: "workspace/day/tokens 1000000/1000000"."""
+        return f"{self.scope}/{self.period}/{self.metric} {self.used}/{self.limit}"
+
+
+class BudgetDecision(_Frozen):
+    """Allowed, or not: `exhausted` names the limit that ran out (the one resetting last, when
+    several did, since that is when the user can go on)."""
+
+    at: datetime
+    exhausted: Exhausted | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.exhausted is None
+
+    def message(self) -> str | None:
+        """The user-facing text of a denial (reset times counted from `at`); None when allowed."""
+        return None if self.exhausted is None else self.exhausted.message(self.at)
+
+
+_SCOPE_ORDER: Final = {scope: i for i, scope in enumerate(SCOPES)}
+_METRIC_ORDER: Final = {metric: i for i, metric in enumerate(METRICS)}
+
+
+def evaluate(now: datetime, readings: Iterable[tuple[Bucket, Counters]]) -> BudgetDecision:
+    """Denied when any limited counter is at or over its limit; else allowed."""
+    found: list[Exhausted] = []
+    for bucket, totals in readings:
+        for metric, limit in bucket.limits.items():
+            used = totals.get(metric)
+            if used >= limit:
+                found.append(
+                    Exhausted(
+                        scope=bucket.scope,
+                        metric=metric,
+                        period=bucket.period,
+                        used=used,
+                        limit=limit,
+                        resets_at=bucket.resets_at,
+                    )
+                )
+    if not found:
+        return BudgetDecision(at=as_utc(now))
+    # The one resetting last is when the user can go on; ties: the workspace's first (it stops
+    # everyone), then tokens, tool calls, USD.
+    worst = min(
+        found, key=lambda e: (-e.resets_at.timestamp(), _SCOPE_ORDER[e.scope], _METRIC_ORDER[e.metric])
+    )
+    return BudgetDecision(at=as_utc(now), exhausted=worst)
+
+
+# ---------------------------------------------------------------- a turn's budget
+
+
+@dataclass
+class TurnBudget:
+    """One turn's budget: the store bound to its workspace, user, limits, prices and clock.
+
+    The turn calls `check()` before each model call, `charge_model_call` after it and
+    `charge_tool_call()` as each tool runs. With `limits` None (the workspace has no `budget`)
+    nothing is sent to the store: checks allow and charges are only added up in `spent`, which the
+    turn's audit record reads either way (cost_usd = float(spent.usd)).
+    """
+
+    store: BudgetStore
+    workspace_id: str
+    user_id: str | None
+    limits: BudgetLimits | None
+    prices: PriceTable = field(default_factory=PriceTable)
+    clock: Callable[[], datetime] = utcnow
+    spent: BudgetUsage = field(default_factory=BudgetUsage)  # what this turn charged so far
+
+    def check(self) -> BudgetDecision:
+        now = self.clock()
+        if self.limits is None:
+            return evaluate(now, [])
+        return self.store.check(self.workspace_id, self.user_id, self.limits, now)
+
+    def charge_model_call(self, model_ref: str, *, tokens_in: int, tokens_out: int) -> BudgetDecision:
+        return self._charge(self.prices.usage(model_ref, tokens_in=tokens_in, tokens_out=tokens_out))
+
+    def charge_tool_call(self, count: int = 1) -> BudgetDecision:
+        return self._charge(BudgetUsage(tool_calls=count))
+
+    def _charge(self, usage: BudgetUsage) -> BudgetDecision:
+        self.spent += usage
+        now = self.clock()
+        if self.limits is None:
+            return evaluate(now, [])
+        return self.store.charge(self.workspace_id, self.user_id, usage, self.limits, now)
+
+
+# ---------------------------------------------------------------- text
+
+
+def _amount(metric: Metric, value: int, limit: int | None = None) -> str:
+    if metric != "usd":
+        return f"{value:,}"
+    # Cents, unless the limit itself is finer than a cent (then up to six decimals).
+    scale = limit if limit is not None else value
+    places = 2 if scale % (NANOS_PER_USD // 100) == 0 else 6
+    return f"${Decimal(value) / NANOS_PER_USD:,.{places}f}"
+
+
+def _date(value: datetime) -> str:
+    # Month names from a tuple, not strftime("%B"), which follows the process's locale.
+    return f"{value.day} {_MONTHS[value.month - 1]} {value.year}"
+
+
+def _duration(delta: timedelta) -> str:
+    """ "45 min", "3 h 12 min", "12 days 3 h".
+
+    Rounded up to the last unit shown (the minute; the hour past a day), so the user is never
+    told a reset is nearer than it is, and never "0 min".
+    """
+    minutes = max(1, math.ceil(delta.total_seconds() / 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    if minutes < 24 * 60:
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(math.ceil(minutes / 60), 24)
+    text = f"{days} day" if days == 1 else f"{days} days"
+    return f"{text} {hours} h" if hours else text

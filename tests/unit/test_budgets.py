@@ -1,0 +1,424 @@
+"""shared.budgets without a store: prices and costs, periods and resets, keys, decisions, messages,
+and TurnBudget over a recording stand-in of the port."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from pydantic import ValidationError
+
+from shared import serde
+from shared.budgets import (
+    DEFAULT_PRICES,
+    DEFAULT_UNKNOWN_PRICE,
+    NANOS_PER_USD,
+    BudgetDecision,
+    BudgetUsage,
+    Counters,
+    Exhausted,
+    ModelPrice,
+    PriceTable,
+    TurnBudget,
+    bucket_key,
+    buckets,
+    evaluate,
+    period_label,
+    period_reset,
+    period_start,
+)
+from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
+from shared.ports import BudgetStore
+
+# ---------------------------------------------------------------- prices and cost
+
+
+def test_a_known_models_cost_in_nano_dollars() -> None:
+    table = PriceTable()
+    # gpt-4.1-mini: $0.40 in, $1.60 out per 1M tokens.
+    assert table.cost_nanos("openai/gpt-4.1-mini", 1_000_000, 1_000_000) == 2 * NANOS_PER_USD
+    assert table.cost_nanos("openai/gpt-4.1-mini", 1, 0) == 400
+    assert table.cost_nanos("openai/gpt-4.1-mini", 0, 0) == 0
+    usage = table.usage("anthropic/claude-sonnet-4", tokens_in=2_000, tokens_out=500, tool_calls=1)
+    assert usage == BudgetUsage(tokens_in=2_000, tokens_out=500, tool_calls=1, usd_nanos=13_500_000)
+    assert usage.tokens == 2_500
+    assert usage.usd == Decimal("0.0135")
+
+
+def test_a_cost_is_rounded_up_to_the_nano_dollar() -> None:
+    # Nova Micro: $0.035 per 1M input tokens is 35 nano-dollars a token... and a thousandth more.
+    price = ModelPrice(input_per_mtok=Decimal("0.0351"), output_per_mtok=Decimal(0))
+    assert price.cost_nanos(1, 0) == 36
+    assert price.cost_nanos(10, 0) == 351
+    assert PriceTable().cost_nanos("bedrock/amazon.nova-micro", 1, 1) == 35 + 140
+
+
+def test_float_prices_are_taken_as_written() -> None:
+    # A JSON setting arrives as floats: 0.1 must be a tenth, not 0.1000000000000000055...
+    price = ModelPrice.model_validate({"input_per_mtok": 0.1, "output_per_mtok": 0.3})
+    assert price.cost_nanos(3, 1) == 600
+
+
+@pytest.mark.parametrize(
+    ("model_ref", "family"),
+    [
+        ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini"),
+        ("OpenAI/GPT-4.1-Mini", "openai/gpt-4.1-mini"),
+        ("openai/gpt-4.1-mini-2025-04-14", "openai/gpt-4.1-mini"),
+        ("openai/gpt-4o-2024-08-06", "openai/gpt-4o"),
+        ("openai/gpt-4o-2024-05-13", "openai/gpt-4o-2024-05-13"),  # the dearer first snapshot
+        ("anthropic/claude-sonnet-4-20250514", "anthropic/claude-sonnet-4"),
+        ("anthropic/claude-3-5-haiku-latest", "anthropic/claude-3-5-haiku"),
+        ("bedrock/anthropic.claude-3-5-sonnet-20241022-v2:0", "bedrock/anthropic.claude-3-5-sonnet"),
+        ("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0", "bedrock/anthropic.claude-sonnet-4"),
+        ("bedrock/eu.amazon.nova-pro-v1:0", "bedrock/amazon.nova-pro"),
+        (
+            "bedrock/arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-haiku-20240307-v1:0",
+            "bedrock/anthropic.claude-3-haiku",
+        ),
+        (
+            "bedrock/arn:aws:bedrock:eu-west-1:123456789012:inference-profile/eu.anthropic.claude-sonnet-4-20250514-v1:0",
+            "bedrock/anthropic.claude-sonnet-4",
+        ),
+    ],
+)
+def test_snapshots_and_bedrock_ids_find_their_family(model_ref: str, family: str) -> None:
+    table = PriceTable()
+    assert table.known(model_ref)
+    assert table.price(model_ref) == DEFAULT_PRICES[family]
+
+
+def test_a_variant_is_not_priced_as_its_cheaper_base() -> None:
+    # Only version suffixes are stripped: "o1-pro" is not "o1" (ten times the price).
+    table = PriceTable()
+    assert table.price("openai/o1-pro") != table.price("openai/o1")
+    assert not table.known("openai/gpt-4.1-ultra")
+    # An application inference profile's ARN names no model.
+    assert not table.known(
+        "bedrock/arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3"
+    )
+
+
+def test_an_unknown_model_costs_the_conservative_default_and_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = PriceTable()
+    with caplog.at_level(logging.WARNING, logger="sigil.budgets"):
+        first = table.price("acme/brand-new-model")
+        table.price("acme/brand-new-model")
+        table.price("acme/other-model")
+    assert first == DEFAULT_UNKNOWN_PRICE
+    # At least as dear as the models most workspaces use: a budget runs out early, never late.
+    for common in ("openai/gpt-4.1", "openai/gpt-4o", "anthropic/claude-sonnet-4", "anthropic/claude-opus-4"):
+        assert first.input_per_mtok >= DEFAULT_PRICES[common].input_per_mtok
+        assert first.output_per_mtok >= DEFAULT_PRICES[common].output_per_mtok
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2
+    assert "acme/brand-new-model" in warnings[0] and "SIGIL_MODEL_PRICES" in warnings[0]
+
+
+def test_prices_are_overridden_from_a_mapping() -> None:
+    table = PriceTable(
+        {
+            "openai/gpt-4.1-mini": {"input_per_mtok": 0.5, "output_per_mtok": 2},
+            "local/llama": ModelPrice(input_per_mtok=Decimal(0), output_per_mtok=Decimal(0)),
+            "*": {"input_per_mtok": 1, "output_per_mtok": 1},
+        }
+    )
+    assert table.cost_nanos("openai/gpt-4.1-mini", 1_000_000, 0) == NANOS_PER_USD // 2
+    assert table.cost_nanos("local/llama", 10**9, 10**9) == 0
+    assert table.cost_nanos("acme/unknown", 1_000_000, 0) == NANOS_PER_USD
+    assert table.price("openai/gpt-4o") == DEFAULT_PRICES["openai/gpt-4o"]  # the rest stays
+
+    only = PriceTable({"local/llama": {"input_per_mtok": 0, "output_per_mtok": 0}}, defaults={})
+    assert not only.known("openai/gpt-4.1-mini")
+
+
+def test_a_malformed_price_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        PriceTable({"openai/x": {"input_per_mtok": -1, "output_per_mtok": 1}})
+    with pytest.raises(ValidationError):
+        PriceTable({"openai/x": {"input": 1}})
+
+
+def test_usage_is_never_negative() -> None:
+    with pytest.raises(ValidationError):
+        BudgetUsage(tokens_in=-1)
+    assert BudgetUsage(tool_calls=1).counters == Counters(tool_calls=1)
+    assert BudgetUsage().counters.empty
+
+
+# ---------------------------------------------------------------- periods
+
+
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, us: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, us, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("now", "day_reset", "month_reset"),
+    [
+        (utc(2026, 3, 17, 14, 0), utc(2026, 3, 18), utc(2026, 4, 1)),
+        (utc(2026, 1, 31, 23, 59, 59), utc(2026, 2, 1), utc(2026, 2, 1)),  # a 31-day month
+        (utc(2026, 4, 30, 6), utc(2026, 5, 1), utc(2026, 5, 1)),  # a 30-day month
+        (utc(2026, 2, 28, 12), utc(2026, 3, 1), utc(2026, 3, 1)),  # February
+        (utc(2028, 2, 28, 12), utc(2028, 2, 29), utc(2028, 3, 1)),  # a leap year's February
+        (utc(2028, 2, 29, 0, 0), utc(2028, 3, 1), utc(2028, 3, 1)),
+        (utc(2026, 12, 31, 23, 59, 59, 999_999), utc(2027, 1, 1), utc(2027, 1, 1)),  # year end
+        (utc(2026, 12, 1, 0, 0), utc(2026, 12, 2), utc(2027, 1, 1)),
+    ],
+)
+def test_resets_at_month_ends_and_year_end(now: datetime, day_reset: datetime, month_reset: datetime) -> None:
+    assert period_reset("day", now) == day_reset
+    assert period_reset("month", now) == month_reset
+    assert period_start("day", now) <= now < period_reset("day", now)
+    assert period_start("month", now) <= now < period_reset("month", now)
+
+
+def test_periods_are_utc_and_a_naive_now_is_utc() -> None:
+    # 00:30 on 1 January in UTC+2 is still 31 December in UTC.
+    plus_two = datetime(2027, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=2)))
+    assert period_label("day", plus_two) == "2026-12-31"
+    assert period_label("month", plus_two) == "2026-12"
+    assert period_reset("day", plus_two) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_label("day", datetime(2026, 3, 17, 23, 59)) == "2026-03-17"
+    assert period_reset("day", datetime(2026, 3, 17, 23, 59)).tzinfo is UTC
+
+
+# ---------------------------------------------------------------- keys and buckets
+
+
+def test_bucket_keys() -> None:
+    now = datetime(2026, 3, 17, 14, tzinfo=UTC)
+    assert bucket_key("workspace", None, "day", now) == "workspace#-#day#2026-03-17"
+    assert bucket_key("workspace", "alice", "month", now) == "workspace#-#month#2026-03"
+    assert bucket_key("user", "alice", "day", now) == "user#V#alice#day#2026-03-17"
+    long_key = bucket_key("user", "ü" * 300, "month", now)
+    assert long_key.startswith("user#H#") and long_key.endswith("#month#2026-03")
+    assert len(long_key.encode()) < 100
+    with pytest.raises(ValueError, match="user id"):
+        bucket_key("user", None, "day", now)
+
+
+def test_buckets_of_a_call_carry_their_limits_in_counting_units() -> None:
+    now = datetime(2026, 3, 17, 14, tzinfo=UTC)
+    limits = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=1000, usd_per_month=Decimal("12.5")),
+        user=ScopeLimits(tool_calls_per_day=3, usd_per_day=Decimal("0.0000000015")),
+    )
+    plan = {(b.scope, b.period): b for b in buckets("alice", limits, now)}
+    assert set(plan) == {("workspace", "day"), ("workspace", "month"), ("user", "day"), ("user", "month")}
+    assert plan["workspace", "day"].limits == {"tokens": 1000}
+    assert plan["workspace", "month"].limits == {"usd": 12_500_000_000}
+    # A limit finer than a nano-dollar rounds down: used up a fraction early, never late.
+    assert plan["user", "day"].limits == {"tool_calls": 3, "usd": 1}
+    assert not plan["user", "month"].limited
+    assert plan["user", "month"].expires_at == datetime(2026, 4, 1, tzinfo=UTC) + timedelta(days=35)
+    assert [(b.scope, b.period) for b in buckets(None, limits, now)] == [
+        ("workspace", "day"),
+        ("workspace", "month"),
+    ]
+
+
+def test_limits_are_validated_and_round_trip_in_the_workspace_config() -> None:
+    with pytest.raises(ValidationError):
+        ScopeLimits(tokens_per_day=-1)
+    with pytest.raises(ValidationError):
+        ScopeLimits.model_validate({"tokens_per_week": 5})
+    config = WorkspaceConfig(
+        id="acme",
+        budget=BudgetLimits(
+            workspace=ScopeLimits(tokens_per_month=50_000_000, usd_per_day=Decimal("5.00")),
+            user=ScopeLimits(tool_calls_per_day=200),
+        ),
+    )
+    assert serde.loads(WorkspaceConfig, serde.dumps(config)) == config
+    assert WorkspaceConfig(id="acme").budget is None
+    # Configs stored before budgets existed read back without one.
+    assert serde.loads(WorkspaceConfig, '{"id": "acme"}').budget is None
+
+
+# ---------------------------------------------------------------- decisions and messages
+
+NOW = datetime(2026, 3, 17, 20, 48, tzinfo=UTC)
+
+
+def exhausted(**fields: object) -> Exhausted:
+    values: dict[str, object] = {
+        "scope": "workspace",
+        "metric": "tokens",
+        "period": "day",
+        "used": 1_000_000,
+        "limit": 1_000_000,
+        "resets_at": datetime(2026, 3, 18, tzinfo=UTC),
+    }
+    values.update(fields)
+    return Exhausted.model_validate(values)
+
+
+def test_the_issues_message() -> None:
+    assert exhausted().message(NOW) == (
+        "The daily token budget for this workspace is used up (1,000,000 of 1,000,000). "
+        "It resets at 00:00 UTC, in 3 h 12 min."
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "now", "text"),
+    [
+        (
+            {"scope": "user", "metric": "tool_calls", "used": 200, "limit": 200},
+            NOW,
+            "Your daily tool-call budget is used up (200 of 200). It resets at 00:00 UTC, in 3 h 12 min.",
+        ),
+        (
+            {"metric": "usd", "used": 5_003_000_000, "limit": 5_000_000_000},
+            NOW,
+            "The daily spending budget for this workspace is used up ($5.00 of $5.00). "
+            "It resets at 00:00 UTC, in 3 h 12 min.",
+        ),
+        (
+            {"scope": "user", "metric": "usd", "used": 1_250_000, "limit": 1_000_000},
+            NOW,
+            "Your daily spending budget is used up ($0.001250 of $0.001000). "
+            "It resets at 00:00 UTC, in 3 h 12 min.",
+        ),
+        (
+            {"metric": "usd", "used": 1_234_567_000_000, "limit": 1_200_000_000_000},
+            NOW,
+            "The daily spending budget for this workspace is used up ($1,234.57 of $1,200.00). "
+            "It resets at 00:00 UTC, in 3 h 12 min.",
+        ),
+        (
+            {"period": "month", "resets_at": datetime(2026, 4, 1, tzinfo=UTC)},
+            NOW,
+            "The monthly token budget for this workspace is used up (1,000,000 of 1,000,000). "
+            "It resets on 1 April 2026 at 00:00 UTC, in 14 days 4 h.",
+        ),
+        (
+            {"period": "month", "resets_at": datetime(2027, 1, 1, tzinfo=UTC)},
+            datetime(2026, 12, 30, 23, 0, tzinfo=UTC),
+            "The monthly token budget for this workspace is used up (1,000,000 of 1,000,000). "
+            "It resets on 1 January 2027 at 00:00 UTC, in 1 day 1 h.",
+        ),
+        ({}, datetime(2026, 3, 17, 23, 59, 59, tzinfo=UTC), None),
+        ({}, datetime(2026, 3, 17, 23, 15, tzinfo=UTC), None),
+        ({}, datetime(2026, 3, 17, 14, 0, 1, tzinfo=UTC), None),
+    ],
+)
+def test_message_texts(fields: dict[str, object], now: datetime, text: str | None) -> None:
+    message = exhausted(**fields).message(now)
+    if text is not None:
+        assert message == text
+    else:
+        # The time left rounds up, so it is never "0 min" nor earlier than the truth.
+        left = datetime(2026, 3, 18, tzinfo=UTC) - now
+        expected = {1: "1 min", 45: "45 min", 600: "10 h"}[-(-int(left.total_seconds()) // 60)]
+        assert message.endswith(f"in {expected}.")
+
+
+def test_a_day_or_more_away_rounds_up_to_the_hour() -> None:
+    resets = datetime(2026, 4, 1, tzinfo=UTC)
+    text = exhausted(period="month", resets_at=resets).message(resets - timedelta(days=2, minutes=1))
+    assert text.endswith("in 2 days 1 h.")
+    text = exhausted(period="month", resets_at=resets).message(resets - timedelta(days=3))
+    assert text.endswith("in 3 days.")
+
+
+def test_evaluate_denies_at_the_limit_and_names_the_one_resetting_last() -> None:
+    now = datetime(2026, 3, 17, 14, tzinfo=UTC)
+    limits = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=100, tool_calls_per_month=10),
+        user=ScopeLimits(tokens_per_day=50),
+    )
+    plan = buckets("alice", limits, now)
+
+    def decide(**totals: Counters) -> Exhausted | None:
+        readings = [(b, totals.get(f"{b.scope}_{b.period}", Counters())) for b in plan]
+        decision = evaluate(now, readings)
+        assert decision.at == now and decision.allowed == (decision.exhausted is None)
+        return decision.exhausted
+
+    assert decide(workspace_day=Counters(tokens=99), user_day=Counters(tokens=49)) is None
+    found = decide(workspace_day=Counters(tokens=100))
+    assert found is not None and (found.scope, found.metric, found.used) == ("workspace", "tokens", 100)
+    # Same reset: the workspace's limit is named first (it stops everyone).
+    found = decide(workspace_day=Counters(tokens=100), user_day=Counters(tokens=50))
+    assert found is not None and found.scope == "workspace"
+    found = decide(user_day=Counters(tokens=70))
+    assert found is not None and (found.scope, found.used, found.limit) == ("user", 70, 50)
+    # The month resets later than the day, so it is the one the user waits for.
+    found = decide(workspace_day=Counters(tokens=100), workspace_month=Counters(tool_calls=10))
+    assert found is not None and (found.period, found.metric) == ("month", "tool_calls")
+    assert found.summary == "workspace/month/tool_calls 10/10"
+
+
+def test_an_allowed_decision_has_no_message() -> None:
+    decision = evaluate(NOW, [])
+    assert decision.allowed and decision.message() is None
+
+
+# ---------------------------------------------------------------- a turn's budget
+
+
+class RecordingStore:
+    """A BudgetStore that records its calls and denies once `deny_after` tokens were charged."""
+
+    def __init__(self, deny_after: int = 10**12) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.tokens = 0
+        self.deny_after = deny_after
+
+    def check(
+        self, workspace_id: str, user_id: str | None, limits: BudgetLimits | None, now: datetime
+    ) -> BudgetDecision:
+        self.calls.append(("check", (workspace_id, user_id, now)))
+        return self._decision(now)
+
+    def charge(
+        self,
+        workspace_id: str,
+        user_id: str | None,
+        usage: BudgetUsage,
+        limits: BudgetLimits | None,
+        now: datetime,
+    ) -> BudgetDecision:
+        self.calls.append(("charge", usage))
+        self.tokens += usage.tokens
+        return self._decision(now)
+
+    def _decision(self, now: datetime) -> BudgetDecision:
+        if self.tokens < self.deny_after:
+            return evaluate(now, [])
+        return BudgetDecision(at=now, exhausted=exhausted(used=self.tokens, limit=self.deny_after))
+
+
+def test_a_turn_without_a_budget_sends_nothing_to_the_store_and_adds_up_its_cost() -> None:
+    store = RecordingStore(deny_after=0)
+    assert isinstance(store, BudgetStore)
+    budget = TurnBudget(store, "acme", "alice", None, clock=lambda: NOW)
+    assert budget.check().allowed
+    assert budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=1_000, tokens_out=500).allowed
+    assert budget.charge_tool_call().allowed
+    assert store.calls == []
+    assert budget.spent == BudgetUsage(tokens_in=1_000, tokens_out=500, tool_calls=1, usd_nanos=1_200_000)
+    assert float(budget.spent.usd) == 0.0012
+
+
+def test_a_turn_with_a_budget_checks_and_charges_through_the_store() -> None:
+    store = RecordingStore(deny_after=1_500)
+    budget = TurnBudget(store, "acme", "alice", BudgetLimits(), PriceTable(), clock=lambda: NOW)
+    assert budget.check().allowed
+    assert budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=1_000, tokens_out=0).allowed
+    assert budget.charge_tool_call(2).allowed
+    denied = budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=400, tokens_out=100)
+    assert not denied.allowed
+    assert not budget.check().allowed
+    assert [name for name, _ in store.calls] == ["check", "charge", "charge", "charge", "check"]
+    assert store.calls[0] == ("check", ("acme", "alice", NOW))
+    assert store.calls[2] == ("charge", BudgetUsage(tool_calls=2))
+    assert budget.spent.tokens == 1_500 and budget.spent.tool_calls == 2
