@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # Platform API base URLs by channel (JSON in SIGIL_PLATFORM_BASE_URLS), for a proxy or a
     # local stand-in; a channel not listed uses the platform's public API.
     platform_base_urls: dict[str, str] = Field(default_factory=dict)
+    # Prices per model ref in USD per 1M tokens, JSON in SIGIL_MODEL_PRICES, e.g.
+    # {"openai/gpt-4.1-mini": {"input_per_mtok": 0.4, "output_per_mtok": 1.6}}; they override
+    # shared.budgets.DEFAULT_PRICES, and "*" sets the price of models nobody listed.
+    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     # Local gateway
     host: str = "127.0.0.1"
