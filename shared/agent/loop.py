@@ -13,10 +13,18 @@ ends, so such a preamble may show for a moment; the next step's text replaces it
 `on_text` always gets the text of the current call so far, and the reply shows the final answer.
 
 Message ids come from the turn id and the step, so a retried turn writes the same messages.
+
+Safety (docs/safety.md): every tool result is scanned, redacted and, if flagged, quoted as data
+from "tool <name>" before the next model call sees it or the turn stores it. Everything the model
+writes is redacted (secrets always, PII per the workspace) where its AssistantMessages are built:
+the text, and the stored copy of each tool call's arguments, while the tool itself runs with the
+arguments as the model wrote them. What the filters found is kept on `Safety`, as rule and kind
+names only, for the turn's log line.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,6 +32,8 @@ from typing import Literal
 from shared.errors import ToolCallLimitExceeded
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, WorkspaceConfig
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
+from shared.safety.guard import guard_untrusted
+from shared.safety.redact import redact, redact_json
 from shared.tools import ToolContext, ToolRegistry, tool_error
 
 EMPTY_REPLY = "(The model returned an empty reply.)"
@@ -31,6 +41,37 @@ LIMIT_REPLY = (
     "I stopped after {limit} tool calls in one turn: that is this workspace's limit, there to keep "
     "one request from running on without end. Ask me to continue and I'll pick up from here."
 )
+
+
+@dataclass
+class Safety:
+    """What the safety filters did in one turn, for its log line: names and counts, never text."""
+
+    pii: bool = False  # the workspace's pii_redaction
+    findings: dict[str, list[str]] = field(default_factory=dict)  # source -> injection rules fired
+    quoted: list[str] = field(default_factory=list)  # sources whose text went in quoted
+    redacted: Counter[str] = field(default_factory=Counter)  # kind -> replaced, input and output
+
+    def guard(self, text: str, *, source: str) -> str:
+        """Untrusted text (the user's message, a tool result) as the model and the store get it."""
+        guarded = guard_untrusted(text, source=source, pii=self.pii)
+        if guarded.scan.findings:
+            self.findings[source] = sorted({*self.findings.get(source, []), *guarded.scan.rules})
+        if guarded.quoted and source not in self.quoted:
+            self.quoted.append(source)
+        self.redacted.update(guarded.redaction.counts)
+        return guarded.text
+
+    def redact(self, text: str) -> str:
+        """What the model wrote, as the channel shows it and the store keeps it."""
+        redaction = redact(text, pii=self.pii)
+        self.redacted.update(redaction.counts)
+        return redaction.text
+
+    def redact_call(self, call: ToolCall) -> ToolCall:
+        """A tool call as stored: its arguments redacted value by value, still JSON."""
+        arguments = redact_json(call.arguments, pii=self.pii)
+        return call if arguments == call.arguments else call.model_copy(update={"arguments": arguments})
 
 
 @dataclass
@@ -51,6 +92,7 @@ class LoopResult:
     usage: Usage = field(default_factory=Usage)  # summed over every model call
     tools_used: list[str] = field(default_factory=list)  # one name per call run, in order
     stopped: ToolCallLimitExceeded | None = None  # set when the tool-call limit ended the turn
+    safety: Safety = field(default_factory=Safety)
 
     @property
     def reply(self) -> AssistantMessage:
@@ -71,13 +113,20 @@ def run_loop(
     workspace: WorkspaceConfig,
     *,
     on_text: Callable[[str], None] | None = None,
+    safety: Safety | None = None,
 ) -> LoopResult:
-    """Run the model and the tools it calls until it answers, or the tool-call limit stops it."""
+    """Run the model and the tools it calls until it answers, or the tool-call limit stops it.
+
+    `on_text` gets the model's raw text: the caller redacts what it shows (a StreamRedactor).
+    `safety` collects what the filters found (a new one, for the workspace, if not given).
+    """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
-    result, calls, step = LoopResult(), 0, 0
+    safety = safety if safety is not None else Safety(pii=workspace.pii_redaction)
+    result, calls, step = LoopResult(safety=safety), 0, 0
 
     def reply(text: str) -> LoopResult:
-        result.messages.append(AssistantMessage(id=f"{ctx.turn_id}.a", content=text, model=model_ref))
+        content = safety.redact(text)
+        result.messages.append(AssistantMessage(id=f"{ctx.turn_id}.a", content=content, model=model_ref))
         return result
 
     while True:
@@ -88,14 +137,19 @@ def run_loop(
         if not answer.tool_calls:
             return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
         step_id = f"{ctx.turn_id}.a{step}"
+        stored_calls = [safety.redact_call(call) for call in answer.tool_calls]
         result.messages.append(
-            AssistantMessage(id=step_id, content=answer.text, tool_calls=answer.tool_calls, model=model_ref)
+            AssistantMessage(
+                id=step_id, content=safety.redact(answer.text), tool_calls=stored_calls, model=model_ref
+            )
         )
         refused = 0
         for i, call in enumerate(answer.tool_calls):  # parallel calls too: one after the other, in order
             if calls < limit:
                 calls += 1
-                outcome = tools.execute(call, ctx, workspace)
+                outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
+                content = safety.guard(outcome.content, source=f"tool {call.name}")
+                outcome = outcome.model_copy(update={"content": content})
                 if tools.permits(call.name, workspace):
                     result.tools_used.append(call.name)
             else:

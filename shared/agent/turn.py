@@ -37,6 +37,12 @@ Failure policy, decided once here:
   session it loads. Deliveries that overlap all the same (a visibility timeout running out
   mid-turn) meet at the commit, whose version condition lets one through and sends the other
   back to a session that now holds the id.
+- Safety (docs/safety.md): the user's message is scanned and redacted (and quoted as data if
+  flagged) in `_user_message`, so every path and retry stores the same text; the system prompt
+  explains the quoting; tool results and the model's output are filtered in shared.agent.loop; the
+  stream into the channel passes a StreamRedactor. So the channel, the session, Tier 1 and the
+  index only ever get redacted text. What the filters found (rule and kind names, counts) goes on
+  the turn's log line, never the text.
 """
 
 from __future__ import annotations
@@ -52,10 +58,11 @@ from typing import Literal
 from shared.agent.loop import (
     EMPTY_REPLY,  # noqa: F401 -- re-exported: part of what a turn replies
     LoopResult,
+    Safety,
     run_loop,
 )
 from shared.backend import Backend
-from shared.channels.out import progressive_reply
+from shared.channels.out import Reply, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
@@ -78,6 +85,8 @@ from shared.models import (
 )
 from shared.ports import EventBus, SessionStore
 from shared.providers.base import ChatRequest, Provider, Usage
+from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from shared.safety.redact import StreamRedactor
 from shared.tools import ToolContext, ToolRegistry, default_registry
 
 log = logging.getLogger("sigil.turn")
@@ -125,7 +134,8 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         return _audit(deps, item, started, "skipped_duplicate", user_id=sender.user_id)
     if not sender.admitted:
         return _turn_away(deps, item, session, sender, started)
-    user = _user_message(inbound, turn)
+    safety = Safety(pii=workspace.pii_redaction)
+    user = _user_message(inbound, turn, safety)
     try:
         provider, model = deps.provider_factory(session.model_override or workspace.model)
     except ModelNotConfigured as exc:
@@ -134,27 +144,29 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
             item, started, "model_not_configured", user_id=sender.user_id, error=exc.message
         )
         _commit(deps, workspace, session, inbound, [user], audit=record)
-        return _log_turn(record)
+        return _log_turn(record, safety)
     model_ref = f"{provider.name}/{model}"
     _, window = split_window(session.active_messages, workspace.active_window)
     request = ChatRequest(
-        model=model, system=workspace.system_prompt, messages=[*window, user], tools=deps.tools.specs()
+        model=model, system=system_prompt(workspace), messages=[*window, user], tools=deps.tools.specs()
     )
     ctx = _tool_context(deps, inbound, sender.user_id, turn)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord); the web outbox and WhatsApp get the final text once.
     shown = progressive_reply(deps.senders.get(inbound.channel), _outbound(inbound, session, turn, ""))
     try:
-        result = run_loop(provider, request, deps.tools, ctx, workspace, on_text=shown.update)
+        result = run_loop(
+            provider, request, deps.tools, ctx, workspace, on_text=_redacted(shown, safety), safety=safety
+        )
     except ProviderError as exc:
         _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
-    shown.finish(result.reply.content)
+    shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _audit_record(
         item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result
     )
     _commit(deps, workspace, session, inbound, [user, *result.messages], audit=record)
-    return _log_turn(record)
+    return _log_turn(record, safety)
 
 
 def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
@@ -173,7 +185,9 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     # takes the reply's position; had one of them sent, the user has the reply and the outbox
     # drops the apology as that part, sent again.
     _send(deps, inbound, session, turn, APOLOGY)
-    _commit(deps, workspace, session, inbound, [_user_message(inbound, turn)])
+    _commit(
+        deps, workspace, session, inbound, [_user_message(inbound, turn, Safety(pii=workspace.pii_redaction))]
+    )
 
 
 def reply_seq(message_count: int, part: int = 0) -> int:
@@ -253,11 +267,31 @@ def _turn_away(
     return _audit(deps, item, started, outcome, user_id=sender.user_id, error=sender.reason)
 
 
-def _user_message(inbound: InboundMessage, turn: str) -> UserMessage:
+def _user_message(inbound: InboundMessage, turn: str, safety: Safety) -> UserMessage:
+    """The user's message as the model sees it and the session keeps it: redacted, and quoted as
+    data if the scan flags it. The same on every path and retry (the quoting is deterministic)."""
     # Ids derived from the turn: a retried turn writes the same message, never a second copy.
+    content = safety.guard(inbound.text, source="the user")
     return UserMessage(
-        id=f"{turn}.u", content=inbound.text, sender_id=inbound.sender.id, event_id=inbound.event_id
+        id=f"{turn}.u", content=content, sender_id=inbound.sender.id, event_id=inbound.event_id
     )
+
+
+def system_prompt(workspace: WorkspaceConfig) -> str:
+    """The workspace's prompt, and the note that tells the model what a quoted block is."""
+    return f"{workspace.system_prompt}\n\n{SYSTEM_PROMPT_NOTE}"
+
+
+def _redacted(shown: Reply, safety: Safety) -> Callable[[str], None]:
+    """The stream's text for the channel: redacted, less a tail that could be half a secret.
+    The redactor starts over when the loop's next model call streams from the beginning."""
+    visible = StreamRedactor(pii=safety.pii)
+
+    def update(text_so_far: str) -> None:
+        if text := visible(text_so_far):
+            shown.update(text)
+
+    return update
 
 
 def _tool_context(deps: TurnDeps, inbound: InboundMessage, user_id: str, turn: str) -> ToolContext:
@@ -446,8 +480,14 @@ def _audit_record(
     )
 
 
-def _log_turn(record: AuditRecord) -> AuditRecord:
-    # One line per turn, never the message text: logs outlive the memory retention rules.
+def _log_turn(record: AuditRecord, safety: Safety | None = None) -> AuditRecord:
+    # One line per turn, never the message text: logs outlive the memory retention rules. The
+    # safety findings ride on it (AuditRecord has no field for them): rule and kind names, counts.
+    findings = {
+        "injection_rules": safety.findings if safety else {},
+        "quoted": safety.quoted if safety else [],
+        "redacted": dict(safety.redacted) if safety else {},
+    }
     log.log(
         # A limited turn is worth a look too: a model that loops on tools, or a limit set too low.
         logging.WARNING if record.outcome in {"error", "limited"} else logging.INFO,
@@ -463,6 +503,7 @@ def _log_turn(record: AuditRecord) -> AuditRecord:
             "tokens_out": record.tokens_out,
             "tool_calls": len(record.tools_used),
             "duration_ms": record.duration_ms,
+            **findings,
         },
     )
     return record

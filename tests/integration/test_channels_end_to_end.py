@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import threading
 import time
@@ -43,6 +44,7 @@ from shared.adapters.aws import clients
 from shared.channels.out import PlatformSender
 from shared.models import LaneItem
 from shared.observability import metrics
+from shared.safety.redact import StreamRedactor
 from tests.integration.test_webhook_channels import (
     CASES,
     SECRETS,
@@ -448,28 +450,46 @@ def test_three_concurrent_deliveries_make_one_turn_and_one_reply(case: Case) -> 
 # ---------------------------------------------------------------- a slow stream
 
 STREAMED = "telegram/update_message_text.json[secret token]"
-STREAM = "Counting: one, two, **three**."  # four deltas: "Counting:", " one,", " two,", " **three**."
+# Word-sized deltas (fake_openai's `_pieces`). The turn shows a stream through the output filter
+# (shared.safety.redact.StreamRedactor), which holds back the last HOLD_BACK (96) characters and
+# recomputes every 64 or so: a short reply would show nothing until its final text. So the stream
+# is a few hundred characters long, and the bold word, at the end, shows only in the final text.
+STREAM = (
+    "Counting slowly, one word at a time so that you can watch the message grow: "
+    + ", ".join(["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"] * 3)
+    + ", and **done**."
+)
+STREAM_SHOWN = (
+    "Counting slowly, one word at a time so that you can watch the message grow: "
+    + ", ".join(["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"] * 3)
+    + ", and <b>done</b>."
+)
 STREAM_GAP_S = 1.5  # between deltas on the throttles' clock: more than Telegram's 1 s per chat
 
 
 def paced(platforms: FakePlatforms, clock: FakeClock) -> Callable[..., Iterator[bytes]]:
     """fake_openai's chunk stream, one text delta per STREAM_GAP_S of the throttles' clock.
 
-    Before each text delta after the first, it waits until the agent has shown the previous one
-    (its request reached the platform), then moves the clock on. So the model is slow on the
-    clock the throttles read, while the test waits only for the requests themselves, and each
-    delta meets a free throttle: a deterministic post-then-edit sequence.
+    Before each text delta after the first, it waits until the agent has shown what the previous
+    ones let it show (its request reached the platform), then moves the clock on. So the model is
+    slow on the clock the throttles read, while the test waits only for the requests themselves,
+    and each change meets a free throttle: a deterministic post-then-edit sequence. What the agent
+    shows is what the turn's stream filter lets through, so a StreamRedactor here, fed the same
+    text, counts the changes to wait for (most deltas change nothing that is shown).
     """
     chunks = fake_openai._chunks
 
     def slow(completion_id: str, body: dict[str, Any], reply: Any) -> Iterator[bytes]:
-        sent = 0
+        text, shown, changes = "", "", 0
+        visible = StreamRedactor(pii=False)
         for event in chunks(completion_id, body, reply):
             if _is_text(event):
-                if sent:
-                    _wait_for_requests(platforms, sent)
+                if text:
+                    _wait_for_requests(platforms, changes)
                     clock.advance(STREAM_GAP_S)
-                sent += 1
+                text += json.loads(event.removeprefix(b"data: "))["choices"][0]["delta"]["content"]
+                if (now := visible(text)) and now != shown:
+                    shown, changes = now, changes + 1
             yield event
 
     return slow
@@ -497,19 +517,19 @@ def streamed() -> tuple[Case, Trace]:
 
 def test_a_slowly_streamed_reply_is_posted_once_then_edited_up_to_the_final_text() -> None:
     _, trace = streamed()
-    # One turn, one Telegram message: posted at the first delta, edited at each later one
+    # One turn, one Telegram message: posted once the stream filter lets some text through,
+    # edited as more is let through, and edited to the final text at the finish
     assert trace.model_calls == 1
-    assert [r.op for r in trace.requests] == ["sendMessage", *["editMessageText"] * 3]
-    assert [r.json["text"] for r in trace.requests] == [
-        "Counting:",
-        "Counting: one,",
-        "Counting: one, two,",
-        "Counting: one, two, <b>three</b>.",
-    ]
-    # The finish found the final text already shown, so it sent nothing more
+    texts = [r.json["text"] for r in trace.requests]
+    assert [r.op for r in trace.requests] == ["sendMessage", *["editMessageText"] * (len(texts) - 1)]
+    assert len(texts) >= 4  # a post, two edits while streaming at least, and the final text
+    assert texts[-1] == STREAM_SHOWN
+    # Each text shown while streaming is a prefix of the final one, and longer than the last
+    assert all(STREAM_SHOWN.startswith(t) for t in texts[:-1])
+    assert all(len(a) < len(b) for a, b in itertools.pairwise(texts))
     assert trace.posts == 1
-    assert trace.shown == ["Counting: one, two, <b>three</b>."]
-    assert (trace.model_calls_after, trace.requests_after) == (1, 4)
+    assert trace.shown == [STREAM_SHOWN]
+    assert (trace.model_calls_after, trace.requests_after) == (1, len(texts))
 
 
 # ---------------------------------------------------------------- the table

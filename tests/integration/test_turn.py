@@ -44,6 +44,7 @@ from shared.ports import SessionStore
 from shared.providers import NOT_CONFIGURED, build_provider
 from shared.providers.base import ChatRequest, Done, Provider
 from shared.providers.function import FunctionProvider
+from shared.safety.injection import SYSTEM_PROMPT_NOTE
 from tests.support.fake_openai import FakeOpenAI
 
 WS = "ws1"
@@ -136,8 +137,9 @@ def test_a_reply_is_sent_and_committed_through_the_real_sdk(backend: Backend, se
         # When a user says hello
         record = run_turn(deps, item("e1", "hello"))
         body = fake.requests[0]
-    # Then the model saw the system prompt and the message, and the reply went out once
-    system = WorkspaceConfig(id=WS).system_prompt
+    # Then the model saw the system prompt and the message, and the reply went out once. The
+    # prompt ends with the note on quoted untrusted data (docs/safety.md).
+    system = f"{WorkspaceConfig(id=WS).system_prompt}\n\n{SYSTEM_PROMPT_NOTE}"
     assert body["model"] == "fake-model"
     assert body["messages"] == [{"role": "system", "content": system}, {"role": "user", "content": "hello"}]
     [entry] = backend.outbox.read(WS, SESSION)
@@ -174,7 +176,7 @@ def test_workspace_config_sets_prompt_window_and_model(backend: Backend, setting
     for i in range(4):
         run_turn(deps, item(f"e{i}", f"msg {i}"))
     last = provider.requests[-1]
-    assert last.system == "Talk like a pirate."
+    assert last.system == f"Talk like a pirate.\n\n{SYSTEM_PROMPT_NOTE}"  # the safety note follows it
     assert contents(last.messages) == ["msg 1", "reply 1", "msg 2", "reply 2", "msg 3"]
     assert refs == ["x/y"] * 4
 
@@ -481,7 +483,8 @@ def test_the_audit_record_and_the_log_line(
     assert (audit.workspace_id, audit.session_id, audit.user_id, audit.event_id) == (WS, SESSION, "u1", "e1")
     assert audit.turn_id == turn_id_for(item("e1"))
     assert audit.model == "function/test-model"
-    system_words = len(WorkspaceConfig(id=WS).system_prompt.split())
+    # The model is sent the workspace's prompt and the safety note (docs/safety.md).
+    system_words = len(WorkspaceConfig(id=WS).system_prompt.split()) + len(SYSTEM_PROMPT_NOTE.split())
     assert (audit.tokens_in, audit.tokens_out) == (system_words + 3, 3)
     assert audit.duration_ms > 0 and audit.outcome == "ok" and audit.error is None
     # One structured line, and never the conversation's text
