@@ -78,6 +78,7 @@ def turn_deps() -> TurnDeps:
     """Everything a turn needs: the full AWS backend, the channel senders and the model providers."""
     from shared.adapters.aws import build_aws_backend
     from shared.agent.turn import TurnDeps
+    from shared.budgets import PriceTable
     from shared.channels.out import build_senders
     from shared.providers import cached_provider_factory
     from shared.workspace_cache import with_workspace_cache
@@ -98,6 +99,7 @@ def turn_deps() -> TurnDeps:
         # One SDK client per model reference for the container's life; the SDK is imported on the
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),
+        prices=PriceTable(s.model_prices),
     )
 
 

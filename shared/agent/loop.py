@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from shared.budgets import TurnBudget
 from shared.errors import ToolCallLimitExceeded
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, WorkspaceConfig
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
@@ -92,6 +93,7 @@ class LoopResult:
     usage: Usage = field(default_factory=Usage)  # summed over every model call
     tools_used: list[str] = field(default_factory=list)  # one name per call run, in order
     stopped: ToolCallLimitExceeded | None = None  # set when the tool-call limit ended the turn
+    budget_denied: str | None = None  # what ran out, when a budget ended the turn between calls
     safety: Safety = field(default_factory=Safety)
 
     @property
@@ -101,7 +103,9 @@ class LoopResult:
         return last
 
     @property
-    def outcome(self) -> Literal["ok", "limited"]:
+    def outcome(self) -> Literal["ok", "limited", "budget_denied"]:
+        if self.budget_denied is not None:
+            return "budget_denied"
         return "ok" if self.stopped is None else "limited"
 
 
@@ -114,11 +118,14 @@ def run_loop(
     *,
     on_text: Callable[[str], None] | None = None,
     safety: Safety | None = None,
+    budget: TurnBudget | None = None,
 ) -> LoopResult:
     """Run the model and the tools it calls until it answers, or the tool-call limit stops it.
 
     `on_text` gets the model's raw text: the caller redacts what it shows (a StreamRedactor).
     `safety` collects what the filters found (a new one, for the workspace, if not given).
+    `budget` is charged after every model call and tool call, and checked before every model
+    call but the first (the turn checks that one before it starts).
     """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
     safety = safety if safety is not None else Safety(pii=workspace.pii_redaction)
@@ -131,9 +138,18 @@ def run_loop(
 
     while True:
         step += 1
+        if budget is not None and step > 1:
+            decision = budget.check()
+            if decision.exhausted is not None:
+                result.budget_denied = decision.exhausted.summary
+                return reply(decision.exhausted.message(decision.at))
         sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
         answer = call_model(provider, sent, on_text=on_text)
         result.usage = _sum(result.usage, answer.usage)
+        if budget is not None:
+            budget.charge_model_call(
+                model_ref, tokens_in=answer.usage.input_tokens, tokens_out=answer.usage.output_tokens
+            )
         if not answer.tool_calls:
             return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
         step_id = f"{ctx.turn_id}.a{step}"
@@ -148,6 +164,8 @@ def run_loop(
             if calls < limit:
                 calls += 1
                 outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
+                if budget is not None:
+                    budget.charge_tool_call()
                 content = safety.guard(outcome.content, source=f"tool {call.name}")
                 outcome = outcome.model_copy(update={"content": content})
                 if tools.permits(call.name, workspace):

@@ -62,6 +62,7 @@ from shared.agent.loop import (
     run_loop,
 )
 from shared.backend import Backend
+from shared.budgets import BudgetDecision, PriceTable, TurnBudget
 from shared.channels.out import Reply, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
@@ -109,6 +110,7 @@ Outcome = Literal[
     "model_not_configured",
     "pairing_required",
     "sender_refused",
+    "budget_denied",  # a workspace or user budget ran out (before the turn, or between its calls)
 ]
 ProviderFactory = Callable[[str | None], tuple[Provider, str]]
 
@@ -122,6 +124,7 @@ class TurnDeps:
     clock: Callable[[], datetime] = utcnow  # commit times, event-id expiry, identity timestamps
     # Offered to the model on every turn; what a workspace may run is checked per call.
     tools: ToolRegistry = field(default_factory=default_registry)
+    prices: PriceTable = field(default_factory=PriceTable)  # model ref -> USD per 1M tokens
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
@@ -146,6 +149,21 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         _commit(deps, workspace, session, inbound, [user], audit=record)
         return _log_turn(record, safety)
     model_ref = f"{provider.name}/{model}"
+    budget = TurnBudget(
+        deps.backend.budgets, inbound.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock
+    )
+    if (denied := budget.check()).exhausted is not None:
+        return _over_budget(
+            deps,
+            item,
+            workspace=workspace,
+            session=session,
+            user=user,
+            user_id=sender.user_id,
+            decision=denied,
+            started=started,
+            safety=safety,
+        )
     _, window = split_window(session.active_messages, workspace.active_window)
     request = ChatRequest(
         model=model, system=system_prompt(workspace), messages=[*window, user], tools=deps.tools.specs()
@@ -156,14 +174,21 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     shown = progressive_reply(deps.senders.get(inbound.channel), _outbound(inbound, session, turn, ""))
     try:
         result = run_loop(
-            provider, request, deps.tools, ctx, workspace, on_text=_redacted(shown, safety), safety=safety
+            provider,
+            request,
+            deps.tools,
+            ctx,
+            workspace,
+            on_text=_redacted(shown, safety),
+            safety=safety,
+            budget=budget,
         )
     except ProviderError as exc:
         _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _audit_record(
-        item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result
+        item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result, budget=budget
     )
     _commit(deps, workspace, session, inbound, [user, *result.messages], audit=record)
     return _log_turn(record, safety)
@@ -254,6 +279,27 @@ def _load_session(store: SessionStore, inbound: InboundMessage, user_id: str) ->
         user_id=user_id,
         channel=inbound.channel,
     )
+
+
+def _over_budget(
+    deps: TurnDeps,
+    item: LaneItem,
+    *,
+    workspace: WorkspaceConfig,
+    session: Session,
+    user: UserMessage,
+    user_id: str,
+    decision: BudgetDecision,
+    started: float,
+    safety: Safety,
+) -> AuditRecord:
+    """A budget ran out before the turn: say what and when it resets; no model call. The user's
+    message is kept (it was said), the denial is not (it is the gateway's, not the model's)."""
+    assert decision.exhausted is not None
+    _send(deps, item.inbound, session, turn_id_for(item), decision.exhausted.message(decision.at))
+    record = _audit_record(item, started, "budget_denied", user_id=user_id, error=decision.exhausted.summary)
+    _commit(deps, workspace, session, item.inbound, [user], audit=record)
+    return _log_turn(record, safety)
 
 
 def _turn_away(
@@ -457,6 +503,7 @@ def _audit_record(
     user_id: str,
     model: str | None = None,
     loop: LoopResult | None = None,
+    budget: TurnBudget | None = None,
     error: str | None = None,
 ) -> AuditRecord:
     # A committing turn's record travels in its commit, so its duration stops short of the save.
@@ -464,6 +511,8 @@ def _audit_record(
     inbound, usage = item.inbound, loop.usage if loop else Usage()
     if loop and loop.stopped:
         error = loop.stopped.message
+    if loop and loop.budget_denied:
+        error = loop.budget_denied
     return AuditRecord(
         workspace_id=inbound.workspace_id,
         session_id=inbound.session_id,
@@ -475,6 +524,7 @@ def _audit_record(
         tokens_in=usage.input_tokens,
         tokens_out=usage.output_tokens,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
+        cost_usd=float(budget.spent.usd) if budget else 0.0,
         outcome=outcome,
         error=error,
     )

@@ -28,6 +28,7 @@ from shared.adapters.embedded import (
 )
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
+from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.inbound import ChannelName, channel_for
 from shared.channels.out import build_senders
@@ -76,6 +77,7 @@ class LocalGateway:
             settings=self.settings,
             senders=senders,
             provider_factory=cached_provider_factory(self.settings),
+            prices=PriceTable(self.settings.model_prices),
         )
         self.runner = EmbeddedLaneRunner(
             lanes,

@@ -1,0 +1,155 @@
+"""Budgets inside a turn: "a budget exhausted mid-day", with a function-backed model on the
+embedded backend. The clock is the turn's own (TurnDeps.clock), so the day is pinned."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from shared.adapters.embedded import build_embedded_backend
+from shared.agent.turn import TurnDeps, run_turn
+from shared.backend import Backend
+from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.config import Settings
+from shared.models import (
+    BudgetLimits,
+    InboundMessage,
+    LaneItem,
+    ScopeLimits,
+    Sender,
+    ToolCall,
+    WorkspaceConfig,
+)
+from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, Usage
+from shared.providers.function import FunctionProvider
+from shared.tools import ToolContext, default_registry, tool
+
+WS, SESSION = "ws1", "web.s1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 17, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool
+def ping(args: NoArgs, ctx: ToolContext) -> str:
+    """Answers pong."""
+    return "pong"
+
+
+def answer(request: ChatRequest) -> list[ProviderEvent]:
+    # 400 tokens in, 100 out: each call spends exactly 500 of the budget.
+    return [TextDelta(text="fine"), Usage(input_tokens=400, output_tokens=100), Done()]
+
+
+def item(event_id: str, text: str = "hello") -> LaneItem:
+    return LaneItem(
+        inbound=InboundMessage(
+            event_id=event_id,
+            channel="web",
+            workspace_id=WS,
+            session_id=SESSION,
+            sender=Sender(id="u1"),
+            chat_id="s1",
+            text=text,
+        )
+    )
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    b = build_embedded_backend(Settings(data_dir=tmp_path))
+    yield b
+    b.close()
+
+
+def deps_for(backend: Backend, tmp_path: Path, provider: FunctionProvider, clock: Clock) -> TurnDeps:
+    return TurnDeps(
+        backend=backend,
+        settings=Settings(data_dir=tmp_path),
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (provider, "test-model"),
+        clock=clock,
+        tools=default_registry().extended(ping),
+    )
+
+
+def replies(backend: Backend) -> list[str]:
+    return [e.message.text for e in backend.outbox.read(WS, SESSION)]
+
+
+def test_a_budget_exhausted_mid_day_denies_until_midnight(backend: Backend, tmp_path: Path) -> None:
+    # Given a workspace allowed 1,000 tokens a day, and a model that spends 500 a call
+    backend.workspaces.put(
+        WorkspaceConfig(id=WS, budget=BudgetLimits(workspace=ScopeLimits(tokens_per_day=1000)))
+    )
+    provider, clock = FunctionProvider(answer), Clock()
+    deps = deps_for(backend, tmp_path, provider, clock)
+
+    # When two turns in the morning spend it
+    assert run_turn(deps, item("e1")).outcome == "ok"
+    clock.now = clock.now.replace(hour=12)
+    second = run_turn(deps, item("e2"))
+    assert second.outcome == "ok"
+    assert second.cost_usd > 0  # priced (an unknown model gets the conservative default)
+
+    # Then at 14:00 the turn is denied before any model call, and the user is told why and when
+    clock.now = clock.now.replace(hour=14)
+    denied = run_turn(deps, item("e3", "one more?"))
+    assert denied.outcome == "budget_denied"
+    assert len(provider.requests) == 2
+    assert replies(backend)[-1] == (
+        "The daily token budget for this workspace is used up (1,000 of 1,000). "
+        "It resets at 00:00 UTC, in 10 h."
+    )
+    # and the user's message is kept; the denial is not put in the model's mouth
+    session = backend.sessions.get(WS, SESSION)
+    assert session is not None
+    assert [m.content for m in session.active_messages][-1].endswith("one more?")
+    assert session.active_messages[-1].kind == "user"
+
+    # And just after midnight the budget is back
+    clock.now = datetime(2026, 3, 18, 0, 0, 1, tzinfo=UTC)
+    assert run_turn(deps, item("e4")).outcome == "ok"
+    assert len(provider.requests) == 3
+
+
+def test_a_budget_running_out_between_tool_calls_ends_the_turn(backend: Backend, tmp_path: Path) -> None:
+    # Given 400 tokens a day, and a model whose first call (asking for a tool) spends 500
+    backend.workspaces.put(
+        WorkspaceConfig(id=WS, budget=BudgetLimits(workspace=ScopeLimits(tokens_per_day=400)))
+    )
+
+    def model(request: ChatRequest) -> list[ProviderEvent]:
+        call = ToolCall(id="c1", name="ping", arguments=json.dumps({}))
+        return [ToolCallEvent(call=call), Usage(input_tokens=400, output_tokens=100), Done()]
+
+    provider = FunctionProvider(model)
+    record = run_turn(deps_for(backend, tmp_path, provider, Clock()), item("e1"))
+
+    # Then the tool ran, the second model call was never made, and the user hears why
+    assert len(provider.requests) == 1
+    assert record.outcome == "budget_denied"
+    assert record.tools_used == ["ping"]
+    assert "daily token budget for this workspace is used up (500 of 400)" in replies(backend)[-1]
+
+
+def test_without_a_budget_nothing_is_counted(backend: Backend, tmp_path: Path) -> None:
+    provider = FunctionProvider(answer)
+    deps = deps_for(backend, tmp_path, provider, Clock())
+    for n in range(3):
+        assert run_turn(deps, item(f"e{n}")).outcome == "ok"
+    assert len(provider.requests) == 3
