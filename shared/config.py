@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     port: int = 8787
     lane_workers: int = 8
     lane_max_attempts: int = 5
+    # Burst coalescing in the agent (shared.agent.coalesce): a session's consecutive records in
+    # one SQS batch, from one sender, run as one turn (texts joined by blank lines).
+    coalesce_burst: bool = False
     signature_window_s: int = 300
     max_body_bytes: int = 256 * 1024
 

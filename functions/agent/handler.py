@@ -6,11 +6,20 @@ queue's last delivery of a record (ApproximateReceiveCount has reached maxReceiv
 SIGIL_LANE_MAX_ATTEMPTS must match), the user gets `give_up_turn`'s apology before SQS moves the
 record to the dead-letter queue, rather than silence. That covers the records skipped behind a
 failed one too: they reach their last delivery alongside it and are dead-lettered with it.
+
+With SIGIL_COALESCE_BURST, a session's consecutive records from one sender run as one turn
+(shared.agent.coalesce): the first record of the burst runs the merged turn and the others ride
+on it, succeeding with it, or failing with it through skip_group_on_error, so batchItemFailures
+names every record of a failed burst. A dead-lettered burst is apologised for record by record.
+
+Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
+and a count named Outcome_<outcome>), without user or session dimensions.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -19,11 +28,12 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import ConfigDict, Json
+from pydantic import ConfigDict, Json, ValidationError
 
 from shared import cloud
+from shared.agent.coalesce import coalesce
 from shared.agent.turn import give_up_turn, run_turn
-from shared.models import LaneItem
+from shared.models import AuditRecord, LaneItem
 from shared.observability import logger, metrics, tracer
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
@@ -41,14 +51,67 @@ class TurnRecord(SqsRecordModel):
 processor = SqsFifoPartialProcessor(model=TurnRecord, skip_group_on_error=True, logger=log)
 
 
+@dataclass
+class Plan:
+    """The batch's bursts: the merged item each burst's first record runs, and the records that
+    ride on it."""
+
+    leads: dict[str, LaneItem] = field(default_factory=dict)  # message id -> merged item
+    riders: set[str] = field(default_factory=set)  # message ids whose text a lead's turn carries
+
+
+plan = Plan()
+
+
+def plan_batch(event: dict[str, Any], enabled: bool) -> Plan:
+    """Bursts among the batch's readable records; an unreadable record ends every run, so a
+    record failed behind it (skip_group_on_error) never has its text in a turn that succeeded."""
+    bursts = Plan()
+    if not enabled:
+        return bursts
+    segments: list[list[TurnRecord]] = [[]]
+    for raw in event.get("Records", []):
+        try:
+            segments[-1].append(TurnRecord.model_validate(raw))
+        except ValidationError:
+            segments.append([])
+    for segment in segments:
+        for item, indexes in coalesce([r.body for r in segment]):
+            if len(indexes) > 1:
+                bursts.leads[segment[indexes[0]].messageId] = item
+                bursts.riders.update(segment[i].messageId for i in indexes[1:])
+    return bursts
+
+
 def record_handler(record: TurnRecord) -> None:
-    run_turn(cloud.turn_deps(), record.body)
+    if record.messageId in plan.riders:
+        return  # its text ran in its burst's turn; had that failed, the processor skips this
+    item = plan.leads.get(record.messageId, record.body)
+    try:
+        audit = run_turn(cloud.turn_deps(), item)
+    except Exception:
+        metrics.add_metric(name="Outcome_error", unit=MetricUnit.Count, value=1)
+        raise
+    turn_metrics(audit)
+    if item is not record.body:
+        metrics.add_metric(name="TurnsCoalesced", unit=MetricUnit.Count, value=1)
+
+
+def turn_metrics(audit: AuditRecord) -> None:
+    metrics.add_metric(name="TurnDuration", unit=MetricUnit.Milliseconds, value=audit.duration_ms)
+    metrics.add_metric(name="TokensIn", unit=MetricUnit.Count, value=audit.tokens_in)
+    metrics.add_metric(name="TokensOut", unit=MetricUnit.Count, value=audit.tokens_out)
+    metrics.add_metric(name="ToolCalls", unit=MetricUnit.Count, value=len(audit.tools_used))
+    metrics.add_metric(name="CostUSD", unit=MetricUnit.NoUnit, value=audit.cost_usd)
+    metrics.add_metric(name=f"Outcome_{audit.outcome}", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context(log_event=False)  # the records carry the users' messages
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    bursts = plan_batch(event, cloud.settings().coalesce_burst)
+    plan.leads, plan.riders = bursts.leads, bursts.riders
     try:
         return process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
