@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from shared.agent.context import assemble_system_prompt
 from shared.agent.loop import (
     EMPTY_REPLY,  # noqa: F401 -- re-exported: part of what a turn replies
     LoopResult,
@@ -85,9 +86,9 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.ports import EventBus, SessionStore
-from shared.providers.base import ChatRequest, Provider, Usage
-from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from shared.providers.base import ChatRequest, Provider, ToolSpec, Usage
 from shared.safety.redact import StreamRedactor
+from shared.skills import Skill, select_skills
 from shared.tools import ToolContext, ToolRegistry, default_registry
 
 log = logging.getLogger("sigil.turn")
@@ -125,6 +126,8 @@ class TurnDeps:
     # Offered to the model on every turn; what a workspace may run is checked per call.
     tools: ToolRegistry = field(default_factory=default_registry)
     prices: PriceTable = field(default_factory=PriceTable)  # model ref -> USD per 1M tokens
+    # A workspace's skills (shared.skills); the local gateway loads <data_dir>/workspaces/<ws>/skills.
+    skills: Callable[[str], list[Skill]] = lambda workspace_id: []
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
@@ -165,8 +168,12 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
             safety=safety,
         )
     _, window = split_window(session.active_messages, workspace.active_window)
+    tools = deps.tools.specs()
     request = ChatRequest(
-        model=model, system=system_prompt(workspace), messages=[*window, user], tools=deps.tools.specs()
+        model=model,
+        system=system_prompt(deps, workspace, session, inbound, tools),
+        messages=[*window, user],
+        tools=tools,
     )
     ctx = _tool_context(deps, inbound, sender.user_id, turn)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
@@ -323,9 +330,24 @@ def _user_message(inbound: InboundMessage, turn: str, safety: Safety) -> UserMes
     )
 
 
-def system_prompt(workspace: WorkspaceConfig) -> str:
-    """The workspace's prompt, and the note that tells the model what a quoted block is."""
-    return f"{workspace.system_prompt}\n\n{SYSTEM_PROMPT_NOTE}"
+def system_prompt(
+    deps: TurnDeps,
+    workspace: WorkspaceConfig,
+    session: Session,
+    inbound: InboundMessage,
+    tools: list[ToolSpec],
+) -> str:
+    """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
+    the skills this message selects, the tools, the channel's hints, the time, the rolling summary
+    and, last, the note that tells the model what a quoted block is. No Tier-3 facts yet."""
+    return assemble_system_prompt(
+        workspace,
+        skills=select_skills(deps.skills(workspace.id), inbound.text),
+        tools=tools,
+        channel=inbound.channel,
+        now=deps.clock(),
+        summary=session.summary,
+    ).text
 
 
 def _redacted(shown: Reply, safety: Safety) -> Callable[[str], None]:

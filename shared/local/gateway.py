@@ -38,6 +38,7 @@ from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
 from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
+from shared.skills import local_skills
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
@@ -78,6 +79,7 @@ class LocalGateway:
             senders=senders,
             provider_factory=cached_provider_factory(self.settings),
             prices=PriceTable(self.settings.model_prices),
+            skills=local_skills(self.settings.data_dir),
         )
         self.runner = EmbeddedLaneRunner(
             lanes,

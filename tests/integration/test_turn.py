@@ -138,8 +138,11 @@ def test_a_reply_is_sent_and_committed_through_the_real_sdk(backend: Backend, se
         record = run_turn(deps, item("e1", "hello"))
         body = fake.requests[0]
     # Then the model saw the system prompt and the message, and the reply went out once. The
-    # prompt ends with the note on quoted untrusted data (docs/safety.md).
-    system = f"{WorkspaceConfig(id=WS).system_prompt}\n\n{SYSTEM_PROMPT_NOTE}"
+    # prompt is assembled (docs/context.md): it opens with the workspace's prompt and ends with
+    # the note on quoted untrusted data (docs/safety.md); the parts between (tools, channel hints,
+    # the time) are checked in tests/unit/test_context.py.
+    system = body["messages"][0]["content"]
+    assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)
     assert body["model"] == "fake-model"
     assert body["messages"] == [{"role": "system", "content": system}, {"role": "user", "content": "hello"}]
     [entry] = backend.outbox.read(WS, SESSION)
@@ -176,7 +179,8 @@ def test_workspace_config_sets_prompt_window_and_model(backend: Backend, setting
     for i in range(4):
         run_turn(deps, item(f"e{i}", f"msg {i}"))
     last = provider.requests[-1]
-    assert last.system == f"Talk like a pirate.\n\n{SYSTEM_PROMPT_NOTE}"  # the safety note follows it
+    # The assembled prompt opens with the workspace's prompt; the safety note closes it.
+    assert last.system.startswith("Talk like a pirate.\n\n") and last.system.endswith(SYSTEM_PROMPT_NOTE)
     assert contents(last.messages) == ["msg 1", "reply 1", "msg 2", "reply 2", "msg 3"]
     assert refs == ["x/y"] * 4
 
@@ -475,7 +479,8 @@ def test_the_commit_is_one_save_carrying_the_roll_out_and_the_audit_record(
 def test_the_audit_record_and_the_log_line(
     backend: Backend, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    deps = deps_for(backend, settings, FunctionProvider(lambda r: "a private answer"))
+    provider = FunctionProvider(lambda r: "a private answer")
+    deps = deps_for(backend, settings, provider)
     with caplog.at_level(logging.INFO, logger="sigil.turn"):
         record = run_turn(deps, item("e1", "a private question"))
     [audit] = backend.audit.list_records(WS)
@@ -483,8 +488,8 @@ def test_the_audit_record_and_the_log_line(
     assert (audit.workspace_id, audit.session_id, audit.user_id, audit.event_id) == (WS, SESSION, "u1", "e1")
     assert audit.turn_id == turn_id_for(item("e1"))
     assert audit.model == "function/test-model"
-    # The model is sent the workspace's prompt and the safety note (docs/safety.md).
-    system_words = len(WorkspaceConfig(id=WS).system_prompt.split()) + len(SYSTEM_PROMPT_NOTE.split())
+    # The model is sent the assembled prompt (docs/context.md), counted in words by the provider.
+    system_words = len(provider.requests[0].system.split())
     assert (audit.tokens_in, audit.tokens_out) == (system_words + 3, 3)
     assert audit.duration_ms > 0 and audit.outcome == "ok" and audit.error is None
     # One structured line, and never the conversation's text

@@ -1,0 +1,161 @@
+"""The system prompt of a turn (spec 000 step 2, spec 003): its parts, their order and budgets.
+
+Order (docs/context.md), each part trimmed to its own token budget and left out when empty:
+
+1. personality   the workspace's system_prompt
+2. skills        the SKILL.md bodies selected for this message (shared.skills.select_skills)
+3. tools         each tool's name and the first line of its description; the JSON schemas go to
+                 the provider separately (ChatRequest.tools)
+4. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
+                 lines only, up to the budget (spec 004's injection)
+5. channel       what the channel renders and its message size
+6. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
+7. summary       the session's rolling summary of the messages that left the window
+8. safety        SYSTEM_PROMPT_NOTE, never trimmed, last so that it frames everything above
+
+The active window and the new message follow as the request's messages. Tokens are estimated as
+characters / 4 (rounded up): no tokenizer on the turn path, and close enough for English text
+for a budget whose job is to stop one part (a long skill, a long summary) crowding out the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from shared.models import Triple, WorkspaceConfig
+from shared.providers.base import ToolSpec
+from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from shared.skills import Skill
+
+# Token budgets per part; the note is fixed text and never trimmed.
+BUDGETS: Final[dict[str, int]] = {
+    "personality": 1000,
+    "skills": 1500,
+    "tools": 500,
+    "facts": 300,
+    "channel": 100,
+    "now": 100,
+    "summary": 800,
+}
+ELLIPSIS = " …"
+
+CHANNEL_HINTS: Final[dict[str, str]] = {
+    # The gateway renders the model's Markdown into each platform's dialect (shared.channels.format)
+    # and splits long replies, so the hints say what survives the rendering and what fits.
+    "web": "Channel: web chat. Markdown renders fully (headings, lists, tables, code blocks, links).",
+    "telegram": (
+        "Channel: Telegram. Write Markdown; it is sent in Telegram's HTML subset (bold, italic, strike, "
+        "code, code blocks, links, quotes). Tables and headings don't render. A message holds 4096 "
+        "characters; longer replies are split."
+    ),
+    "slack": (
+        "Channel: Slack. Write Markdown; it is sent as Slack mrkdwn (bold, italic, strike, code, "
+        "code blocks, links). Tables and headings don't render. Keep replies short."
+    ),
+    "discord": (
+        "Channel: Discord. Markdown renders (no tables). A message holds 2000 characters; longer "
+        "replies are split, so prefer short answers."
+    ),
+    "whatsapp": (
+        "Channel: WhatsApp. Mostly plain text: bold, italic, strike and monospace only; no headings, "
+        "tables or link markup. Keep replies short, as on a phone."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    text: str
+    parts: list[tuple[str, int]]  # (part name, estimated tokens), in prompt order
+
+    @property
+    def tokens(self) -> int:
+        return sum(n for _, n in self.parts)
+
+
+def estimate(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def trim(text: str, budget: int) -> str:
+    """`text` cut to `budget` tokens at a word boundary, with an ellipsis when cut."""
+    if estimate(text) <= budget:
+        return text
+    room = max(0, budget * 4 - len(ELLIPSIS))
+    cut = text[:room]
+    if " " in cut[room // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip() + ELLIPSIS
+
+
+MAX_TOKENS: Final[int] = sum(BUDGETS.values()) + estimate(SYSTEM_PROMPT_NOTE)
+
+
+def assemble_system_prompt(
+    workspace: WorkspaceConfig,
+    *,
+    skills: Sequence[Skill] = (),
+    tools: Sequence[ToolSpec] = (),
+    facts: Sequence[Triple] = (),
+    channel: str = "web",
+    now: datetime,
+    active_task: str | None = None,
+    summary: str = "",
+) -> AssembledContext:
+    """The system prompt in the documented order; `skills` are those already selected."""
+    sections = [
+        ("personality", workspace.system_prompt.strip()),
+        ("skills", _skills(skills)),
+        ("tools", _tools(tools)),
+        ("facts", _facts(facts, BUDGETS["facts"])),
+        ("channel", CHANNEL_HINTS.get(channel, "")),
+        ("now", _now(now, active_task)),
+        ("summary", f"## Conversation so far (summary)\n{summary.strip()}" if summary.strip() else ""),
+    ]
+    texts, parts = [], []
+    for name, text in sections:
+        if text:
+            kept = trim(text, BUDGETS[name])
+            texts.append(kept)
+            parts.append((name, estimate(kept)))
+    texts.append(SYSTEM_PROMPT_NOTE)
+    parts.append(("safety", estimate(SYSTEM_PROMPT_NOTE)))
+    return AssembledContext(text="\n\n".join(texts), parts=parts)
+
+
+def _skills(skills: Sequence[Skill]) -> str:
+    if not skills:
+        return ""
+    blocks = [f"### Skill: {s.name}\n{s.description}\n\n{s.body}".rstrip() for s in skills]
+    return "## Skills\n" + "\n\n".join(blocks)
+
+
+def _tools(tools: Sequence[ToolSpec]) -> str:
+    if not tools:
+        return ""
+    lines = [f"- {t.name}: {(t.description.strip().splitlines() or [''])[0]}" for t in tools]
+    return "## Tools you can call\n" + "\n".join(lines)
+
+
+def _facts(facts: Sequence[Triple], budget: int) -> str:
+    """Whole facts, most confident (then most recently updated) first, while they fit."""
+    ranked = sorted(facts, key=lambda f: (-f.confidence, -f.updated_at.timestamp()))
+    text = "## Known facts"
+    for f in ranked:
+        line = f"\n- {f.subject} {f.predicate} {f.object}"
+        if estimate(text + line) > budget:
+            break
+        text += line
+    return text if "\n" in text else ""
+
+
+def _now(now: datetime, active_task: str | None) -> str:
+    at = now.astimezone(UTC)
+    text = f"Now: {at.strftime('%A')}, {at.strftime('%Y-%m-%dT%H:%M')}Z (UTC)."
+    if active_task and active_task.strip():
+        text += f"\nActive task: {active_task.strip()}"
+    return text

@@ -1,0 +1,85 @@
+"""The assembled system prompt through run_turn: a keyword skill reaches the model only when the
+user's message has the keyword; the local gateway's loader reads the workspace's skills folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.adapters.embedded import build_embedded_backend
+from shared.agent.turn import TurnDeps, run_turn
+from shared.backend import Backend
+from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.config import Settings
+from shared.models import InboundMessage, LaneItem, Sender, WorkspaceConfig
+from shared.providers.base import Provider
+from shared.providers.function import FunctionProvider
+from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from shared.skills import local_skills
+
+WS = "ws1"
+SKILL = """---
+name: k8s-help
+description: Kubernetes know-how.
+metadata:
+  gateway:trigger: keyword
+  gateway:keywords: kubernetes kubectl
+---
+Always suggest `kubectl describe` first.
+"""
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path)
+
+
+@pytest.fixture
+def backend(settings: Settings) -> Iterator[Backend]:
+    b = build_embedded_backend(settings)
+    yield b
+    b.close()
+
+
+def item(event_id: str, text: str) -> LaneItem:
+    return LaneItem(
+        inbound=InboundMessage(
+            event_id=event_id,
+            channel="web",
+            workspace_id=WS,
+            session_id="web.s1",
+            sender=Sender(id="u1", name="Ada"),
+            chat_id="s1",
+            text=text,
+        )
+    )
+
+
+def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
+    backend: Backend, settings: Settings
+) -> None:
+    folder = settings.data_dir / "workspaces" / WS / "skills" / "k8s-help"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(SKILL)
+    provider = FunctionProvider(lambda request: "ok")
+
+    def factory(ref: str | None) -> tuple[Provider, str]:
+        return provider, "test-model"
+
+    deps = TurnDeps(
+        backend=backend,
+        settings=settings,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=factory,
+        skills=local_skills(settings.data_dir),  # as the local gateway wires it
+    )
+    run_turn(deps, item("e1", "what's the weather?"))
+    run_turn(deps, item("e2", "my Kubernetes pod keeps restarting"))
+    without, with_skill = (r.system for r in provider.requests)
+    assert "k8s-help" not in without and "kubectl describe" not in without
+    assert "### Skill: k8s-help" in with_skill and "Always suggest `kubectl describe` first." in with_skill
+    for system in (without, with_skill):
+        assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)
+        assert "Channel: web chat." in system and "Now: " in system

@@ -1,0 +1,133 @@
+"""SKILL.md parsing (agentskills.io front matter + body), loading and the trigger modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.skills import Skill, SkillError, load_skills, local_skills, parse_skill, select_skills
+
+SPEC_EXAMPLE = """---
+name: infra-ops
+description: Infrastructure operations expertise for Kubernetes and Terraform...
+license: MIT
+compatibility: Requires kubectl, terraform CLI
+allowed-tools: Bash(kubectl:*) Bash(terraform:*)
+metadata:
+  author: sean
+  version: "1.0"
+  gateway:trigger: auto          # auto | manual | keyword
+  gateway:keywords: server deploy kubernetes terraform
+  gateway:workspace: homelab
+---
+
+You are an infrastructure operations expert...
+"""
+
+
+def skill_md(name: str, trigger: str, keywords: str = "", body: str = "Body.") -> str:
+    meta = f"  gateway:trigger: {trigger}\n" + (f"  gateway:keywords: {keywords}\n" if keywords else "")
+    return f"---\nname: {name}\ndescription: The {name} skill.\nmetadata:\n{meta}---\n{body}\n"
+
+
+def test_the_spec_example_parses() -> None:
+    skill = parse_skill(SPEC_EXAMPLE)
+    assert skill.name == "infra-ops"
+    assert skill.description == "Infrastructure operations expertise for Kubernetes and Terraform..."
+    assert (skill.license, skill.compatibility) == ("MIT", "Requires kubectl, terraform CLI")
+    assert skill.allowed_tools == "Bash(kubectl:*) Bash(terraform:*)"
+    assert skill.trigger == "auto"  # the comment after the value is dropped
+    assert skill.keywords == ("server", "deploy", "kubernetes", "terraform")
+    assert skill.metadata["version"] == "1.0" and skill.metadata["gateway:workspace"] == "homelab"
+    assert skill.body == "You are an infrastructure operations expert..."
+
+
+def test_a_plain_agentskills_skill_is_auto() -> None:
+    skill = parse_skill("---\nname: notes\ndescription: Taking notes.\n---\n# Notes\nWrite them down.\n")
+    assert (skill.trigger, skill.keywords, skill.body) == ("auto", (), "# Notes\nWrite them down.")
+
+
+AUTO = Skill(name="always", description="d", trigger="auto")
+KEYWORD = Skill(name="k8s", description="d", trigger="keyword", keywords=("kubernetes", "k8s-pod"))
+MANUAL = Skill(name="infra-ops", description="d", trigger="manual")
+
+
+def names(text: str) -> list[str]:
+    return [s.name for s in select_skills([AUTO, KEYWORD, MANUAL], text)]
+
+
+def test_auto_is_always_selected() -> None:
+    assert names("") == ["always"]
+    assert names("anything at all") == ["always"]
+
+
+def test_keyword_matches_whole_words_case_insensitively() -> None:
+    assert names("My Kubernetes cluster is down") == ["always", "k8s"]
+    assert names("is the k8s-pod up?") == ["always", "k8s"]
+    assert names("kubernetesish things") == ["always"]
+    assert names("notkubernetes") == ["always"]
+
+
+def test_manual_only_when_asked_by_name() -> None:
+    assert names("help with infra-ops") == ["always"]
+    assert names("Use skill: infra-ops and check the servers") == ["always", "infra-ops"]
+    assert names("use skill: infra-opsx") == ["always"]
+    assert names("use skill: other") == ["always"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("name: x\ndescription: y\n", "starts with a '---'"),
+        ("---\nname: x\ndescription: y\n", "no closing '---'"),
+        ("---\ndescription: y\n---\n", "name ''"),
+        ("---\nname: Bad_Name\ndescription: y\n---\n", "name 'Bad_Name'"),
+        ("---\nname: x\n---\n", "description is required"),
+        ("---\nname: x\ndescription: y\nmetadata:\n  gateway:trigger: sometimes\n---\n", "gateway:trigger"),
+        (
+            "---\nname: x\ndescription: y\nmetadata:\n  gateway:trigger: keyword\n---\n",
+            "needs gateway:keywords",
+        ),
+        ("---\nname: x\ndescription: y\ntags: [a, b]\n---\n", "one-line values"),
+        ("---\nname: x\n  nested: no\ndescription: y\n---\n", "only 'metadata'"),
+        ("---\nname: x\ndescription: y\njust text\n---\n", "expected 'key: value'"),
+        ("---\nname: x\nname: z\ndescription: y\n---\n", "appears twice"),
+    ],
+)
+def test_bad_files_are_errors_naming_the_file(text: str, problem: str) -> None:
+    with pytest.raises(SkillError, match=r"bad/SKILL\.md") as caught:
+        parse_skill(text, "bad/SKILL.md")
+    assert problem in str(caught.value)
+
+
+def test_loading_a_directory(tmp_path: Path) -> None:
+    for name, trigger in [("zeta", "auto"), ("alpha", "manual")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "SKILL.md").write_text(skill_md(name, trigger))
+    (tmp_path / "README.md").write_text("not a skill")
+    assert [(s.name, s.trigger) for s in load_skills(tmp_path)] == [("alpha", "manual"), ("zeta", "auto")]
+    assert load_skills(tmp_path / "missing") == []
+
+
+def test_a_bad_file_in_a_directory_names_its_path(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "SKILL.md").write_text("no front matter")
+    with pytest.raises(SkillError, match=str(tmp_path / "broken" / "SKILL.md")):
+        load_skills(tmp_path)
+
+
+def test_the_name_must_match_the_folder(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "SKILL.md").write_text(skill_md("two", "auto"))
+    with pytest.raises(SkillError, match="differs from its folder"):
+        load_skills(tmp_path)
+
+
+def test_local_skills_reads_the_workspace_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "workspaces" / "homelab" / "skills" / "infra-ops"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(SPEC_EXAMPLE)
+    load = local_skills(tmp_path)
+    assert [s.name for s in load("homelab")] == ["infra-ops"]
+    assert load("other") == []
