@@ -64,3 +64,4 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # and each handler's cold import against a bare powertools handler. Prints a table; ~30 s.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
+	$(BIN)/python bench/turn_overhead.py
