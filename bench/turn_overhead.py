@@ -156,7 +156,8 @@ def dynamodb(warmup: int, turns: int) -> dict[str, Any]:
         cloud.reset(config=resources.settings(model="function/zero"))
         deps = cloud.turn_deps()
         # OpenSearch (Tier-1 indexing of rolled-out messages) is not on moto: a no-op index.
-        backend = dataclasses.replace(deps.backend, index=NoIndex())
+        no_index: Any = NoIndex()
+        backend = dataclasses.replace(deps.backend, index=no_index)
         deps = dataclasses.replace(deps, backend=backend, provider_factory=zero_latency())
         timer = StoreTimer()
         timer.wrap(deps.backend)
