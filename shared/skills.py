@@ -30,6 +30,7 @@ works as is).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ SKILL_FILE = "SKILL.md"
 NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 _KEY = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_:.-]*):(?:\s+(.*))?$")
 _USE_SKILL = re.compile(r"\buse skill:\s*([a-z0-9][a-z0-9-]*)", re.IGNORECASE)
+
+log = logging.getLogger("sigil.skills")
 
 
 class SkillError(ValueError):
@@ -104,16 +107,26 @@ def load_skill(path: Path) -> Skill:
     return parse_skill(text, str(path))
 
 
-def load_skills(directory: Path) -> list[Skill]:
+def load_skills(directory: Path, *, strict: bool = True) -> list[Skill]:
     """Every <directory>/<name>/SKILL.md, by name; none if the directory doesn't exist. A skill
-    whose `name` differs from its folder is an error (agentskills.io requires them equal)."""
+    whose `name` differs from its folder is an error (agentskills.io requires them equal).
+
+    With `strict=False` (the running gateway), a broken skill is logged and left out instead:
+    one bad file must not fail every turn of its workspace.
+    """
     if not directory.is_dir():
         return []
     skills = []
     for path in sorted(directory.glob(f"*/{SKILL_FILE}")):
-        skill = load_skill(path)
-        if skill.name != path.parent.name:
-            raise SkillError(f"{path}: name {skill.name!r} differs from its folder {path.parent.name!r}")
+        try:
+            skill = load_skill(path)
+            if skill.name != path.parent.name:
+                raise SkillError(f"{path}: name {skill.name!r} differs from its folder {path.parent.name!r}")
+        except SkillError as exc:
+            if strict:
+                raise
+            log.error("skill left out", extra={"path": str(path), "reason": str(exc)})
+            continue
         skills.append(skill)
     return skills
 
@@ -185,4 +198,4 @@ def _scalar(value: str, source: str, number: int) -> str:
 def local_skills(data_dir: Path) -> Callable[[str], list[Skill]]:
     """The embedded runtime's skills: <data_dir>/workspaces/<workspace>/skills/<name>/SKILL.md,
     read on every turn (a few small files), so an edit applies to the next message."""
-    return lambda workspace_id: load_skills(data_dir / "workspaces" / workspace_id / "skills")
+    return lambda workspace_id: load_skills(data_dir / "workspaces" / workspace_id / "skills", strict=False)

@@ -131,3 +131,18 @@ def test_local_skills_reads_the_workspace_folder(tmp_path: Path) -> None:
     load = local_skills(tmp_path)
     assert [s.name for s in load("homelab")] == ["infra-ops"]
     assert load("other") == []
+
+
+def test_the_gateway_loader_leaves_a_broken_skill_out_instead_of_failing_every_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    skills = tmp_path / "workspaces" / "ws1" / "skills"
+    (skills / "good").mkdir(parents=True)
+    (skills / "good" / "SKILL.md").write_text("---\nname: good\ndescription: fine\n---\nBe good.\n")
+    (skills / "broken").mkdir()
+    (skills / "broken" / "SKILL.md").write_text("no front matter at all\n")
+    with pytest.raises(SkillError):
+        load_skills(skills)
+    loaded = local_skills(tmp_path)("ws1")
+    assert [s.name for s in loaded] == ["good"]
+    assert "skill left out" in caplog.text
