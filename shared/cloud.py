@@ -80,6 +80,7 @@ def turn_deps() -> TurnDeps:
     from shared.agent.turn import TurnDeps
     from shared.budgets import PriceTable
     from shared.channels.out import build_senders
+    from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
     from shared.workspace_cache import with_workspace_cache
 
@@ -100,6 +101,7 @@ def turn_deps() -> TurnDeps:
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),
         prices=PriceTable(s.model_prices),
+        facts=TacitFacts(backend.memory),
     )
 
 

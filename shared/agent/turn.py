@@ -82,6 +82,7 @@ from shared.models import (
     OutboundMessage,
     Session,
     ToolResultMessage,
+    Triple,
     UserMessage,
     WorkspaceConfig,
 )
@@ -126,6 +127,8 @@ class TurnDeps:
     # Offered to the model on every turn; what a workspace may run is checked per call.
     tools: ToolRegistry = field(default_factory=default_registry)
     prices: PriceTable = field(default_factory=PriceTable)  # model ref -> USD per 1M tokens
+    # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit).
+    facts: Callable[[str, str], Sequence[Triple]] | None = None
     # A workspace's skills (shared.skills); the local gateway loads <data_dir>/workspaces/<ws>/skills.
     skills: Callable[[str], list[Skill]] = lambda workspace_id: []
 
@@ -171,7 +174,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     tools = deps.tools.specs()
     request = ChatRequest(
         model=model,
-        system=system_prompt(deps, workspace, session, inbound, tools),
+        system=system_prompt(deps, workspace, session, inbound, tools, user_id=sender.user_id),
         messages=[*window, user],
         tools=tools,
     )
@@ -336,14 +339,18 @@ def system_prompt(
     session: Session,
     inbound: InboundMessage,
     tools: list[ToolSpec],
+    *,
+    user_id: str,
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
-    the skills this message selects, the tools, the channel's hints, the time, the rolling summary
-    and, last, the note that tells the model what a quoted block is. No Tier-3 facts yet."""
+    the skills this message selects, the tools, the sender's tacit facts, the channel's hints, the
+    time, the rolling summary and, last, the note that tells the model what a quoted block is.
+    `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it)."""
     return assemble_system_prompt(
         workspace,
         skills=select_skills(deps.skills(workspace.id), inbound.text),
         tools=tools,
+        facts=deps.facts(workspace.id, user_id) if deps.facts is not None else (),
         channel=inbound.channel,
         now=deps.clock(),
         summary=session.summary,

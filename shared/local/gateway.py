@@ -35,6 +35,7 @@ from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
+from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
@@ -79,6 +80,7 @@ class LocalGateway:
             senders=senders,
             provider_factory=cached_provider_factory(self.settings),
             prices=PriceTable(self.settings.model_prices),
+            facts=TacitFacts(self.backend.memory),
             skills=local_skills(self.settings.data_dir),
         )
         self.runner = EmbeddedLaneRunner(

@@ -128,13 +128,14 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
         assert agent.lambda_handler(batch(n), CONTEXT) == {"batchItemFailures": []}
         turns.append(calls[start:])
 
-    # The cold turn reads the workspace config once and, at the sender's first contact, reads and
-    # creates their identity; then the caches answer
+    # The cold turn reads the workspace config once, at the sender's first contact reads and
+    # creates their identity, and reads their tacit facts; then the caches answer
     assert [c.operation for c in turns[0]] == [
         "GetItem",  # workspace config
         "GetItem",  # the sender's identity
         "PutItem",  # ... created at first contact (policy "allow")
         "GetItem",  # the session
+        "Query",  # the sender's tacit facts (Tier 3 by subject), then cached for a minute
         "PutItem",  # the reply
         "TransactWriteItems",  # the commit
     ]

@@ -83,3 +83,46 @@ def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
     for system in (without, with_skill):
         assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)
         assert "Channel: web chat." in system and "Now: " in system
+
+
+def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(
+    backend: Backend, settings: Settings
+) -> None:
+    from shared.memory.tacit import TacitFacts
+    from shared.models import Triple
+
+    # Given a Tier-3 fact about the web sender "u1" (their Sigil user id) and one about someone else
+    backend.memory.put_triple(
+        Triple(id="f1", workspace_id=WS, subject="u1", predicate="prefers", object="tea")
+    )
+    backend.memory.put_triple(
+        Triple(id="f2", workspace_id=WS, subject="bob", predicate="prefers", object="coffee")
+    )
+    reads: list[str] = []
+    memory = backend.memory
+
+    class Counting:
+        def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+            reads.append(subject)
+            return memory.triples_by_subject(workspace_id, subject, limit=limit)
+
+    now = [0.0]
+    provider = FunctionProvider(lambda request: "ok")
+    deps = TurnDeps(
+        backend=backend,
+        settings=settings,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (provider, "m"),
+        facts=TacitFacts(Counting(), clock=lambda: now[0]),  # type: ignore[arg-type]
+    )
+    # When two turns run within a minute
+    run_turn(deps, item("e1", "what do I like?"))
+    run_turn(deps, item("e2", "and again?"))
+    # Then the prompt holds the sender's fact, not the other user's, and the store was read once
+    assert all("u1 prefers tea" in r.system for r in provider.requests)
+    assert all("coffee" not in r.system for r in provider.requests)
+    assert reads == ["u1"]
+    # and a minute later it is read again
+    now[0] = 61.0
+    run_turn(deps, item("e3", "still?"))
+    assert reads == ["u1", "u1"]

@@ -1,0 +1,47 @@
+"""Tacit facts: what the turn's system prompt may say about the user without a tool call.
+
+Spec 000 keeps memory behind tools ("no automatic RAG injection burning tokens on every turn");
+the one exception is a small budget of facts about the person talking (spec 004's fact
+injection): the Tier-3 triples whose subject is the sender's Sigil user id. They are read once a
+minute per process (shared.ttl_cache), so a warm turn makes no extra store call, and trimmed to
+their token budget by the context assembler (shared.agent.context).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+from shared.models import Triple
+from shared.ports import MemoryStore
+from shared.ttl_cache import TtlCache
+
+FACTS_TTL_S = 60.0
+MAX_FACTS = 20  # more than the prompt's fact budget holds; the assembler keeps the most confident
+
+
+class _Facts(BaseModel):
+    facts: list[Triple] = Field(default_factory=list)
+
+
+class TacitFacts:
+    def __init__(
+        self,
+        memory: MemoryStore,
+        *,
+        ttl_s: float = FACTS_TTL_S,
+        limit: int = MAX_FACTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.memory = memory
+        self.limit = limit
+        self._cache: TtlCache[tuple[str, str], _Facts] = TtlCache(ttl_s=ttl_s, clock=clock)
+
+    def __call__(self, workspace_id: str, user_id: str) -> list[Triple]:
+        found = self._cache.get(
+            (workspace_id, user_id),
+            lambda: _Facts(facts=self.memory.triples_by_subject(workspace_id, user_id, limit=self.limit)),
+        )
+        return found.facts if found is not None else []
