@@ -157,6 +157,9 @@ class InboundMessage(Model):
     received_at: datetime = Field(default_factory=utcnow)
     # Channel-specific routing data the outbound client needs (e.g. Discord's interaction token).
     reply_context: dict[str, str] = Field(default_factory=dict)
+    # A coalesced burst's original event ids (shared.agent.coalesce): the turn remembers each, so
+    # a late redelivery of any one of them on its own is still recognised as already handled.
+    merged_event_ids: list[Identifier] = Field(default_factory=list)
 
     @property
     def lane_key(self) -> str:

@@ -7,12 +7,12 @@ theirs, its routing (reply_to, reply_context, received_at) is the last item's, a
 is the first item's id with a digest of every merged id (`merged_event_id`), so a redelivery of
 the same burst is recognised as the same turn.
 
-The caveat, kept deliberately narrow: the session remembers only the merged event id. A later
-redelivery of ONE of the merged events on its own (a platform retrying a webhook after the burst's
-turn committed, past SQS FIFO's 5-minute deduplication) carries the original id, which the
-session has not seen, so that message runs as a turn of its own again. Items of different
-senders are never merged (identity and admission are per sender), nor are items separated by an
-item of the same session that is not merged (an unreadable record, another sender).
+The merged item also lists the original ids (`merged_event_ids`), and the turn's commit remembers
+each of them with the merged id: a later redelivery of ONE of the merged events on its own (a
+platform retrying a webhook after the burst's turn committed, past SQS FIFO's 5-minute
+deduplication) is recognised as handled. Items of different senders are never merged (identity
+and admission are per sender), nor are items separated by an item of the same session that is
+not merged (an unreadable record, another sender).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def merge(items: Sequence[LaneItem]) -> LaneItem:
     inbound = last.inbound.model_copy(
         update={
             "event_id": merged_event_id([i.inbound.event_id for i in items]),
+            "merged_event_ids": [i.inbound.event_id for i in items],
             "text": "\n\n".join(i.inbound.text for i in items),
             "attachments": [a for i in items for a in i.inbound.attachments],
         }

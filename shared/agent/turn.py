@@ -239,13 +239,17 @@ def reply_seq(message_count: int, part: int = 0) -> int:
     return message_count * PARTS_PER_TURN + part + 1
 
 
-def recent_events(session: Session, event_id: str, now: datetime) -> tuple[list[str], list[int]]:
-    """The session's event ids and times with `event_id` added at `now`: those of the last
-    EVENT_ID_TTL, the newest MAX_RECENT_EVENT_IDS of them, oldest first."""
+def recent_events(
+    session: Session, event_id: str, now: datetime, *, merged: Sequence[str] = ()
+) -> tuple[list[str], list[int]]:
+    """The session's event ids and times with `event_id` (and a coalesced burst's `merged` ids)
+    added at `now`: those of the last EVENT_ID_TTL, the newest MAX_RECENT_EVENT_IDS of them,
+    oldest first."""
     at = int(now.timestamp())
     horizon = at - int(EVENT_ID_TTL.total_seconds())
     seen = zip(session.recent_event_ids, session.recent_event_times, strict=True)
-    kept = [*((e, t) for e, t in seen if t >= horizon), (event_id, at)][-MAX_RECENT_EVENT_IDS:]
+    new = [(e, at) for e in (*merged, event_id)]
+    kept = [*((e, t) for e, t in seen if t >= horizon), *new][-MAX_RECENT_EVENT_IDS:]
     return [e for e, _ in kept], [t for _, t in kept]
 
 
@@ -421,7 +425,9 @@ def _commit(
         # whereas the reverse order could leave Tier-1 records that search never finds.
         _index(deps.backend, session, records)
         now = deps.clock()
-        event_ids, event_times = recent_events(session, inbound.event_id, now)
+        event_ids, event_times = recent_events(
+            session, inbound.event_id, now, merged=inbound.merged_event_ids
+        )
         updated = session.model_copy(
             update={
                 "active_messages": kept,

@@ -153,3 +153,20 @@ def test_without_a_budget_nothing_is_counted(backend: Backend, tmp_path: Path) -
     for n in range(3):
         assert run_turn(deps, item(f"e{n}")).outcome == "ok"
     assert len(provider.requests) == 3
+
+
+def test_a_merged_burst_remembers_every_event_it_answered(backend: Backend, tmp_path: Path) -> None:
+    from shared.agent.coalesce import merge
+
+    # Given a burst of two messages answered as one turn
+    provider = FunctionProvider(answer)
+    deps = deps_for(backend, tmp_path, provider, Clock())
+    burst = merge([item("e1", "first"), item("e2", "second")])
+    assert burst.inbound.merged_event_ids == ["e1", "e2"]
+    assert run_turn(deps, burst).outcome == "ok"
+    # When one of its events is redelivered on its own later (a platform's late retry)
+    late = run_turn(deps, item("e2", "second"))
+    # Then it is recognised as already handled: no second model call, no second reply
+    assert late.outcome == "skipped_duplicate"
+    assert len(provider.requests) == 1
+    assert len(replies(backend)) == 1
