@@ -89,6 +89,9 @@ class Session(Model):
     summary: str = ""
     last_compaction: datetime | None = None
     model_override: str | None = None
+    # What the conversation is working on, pinned by the model (the pin_task tool) and shown in
+    # every later turn's system prompt until it is changed or cleared.
+    active_task: str | None = Field(default=None, max_length=500)
     tool_budget: ToolBudget = Field(default_factory=ToolBudget)
     token_budget: TokenBudget = Field(default_factory=TokenBudget)
     status: Literal["active", "paused", "archived"] = "active"

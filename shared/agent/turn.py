@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from shared.agent.context import assemble_system_prompt
 from shared.agent.loop import (
@@ -200,7 +200,9 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     record = _audit_record(
         item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result, budget=budget
     )
-    _commit(deps, workspace, session, inbound, [user, *result.messages], audit=record)
+    _commit(
+        deps, workspace, session, inbound, [user, *result.messages], audit=record, updates=ctx.session_updates
+    )
     return _log_turn(record, safety)
 
 
@@ -357,6 +359,7 @@ def system_prompt(
         facts=deps.facts(workspace.id, user_id) if deps.facts is not None else (),
         channel=inbound.channel,
         now=deps.clock(),
+        active_task=session.active_task,
         summary=session.summary,
     ).text
 
@@ -414,9 +417,11 @@ def _commit(
     new: list[Message],
     *,
     audit: AuditRecord | None = None,
+    updates: dict[str, Any] | None = None,
 ) -> Session:
     """Append to the window and save (optimistically), with the overflow's Tier-1 records and
-    `audit` in the same write; the overflow goes to the index first."""
+    `audit` in the same write; the overflow goes to the index first. `updates` are the session
+    changes the turn's tools asked for (ToolContext.session_updates, e.g. the active-task pin)."""
     for _ in range(COMMIT_ATTEMPTS):
         rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
         records = _tier1_records(session, rolled)
@@ -436,6 +441,7 @@ def _commit(
                 "recent_event_ids": event_ids,
                 "recent_event_times": event_times,
                 "updated_at": now,
+                **(updates or {}),
             }
         )
         try:

@@ -91,7 +91,24 @@ def session_info(args: NoArgs, ctx: ToolContext) -> SessionInfo:
     )
 
 
-BUILTIN_TOOLS = (current_time, session_info)
+class PinTaskArgs(BaseModel):
+    task: str | None = Field(
+        default=None,
+        max_length=500,
+        description="What this conversation is working on, in one sentence; empty or null clears the pin.",
+    )
+
+
+@tool
+def pin_task(args: PinTaskArgs, ctx: ToolContext) -> str:
+    """Pin the task this conversation is working on, so it stays in view in every later message
+    (or clear the pin when the task is done). Use it for multi-step work that spans messages."""
+    task = (args.task or "").strip() or None
+    ctx.session_updates["active_task"] = task
+    return f"Pinned: {task}" if task else "The pin is cleared."
+
+
+BUILTIN_TOOLS = (current_time, session_info, pin_task)
 
 
 def default_registry() -> ToolRegistry:

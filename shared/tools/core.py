@@ -41,6 +41,10 @@ class ToolContext:
     turn_id: str
     backend: Backend
     now: Callable[[], datetime] = utcnow
+    # Changes to the session a tool asks for (e.g. the active-task pin). A tool must not save the
+    # session itself (the turn commits it, under optimistic concurrency): the turn applies these
+    # in its commit.
+    session_updates: dict[str, Any] = field(default_factory=dict)
 
 
 ToolFunction = Callable[[A, ToolContext], ToolOutput]

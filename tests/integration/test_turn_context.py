@@ -126,3 +126,43 @@ def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(
     now[0] = 61.0
     run_turn(deps, item("e3", "still?"))
     assert reads == ["u1", "u1"]
+
+
+def test_a_task_pinned_by_the_model_stays_in_later_prompts_until_cleared(
+    backend: Backend, settings: Settings
+) -> None:
+    import json
+
+    from shared.models import ToolCall
+    from shared.providers.base import ChatRequest, Done, ProviderEvent, ToolCallEvent
+    from shared.tools import default_registry
+
+    def model(request: ChatRequest) -> str | list[ProviderEvent]:
+        last = request.messages[-1]
+        if last.kind == "user" and "plan" in last.content:
+            call = ToolCall(id="p1", name="pin_task", arguments=json.dumps({"task": "Plan the Lisbon trip"}))
+            return [ToolCallEvent(call=call), Done(finish_reason="tool_calls")]
+        if last.kind == "user" and "done" in last.content:
+            call = ToolCall(id="p2", name="pin_task", arguments=json.dumps({"task": None}))
+            return [ToolCallEvent(call=call), Done(finish_reason="tool_calls")]
+        return "noted"
+
+    provider = FunctionProvider(model)
+    deps = TurnDeps(
+        backend=backend,
+        settings=settings,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (provider, "m"),
+        tools=default_registry(),
+    )
+    # When the model pins a task in one turn
+    run_turn(deps, item("e1", "let's plan a trip"))
+    session = backend.sessions.get(WS, "web.s1")
+    assert session is not None and session.active_task == "Plan the Lisbon trip"
+    # Then the next turn's system prompt shows it
+    run_turn(deps, item("e2", "flights first"))
+    assert "Active task: Plan the Lisbon trip" in provider.requests[-1].system
+    # And once cleared, it is gone from the prompt
+    run_turn(deps, item("e3", "all done"))
+    run_turn(deps, item("e4", "thanks"))
+    assert "Active task" not in provider.requests[-1].system
