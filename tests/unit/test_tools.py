@@ -436,7 +436,11 @@ def test_a_bound_too_small_for_an_error_is_refused() -> None:
 
 def test_the_default_registry_holds_the_built_ins_and_is_new_each_time() -> None:
     first, second = default_registry(), default_registry()
-    assert [t.name for t in first] == [t.name for t in BUILTIN_TOOLS] == ["current_time", "session_info", "pin_task"]
+    assert (
+        [t.name for t in first]
+        == [t.name for t in BUILTIN_TOOLS]
+        == ["current_time", "session_info", "pin_task"]
+    )
     first.register(echo)
     assert "echo" not in second
 
