@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from shared.errors import ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
-from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
+from shared.providers.base import (
+    ChatRequest,
+    Done,
+    ProviderEvent,
+    TextDelta,
+    ToolCallEvent,
+    ToolSpec,
+    Usage,
+    alternating_turns,
+)
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -135,16 +144,7 @@ class AnthropicProvider:
 def to_anthropic_messages(messages: Iterable[Message]) -> list[Json]:
     """Our messages as Anthropic turns: tool results become user `tool_result` blocks, and turns of
     the same role in a row are merged (tool results must share one user turn after the call)."""
-    out: list[Json] = []
-    for m in messages:
-        role, blocks = _turn(m)
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    return out
+    return alternating_turns(messages, _turn)
 
 
 def _turn(m: Message) -> tuple[str, list[Json]]:

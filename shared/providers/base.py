@@ -6,7 +6,7 @@ and one final Done. The agent loop only ever sees these events, never an SDK's t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,3 +65,21 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
         """Yield events for one model call; the last event is always a Done."""
         ...
+
+
+def alternating_turns(
+    messages: Iterable[Message], turn: Callable[[Message], tuple[str, list[dict[str, Any]]]]
+) -> list[dict[str, Any]]:
+    """Our messages as role turns of content blocks (`turn` maps one message to its role and
+    blocks), with consecutive turns of one role merged: the Anthropic and Bedrock APIs want user
+    and assistant to alternate, and a step's tool results must share one user turn."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role, blocks = turn(m)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out

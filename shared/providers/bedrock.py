@@ -18,7 +18,16 @@ from typing import Any
 from shared.errors import ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.anthropic import tool_input  # cheap: that module imports its SDK only when built
-from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
+from shared.providers.base import (
+    ChatRequest,
+    Done,
+    ProviderEvent,
+    TextDelta,
+    ToolCallEvent,
+    ToolSpec,
+    Usage,
+    alternating_turns,
+)
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
 Json = dict[str, Any]
@@ -141,16 +150,7 @@ def converse_params(request: ChatRequest) -> Json:
 def to_converse_messages(messages: Iterable[Message]) -> list[Json]:
     """Converse turns: tool results are user `toolResult` blocks, and turns of the same role in a
     row are merged, since Converse wants user and assistant to alternate."""
-    out: list[Json] = []
-    for m in messages:
-        role, blocks = _turn(m)
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    return out
+    return alternating_turns(messages, _turn)
 
 
 def _turn(m: Message) -> tuple[str, list[Json]]:
