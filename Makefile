@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # Reinstall only when the lock file changes; versions and hashes come from requirements.lock.
-$(STAMP): requirements.lock pyproject.toml | $(BIN)/python
+$(STAMP): requirements.lock pyproject.toml overrides.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
 	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes requirements.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
@@ -30,8 +30,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 lock:
-	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --group dev \
-		pyproject.toml -o requirements.lock
+	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --group dev --group local \
+		--override overrides.txt pyproject.toml -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
