@@ -10,6 +10,7 @@ from shared.config import Settings
 from shared.ports import (
     AuditLog,
     BudgetStore,
+    Embedder,
     EventBus,
     IdentityStore,
     Lanes,
@@ -36,6 +37,9 @@ class Backend:
     identities: IdentityStore
     send_ledger: SendLedger
     budgets: BudgetStore
+    # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
+    # are off, and memory search is then BM25 only.
+    embedder: Embedder | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -89,3 +89,19 @@ class ToolCallLimitExceeded(SigilError):
 class BudgetExceeded(SigilError):
     code = "budget_exceeded"
     http_status = 429
+
+
+class EmbeddingError(ProviderError):
+    """The embedding model failed: memory search falls back to BM25, and writes go text-only
+    until the backfill embeds them."""
+
+    code = "embedding_error"
+    http_status = 502
+
+
+class IndexUnavailable(SigilError):
+    """The memory index could not answer: memory search falls back to the session's recent
+    messages."""
+
+    code = "index_unavailable"
+    http_status = 503

@@ -313,6 +313,9 @@ class MemoryRecord(Model):
     seq: int = Field(ge=0)  # position of the message in its session, from 0
     created_at: datetime
     message: Message | None = None  # the original structured message, when there is one
+    # The Sigil user who wrote it (user messages) or was answered (assistant and tool): what the
+    # right to erasure finds a person's messages by.
+    user_id: str | None = None
 
 
 class Summary(Model):
@@ -327,6 +330,16 @@ class Summary(Model):
     start_at: datetime
     end_at: datetime
     created_at: datetime = Field(default_factory=utcnow)
+    # "batch" summarises Tier-1 messages first_seq..last_seq; "rolling" is the session's cumulative
+    # summary, rewritten by each compaction.
+    kind: Literal["batch", "rolling"] = "batch"
+    user_id: str | None = None
+    # The consolidation run that wrote it: provenance that lets a run be rolled back.
+    run_id: str | None = None
+
+
+FactCategory = Literal["preference", "entity", "decision", "style", "artifact", "fact"]
+FactStatus = Literal["active", "merged", "pruned"]
 
 
 class Triple(Model):
@@ -342,6 +355,28 @@ class Triple(Model):
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # Whose fact it is (for the right to erasure); None for workspace-wide knowledge.
+    user_id: str | None = None
+    # Spec 003's five extraction categories, or "fact" for anything stored by hand.
+    category: FactCategory = "fact"
+    # Who wrote it: the memory_store tool, a consolidation run (run_id says which), or an import.
+    source: Literal["tool", "consolidation", "import"] = "tool"
+    run_id: str | None = None
+    # Lifecycle (spec 001): maintenance scores relevance with decay, promotes what is relevant
+    # and used, prunes what has faded, and merges near-duplicates into the survivor. Only
+    # "active" facts are recalled; the others stay for provenance until they are dropped.
+    status: FactStatus = "active"
+    merged_into: str | None = None
+    long_term: bool = False
+    relevance: float = Field(default=1.0, ge=0.0, le=1.0)
+    access_count: int = Field(default=0, ge=0)
+    last_accessed_at: datetime | None = None
+    # Style observations are reinforced rather than duplicated (spec 003).
+    reinforced_count: int = Field(default=1, ge=1)
+    # The fact's embedding and the model that made it: near-duplicate dedup compares these, and a
+    # model change is noticed by the name.
+    embedding_model: str | None = None
+    embedding: list[float] | None = Field(default=None, repr=False)
 
     @field_validator("subject", "predicate", "object")
     @classmethod

@@ -7,7 +7,7 @@ another's data. One contract suite per port runs against every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
@@ -128,6 +128,34 @@ class MemoryIndex(Protocol):
         ...
 
     def count(self, workspace_id: str) -> int: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Text to unit-length vectors (OpenAI, Bedrock Titan, or the offline MiniLM).
+
+    `model_id` names the model and its version (for the local model, a hash of its weights):
+    vectors made under different ids are never compared, and a changed id schedules re-embedding.
+    """
+
+    model_id: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order. Raises EmbeddingError when the model can't answer."""
+        ...
+
+
+@runtime_checkable
+class EmbeddingCache(Protocol):
+    """Vectors by (model id, SHA-256 of the text): the same text is embedded once per model.
+
+    Content-addressed and holding no text, so it is shared by every workspace.
+    """
+
+    def get_many(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]: ...
+
+    def put_many(self, model_id: str, vectors: Mapping[str, Sequence[float]]) -> None: ...
 
 
 class SubmitResult(BaseModel):
