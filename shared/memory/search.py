@@ -1,0 +1,213 @@
+"""Memory search: the hybrid BM25 + k-NN search the memory tools and the benchmark go through.
+
+One index round trip asks for both rankings (each over-fetched), the shared fusion code merges
+them, and documents are folded into the memory record they came from (a long record is indexed as
+several chunk documents, each naming its record in metadata "record_id").
+
+When a part fails the search degrades instead of failing, and says so in the outcome:
+hybrid -> BM25 only (no embedder, or the embedder raised) -> the session's recent messages from
+the MemoryStore (the index raised).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.errors import BadRequest
+from shared.memory.fusion import FusedHit, FusionMethod, fuse
+from shared.models import IndexQuery, MemoryTier
+from shared.ports import Embedder, MemoryIndex, MemoryStore
+
+logger = logging.getLogger(__name__)
+
+SearchMode = Literal["hybrid", "bm25", "vector", "recent"]
+
+MAX_QUERY_BYTES = 100 * 1024
+# IndexQuery.k is capped at 1000: the over-fetch never asks for more.
+_MAX_FETCH = 1000
+# Control characters other than tab and newline (and carriage return, which pasted text carries).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# Metadata key naming the record a chunk document belongs to (absent: the doc id is the record id).
+RECORD_ID_KEY = "record_id"
+
+
+class MemoryHit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # the memory record id (chunk documents folded into their record)
+    tier: MemoryTier
+    text: str
+    score: float
+    session_id: str | None
+    created_at: datetime
+    metadata: dict[str, str]
+
+
+class SearchOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hits: list[MemoryHit]
+    # What actually answered: "hybrid", "bm25" (no embedder or it failed), "vector", or "recent"
+    # (the index failed and the session's newest messages stood in).
+    mode: SearchMode
+    degraded: str | None = None
+
+
+def validate_query(query: str) -> str:
+    """The query as searched, or BadRequest saying what is wrong with it."""
+    if not isinstance(query, str):
+        raise BadRequest("the search query must be a string")
+    if len(query.encode("utf-8", errors="surrogatepass")) > MAX_QUERY_BYTES:
+        raise BadRequest(f"the search query is longer than {MAX_QUERY_BYTES // 1024} KB")
+    if _CONTROL.search(query):
+        raise BadRequest("the search query contains control characters")
+    stripped = query.strip()
+    if not stripped:
+        raise BadRequest("the search query is empty")
+    return stripped
+
+
+class MemorySearch:
+    """Hybrid search over the memory index of one backend."""
+
+    def __init__(
+        self,
+        index: MemoryIndex,
+        memory: MemoryStore,
+        embedder: Embedder | None,
+        *,
+        fusion: FusionMethod = "minmax",
+        text_weight: float = 0.3,
+        vector_weight: float = 0.7,
+        min_score: float | None = None,
+        overfetch: int = 8,
+    ) -> None:
+        if overfetch < 1:
+            raise ValueError("overfetch must be at least 1")
+        self._index = index
+        self._memory = memory
+        self._embedder = embedder
+        self._fusion: FusionMethod = fusion
+        self._text_weight = text_weight
+        self._vector_weight = vector_weight
+        # RRF scores are ~1/60: a min-max threshold would drop everything, so each method has its own.
+        self._min_score = min_score if min_score is not None else 0.0
+        self._overfetch = overfetch
+
+    def search(
+        self,
+        workspace_id: str,
+        query: str,
+        *,
+        k: int = 10,
+        tiers: Sequence[MemoryTier] | None = None,
+        session_id: str | None = None,
+        mode: Literal["hybrid", "bm25", "vector"] = "hybrid",
+    ) -> SearchOutcome:
+        text = validate_query(query)
+        if k < 1:
+            raise BadRequest("k must be at least 1")
+        fetch = min(k * self._overfetch, _MAX_FETCH)
+
+        vector: list[float] | None = None
+        degraded: str | None = None
+        if mode in ("hybrid", "vector"):
+            if self._embedder is None:
+                degraded = "no embedding model configured"
+            else:
+                try:
+                    vector = self._embedder.embed([text])[0]
+                except Exception as exc:
+                    logger.warning("query embedding failed; BM25 only", exc_info=True)
+                    degraded = f"embedding model unavailable: {type(exc).__name__}"
+        answered: SearchMode = mode if vector is not None else "bm25"
+
+        index_query = IndexQuery(
+            text=text if answered != "vector" else None,
+            vector=vector,
+            k=fetch,
+            tiers=list(tiers) if tiers is not None else None,
+            session_id=session_id,
+        )
+        try:
+            result = self._index.search(workspace_id, index_query)
+        except Exception as exc:
+            logger.warning("memory index search failed; recent messages instead", exc_info=True)
+            return self._recent(
+                workspace_id, session_id, k, tiers, f"memory index unavailable: {type(exc).__name__}"
+            )
+
+        fused = fuse(
+            result,
+            method=self._fusion,
+            text_weight=self._text_weight,
+            vector_weight=self._vector_weight,
+            k=len(result.text_hits) + len(result.vector_hits),
+            min_score=self._min_score,
+        )
+        return SearchOutcome(hits=_by_record(fused)[:k], mode=answered, degraded=degraded)
+
+    def _recent(
+        self,
+        workspace_id: str,
+        session_id: str | None,
+        k: int,
+        tiers: Sequence[MemoryTier] | None,
+        reason: str,
+    ) -> SearchOutcome:
+        if session_id is None:
+            return SearchOutcome(
+                hits=[], mode="recent", degraded=f"{reason}; no session to read recent messages from"
+            )
+        if tiers is not None and "message" not in tiers:
+            return SearchOutcome(
+                hits=[], mode="recent", degraded=f"{reason}; recent messages are not in the tiers asked for"
+            )
+        try:
+            records = self._memory.recent_messages(workspace_id, session_id, limit=k)
+        except Exception as exc:
+            logger.warning("recent messages unavailable too", exc_info=True)
+            return SearchOutcome(
+                hits=[], mode="recent", degraded=f"{reason}; session store unavailable: {type(exc).__name__}"
+            )
+        # Newest first: with no ranking to go by, recency is the best guess of relevance.
+        hits = [
+            MemoryHit(
+                id=r.id,
+                tier="message",
+                text=r.text,
+                score=0.0,
+                session_id=r.session_id,
+                created_at=r.created_at,
+                metadata={"role": r.role, "seq": str(r.seq)},
+            )
+            for r in reversed(records)
+        ]
+        return SearchOutcome(hits=hits, mode="recent", degraded=reason)
+
+
+def _by_record(fused: list[FusedHit]) -> list[MemoryHit]:
+    """Fold chunk documents into their record, keeping each record's best-scoring document."""
+    best: dict[str, MemoryHit] = {}
+    for f in fused:  # already best first
+        doc = f.doc
+        record_id = doc.metadata.get(RECORD_ID_KEY, doc.id)
+        if record_id in best:
+            continue
+        best[record_id] = MemoryHit(
+            id=record_id,
+            tier=doc.tier,
+            text=doc.text,
+            score=f.score,
+            session_id=doc.session_id,
+            created_at=doc.created_at,
+            metadata=dict(doc.metadata),
+        )
+    return list(best.values())
