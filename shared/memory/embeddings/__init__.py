@@ -1,0 +1,1 @@
+"""Embedders (OpenAI, Bedrock Titan, local MiniLM), the embedding cache and the chunker."""
