@@ -81,7 +81,6 @@ from shared.models import (
     Message,
     OutboundMessage,
     Session,
-    ToolResultMessage,
     Triple,
     UserMessage,
     WorkspaceConfig,
@@ -263,15 +262,24 @@ def turn_id_for(item: LaneItem) -> str:
 
 
 def split_window(messages: Sequence[Message], size: int) -> tuple[list[Message], list[Message]]:
-    """(rolled out, kept): the newest `size` messages stay, less any tool result left at the front.
+    """(rolled out, kept): about the newest `size` messages, cut so that the window opens on a
+    user message.
 
-    A tool result can't open the window: the assistant call it answers would have rolled out,
-    and providers reject a tool result with no call before it.
+    Anthropic and Bedrock reject a conversation whose first message is not the user's, and a cut
+    inside a turn would leave tool results (or calls) whose other half rolled out. So the cut
+    moves forward from the nominal one (`size` messages from the end) to the next user message,
+    which keeps whole turns and at most `size` messages. When no user message follows it (the
+    newest turn alone is longer than `size`: a long tool chain) the cut moves back to the last
+    user message instead, so the turn being answered is never cut: the window then exceeds
+    `size` by the rest of that turn, which the tool-call limit bounds. A list holding no user
+    message at all (a window stored before this rule) rolls out whole.
     """
     cut = max(0, len(messages) - size)
-    while cut < len(messages) and isinstance(messages[cut], ToolResultMessage):
-        cut += 1
-    return list(messages[:cut]), list(messages[cut:])
+    users = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+    if not users:
+        return list(messages), []
+    start = next((i for i in users if i >= cut), users[-1])
+    return list(messages[:start]), list(messages[start:])
 
 
 def message_text(m: Message) -> str:

@@ -261,24 +261,29 @@ def test_the_window_never_starts_with_an_orphaned_tool_result(backend: Backend, 
     provider = FunctionProvider(reply_to)
     # When a turn adds two messages (six in all, two to roll out, the second being the call)
     run_turn(deps_for(backend, settings, provider), item("e1", "msg 1"))
-    # Then the tool result rolls out with its call, and the window opens on an assistant reply
+    # Then the whole earlier turn rolls out, tool result and call together: the window opens on
+    # the next user message, never on a tool result or an assistant message
     session = stored(backend)
-    assert contents(session.active_messages) == ["it is found", "msg 1", "reply 1"]
+    assert contents(session.active_messages) == ["msg 1", "reply 1"]
     records = backend.memory.get_messages(WS, SESSION)
-    assert [(r.seq, r.role) for r in records] == [(0, "user"), (1, "assistant"), (2, "tool")]
+    assert [r.role for r in records] == ["user", "assistant", "tool", "assistant"]
+    assert [r.seq for r in records] == [0, 1, 2, 3]
     assert records[1].text == 'lookup({"q":"x"})'
-    assert session.rolled_out_count == 3
+    assert session.rolled_out_count == 4
 
 
-def test_split_window_drops_leading_tool_results_only() -> None:
+def test_split_window_opens_the_window_on_a_user_message() -> None:
     call = ToolCall(id="c", name="f")
     a = AssistantMessage(tool_calls=[call])
     t1 = ToolResultMessage(tool_call_id="c", name="f", content="1")
     t2 = ToolResultMessage(tool_call_id="c", name="f", content="2")
     u = UserMessage(content="u")
     assert split_window([a, t1, t2, u], 3) == ([a, t1, t2], [u])
-    assert split_window([a, t1, t2, u], 4) == ([], [a, t1, t2, u])
+    # Room for all four, but a window opening on the assistant's call is refused by providers
+    assert split_window([a, t1, t2, u], 4) == ([a, t1, t2], [u])
+    # No user message at all (a window stored before the rule): nothing can open it
     assert split_window([t1], 1) == ([t1], [])
+    assert split_window([a, t1], 5) == ([a, t1], [])
     assert split_window([], 20) == ([], [])
 
 

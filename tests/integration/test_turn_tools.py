@@ -321,7 +321,11 @@ def test_the_21st_tool_call_is_refused_and_the_turn_ends_limited(
     assert record.tools_used == ["tick"] * 20
     assert audits(backend) == [record]
     assert session.message_count == 1 + 21 * 2 + 1
-    assert not isinstance(session.active_messages[0], ToolResultMessage)
+    # The turn is longer than the window (20), and a window may only open on a user message: it
+    # keeps this whole turn, from the user's message on, rather than cut into the tool chain
+    assert len(session.active_messages) == 44 and session.rolled_out_count == 0
+    assert isinstance(session.active_messages[0], UserMessage)
+    assert session.active_messages[0].content == "count forever"
     [line] = [r for r in caplog.records if r.name == "sigil.turn"]
     assert line.levelno == logging.WARNING
     assert (line.outcome, line.tool_calls) == ("limited", 20)  # type: ignore[attr-defined]
