@@ -102,9 +102,10 @@ class SigilStack(Stack):
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)])
-        # consolidate: rewrites memory tiers and the index, reads sessions, calls the LLM.
+        # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
+        # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
         memory.grant_memory_read_write(consolidate)
-        memory.sessions.grant_read_data(consolidate)
+        memory.sessions.grant_read_write_data(consolidate)
         memory.grant_index_read_write(consolidate)
         secrets.grant_read(consolidate, [s.key for s in LLM_KEYS])
 

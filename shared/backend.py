@@ -10,6 +10,7 @@ from shared.config import Settings
 from shared.ports import (
     AuditLog,
     BudgetStore,
+    ConsolidationState,
     Embedder,
     EventBus,
     IdentityStore,
@@ -37,6 +38,8 @@ class Backend:
     identities: IdentityStore
     send_ledger: SendLedger
     budgets: BudgetStore
+    # Leases and checkpoints of the consolidation runs (shared.consolidation).
+    consolidation: ConsolidationState
     # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
     # are off, and memory search is then BM25 only.
     embedder: Embedder | None = None

@@ -13,7 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from shared.budgets import BudgetDecision, BudgetUsage
+from shared.budgets import BudgetCharge, BudgetDecision, BudgetUsage, Counters
 from shared.models import (
     AuditRecord,
     BudgetLimits,
@@ -38,6 +38,15 @@ from shared.models import (
 class SessionStore(Protocol):
     def get(self, workspace_id: str, session_id: str) -> Session | None: ...
 
+    def get_with_budget(
+        self, workspace_id: str, session_id: str, counters: Sequence[str]
+    ) -> tuple[Session | None, dict[str, Counters]]:
+        """`get`, and the workspace's budget counters named `counters` (bucket keys of
+        shared.budgets; BudgetStore's counters) read with it: the turn's one read at its start, a
+        single request where `get` is one (DynamoDB: one consistent BatchGetItem). A counter never
+        written is missing from the dict."""
+        ...
+
     def save(
         self,
         session: Session,
@@ -45,6 +54,7 @@ class SessionStore(Protocol):
         expected_version: int,
         archive: Sequence[MemoryRecord] = (),
         audit: AuditRecord | None = None,
+        charge: BudgetCharge | None = None,
     ) -> Session:
         """Write `session` if the stored version is `expected_version` (0: must not exist yet).
 
@@ -55,7 +65,9 @@ class SessionStore(Protocol):
         `audit` (the turn's record) are written in the same atomic write as the session: all of
         it lands, or, on a conflict, none of it. They keep the rules of MemoryStore.append_messages
         and AuditLog.append (the first write of a record wins; a record of another workspace is a
-        ValueError), so a turn commits with one call instead of three.
+        ValueError), so a turn commits with one call instead of three. `charge` (what the turn
+        spent) is added to its budget counters in that same write, as BudgetStore.charge adds it
+        (atomically, whatever the limits); a charge of another workspace is a ValueError.
 
         One exception, for stores whose transactions are bounded (DynamoDB: 100 items, 4 MB): an
         archive too large to fit is appended first, on its own, and the session and audit record
@@ -103,15 +115,53 @@ class MemoryStore(Protocol):
         """Summaries overlapping [start, end], oldest first."""
         ...
 
+    def delete_summaries(self, workspace_id: str, ids: Sequence[str]) -> None:
+        """Delete summaries by id (rollback of a consolidation run, erasure); unknown ids are ignored."""
+        ...
+
+    def delete_messages(self, workspace_id: str, session_id: str, ids: Sequence[str] | None = None) -> int:
+        """Delete a session's Tier-1 messages (those in `ids`, or all of them); returns how many.
+
+        For the right to erasure only: consolidation never deletes raw messages.
+        """
+        ...
+
     def put_triple(self, triple: Triple) -> None:
         """Upsert by triple id."""
         ...
 
-    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]: ...
+    def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
+        """Upsert many by id, in as few round trips as the store allows (not atomic as a whole).
 
-    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]: ...
+        A triple of another workspace is a ValueError, and then none of them is written.
+        """
+        ...
+
+    def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
+        """Every triple of the workspace, whatever its status, in id order, ids > `after`.
+
+        Stable paging for maintenance, erasure and `sigil memory list`: pass the last id of a
+        page as `after` to get the next one.
+        """
+        ...
+
+    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+        """The ACTIVE triples with this subject (normalised key), newest first.
+
+        Merged and pruned triples stay in the store for provenance and rollback but are never
+        recalled; `list_triples` is the way to see them.
+        """
+        ...
+
+    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
+        """The ACTIVE triples with this object (normalised key), newest first."""
+        ...
 
     def delete_triple(self, workspace_id: str, triple_id: str) -> None: ...
+
+    def delete_triples(self, workspace_id: str, ids: Sequence[str]) -> None:
+        """Delete many by id; unknown ids are ignored."""
+        ...
 
 
 @runtime_checkable
@@ -263,10 +313,12 @@ class BudgetStore(Protocol):
     """Counters of tokens, tool calls and estimated USD per workspace and per user, per UTC day and
     calendar month (shared.budgets; docs/budgets.md). `limits` None: nothing is limited.
 
-    A model call's usage is known only after the call, so the turn checks before each call and
-    charges after it: a call that starts under the limit may end over it, and the next check
-    denies. Every charge is recorded (the tokens were spent) and added atomically to all its
-    buckets: two writers charging at once never lose an update.
+    A model call's usage is known only after the call, so a call that starts under the limit may
+    end over it, and the next check denies. Every charge is recorded (the tokens were spent) and
+    added atomically to all its buckets: two writers charging at once never lose an update. The
+    turn itself reads the counters with its session and adds its spending in its commit
+    (SessionStore.get_with_budget and save's `charge`), checking in between on what it read plus
+    what it spent (shared.budgets.TurnBudget); `check` and `charge` serve everything else.
     """
 
     def check(
@@ -274,6 +326,11 @@ class BudgetStore(Protocol):
     ) -> BudgetDecision:
         """Denied when a counter of a bucket of `now` (workspace/day, workspace/month, and with a
         user user/day, user/month) is at or over its limit. Reads only; no reads when no limit."""
+        ...
+
+    def totals(self, workspace_id: str, counters: Sequence[str]) -> dict[str, Counters]:
+        """The counters named `counters` (bucket keys), in one consistent read; a counter never
+        written is missing. What a turn reads when the session store did not read it (TurnBudget)."""
         ...
 
     def charge(
@@ -301,3 +358,32 @@ class ChannelSender(Protocol):
     """Delivers one reply part on its channel (web: the outbox; others: the platform's API)."""
 
     def send(self, message: OutboundMessage) -> None: ...
+
+
+@runtime_checkable
+class ConsolidationState(Protocol):
+    """Leases and checkpoints of the consolidation runs (shared.consolidation; docs/consolidation.md).
+
+    A lease keeps two runs off the same work (one session's compaction, the hourly catch-up): it
+    is taken by one conditional write, so of two owners racing for it exactly one wins, and it
+    ends by itself after `ttl_s`, so a run killed by its timeout never blocks the next one for
+    longer than that. A checkpoint is a run's resume point (the last summarised seq of a session,
+    the workspace where the catch-up stopped): a run cut off by its deadline leaves it, and the
+    next run continues from it.
+    """
+
+    def acquire_lease(self, workspace_id: str, name: str, owner: str, ttl_s: float) -> bool:
+        """Take (or extend) lease `name` for `owner` for `ttl_s` seconds from now.
+
+        True when the lease was absent, expired, or already `owner`'s; False while another owner
+        holds it unexpired. Atomic: one write decides.
+        """
+        ...
+
+    def release_lease(self, workspace_id: str, name: str, owner: str) -> None:
+        """End lease `name` if `owner` holds it; a lease another owner took meanwhile is left alone."""
+        ...
+
+    def get_checkpoint(self, workspace_id: str, name: str) -> str | None: ...
+
+    def put_checkpoint(self, workspace_id: str, name: str, value: str) -> None: ...

@@ -115,12 +115,13 @@ def test_the_agent_consumes_the_lane_and_publishes_compaction_events(dev: Synth)
     assert "es:ESHttpPost" in _actions_on(dev, stack.agent, stack.memory.domain)
 
 
-def test_the_consolidator_rewrites_memory_but_only_reads_sessions(dev: Synth) -> None:
+def test_the_consolidator_rewrites_memory_and_session_summaries(dev: Synth) -> None:
     stack = dev.stack
 
     assert "dynamodb:PutItem" in _actions_on(dev, stack.consolidation, stack.memory.memory)
+    # The sessions table holds the rolling summary it saves and its leases and checkpoints
+    # (shared.adapters.aws.consolidation_state): conditional puts and deletes.
     sessions = _actions_on(dev, stack.consolidation, stack.memory.sessions)
-    assert "dynamodb:Query" in sessions
-    assert "dynamodb:PutItem" not in sessions
+    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"} <= sessions
     assert "es:ESHttpPost" in _actions_on(dev, stack.consolidation, stack.memory.domain)
     assert _actions_on(dev, stack.consolidation, stack.lanes.turns) == set()

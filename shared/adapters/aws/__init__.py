@@ -28,6 +28,7 @@ def build_aws_backend(settings: Settings) -> Backend:
     """
     # Deferred on purpose (see the module docstring).
     from shared.adapters.aws.budgets import DynamoBudgetStore
+    from shared.adapters.aws.consolidation_state import DynamoConsolidationState
     from shared.adapters.aws.dynamodb import (
         DynamoAuditLog,
         DynamoIdentityStore,
@@ -78,4 +79,6 @@ def build_aws_backend(settings: Settings) -> Backend:
         send_ledger=DynamoSendLedger(settings.sessions_table, region=region),
         # The sessions table: conditional counter writes on the turn path, like the outbox.
         budgets=DynamoBudgetStore(settings.sessions_table, region=region),
+        # The sessions table too: leases are conditional writes, like the budget counters.
+        consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
     )

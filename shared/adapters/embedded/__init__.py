@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.adapters.embedded.budgets import SqliteBudgetStore
+from shared.adapters.embedded.consolidation_state import SqliteConsolidationState
 from shared.adapters.embedded.db import Database, DatabaseClosed
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
 from shared.adapters.embedded.identities import SqliteIdentityStore
@@ -33,6 +34,7 @@ __all__ = [
     "LocalScheduler",
     "SqliteAuditLog",
     "SqliteBudgetStore",
+    "SqliteConsolidationState",
     "SqliteEventBus",
     "SqliteIdentityStore",
     "SqliteLanes",
@@ -78,6 +80,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             identities=SqliteIdentityStore(main),
             send_ledger=SqliteSendLedger(main),
             budgets=SqliteBudgetStore(main),
+            consolidation=SqliteConsolidationState(main),
             closers=[main.close, index_db.close, queue.close],
         )
     except BaseException:
