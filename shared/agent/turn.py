@@ -89,7 +89,8 @@ from shared.ports import EventBus, SessionStore
 from shared.providers.base import ChatRequest, Provider, ToolSpec, Usage
 from shared.safety.redact import StreamRedactor
 from shared.skills import Skill, select_skills
-from shared.tools import ToolContext, ToolRegistry, default_registry
+from shared.tools import ToolContext, ToolRegistry
+from shared.tools.builtin import agent_registry
 
 log = logging.getLogger("sigil.turn")
 
@@ -124,7 +125,7 @@ class TurnDeps:
     provider_factory: ProviderFactory  # model ref ("openai/gpt-4.1-mini" or None) → (provider, model)
     clock: Callable[[], datetime] = utcnow  # commit times, event-id expiry, identity timestamps
     # Offered to the model on every turn; what a workspace may run is checked per call.
-    tools: ToolRegistry = field(default_factory=default_registry)
+    tools: ToolRegistry = field(default_factory=agent_registry)  # built-ins and memory tools
     prices: PriceTable = field(default_factory=PriceTable)  # model ref -> USD per 1M tokens
     # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit).
     facts: Callable[[str, str], Sequence[Triple]] | None = None

@@ -2,9 +2,10 @@
 
 Spec 000 keeps memory behind tools ("no automatic RAG injection burning tokens on every turn");
 the one exception is a small budget of facts about the person talking (spec 004's fact
-injection): the Tier-3 triples whose subject is the sender's Sigil user id. They are read once a
-minute per process (shared.ttl_cache), so a warm turn makes no extra store call, and trimmed to
-their token budget by the context assembler (shared.agent.context).
+injection): the active Tier-3 triples whose subject is the sender's Sigil user id (merged and
+pruned ones stay in the store for provenance, never in a prompt). They are read once a minute per
+process (shared.ttl_cache), so a warm turn makes no extra store call, and trimmed to their token
+budget by the context assembler (shared.agent.context).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from shared.ttl_cache import TtlCache
 
 FACTS_TTL_S = 60.0
 MAX_FACTS = 20  # more than the prompt's fact budget holds; the assembler keeps the most confident
+# Triples read to find MAX_FACTS active ones: maintenance leaves merged and pruned facts behind.
+READ_FACTOR = 3
 
 
 class _Facts(BaseModel):
@@ -42,6 +45,10 @@ class TacitFacts:
     def __call__(self, workspace_id: str, user_id: str) -> list[Triple]:
         found = self._cache.get(
             (workspace_id, user_id),
-            lambda: _Facts(facts=self.memory.triples_by_subject(workspace_id, user_id, limit=self.limit)),
+            lambda: _Facts(facts=self._active(workspace_id, user_id)),
         )
         return found.facts if found is not None else []
+
+    def _active(self, workspace_id: str, user_id: str) -> list[Triple]:
+        stored = self.memory.triples_by_subject(workspace_id, user_id, limit=self.limit * READ_FACTOR)
+        return [t for t in stored if t.status == "active"][: self.limit]

@@ -114,3 +114,11 @@ BUILTIN_TOOLS = (current_time, session_info, pin_task)
 def default_registry() -> ToolRegistry:
     """A new registry holding the built-in tools, for a runtime to extend with its own."""
     return ToolRegistry(BUILTIN_TOOLS)
+
+
+def agent_registry() -> ToolRegistry:
+    """The built-ins and the memory tools (shared.memory.tools): what a turn offers by default."""
+    # Imported here: shared.memory.tools imports shared.tools, so a top-level import would be a cycle.
+    from shared.memory.tools import MEMORY_TOOLS
+
+    return default_registry().extended(*MEMORY_TOOLS)
