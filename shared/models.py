@@ -342,6 +342,26 @@ FactCategory = Literal["preference", "entity", "decision", "style", "artifact", 
 FactStatus = Literal["active", "merged", "pruned"]
 
 
+class TripleChange(Model):
+    """A lifecycle change one maintenance run made to a triple, and the values it replaced.
+
+    Provenance that lets a run be rolled back (spec 001; shared.consolidation.rollback): the
+    run's id, what it did, and the triple's lifecycle fields as they were before.
+    """
+
+    run_id: str
+    at: datetime
+    action: Literal["promoted", "pruned", "merged", "absorbed"]
+    status: FactStatus
+    merged_into: str | None = None
+    long_term: bool = False
+    access_count: int = 0
+    reinforced_count: int = 1
+    last_accessed_at: datetime | None = None
+    updated_at: datetime
+    message_ids: list[str] = Field(default_factory=list)
+
+
 class Triple(Model):
     """A Tier-3 fact with provenance: where it was learnt and how sure we are."""
 
@@ -377,6 +397,9 @@ class Triple(Model):
     # model change is noticed by the name.
     embedding_model: str | None = None
     embedding: list[float] | None = Field(default=None, repr=False)
+    # What maintenance runs changed (promote, prune, merge, absorb), oldest first, the last few
+    # kept: rolling back a run restores the values its entry holds.
+    changes: list[TripleChange] = Field(default_factory=list)
 
     @field_validator("subject", "predicate", "object")
     @classmethod

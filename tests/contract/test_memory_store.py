@@ -259,3 +259,107 @@ def test_structured_messages_keep_their_kind(contract: ContractBackend, ws_a: st
     assert isinstance(first.message, UserMessage)
     assert isinstance(second.message, AssistantMessage)
     assert second.message.tool_calls[0].name == "get_weather"
+
+
+# ---------------------------------------------------------------- lifecycle, paging, erasure
+
+
+def test_lookups_by_subject_and_object_return_active_triples_only(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    memory = contract.backend.memory
+    memory.put_triple(_triple(ws_a, "t1", "Ada", "likes", "tea"))
+    memory.put_triple(_triple(ws_a, "t2", "Ada", "likes", "Tea.", status="merged", merged_into="t1"))
+    memory.put_triple(_triple(ws_a, "t3", "Ada", "liked", "tea", status="pruned"))
+
+    assert [t.id for t in memory.triples_by_subject(ws_a, "Ada")] == ["t1"]
+    assert [t.id for t in memory.triples_by_object(ws_a, "tea")] == ["t1"]
+    # Every status is still stored, for provenance and rollback.
+    assert {t.id: t.status for t in memory.list_triples(ws_a)} == {
+        "t1": "active",
+        "t2": "merged",
+        "t3": "pruned",
+    }
+    # A pruned triple restored to active is found again.
+    restored = memory.list_triples(ws_a, after="t2")[0].model_copy(update={"status": "active"})
+    memory.put_triple(restored)
+    assert {t.id for t in memory.triples_by_subject(ws_a, "Ada")} == {"t1", "t3"}
+
+
+def test_list_triples_pages_by_id(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    memory = contract.backend.memory
+    ids = [f"t{n:03d}" for n in range(23)]
+    memory.put_triples(ws_a, [_triple(ws_a, i, f"subject {i}", "is", "x") for i in reversed(ids)])
+    memory.put_triple(_triple(ws_b, "t000", "someone else", "is", "y"))
+
+    seen: list[str] = []
+    after: str | None = None
+    while page := memory.list_triples(ws_a, after=after, limit=5):
+        assert len(page) <= 5
+        seen += [t.id for t in page]
+        after = page[-1].id
+    assert seen == ids
+    assert memory.list_triples(ws_a, after="t021") == [memory.list_triples(ws_a)[-1]]
+    assert memory.list_triples(ws_a, limit=0) == []
+    assert [t.subject for t in memory.list_triples(ws_b)] == ["someone else"]
+
+
+def test_put_triples_upserts_many_and_refuses_another_workspaces(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    memory = contract.backend.memory
+    batch = [_triple(ws_a, f"t{n:02d}", "Ada", "said", f"thing {n}") for n in range(30)]
+    memory.put_triples(ws_a, batch)
+    memory.put_triples(ws_a, [])
+    assert memory.list_triples(ws_a, limit=100) == batch
+
+    changed = [t.model_copy(update={"relevance": 0.5, "status": "pruned"}) for t in batch[:3]]
+    memory.put_triples(ws_a, changed)
+    stored = {t.id: t for t in memory.list_triples(ws_a, limit=100)}
+    assert [stored[t.id] for t in changed] == changed
+    assert len(memory.triples_by_subject(ws_a, "Ada", limit=100)) == 27
+
+    with pytest.raises((ValueError, SigilError)):
+        memory.put_triples(ws_a, [_triple(ws_a, "fine", "a", "b", "c"), _triple(ws_b, "t99", "a", "b", "c")])
+    assert memory.list_triples(ws_b) == []
+    assert "fine" not in {t.id for t in memory.list_triples(ws_a, limit=100)}
+
+
+def test_delete_triples(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    memory = contract.backend.memory
+    memory.put_triples(ws_a, [_triple(ws_a, f"t{n}", "Ada", "said", f"thing {n}") for n in range(30)])
+    memory.put_triple(_triple(ws_b, "t1", "Ada", "said", "b's"))
+
+    memory.delete_triples(ws_a, [f"t{n}" for n in range(28)] + ["t1", "never-existed"])
+    memory.delete_triples(ws_a, [])
+    assert [t.id for t in memory.list_triples(ws_a)] == ["t28", "t29"]
+    assert [t.object for t in memory.triples_by_subject(ws_b, "Ada")] == ["b's"]
+
+
+def test_delete_summaries(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    memory = contract.backend.memory
+    for sid, start in [("one", 0), ("two", 20), ("three", 40)]:
+        memory.put_summary(_summary(ws_a, sid, start, start + 10))
+    memory.put_summary(_summary(ws_b, "one", 0, 10))
+
+    memory.delete_summaries(ws_a, ["one", "three", "never-existed"])
+    memory.delete_summaries(ws_a, [])
+    assert [s.id for s in memory.list_summaries(ws_a)] == ["two"]
+    assert [s.id for s in memory.list_summaries(ws_a, session_id="s1")] == ["two"]
+    assert [s.id for s in memory.list_summaries(ws_b)] == ["one"]
+
+
+def test_delete_messages_of_a_session(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
+    memory = contract.backend.memory
+    memory.append_messages(ws_a, [record(ws_a, "s1", seq) for seq in range(30)])
+    memory.append_messages(ws_a, [record(ws_a, "s2", seq) for seq in range(3)])
+    memory.append_messages(ws_b, [record(ws_b, "s1", seq) for seq in range(3)])
+
+    assert memory.delete_messages(ws_a, "s1", ["r3-s1", "r4-s1", "r4-s2", "nope"]) == 2
+    assert [r.seq for r in memory.get_messages(ws_a, "s1", limit=5)] == [0, 1, 2, 5, 6]
+    assert memory.delete_messages(ws_a, "s1") == 28
+    assert memory.count_messages(ws_a, "s1") == 0
+    assert memory.recent_messages(ws_a, "s1") == []
+    assert memory.delete_messages(ws_a, "s1") == 0
+    assert memory.count_messages(ws_a, "s2") == 3
+    assert memory.count_messages(ws_b, "s1") == 3

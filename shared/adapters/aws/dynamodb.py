@@ -100,6 +100,7 @@ _MAX_KEY_PART_BYTES: Final = 512
 _TRANSACT_MAX_ITEMS: Final = 100
 _TRANSACT_MAX_BYTES: Final = 3 * 1024 * 1024
 _BATCH_GET_MAX: Final = 100
+_BATCH_WRITE_MAX: Final = 25
 _RETRIES: Final = 8
 
 
@@ -638,8 +639,15 @@ class DynamoMemoryStore(_Table):
       read with strong consistency.
     - Tier 2: pk `WS#{ws}#SUMMARY#{id}` (upsert by id); GSI1 `WS#{ws}#SUMMARIES` and GSI2
       `WS#{ws}#SESSION#{s}#SUMMARIES`, both sorted `SUM#{start_at}#{id}`.
-    - Tier 3: pk `WS#{ws}#TRIPLE#{id}` (upsert and delete by id); GSI1 `WS#{ws}#SUBJECT#{key}` and
-      GSI2 `WS#{ws}#OBJECT#{key}`, keys normalised (shared.memory.keys), sorted newest first.
+    - Tier 3: pk `WS#{ws}#TRIPLES`, sk `TRIPLE#{id}`: one item collection per workspace, so
+      upsert and delete by id are single-key writes and `list_triples` pages through it in id
+      order. Only an active triple carries GSI1 `WS#{ws}#SUBJECT#{key}` and GSI2
+      `WS#{ws}#OBJECT#{key}` (keys normalised by shared.memory.keys, sorted newest first): the
+      indexes are sparse, so merged and pruned triples drop out of recall in the same PutItem
+      that changes their status, with no filter on the read.
+
+    Batched writes (put_triples, delete_triples, delete_summaries, delete_messages) go through
+    BatchWriteItem, 25 requests a call, resubmitting what DynamoDB leaves unprocessed.
     """
 
     def __init__(
@@ -757,19 +765,72 @@ class DynamoMemoryStore(_Table):
             values[":start"] = _s(_ts(start))
         return _docs(self.query(limit, **params), Summary)
 
+    def delete_summaries(self, workspace_id: str, ids: Sequence[str]) -> None:
+        ws = _ws(workspace_id)
+        self._batch_write([{"DeleteRequest": {"Key": _key(f"{ws}#SUMMARY#{i}", "SUMMARY")}} for i in ids])
+
+    def delete_messages(self, workspace_id: str, session_id: str, ids: Sequence[str] | None = None) -> int:
+        # The sort key holds the id after `MSG#{seq:012}#`, so one keys-only Query of the session's
+        # partition finds what to delete without reading a document.
+        wanted = None if ids is None else set(ids)
+        keys = [
+            _key(str(item["pk"]["S"]), str(item["sk"]["S"]))
+            for item in self.query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+                ExpressionAttributeValues={
+                    ":pk": _s(self._session_pk(workspace_id, session_id)),
+                    ":prefix": _s("MSG#"),
+                },
+                ProjectionExpression="pk, sk",
+                ConsistentRead=True,
+            )
+            if wanted is None or str(item["sk"]["S"])[len("MSG#") + 13 :] in wanted
+        ]
+        self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+        return len(keys)
+
     # ---- Tier 3
 
-    def put_triple(self, triple: Triple) -> None:
+    @staticmethod
+    def _triple_key(workspace_id: str, triple_id: str) -> Item:
+        return _key(f"{_ws(workspace_id)}#TRIPLES", f"TRIPLE#{triple_id}")
+
+    def _triple_item(self, triple: Triple) -> Item:
         ws = _ws(triple.workspace_id)
-        order = f"{_newest_first(triple.updated_at)}#{triple.id}"
-        item = _key(f"{ws}#TRIPLE#{triple.id}", "TRIPLE") | {
-            "doc": _doc(triple),
-            "gsi1pk": _s(f"{ws}#SUBJECT#{_part(normalize_key(triple.subject))}"),
-            "gsi1sk": _s(order),
-            "gsi2pk": _s(f"{ws}#OBJECT#{_part(normalize_key(triple.object))}"),
-            "gsi2sk": _s(order),
-        }
-        self.client.put_item(TableName=self.table, Item=item)
+        item = self._triple_key(triple.workspace_id, triple.id) | {"doc": _doc(triple)}
+        if triple.status == "active":
+            order = f"{_newest_first(triple.updated_at)}#{triple.id}"
+            item |= {
+                "gsi1pk": _s(f"{ws}#SUBJECT#{_part(normalize_key(triple.subject))}"),
+                "gsi1sk": _s(order),
+                "gsi2pk": _s(f"{ws}#OBJECT#{_part(normalize_key(triple.object))}"),
+                "gsi2sk": _s(order),
+            }
+        return item
+
+    def put_triple(self, triple: Triple) -> None:
+        self.client.put_item(TableName=self.table, Item=self._triple_item(triple))
+
+    def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
+        for triple in triples:
+            _check_workspace(workspace_id, triple.workspace_id, f"triple {triple.id}")
+        # BatchWriteItem refuses two requests for one key: the last version of a triple wins, as
+        # it would with one put after another.
+        latest = {triple.id: triple for triple in triples}
+        self._batch_write([{"PutRequest": {"Item": self._triple_item(t)}} for t in latest.values()])
+
+    def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
+        pk = _s(f"{_ws(workspace_id)}#TRIPLES")
+        if after is None:
+            condition, values = "pk = :pk AND begins_with(sk, :lo)", {":pk": pk, ":lo": _s("TRIPLE#")}
+        else:
+            # Every sort key of the partition starts with TRIPLE#, and DynamoDB compares keys as
+            # UTF-8 bytes, the order of SQLite's BINARY collation and of Python's str: one order.
+            condition, values = "pk = :pk AND sk > :lo", {":pk": pk, ":lo": _s(f"TRIPLE#{after}")}
+        items = self.query(
+            limit, KeyConditionExpression=condition, ExpressionAttributeValues=values, ConsistentRead=True
+        )
+        return _docs(items, Triple)
 
     def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
         return self._triples(GSI1, "gsi1pk", f"{_ws(workspace_id)}#SUBJECT#", subject, limit)
@@ -790,9 +851,28 @@ class DynamoMemoryStore(_Table):
         return _docs(items, Triple)
 
     def delete_triple(self, workspace_id: str, triple_id: str) -> None:
-        self.client.delete_item(
-            TableName=self.table, Key=_key(f"{_ws(workspace_id)}#TRIPLE#{triple_id}", "TRIPLE")
-        )
+        self.client.delete_item(TableName=self.table, Key=self._triple_key(workspace_id, triple_id))
+
+    def delete_triples(self, workspace_id: str, ids: Sequence[str]) -> None:
+        unique = dict.fromkeys(ids)
+        self._batch_write([{"DeleteRequest": {"Key": self._triple_key(workspace_id, i)}} for i in unique])
+
+    def _batch_write(self, requests: Sequence[Item]) -> None:
+        """BatchWriteItem, 25 requests a call; what comes back unprocessed is sent again after a
+        backoff (throttling), up to _RETRIES times."""
+        for start in range(0, len(requests), _BATCH_WRITE_MAX):
+            pending: list[Any] = list(requests[start : start + _BATCH_WRITE_MAX])
+            for attempt in range(_RETRIES):
+                result = self.client.batch_write_item(RequestItems={self.table: pending})
+                pending = list(result.get("UnprocessedItems", {}).get(self.table, []))
+                if not pending:
+                    break
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+            else:
+                raise SigilError(
+                    f"DynamoDB left {len(pending)} writes unprocessed after {_RETRIES} attempts",
+                    code="store_unavailable",
+                )
 
 
 # ---------------------------------------------------------------- workspaces

@@ -48,6 +48,12 @@ _MIGRATIONS = [
     CREATE INDEX memory_triples_by_subject ON memory_triples (workspace_id, subject_key);
     CREATE INDEX memory_triples_by_object ON memory_triples (workspace_id, object_key);
     """,
+    # Lifecycle (spec 001): only active triples are recalled by subject or object, so the status
+    # is a column those lookups filter on; rows written before it read theirs from the document.
+    """
+    ALTER TABLE memory_triples ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
+    UPDATE memory_triples SET status = COALESCE(json_extract(doc, '$.status'), 'active');
+    """,
 ]
 
 
@@ -161,23 +167,72 @@ class SqliteMemoryStore:
         )
         return [serde.loads(Summary, r[0]) for r in rows]
 
+    def delete_summaries(self, workspace_id: str, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        with self._db.transaction() as conn:
+            conn.executemany(
+                "DELETE FROM memory_summaries WHERE workspace_id = ? AND id = ?",
+                [(workspace_id, summary_id) for summary_id in ids],
+            )
+
+    def delete_messages(self, workspace_id: str, session_id: str, ids: Sequence[str] | None = None) -> int:
+        with self._db.transaction() as conn:
+            if ids is None:
+                conn.execute(
+                    "DELETE FROM memory_messages WHERE workspace_id = ? AND session_id = ?",
+                    (workspace_id, session_id),
+                )
+                return int(conn.changes())
+            deleted = 0
+            for record_id in ids:
+                conn.execute(
+                    "DELETE FROM memory_messages WHERE workspace_id = ? AND session_id = ? AND id = ?",
+                    (workspace_id, session_id, record_id),
+                )
+                deleted += int(conn.changes())
+            return deleted
+
     # ------------------------------------------------------------------ Tier 3
 
-    def put_triple(self, triple: Triple) -> None:
-        self._db.execute(
-            "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, doc) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
-            "subject_key = excluded.subject_key, object_key = excluded.object_key, "
-            "updated_us = excluded.updated_us, doc = excluded.doc",
-            (
-                triple.workspace_id,
-                triple.id,
-                normalize_key(triple.subject),
-                normalize_key(triple.object),
-                to_us(triple.updated_at),
-                serde.dumps(triple),
-            ),
+    _UPSERT_TRIPLE = (
+        "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, status, doc) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
+        "subject_key = excluded.subject_key, object_key = excluded.object_key, "
+        "updated_us = excluded.updated_us, status = excluded.status, doc = excluded.doc"
+    )
+
+    @staticmethod
+    def _triple_row(triple: Triple) -> tuple[object, ...]:
+        return (
+            triple.workspace_id,
+            triple.id,
+            normalize_key(triple.subject),
+            normalize_key(triple.object),
+            to_us(triple.updated_at),
+            triple.status,
+            serde.dumps(triple),
         )
+
+    def put_triple(self, triple: Triple) -> None:
+        self._db.execute(self._UPSERT_TRIPLE, self._triple_row(triple))
+
+    def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
+        for triple in triples:
+            _check_workspace(workspace_id, triple.workspace_id, f"triple {triple.id}")
+        if not triples:
+            return
+        rows = [self._triple_row(triple) for triple in triples]
+        with self._db.transaction() as conn:
+            conn.executemany(self._UPSERT_TRIPLE, rows)
+
+    def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
+        # The primary key (workspace_id, id) is the order, so a page is one index range.
+        rows = self._db.query(
+            "SELECT doc FROM memory_triples WHERE workspace_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (workspace_id, "" if after is None else after, max(0, limit)),
+        )
+        return [serde.loads(Triple, r[0]) for r in rows]
 
     def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
         return self._triples_by("subject_key", workspace_id, subject, limit)
@@ -190,7 +245,7 @@ class SqliteMemoryStore:
         if not key:
             return []
         rows = self._db.query(
-            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND {column} = ? "
+            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND {column} = ? AND status = 'active' "
             "ORDER BY updated_us DESC, id LIMIT ?",
             (workspace_id, key, max(0, limit)),
         )
@@ -200,3 +255,12 @@ class SqliteMemoryStore:
         self._db.execute(
             "DELETE FROM memory_triples WHERE workspace_id = ? AND id = ?", (workspace_id, triple_id)
         )
+
+    def delete_triples(self, workspace_id: str, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        with self._db.transaction() as conn:
+            conn.executemany(
+                "DELETE FROM memory_triples WHERE workspace_id = ? AND id = ?",
+                [(workspace_id, triple_id) for triple_id in ids],
+            )
