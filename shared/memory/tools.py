@@ -54,7 +54,9 @@ MAX_VALUE_CHARS = 2048
 _SUBJECT_SCAN = 200
 _MAX_RESOLVED_SUBJECTS = 10
 _MAX_PROVENANCE_IDS = 20
-RECALL_SEARCH_K = 10
+# Facts the topic search adds after the key lookups: k-NN always answers its k nearest, related or
+# not, so few, each marked "found by search".
+RECALL_SEARCH_K = 5
 
 # Control characters: rejected in queries (shared.memory.search), stripped from stored facts.
 _LINE_BREAKS = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]+")
@@ -177,9 +179,13 @@ def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     searched = [(t, "search") for t in _active_facts(ctx, outcome.hits) if t.id not in found]
     facts = [*direct, *searched]
     entries = [_fact_entry(t, how, ctx.user_id) for t, how in facts]
-    text, shown = _render_counted(
-        f"memory_recall: {len(entries)} facts", _mode_line(outcome, prefix="fact search"), entries, "facts"
-    )
+    if outcome.mode == "recent":  # no recent-messages stand-in for facts: the key lookups are it
+        mode = (
+            f"fact search unavailable ({(outcome.degraded or '').split(';')[0]}): by subject and object only"
+        )
+    else:
+        mode = _mode_line(outcome, prefix="fact search")
+    text, shown = _render_counted(f"memory_recall: {len(entries)} facts", mode, entries, "facts")
     _touch(ctx, [t for t, _ in facts[:shown]])
     return text
 
@@ -276,13 +282,15 @@ def _upsert_fact(
     # The turn's user message (shared.agent.turn names it "<turn>.u"): provenance, and what makes a
     # retried turn's second store of a style observation a no-op rather than a second reinforcement.
     marker = f"{ctx.turn_id}.u"
+    # Active facts only (the lookups return no others): a merged or pruned fact stated again is
+    # learnt again, under the same deterministic id when the tool stored it the first time.
     same_key = [
         t
         for t in memory.triples_by_subject(ws, subject, limit=_SUBJECT_SCAN)
-        if normalize_key(t.predicate) == predicate and t.status != "merged"
+        if normalize_key(t.predicate) == predicate and t.status == "active"
     ]
     exact = next((t for t in same_key if normalize_key(t.object) == normalize_key(obj)), None)
-    current = exact or next((t for t in same_key if t.status == "active"), None)
+    current = exact or next(iter(same_key), None)  # newest first
     if current is None:
         fact = Triple(
             id=fact_id(ws, subject, predicate, obj),
@@ -308,7 +316,6 @@ def _upsert_fact(
     update: dict[str, object] = {
         "confidence": 1.0,
         "relevance": 1.0,
-        "status": "active",
         "updated_at": now,
         "session_id": ctx.session_id,
         "message_ids": [*(m for m in current.message_ids if m != marker), marker][-_MAX_PROVENANCE_IDS:],
@@ -325,8 +332,6 @@ def _upsert_fact(
         return f"Updated (was: {current.object})", fact
     if reinforce:
         return "Reinforced", fact
-    if current.status != "active":
-        return "Restored", fact
     return "Already known (refreshed)", fact
 
 
