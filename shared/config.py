@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     fallback_model: str | None = None
     provider_retry_base_delay_s: float = Field(default=0.5, ge=0)
     provider_retry_max_delay_s: float = Field(default=8.0, ge=0)
+    # "provider/model" for consolidation's summaries and fact extraction (a cheap model does);
+    # None: the gateway's default model.
+    consolidation_model: str | None = None
 
     # Platform API base URLs by channel (JSON in SIGIL_PLATFORM_BASE_URLS), for a proxy or a
     # local stand-in; a channel not listed uses the platform's public API.
