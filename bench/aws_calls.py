@@ -4,9 +4,11 @@
     server mode (the resources `sigil dev --aws` creates), counted by a botocore `before-call`
     hook on boto3's default session, from which shared.adapters.aws.clients builds every client.
     Goal: exactly one call on a warm invocation, the SendMessage.
-(b) DynamoDB round trips per agent turn (no tools are offered yet): the real agent handler fed
+(b) DynamoDB round trips per agent turn (the model calls no tools): the real agent handler fed
     the queued events one record per batch by the aws mode's poller, with the fake OpenAI server
     of tests/support as the model. Goal: at most 3. Every call is listed, so the excess shows.
+    The same again for a second workspace with a budget (limits per workspace and per user), whose
+    counters are read with the session and charged in the commit (docs/budgets.md).
 (c) Cold import time of each handler module against a bare powertools handler
     (bench/bare_handler.py), each in a fresh interpreter, median of N. Goal: webhook <= 1.5x.
 
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 WORKSPACE = "default"
+BUDGETED = "budgeted"  # a workspace with limits for itself and each user
 SESSION = "bench"
 HANDLERS = {
     "functions.webhook.handler": 1.5,  # module -> goal as a multiple of the bare handler (or None)
@@ -108,6 +111,10 @@ def _target(request: dict[str, Any]) -> str:
             for kind, action in item.items()
         )
         return "(" + ", ".join(f"{n}x {k}" if n > 1 else k for k, n in kinds.items()) + ")"
+    requested = body.get("RequestItems")
+    if isinstance(requested, dict):
+        keys = Counter({t.removeprefix("sigil-local-"): len(r.get("Keys", [])) for t, r in requested.items()})
+        return "(" + ", ".join(f"{n} keys:{t}" for t, n in keys.items()) + ")"
     return ""
 
 
@@ -181,9 +188,12 @@ def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
         max_receive_count=settings.lane_max_attempts,
         visibility_timeout_s=30,
     )
-    aws_mode.aws_client("secretsmanager", resources.endpoint, resources.region).create_secret(
-        Name=resources.secrets_prefix + web.secret_name(WORKSPACE), SecretString=SIGNING_SECRET
-    )
+    secrets = aws_mode.aws_client("secretsmanager", resources.endpoint, resources.region)
+    for workspace in (WORKSPACE, BUDGETED):
+        secrets.create_secret(
+            Name=resources.secrets_prefix + web.secret_name(workspace), SecretString=SIGNING_SECRET
+        )
+    _configure_budget(resources)
     # The functions' environment as `sigil dev --aws` sets it (the agent's is the webhook's plus
     # the backend's), in this process, so the handlers run here and the hook sees their calls.
     os.environ.update(aws_mode.function_env(resources, "agent", settings))
@@ -199,7 +209,23 @@ def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
     return resources, fake
 
 
-def _post_events(logs: CallLog, events: int) -> list[list[Call]]:
+def _configure_budget(resources: Any) -> None:
+    """BUDGETED's config: daily and monthly limits for the workspace and for each user."""
+    from shared.adapters.aws.dynamodb import DynamoWorkspaceStore
+    from shared.local import aws_mode
+    from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
+
+    limits = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=10_000_000, usd_per_month="100"),
+        user=ScopeLimits(tokens_per_day=1_000_000, tool_calls_per_day=500),
+    )
+    client = aws_mode.aws_client("dynamodb", resources.endpoint, resources.region)
+    DynamoWorkspaceStore(resources.memory_table, client=client).put(
+        WorkspaceConfig(id=BUDGETED, budget=limits)
+    )
+
+
+def _post_events(logs: CallLog, events: int, workspace: str = WORKSPACE) -> list[list[Call]]:
     """(a) One signed POST per event through the webhook handler: each one's AWS calls."""
     from functions.webhook import handler as webhook
     from shared.channels import web
@@ -215,11 +241,11 @@ def _post_events(logs: CallLog, events: int) -> list[list[Call]]:
         event = aws_mode.http_api_event(
             route_key=aws_mode.POST_WEB,
             method="POST",
-            raw_path=f"/webhooks/web/{WORKSPACE}",
+            raw_path=f"/webhooks/web/{workspace}",
             raw_query="",
             headers=headers,
             body=body,
-            path_parameters={"workspace": WORKSPACE},
+            path_parameters={"workspace": workspace},
         )
         with logs.window() as seen:
             answer = webhook.lambda_handler(event, _context("sigil-local-webhook"))
@@ -255,7 +281,7 @@ def _run_turns(logs: CallLog, resources: Any) -> list[list[Call]]:
     return turns
 
 
-def measure_calls(events: int) -> tuple[list[Row], list[Row]]:
+def measure_calls(events: int) -> tuple[list[Row], list[Row], list[Row]]:
     import boto3
 
     from shared import cloud
@@ -274,6 +300,12 @@ def measure_calls(events: int) -> tuple[list[Row], list[Row]]:
         turns = _run_turns(logs, resources)
         if len(turns) != events or len(fake.requests) != events:
             raise SystemExit(f"{events} events queued: {len(turns)} turns, {len(fake.requests)} model calls")
+        # Then the budgeted workspace's turns, after the others: the container is warm, the
+        # workspace and its sender are not (its first turn reads their config and identity).
+        _post_events(logs, events, BUDGETED)
+        budgeted = _run_turns(logs, resources)
+        if len(budgeted) != events or len(fake.requests) != 2 * events:
+            raise SystemExit(f"{events} budgeted events queued: {len(budgeted)} turns")
 
     webhook_rows = [Row("cold (first invocation)", posts[:1]), Row(f"warm (n={len(posts) - 1})", posts[1:])]
     # The window holds 20 messages, two a turn: from the 11th turn on, every commit rolls the
@@ -284,7 +316,12 @@ def measure_calls(events: int) -> tuple[list[Row], list[Row]]:
         Row(f"warm, window filling (n={len(filling)})", filling),
         Row(f"warm, window full: rolls 2 out (n={len(rolling)})", rolling),
     ]
-    return webhook_rows, agent_rows
+    budget_rows = [
+        Row("first turn of the workspace", budgeted[:1]),
+        Row(f"warm, window filling (n={len(budgeted[1:10])})", budgeted[1:10]),
+        Row(f"warm, window full: rolls 2 out (n={len(budgeted[10:])})", budgeted[10:]),
+    ]
+    return webhook_rows, agent_rows, budget_rows
 
 
 def _quiet_resets(handle_error: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
@@ -354,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--events must be at least 12, for turns with a full window")
 
     started = time.monotonic()
-    webhook_rows, agent_rows = measure_calls(args.events)
+    webhook_rows, agent_rows, budget_rows = measure_calls(args.events)
     imports = {module: statistics.median(import_ms(module, args.runs)) for module in [BARE, *HANDLERS]}
 
     print("\nSigil on moto: AWS calls per message, and cold imports (bench/aws_calls.py)\n")
@@ -369,18 +406,21 @@ def main(argv: list[str] | None = None) -> None:
     print("\n(b) DynamoDB round trips per agent turn, no tools (goal: <= 3)")
     print(
         table(
-            ["turn", "DynamoDB", "other AWS"],
+            ["workspace", "turn", "DynamoDB", "other AWS"],
             [
                 [
+                    workspace,
                     r.label,
                     _spread(r.counts("dynamodb")),
                     _spread([a - d for a, d in zip(r.counts(), r.counts("dynamodb"), strict=True)]),
                 ]
-                for r in agent_rows
+                for workspace, rows in (("no budget", agent_rows), ("budgeted", budget_rows))
+                for r in rows
             ],
         )
     )
     print(_listing("a warm turn's calls, in order (window full)", agent_rows[-1].typical()))
+    print(_listing("a warm budgeted turn's calls, in order (window full)", budget_rows[-1].typical()))
     bare = imports[BARE]
     print(f"\n(c) cold import, median of {args.runs} fresh interpreters (goal: webhook <= 1.5x bare)")
     rows = [["bench/bare_handler.py (powertools only)", f"{bare:.0f}", "1.00", ""]]

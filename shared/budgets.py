@@ -286,6 +286,13 @@ class Counters:
     def empty(self) -> bool:
         return not (self.tokens or self.tool_calls or self.usd_nanos)
 
+    def __add__(self, other: Counters) -> Counters:
+        return Counters(
+            tokens=self.tokens + other.tokens,
+            tool_calls=self.tool_calls + other.tool_calls,
+            usd_nanos=self.usd_nanos + other.usd_nanos,
+        )
+
 
 # ---------------------------------------------------------------- periods
 
@@ -488,14 +495,39 @@ def evaluate(now: datetime, readings: Iterable[tuple[Bucket, Counters]]) -> Budg
 # ---------------------------------------------------------------- a turn's budget
 
 
+@dataclass(frozen=True)
+class BudgetCharge:
+    """What a turn spent, for its commit to add to its counters (SessionStore.save's `charge`).
+
+    `buckets` are all the turn's buckets, limited or not (every charge is recorded, so a limit set
+    later applies to the period so far); `at` is the turn's start, whose periods they are.
+    """
+
+    workspace_id: str
+    buckets: tuple[Bucket, ...]
+    amounts: Counters
+    at: datetime
+
+
 @dataclass
 class TurnBudget:
-    """One turn's budget: the store bound to its workspace, user, limits, prices and clock.
+    """One turn's budget: its workspace, user, limits, prices and clock, and what it spent.
 
-    The turn calls `check()` before each model call, `charge_model_call` after it and
-    `charge_tool_call()` as each tool runs. With `limits` None (the workspace has no `budget`)
-    nothing is sent to the store: checks allow and charges are only added up in `spent`, which the
-    turn's audit record reads either way (cost_usd = float(spent.usd)).
+    The store is read once per turn and written once per turn, so that a budget adds no DynamoDB
+    round trip to a turn (docs/budgets.md):
+
+    - read: the counters of the limited buckets, with the session (SessionStore.get_with_budget,
+      then `seed`), or by the first `check` from the store when nobody seeded them;
+    - check: before each model call, the totals read at the start plus what this turn spent since
+      (`spent`), against the limits, without a request;
+    - write: what the turn spent (`pending()`) is added to the counters in the turn's commit,
+      atomically with the session; an attempt that does not commit (a provider error, a lost
+      commit race) `settle()`s it on its own instead.
+
+    The turn counts in the periods of its start (`started`), so a turn running across midnight is
+    read, checked and charged in the day it began. With `limits` None (the workspace has no
+    `budget`) nothing is read or written: checks allow and the usage is only added up in `spent`,
+    which the turn's audit record reads either way (cost_usd = float(spent.usd)).
     """
 
     store: BudgetStore
@@ -505,12 +537,26 @@ class TurnBudget:
     prices: PriceTable = field(default_factory=PriceTable)
     clock: Callable[[], datetime] = utcnow
     spent: BudgetUsage = field(default_factory=BudgetUsage)  # what this turn charged so far
+    started: datetime = field(init=False)
+    buckets: tuple[Bucket, ...] = field(init=False)  # every bucket the turn charges; none: no budget
+    _totals: dict[str, Counters] | None = field(init=False, default=None)
+    _recorded: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.started = as_utc(self.clock())
+        self.buckets = () if self.limits is None else tuple(buckets(self.user_id, self.limits, self.started))
+
+    @property
+    def counters_to_read(self) -> list[str]:
+        """The keys of the counters a decision needs: the limited buckets'. Empty: read nothing."""
+        return [b.key for b in self.buckets if b.limited]
+
+    def seed(self, totals: Mapping[str, Counters]) -> None:
+        """The counters as read at the turn's start (a key missing: a counter never written)."""
+        self._totals = {key: totals.get(key, Counters()) for key in self.counters_to_read}
 
     def check(self) -> BudgetDecision:
-        now = self.clock()
-        if self.limits is None:
-            return evaluate(now, [])
-        return self.store.check(self.workspace_id, self.user_id, self.limits, now)
+        return self._decide()
 
     def charge_model_call(self, model_ref: str, *, tokens_in: int, tokens_out: int) -> BudgetDecision:
         return self._charge(self.prices.usage(model_ref, tokens_in=tokens_in, tokens_out=tokens_out))
@@ -518,12 +564,42 @@ class TurnBudget:
     def charge_tool_call(self, count: int = 1) -> BudgetDecision:
         return self._charge(BudgetUsage(tool_calls=count))
 
+    def pending(self) -> BudgetCharge | None:
+        """What the commit adds to the counters; None with no budget, nothing spent, or once the
+        spending is recorded."""
+        amounts = self.spent.counters
+        if not self.buckets or amounts.empty or self._recorded:
+            return None
+        return BudgetCharge(self.workspace_id, self.buckets, amounts, self.started)
+
+    def recorded(self) -> None:
+        """The commit carrying `pending()` landed: the spending is counted."""
+        self._recorded = True
+
+    def settle(self) -> None:
+        """Record the spending now, on its own (one store write), for an attempt that will not
+        commit: the tokens were spent all the same. Nothing to record: no request."""
+        if self.pending() is None:
+            return
+        # Unconditional (no limits): the decision is not needed, only the count.
+        self.store.charge(self.workspace_id, self.user_id, self.spent, None, self.started)
+        self._recorded = True
+
     def _charge(self, usage: BudgetUsage) -> BudgetDecision:
         self.spent += usage
+        return self._decide()
+
+    def _decide(self) -> BudgetDecision:
         now = self.clock()
-        if self.limits is None:
+        limited = [b for b in self.buckets if b.limited]
+        if not limited:
             return evaluate(now, [])
-        return self.store.charge(self.workspace_id, self.user_id, usage, self.limits, now)
+        if self._totals is None:
+            self.seed(self.store.totals(self.workspace_id, [b.key for b in limited]))
+        assert self._totals is not None
+        # What this turn spent is not in the store yet (it lands with the commit): add it here.
+        mine = self.spent.counters
+        return evaluate(now, [(b, self._totals[b.key] + mine) for b in limited])
 
 
 # ---------------------------------------------------------------- text

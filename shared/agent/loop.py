@@ -125,7 +125,8 @@ def run_loop(
     `on_text` gets the model's raw text: the caller redacts what it shows (a StreamRedactor).
     `safety` collects what the filters found (a new one, for the workspace, if not given).
     `budget` is charged after every model call and tool call, and checked before every model
-    call but the first (the turn checks that one before it starts).
+    call but the first (the turn checks that one before it starts). Both are local to the turn
+    (TurnBudget): its spending reaches the store with the turn's commit.
     """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
     safety = safety if safety is not None else Safety(pii=workspace.pii_redaction)

@@ -27,6 +27,10 @@ Failure policy, decided once here:
   With the workspace config and the sender's identity cached (shared.workspace_cache,
   shared.identity.CachedIdentities), a warm turn makes three DynamoDB round trips: the session's
   GetItem, the reply's PutItem and the commit's TransactWriteItems.
+- A budget (shared.budgets.TurnBudget, docs/budgets.md) adds no round trip: its counters are read
+  with the session (a BatchGetItem instead of the GetItem), checked before each model call against
+  what was read plus what the turn spent since, and the spending is added to them in the commit's
+  transaction. An attempt that does not commit records its spending on its own.
 - A redelivered event whose turn already committed is skipped ("skipped_duplicate"). SQS FIFO
   drops a duplicate only within 5 minutes of the first send, and platforms retry later than that
   (Slack's last retry; Telegram re-sending updates after the webhook failed for a while), so the
@@ -138,7 +142,13 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     inbound, turn = item.inbound, turn_id_for(item)
     workspace = deps.backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
     sender = resolve_sender(deps.backend.identities, workspace, inbound, now=deps.clock())
-    session = _load_session(deps.backend.sessions, inbound, sender.user_id)
+    budget = TurnBudget(
+        deps.backend.budgets, inbound.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock
+    )
+    # An admitted sender's budget counters are read with the session, in the same request.
+    session = _load_session(
+        deps.backend.sessions, inbound, sender.user_id, budget=budget if sender.admitted else None
+    )
     if inbound.event_id in session.recent_event_ids:
         return _audit(deps, item, started, "skipped_duplicate", user_id=sender.user_id)
     if not sender.admitted:
@@ -155,9 +165,6 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         _commit(deps, workspace, session, inbound, [user], audit=record)
         return _log_turn(record, safety)
     model_ref = f"{provider.name}/{model}"
-    budget = TurnBudget(
-        deps.backend.budgets, inbound.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock
-    )
     if (denied := budget.check()).exhausted is not None:
         return _over_budget(
             deps,
@@ -193,16 +200,28 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
             safety=safety,
             budget=budget,
         )
+        shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
+        record = _audit_record(
+            item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result, budget=budget
+        )
+        _commit(
+            deps,
+            workspace,
+            session,
+            inbound,
+            [user, *result.messages],
+            audit=record,
+            updates=ctx.session_updates,
+            budget=budget,
+        )
     except ProviderError as exc:
         _audit(deps, item, started, "error", user_id=sender.user_id, model=model_ref, error=exc.message)
         raise
-    shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
-    record = _audit_record(
-        item, started, result.outcome, user_id=sender.user_id, model=model_ref, loop=result, budget=budget
-    )
-    _commit(
-        deps, workspace, session, inbound, [user, *result.messages], audit=record, updates=ctx.session_updates
-    )
+    finally:
+        # The spending rides on the commit; an attempt that did not commit (a provider error
+        # after some calls, a failed send or save, a redelivery that committed first) records
+        # what it spent on its own: the tokens were spent all the same.
+        _settle(budget)
     return _log_turn(record, safety)
 
 
@@ -293,9 +312,17 @@ def message_text(m: Message) -> str:
 # ---------------------------------------------------------------- steps
 
 
-def _load_session(store: SessionStore, inbound: InboundMessage, user_id: str) -> Session:
-    """The stored session, or a new one belonging to `user_id` (the Sigil user who opened it)."""
-    found = store.get(inbound.workspace_id, inbound.session_id)
+def _load_session(
+    store: SessionStore, inbound: InboundMessage, user_id: str, *, budget: TurnBudget | None = None
+) -> Session:
+    """The stored session, or a new one belonging to `user_id` (the Sigil user who opened it).
+    With a `budget` that limits something, its counters are read in the same request and seeded."""
+    counters = budget.counters_to_read if budget is not None else []
+    if budget is not None and counters:
+        found, totals = store.get_with_budget(inbound.workspace_id, inbound.session_id, counters)
+        budget.seed(totals)
+    else:
+        found = store.get(inbound.workspace_id, inbound.session_id)
     if found is not None:
         return found
     return Session(
@@ -427,10 +454,12 @@ def _commit(
     *,
     audit: AuditRecord | None = None,
     updates: dict[str, Any] | None = None,
+    budget: TurnBudget | None = None,
 ) -> Session:
     """Append to the window and save (optimistically), with the overflow's Tier-1 records and
     `audit` in the same write; the overflow goes to the index first. `updates` are the session
-    changes the turn's tools asked for (ToolContext.session_updates, e.g. the active-task pin)."""
+    changes the turn's tools asked for (ToolContext.session_updates, e.g. the active-task pin).
+    What `budget` spent is added to its counters in that write too."""
     for _ in range(COMMIT_ATTEMPTS):
         rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
         records = _tier1_records(session, rolled)
@@ -455,7 +484,11 @@ def _commit(
         )
         try:
             saved = deps.backend.sessions.save(
-                updated, expected_version=session.version, archive=records, audit=audit
+                updated,
+                expected_version=session.version,
+                archive=records,
+                audit=audit,
+                charge=budget.pending() if budget is not None else None,
             )
         except ConcurrencyConflict:
             session = _load_session(deps.backend.sessions, inbound, session.user_id or inbound.sender.id)
@@ -464,11 +497,25 @@ def _commit(
                 # this one's is not written, so the turn is counted once.
                 return session
             continue
+        if budget is not None:
+            budget.recorded()
         _announce_compaction(deps.backend.events, workspace, session, saved)
         return saved
     raise ConcurrencyConflict(
         f"session {inbound.session_id} kept changing under the commit; gave up after {COMMIT_ATTEMPTS} tries"
     )
+
+
+def _settle(budget: TurnBudget) -> None:
+    """Record what the turn spent if its commit did not (a no-op once it did, or with nothing
+    spent). Called on the way out of a failure too, so its own failure is logged, not raised."""
+    try:
+        budget.settle()
+    except Exception:
+        log.exception(
+            "budget spending not recorded",
+            extra={"workspace_id": budget.workspace_id, "tokens": budget.spent.tokens},
+        )
 
 
 def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord]:

@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from shared.adapters.aws.budgets import DynamoBudgetStore
-from shared.budgets import NANOS_PER_USD, BudgetDecision, BudgetUsage, PriceTable
+from shared.budgets import (
+    NANOS_PER_USD,
+    BudgetDecision,
+    BudgetUsage,
+    Counters,
+    PriceTable,
+    bucket_key,
+    buckets,
+)
 from shared.models import BudgetLimits, ScopeLimits
 from shared.ports import BudgetStore
 from tests.support import moto_aws
@@ -360,6 +368,22 @@ def test_a_workspace_never_sees_another_workspaces_counters(
     assert denied.exhausted is not None and denied.exhausted.used == 100
 
 
+def test_totals_reads_the_named_counters_of_one_workspace(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    store = contract.backend.budgets
+    store.charge(ws_a, "alice", BudgetUsage(tokens_in=300, tool_calls=1, usd_nanos=7), None, MID_DAY)
+    keys = [b.key for b in buckets("alice", None, MID_DAY)]
+    never_written = bucket_key("user", "bob", "day", MID_DAY)
+
+    totals = store.totals(ws_a, [*keys, never_written])
+
+    # What a charge added, to every bucket; a counter never written is missing
+    assert totals == dict.fromkeys(keys, Counters(tokens=300, tool_calls=1, usd_nanos=7))
+    assert store.totals(ws_a, []) == {}
+    assert store.totals(ws_b, keys) == {}
+
+
 def test_counters_survive_a_restart(open_backend: OpenBackend, ws_a: str) -> None:
     limits = ws_limits(tokens_per_month=1000)
     with open_backend() as first:
@@ -470,6 +494,10 @@ def test_dynamodb_round_trips_of_check_and_charge(tmp_path: Path) -> None:
             ]
             # A check reads the limited buckets only, in one request.
             assert requests(lambda: store.check("rt", "alice", limits, MID_DAY)) == [("BatchGetItem", 1)]
+            # Totals: one request for the counters named, none for no counters.
+            keys = [b.key for b in buckets("alice", limits, MID_DAY)]
+            assert requests(lambda: store.totals("rt", keys)) == [("BatchGetItem", 4)]
+            assert requests(lambda: store.totals("rt", [])) == []
             # A charge that stays under its limits: one conditional transaction, nothing read back.
             assert requests(lambda: store.charge("rt", "alice", tokens(500), limits, MID_DAY)) == [
                 ("TransactWriteItems", 4)

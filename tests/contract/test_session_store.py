@@ -1,14 +1,25 @@
 """SessionStore contract: round trips, optimistic concurrency, the atomic commit (session, Tier-1
-records and audit record in one write), workspace isolation."""
+records, audit record and budget charge in one write), the session read with the budget's
+counters, workspace isolation."""
 
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
+from shared.budgets import BudgetCharge, BudgetUsage, Counters, buckets
 from shared.errors import ConcurrencyConflict
-from shared.models import AssistantMessage, AuditRecord, Session, ToolResultMessage, UserMessage
+from shared.models import (
+    AssistantMessage,
+    AuditRecord,
+    BudgetLimits,
+    ScopeLimits,
+    Session,
+    ToolResultMessage,
+    UserMessage,
+)
 from shared.ports import SessionStore
 
 from .builders import record, session
@@ -277,3 +288,114 @@ def test_a_save_carrying_another_workspaces_records_is_refused_whole(
     assert backend.sessions.get(ws_a, "s1") is None
     assert backend.memory.count_messages(ws_a, "s1") == backend.memory.count_messages(ws_b, "s1") == 0
     assert backend.audit.list_records(ws_a) == backend.audit.list_records(ws_b) == []
+
+
+# ---------------------------------------------------------------- budget counters, read and charged with it
+
+NOON = datetime(2026, 3, 17, 12, 0, tzinfo=UTC)
+LIMITS = BudgetLimits(workspace=ScopeLimits(tokens_per_day=1000), user=ScopeLimits(tool_calls_per_day=5))
+
+
+def _charge(workspace_id: str, tokens: int = 0, tool_calls: int = 0) -> BudgetCharge:
+    return BudgetCharge(
+        workspace_id=workspace_id,
+        buckets=tuple(buckets("alice", LIMITS, NOON)),
+        amounts=Counters(tokens=tokens, tool_calls=tool_calls),
+        at=NOON,
+    )
+
+
+def _keys(user_id: str = "alice") -> list[str]:
+    return [b.key for b in buckets(user_id, LIMITS, NOON)]
+
+
+def test_get_with_budget_reads_the_session_and_the_counters_together(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    backend = contract.backend
+    stored = backend.sessions.save(session(ws_a), expected_version=0)
+    backend.budgets.charge(ws_a, "alice", BudgetUsage(tokens_in=300, tool_calls=2), None, NOON)
+    workspace_day, _, user_day, _ = _keys()
+
+    found, totals = backend.sessions.get_with_budget(
+        ws_a, "s1", [workspace_day, user_day, "user#V#nobody#day#x"]
+    )
+
+    assert found == stored
+    # The counters written, as BudgetStore reads them; one never written is missing
+    assert totals == {
+        workspace_day: Counters(tokens=300, tool_calls=2),
+        user_day: Counters(tokens=300, tool_calls=2),
+    }
+    assert totals == backend.budgets.totals(ws_a, [workspace_day, user_day, "user#V#nobody#day#x"])
+    # No session yet: None, and the counters all the same; no counters asked: a plain get
+    assert backend.sessions.get_with_budget(ws_a, "new", [workspace_day]) == (
+        None,
+        {workspace_day: Counters(tokens=300, tool_calls=2)},
+    )
+    assert backend.sessions.get_with_budget(ws_a, "s1", []) == (stored, {})
+
+
+def test_a_save_adds_its_charge_to_the_budget_counters(contract: ContractBackend, ws_a: str) -> None:
+    backend = contract.backend
+    first = backend.sessions.save(session(ws_a), expected_version=0, charge=_charge(ws_a, tokens=600))
+    backend.sessions.save(
+        first,
+        expected_version=1,
+        archive=[record(ws_a, "s1", 0)],
+        audit=_audit(ws_a),
+        charge=_charge(ws_a, tokens=400, tool_calls=5),
+    )
+
+    # Every bucket of the charge, limited or not, holds the sum; the budget store decides on it
+    totals = backend.budgets.totals(ws_a, _keys())
+    assert set(totals.values()) == {Counters(tokens=1000, tool_calls=5)}
+    denied = backend.budgets.check(ws_a, "alice", LIMITS, NOON)
+    assert denied.exhausted is not None and denied.exhausted.summary == "workspace/day/tokens 1000/1000"
+    assert backend.memory.count_messages(ws_a, "s1") == 1
+    assert len(backend.audit.list_records(ws_a)) == 1
+
+
+def test_a_conflicting_save_charges_nothing(contract: ContractBackend, ws_a: str) -> None:
+    backend = contract.backend
+    backend.sessions.save(session(ws_a), expected_version=0)
+    with pytest.raises(ConcurrencyConflict):
+        backend.sessions.save(
+            session(ws_a), expected_version=0, audit=_audit(ws_a), charge=_charge(ws_a, 500)
+        )
+    with pytest.raises(ConcurrencyConflict):
+        backend.sessions.save(session(ws_a), expected_version=7, charge=_charge(ws_a, 500))
+    assert backend.budgets.totals(ws_a, _keys()) == {}
+
+
+def test_a_charge_rides_with_an_archive_too_large_for_one_transaction(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    backend = contract.backend
+    archive = [record(ws_a, "s1", seq) for seq in range(97)]  # with the session, audit and 4 updates: 103
+    backend.sessions.save(
+        session(ws_a), expected_version=0, archive=archive, audit=_audit(ws_a), charge=_charge(ws_a, 7)
+    )
+    assert backend.memory.count_messages(ws_a, "s1") == 97
+    assert set(backend.budgets.totals(ws_a, _keys()).values()) == {Counters(tokens=7)}
+
+
+def test_a_charge_of_another_workspace_is_refused_whole(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    backend = contract.backend
+    with pytest.raises(ValueError):
+        backend.sessions.save(session(ws_a), expected_version=0, charge=_charge(ws_b, 5))
+    assert backend.sessions.get(ws_a, "s1") is None
+    assert backend.budgets.totals(ws_a, _keys()) == backend.budgets.totals(ws_b, _keys()) == {}
+
+
+def test_a_workspace_never_reads_another_workspaces_counters_with_its_session(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    backend = contract.backend
+    backend.sessions.save(session(ws_b), expected_version=0, charge=_charge(ws_b, 900))
+    backend.sessions.save(session(ws_a), expected_version=0)
+    found, totals = backend.sessions.get_with_budget(ws_a, "s1", _keys())
+    assert found is not None and found.workspace_id == ws_a
+    assert totals == {}

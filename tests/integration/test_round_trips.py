@@ -4,8 +4,9 @@ openai SDK against tests/support/fake_openai.py, every DynamoDB call counted by 
 
 The goal ("Foundation II", "The agent turn"): at most 3 per warm turn without tools. The design
 makes it exactly 3, the session's GetItem, the reply's PutItem and the commit's TransactWriteItems,
-whether or not the commit rolls messages out of the window (bench/aws_calls.py measures the same
-on moto in server mode).
+whether or not the commit rolls messages out of the window, and with a budget too: the session is
+then read with the budget's counters in one BatchGetItem, and the turn's spending is added to them
+in the commit's transaction (bench/aws_calls.py measures the same on moto in server mode).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from shared import cloud, serde
 from shared.adapters.aws import clients
 from shared.adapters.aws.dynamodb import DynamoOutbox, DynamoSessionStore, DynamoWorkspaceStore
 from shared.adapters.embedded import Database, SqliteMemoryIndex
-from shared.models import InboundMessage, LaneItem, Sender, WorkspaceConfig
+from shared.budgets import BudgetUsage, Counters, buckets
+from shared.models import BudgetLimits, InboundMessage, LaneItem, ScopeLimits, Sender, WorkspaceConfig
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -90,6 +92,7 @@ def count_dynamodb() -> list[Call]:
         body = json.loads(params.get("body") or b"{}")
         tables = [body["TableName"]] if "TableName" in body else []
         tables += [action["TableName"] for item in body.get("TransactItems", []) for action in item.values()]
+        tables += list(body.get("RequestItems", {}))
         calls.append(Call(model.name, tables))
 
     client.meta.events.register("before-call.dynamodb", before_call)
@@ -168,3 +171,72 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
     audited = backend.audit.list_records(WS)
     assert len(audited) == len({r.turn_id for r in audited}) == 4
     assert {r.outcome for r in audited} == {"ok"}
+
+
+def test_a_warm_budgeted_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None:
+    # Given a workspace with limits for the workspace and for each user, and a window of 2
+    limits = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=1_000_000, usd_per_month="5"),
+        user=ScopeLimits(tool_calls_per_day=100, tokens_per_day=500_000),
+    )
+    DynamoWorkspaceStore(aws.memory_table, region=REGION).put(
+        WorkspaceConfig(id=WS, active_window=2, budget=limits)
+    )
+    calls = count_dynamodb()
+
+    turns: list[list[Call]] = []
+    for n in range(1, 5):
+        start = len(calls)
+        assert agent.lambda_handler(batch(n), CONTEXT) == {"batchItemFailures": []}
+        turns.append(calls[start:])
+
+    # The cold turn as without a budget, but for the session's read, which reads the counters too
+    assert [c.operation for c in turns[0]] == [
+        "GetItem",  # workspace config
+        "GetItem",  # the sender's identity
+        "PutItem",  # ... created at first contact
+        "BatchGetItem",  # the session and the budget's four limited counters
+        "Query",  # the sender's tacit facts
+        "PutItem",  # the reply
+        "TransactWriteItems",  # the commit, with the turn's spending
+    ]
+    # Every warm turn: still three. The check before the model call is made on the counters read
+    # with the session, and the charge rides on the commit: four ADDs to the workspace's and the
+    # user's day and month counters, in the transaction of the session, Tier 1 and the audit record
+    for warm in turns[1:]:
+        assert [(c.operation, c.tables) for c in warm] == [
+            ("BatchGetItem", [aws.sessions_table]),
+            ("PutItem", [aws.sessions_table]),
+            ("TransactWriteItems", [aws.sessions_table, *[aws.memory_table] * 3, *[aws.sessions_table] * 4]),
+        ]
+
+    # And the counters hold exactly what the four turns spent, as their audit records say
+    backend = cloud.turn_deps().backend
+    audited = backend.audit.list_records(WS)
+    assert len(audited) == 4 and {r.outcome for r in audited} == {"ok"}
+    now = cloud.turn_deps().clock()
+    workspace_keys = [b.key for b in buckets(None, limits, now)]
+    spent = sum(r.tokens_in + r.tokens_out for r in audited)
+    totals = backend.budgets.totals(WS, workspace_keys)
+    assert spent > 0
+    assert [t.tokens for t in totals.values()] == [spent, spent]
+    assert {t.tool_calls for t in totals.values()} == {0}
+    assert round(sum(r.cost_usd for r in audited), 9) == round(totals[workspace_keys[0]].usd_nanos / 1e9, 9)
+
+    # When the workspace's daily tokens are used up elsewhere (another session's turns)
+    backend.budgets.charge(WS, None, BudgetUsage(tokens_in=1_000_000), None, now)
+    start = len(calls)
+    assert agent.lambda_handler(batch(5), CONTEXT) == {"batchItemFailures": []}
+    denied = calls[start:]
+    # Then the next turn is denied on what it read with its session, before any model call, and
+    # still makes three round trips (its commit charges nothing: nothing was spent)
+    assert [(c.operation, c.tables) for c in denied] == [
+        ("BatchGetItem", [aws.sessions_table]),
+        ("PutItem", [aws.sessions_table]),
+        ("TransactWriteItems", [aws.sessions_table, *[aws.memory_table] * 3]),
+    ]
+    [last] = [r for r in backend.audit.list_records(WS) if r.event_id == "evt-5"]
+    assert last.outcome == "budget_denied"
+    assert backend.budgets.totals(WS, workspace_keys)[workspace_keys[0]] == Counters(
+        tokens=spent + 1_000_000, usd_nanos=totals[workspace_keys[0]].usd_nanos
+    )

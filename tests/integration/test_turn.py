@@ -22,6 +22,7 @@ from shared.agent.turn import (
     turn_id_for,
 )
 from shared.backend import Backend
+from shared.budgets import BudgetCharge, Counters
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import ProviderError
@@ -420,6 +421,11 @@ class RecordingSessions:
     def get(self, workspace_id: str, session_id: str) -> Session | None:
         return self.store.get(workspace_id, session_id)
 
+    def get_with_budget(
+        self, workspace_id: str, session_id: str, counters: Sequence[str]
+    ) -> tuple[Session | None, dict[str, Counters]]:
+        return self.store.get_with_budget(workspace_id, session_id, counters)
+
     def save(
         self,
         session: Session,
@@ -427,9 +433,12 @@ class RecordingSessions:
         expected_version: int,
         archive: Sequence[MemoryRecord] = (),
         audit: AuditRecord | None = None,
+        charge: BudgetCharge | None = None,
     ) -> Session:
         self.saves.append(([r.text for r in archive], audit.outcome if audit else None))
-        return self.store.save(session, expected_version=expected_version, archive=archive, audit=audit)
+        return self.store.save(
+            session, expected_version=expected_version, archive=archive, audit=audit, charge=charge
+        )
 
     def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
         return self.store.list_sessions(workspace_id, limit=limit)

@@ -1,9 +1,10 @@
 """shared.budgets without a store: prices and costs, periods and resets, keys, decisions, messages,
-and TurnBudget over a recording stand-in of the port."""
+and TurnBudget over an in-memory stand-in of the port that notes every call."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -365,19 +366,22 @@ def test_an_allowed_decision_has_no_message() -> None:
 # ---------------------------------------------------------------- a turn's budget
 
 
-class RecordingStore:
-    """A BudgetStore that records its calls and denies once `deny_after` tokens were charged."""
+class CountingStore:
+    """A BudgetStore holding its counters in a dict, and a note of every call made to it."""
 
-    def __init__(self, deny_after: int = 10**12) -> None:
+    def __init__(self, **totals: Counters) -> None:
+        self.totals_by_key: dict[str, Counters] = dict(totals)
         self.calls: list[tuple[str, object]] = []
-        self.tokens = 0
-        self.deny_after = deny_after
 
     def check(
         self, workspace_id: str, user_id: str | None, limits: BudgetLimits | None, now: datetime
     ) -> BudgetDecision:
         self.calls.append(("check", (workspace_id, user_id, now)))
-        return self._decision(now)
+        return self._decide(user_id, limits, now)
+
+    def totals(self, workspace_id: str, counters: Sequence[str]) -> dict[str, Counters]:
+        self.calls.append(("totals", (workspace_id, list(counters))))
+        return {k: self.totals_by_key[k] for k in counters if k in self.totals_by_key}
 
     def charge(
         self,
@@ -387,38 +391,106 @@ class RecordingStore:
         limits: BudgetLimits | None,
         now: datetime,
     ) -> BudgetDecision:
-        self.calls.append(("charge", usage))
-        self.tokens += usage.tokens
-        return self._decision(now)
+        self.calls.append(("charge", (usage, limits, now)))
+        for b in buckets(user_id, limits, now):
+            self.totals_by_key[b.key] = self.totals_by_key.get(b.key, Counters()) + usage.counters
+        return self._decide(user_id, limits, now)
 
-    def _decision(self, now: datetime) -> BudgetDecision:
-        if self.tokens < self.deny_after:
-            return evaluate(now, [])
-        return BudgetDecision(at=now, exhausted=exhausted(used=self.tokens, limit=self.deny_after))
+    def _decide(self, user_id: str | None, limits: BudgetLimits | None, now: datetime) -> BudgetDecision:
+        limited = [b for b in buckets(user_id, limits, now) if b.limited]
+        return evaluate(now, [(b, self.totals_by_key.get(b.key, Counters())) for b in limited])
+
+
+MINI = "openai/gpt-4.1-mini"
+WS_DAY = bucket_key("workspace", None, "day", NOW)
 
 
 def test_a_turn_without_a_budget_sends_nothing_to_the_store_and_adds_up_its_cost() -> None:
-    store = RecordingStore(deny_after=0)
+    store = CountingStore(**{WS_DAY: Counters(tokens=10**9)})
     assert isinstance(store, BudgetStore)
     budget = TurnBudget(store, "acme", "alice", None, clock=lambda: NOW)
+    assert budget.counters_to_read == [] and budget.buckets == ()
     assert budget.check().allowed
-    assert budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=1_000, tokens_out=500).allowed
+    assert budget.charge_model_call(MINI, tokens_in=1_000, tokens_out=500).allowed
     assert budget.charge_tool_call().allowed
+    assert budget.pending() is None
+    budget.settle()
     assert store.calls == []
     assert budget.spent == BudgetUsage(tokens_in=1_000, tokens_out=500, tool_calls=1, usd_nanos=1_200_000)
     assert float(budget.spent.usd) == 0.0012
 
 
-def test_a_turn_with_a_budget_checks_and_charges_through_the_store() -> None:
-    store = RecordingStore(deny_after=1_500)
-    budget = TurnBudget(store, "acme", "alice", BudgetLimits(), PriceTable(), clock=lambda: NOW)
+def test_a_turn_reads_its_counters_once_and_checks_what_it_spends_locally() -> None:
+    # Given 1,000 of the workspace's 1,500 daily tokens used by earlier turns
+    store = CountingStore(**{WS_DAY: Counters(tokens=1_000)})
+    limits = BudgetLimits(workspace=ScopeLimits(tokens_per_day=1_500))
+    budget = TurnBudget(store, "acme", "alice", limits, PriceTable(), clock=lambda: NOW)
+    # When the turn checks, spends 400 on a model call and runs two tools, it is still allowed
     assert budget.check().allowed
-    assert budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=1_000, tokens_out=0).allowed
+    assert budget.charge_model_call(MINI, tokens_in=400, tokens_out=0).allowed
     assert budget.charge_tool_call(2).allowed
-    denied = budget.charge_model_call("openai/gpt-4.1-mini", tokens_in=400, tokens_out=100)
-    assert not denied.allowed
-    assert not budget.check().allowed
-    assert [name for name, _ in store.calls] == ["check", "charge", "charge", "charge", "check"]
-    assert store.calls[0] == ("check", ("acme", "alice", NOW))
-    assert store.calls[2] == ("charge", BudgetUsage(tool_calls=2))
-    assert budget.spent.tokens == 1_500 and budget.spent.tool_calls == 2
+    assert budget.check().allowed
+    # And the call that takes it to 1,500 is reported, and the next check denies
+    denied = budget.charge_model_call(MINI, tokens_in=80, tokens_out=20)
+    assert denied.exhausted is not None and denied.exhausted.summary == "workspace/day/tokens 1500/1500"
+    assert budget.check().exhausted == denied.exhausted
+    # Then the store was read once, for the only limited counter, and written never
+    assert store.calls == [("totals", ("acme", [WS_DAY]))]
+    # And what the commit adds is the turn's spending, to every bucket of the turn (limited or not)
+    charge = budget.pending()
+    assert charge is not None and charge.workspace_id == "acme" and charge.at == NOW
+    assert [b.key for b in charge.buckets] == [b.key for b in buckets("alice", limits, NOW)]
+    assert charge.amounts == Counters(tokens=500, tool_calls=2, usd_nanos=budget.spent.usd_nanos)
+    budget.recorded()
+    assert budget.pending() is None
+
+
+def test_counters_read_with_the_session_need_no_read_of_their_own() -> None:
+    store = CountingStore()
+    limits = BudgetLimits(user=ScopeLimits(tool_calls_per_day=3), workspace=ScopeLimits(usd_per_month=1))
+    budget = TurnBudget(store, "acme", "alice", limits, clock=lambda: NOW)
+    user_day = bucket_key("user", "alice", "day", NOW)
+    assert budget.counters_to_read == [bucket_key("workspace", None, "month", NOW), user_day]
+    budget.seed({user_day: Counters(tool_calls=2)})
+    assert budget.check().allowed
+    assert not budget.charge_tool_call().allowed
+    assert store.calls == []
+
+
+def test_a_budget_that_only_counts_reads_nothing_and_still_charges() -> None:
+    store = CountingStore()
+    budget = TurnBudget(store, "acme", None, BudgetLimits(), clock=lambda: NOW)
+    assert budget.counters_to_read == []
+    assert budget.check().allowed
+    budget.charge_model_call(MINI, tokens_in=10, tokens_out=0)
+    charge = budget.pending()
+    assert charge is not None and [b.scope for b in charge.buckets] == ["workspace", "workspace"]
+    assert store.calls == []
+
+
+def test_settle_records_an_uncommitted_attempts_spending_once() -> None:
+    store = CountingStore()
+    limits = BudgetLimits(workspace=ScopeLimits(tokens_per_day=100))
+    budget = TurnBudget(store, "acme", "alice", limits, clock=lambda: NOW)
+    budget.seed({})
+    budget.charge_model_call(MINI, tokens_in=150, tokens_out=0)
+    budget.settle()
+    budget.settle()
+    # One unconditional charge (no limits: nothing to decide), in the turn's periods
+    assert store.calls == [("charge", (budget.spent, None, NOW))]
+    assert store.totals_by_key[WS_DAY].tokens == 150
+    assert budget.pending() is None
+
+
+def test_a_turn_counts_in_the_day_it_started() -> None:
+    clock = [NOW.replace(hour=23, minute=59)]
+    store = CountingStore()
+    limits = BudgetLimits(workspace=ScopeLimits(tokens_per_day=100))
+    budget = TurnBudget(store, "acme", None, limits, clock=lambda: clock[0])
+    budget.seed({})
+    clock[0] = NOW + timedelta(days=1)  # the turn runs past midnight
+    decision = budget.charge_model_call(MINI, tokens_in=100, tokens_out=0)
+    assert decision.exhausted is not None
+    assert decision.exhausted.resets_at == datetime(2026, 3, 18, tzinfo=UTC)
+    charge = budget.pending()
+    assert charge is not None and {b.key for b in charge.buckets if b.period == "day"} == {WS_DAY}

@@ -16,6 +16,10 @@ totals back: one request. When a condition fails (this charge uses a limit up, o
 already) nothing was written, and the charge is sent again without conditions (it is always
 recorded: the tokens were spent) and the buckets read back for the decision: three requests,
 once per bucket and period at most, since the next check then denies.
+
+A turn uses neither on its path: DynamoSessionStore reads its counters with the session (one
+BatchGetItem) and adds its spending in the commit's TransactWriteItems, with the items and updates
+built here (`counter_key`, `counters_of`, `charge_updates`), so a budget adds no round trip.
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import ClientError
 
 from shared.adapters.aws import clients
-from shared.budgets import METRICS, Bucket, BudgetDecision, BudgetUsage, Counters, buckets, crossing, evaluate
+from shared.budgets import (
+    METRICS,
+    Bucket,
+    BudgetCharge,
+    BudgetDecision,
+    BudgetUsage,
+    Counters,
+    buckets,
+    crossing,
+    evaluate,
+)
 from shared.errors import SigilError
 from shared.models import BudgetLimits
 
@@ -52,16 +66,69 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
+def counter_key(workspace_id: str, key: str) -> dict[str, Any]:
+    """The item key of counter `key` (a bucket key) of the workspace, in the sessions table."""
+    return {"pk": {"S": f"WS#{workspace_id}#BUDGET"}, "sk": {"S": key}}
+
+
+def counters_of(item: Any) -> Counters:
+    return Counters(
+        tokens=int(item.get("tokens", {}).get("N", "0")),
+        tool_calls=int(item.get("tool_calls", {}).get("N", "0")),
+        usd_nanos=int(item.get("usd_nanos", {}).get("N", "0")),
+    )
+
+
+def charge_update(
+    table: str, workspace_id: str, bucket: Bucket, amounts: Counters, *, conditional: bool = False
+) -> TransactWriteItemTypeDef:
+    """One bucket's Update of a charge: ADD the amounts, SET the ttl; `conditional`: only if the
+    bucket stays under each of its limits after it."""
+    names = {**_NAMES, "#ttl": "ttl"}
+    values: dict[str, Any] = {
+        ":t": _n(amounts.tokens),
+        ":c": _n(amounts.tool_calls),
+        ":u": _n(amounts.usd_nanos),
+        ":ttl": _n(int(bucket.expires_at.timestamp())),
+    }
+    update: UpdateTypeDef = {
+        "TableName": table,
+        "Key": counter_key(workspace_id, bucket.key),
+        "UpdateExpression": "ADD #t :t, #c :c, #u :u SET #ttl = :ttl",
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+    if conditional and bucket.limited:
+        # "total + amount < limit" as "total < limit - amount": conditions cannot add. A bucket
+        # not written yet holds 0, which is under every bound here (`crossing` excluded the
+        # bounds <= 0 before this was built).
+        clauses = []
+        for metric in METRICS:
+            limit = bucket.limits.get(metric)
+            if limit is None:
+                continue
+            ref = _REF[metric]
+            bound = f":max_{metric}"
+            values[bound] = _n(limit - amounts.get(metric))
+            clauses.append(f"(attribute_not_exists({ref}) OR {ref} < {bound})")
+        update["ConditionExpression"] = " AND ".join(clauses)
+    return {"Update": update}
+
+
+def charge_updates(table: str, charge: BudgetCharge) -> list[TransactWriteItemTypeDef]:
+    """A turn's charge as the unconditional Updates its commit transaction carries (none when it
+    charges nothing): the spending is recorded whatever the limits, as BudgetStore.charge does."""
+    if charge.amounts.empty:
+        return []
+    return [charge_update(table, charge.workspace_id, b, charge.amounts) for b in charge.buckets]
+
+
 class DynamoBudgetStore:
     def __init__(
         self, table_name: str, *, client: DynamoDBClient | None = None, region: str | None = None
     ) -> None:
         self.table = table_name
         self.client = client if client is not None else clients.dynamodb(region)
-
-    @staticmethod
-    def _key(workspace_id: str, bucket: Bucket) -> dict[str, Any]:
-        return {"pk": {"S": f"WS#{workspace_id}#BUDGET"}, "sk": {"S": bucket.key}}
 
     # ------------------------------------------------------------------ check
 
@@ -71,14 +138,16 @@ class DynamoBudgetStore:
         limited = [b for b in buckets(user_id, limits, now) if b.limited]
         if not limited:
             return evaluate(now, [])
-        totals = self._read(workspace_id, limited)
+        totals = self.totals(workspace_id, [b.key for b in limited])
         return evaluate(now, [(b, totals.get(b.key, Counters())) for b in limited])
 
-    def _read(self, workspace_id: str, wanted: Sequence[Bucket]) -> dict[str, Counters]:
-        # Consistent: a check right after a charge (the next model call of the turn, or another
-        # Lambda's) must see it. At most four keys, far under BatchGetItem's hundred.
+    def totals(self, workspace_id: str, counters: Sequence[str]) -> dict[str, Counters]:
+        if not counters:
+            return {}
+        # Consistent: a check right after a charge (another Lambda's) must see it. At most four
+        # keys, far under BatchGetItem's hundred.
         request: Any = {
-            "Keys": [self._key(workspace_id, b) for b in wanted],
+            "Keys": [counter_key(workspace_id, key) for key in counters],
             "ConsistentRead": True,
             "ProjectionExpression": "sk, #t, #c, #u",
             "ExpressionAttributeNames": _NAMES,
@@ -87,11 +156,7 @@ class DynamoBudgetStore:
         for attempt in range(_RETRIES):
             result = self.client.batch_get_item(RequestItems={self.table: request})
             for item in result.get("Responses", {}).get(self.table, []):
-                found[item["sk"]["S"]] = Counters(
-                    tokens=int(item.get("tokens", {}).get("N", "0")),
-                    tool_calls=int(item.get("tool_calls", {}).get("N", "0")),
-                    usd_nanos=int(item.get("usd_nanos", {}).get("N", "0")),
-                )
+                found[item["sk"]["S"]] = counters_of(item)
             unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
             if not unprocessed:
                 return found
@@ -129,7 +194,7 @@ class DynamoBudgetStore:
         self, workspace_id: str, plan: Sequence[Bucket], amounts: Counters, *, conditional: bool
     ) -> bool:
         """Apply the charge to every bucket in one transaction; False when a condition failed."""
-        actions = [self._update(workspace_id, b, amounts, conditional=conditional) for b in plan]
+        actions = [charge_update(self.table, workspace_id, b, amounts, conditional=conditional) for b in plan]
         for attempt in range(_RETRIES):
             try:
                 self.client.transact_write_items(TransactItems=actions)
@@ -145,36 +210,3 @@ class DynamoBudgetStore:
         raise SigilError(
             f"DynamoDB did not accept a budget charge after {_RETRIES} attempts", code="store_unavailable"
         )
-
-    def _update(
-        self, workspace_id: str, bucket: Bucket, amounts: Counters, *, conditional: bool
-    ) -> TransactWriteItemTypeDef:
-        names = {**_NAMES, "#ttl": "ttl"}
-        values: dict[str, Any] = {
-            ":t": _n(amounts.tokens),
-            ":c": _n(amounts.tool_calls),
-            ":u": _n(amounts.usd_nanos),
-            ":ttl": _n(int(bucket.expires_at.timestamp())),
-        }
-        update: UpdateTypeDef = {
-            "TableName": self.table,
-            "Key": self._key(workspace_id, bucket),
-            "UpdateExpression": "ADD #t :t, #c :c, #u :u SET #ttl = :ttl",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-        if conditional and bucket.limited:
-            # "total + amount < limit" as "total < limit - amount": conditions cannot add. A bucket
-            # not written yet holds 0, which is under every bound here (`crossing` excluded the
-            # bounds <= 0 before this was built).
-            clauses = []
-            for metric in METRICS:
-                limit = bucket.limits.get(metric)
-                if limit is None:
-                    continue
-                ref = _REF[metric]
-                bound = f":max_{metric}"
-                values[bound] = _n(limit - amounts.get(metric))
-                clauses.append(f"(attribute_not_exists({ref}) OR {ref} < {bound})")
-            update["ConditionExpression"] = " AND ".join(clauses)
-        return {"Update": update}

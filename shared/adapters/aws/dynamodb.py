@@ -27,6 +27,8 @@ from botocore.exceptions import ClientError
 
 from shared import serde
 from shared.adapters.aws import clients
+from shared.adapters.aws.budgets import charge_updates, counter_key, counters_of
+from shared.budgets import BudgetCharge, Counters
 from shared.clock import epoch_seconds
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.memory.keys import normalize_key
@@ -334,6 +336,10 @@ class DynamoSessionStore(_Table):
     A save that carries Tier-1 records or an audit record writes them with the session in one
     TransactWriteItems across both tables, so the store needs the memory table's name too
     (`memory_table`); the items are those DynamoMemoryStore and DynamoAuditLog write.
+
+    A turn's budget counters live in this table (DynamoBudgetStore's items, pk `WS#{ws}#BUDGET`):
+    `get_with_budget` reads them with the session in one BatchGetItem, and a save's `charge` adds
+    to them in its transaction, so a budgeted turn makes no more round trips than any other.
     """
 
     def __init__(
@@ -362,6 +368,25 @@ class DynamoSessionStore(_Table):
         item = result.get("Item")
         return None if item is None else serde.loads(Session, item["doc"]["S"])
 
+    def get_with_budget(
+        self, workspace_id: str, session_id: str, counters: Sequence[str]
+    ) -> tuple[Session | None, dict[str, Counters]]:
+        if not counters:
+            return self.get(workspace_id, session_id), {}
+        # One strongly consistent BatchGetItem where `get` is one GetItem: the session (whose
+        # version the save is conditioned on) and the counters, for the turn's budget check.
+        session_key = self._key(workspace_id, session_id)
+        budget_pk = counter_key(workspace_id, "")["pk"]["S"]
+        keys = [session_key, *(counter_key(workspace_id, key) for key in dict.fromkeys(counters))]
+        session: Session | None = None
+        totals: dict[str, Counters] = {}
+        for item in self.batch_get(keys):
+            if item["pk"]["S"] == budget_pk:
+                totals[item["sk"]["S"]] = counters_of(item)
+            elif item["sk"] == session_key["sk"]:
+                session = serde.loads(Session, item["doc"]["S"])
+        return session, totals
+
     def save(
         self,
         session: Session,
@@ -369,9 +394,12 @@ class DynamoSessionStore(_Table):
         expected_version: int,
         archive: Sequence[MemoryRecord] = (),
         audit: AuditRecord | None = None,
+        charge: BudgetCharge | None = None,
     ) -> Session:
         if expected_version < 0:
             raise ValueError("expected_version must be >= 0")
+        if charge is not None:
+            _check_workspace(session.workspace_id, charge.workspace_id, "a budget charge")
         stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
         put: PutTypeDef = {
             "TableName": self.table,
@@ -388,8 +416,11 @@ class DynamoSessionStore(_Table):
             put["ConditionExpression"] = "#version = :expected"
             put["ExpressionAttributeNames"] = {"#version": "version"}
             put["ExpressionAttributeValues"] = {":expected": _n(expected_version)}
-        extras = self._extras(session, put, archive, audit)
-        if not extras:
+        # Unconditional ADDs on the counters: the spending is recorded whatever the limits (the
+        # check was made before the model calls), and it lands once, with the session's version.
+        updates = [] if charge is None else charge_updates(self.table, charge)
+        extras = self._extras(session, put, archive, audit, reserved=len(updates))
+        if not extras and not updates:
             try:
                 self.client.put_item(**put)
             except ClientError as exc:
@@ -397,7 +428,7 @@ class DynamoSessionStore(_Table):
                     raise self._conflict(session, expected_version) from exc
                 raise
         else:
-            self._transact(session, expected_version, put, extras)
+            self._transact(session, expected_version, put, extras, updates)
         return stored
 
     def _extras(
@@ -406,8 +437,11 @@ class DynamoSessionStore(_Table):
         put: PutTypeDef,
         archive: Sequence[MemoryRecord],
         audit: AuditRecord | None,
+        *,
+        reserved: int = 0,
     ) -> list[Item]:
-        """The memory-table items to write with the session, after any archive too large for that."""
+        """The memory-table items to write with the session, after any archive too large for that
+        (with `reserved` actions of the transaction taken by other writes: the budget updates)."""
         if not archive and audit is None:
             return []
         if self.memory is None:
@@ -418,7 +452,7 @@ class DynamoSessionStore(_Table):
         tier1 = _tier1_items(session.workspace_id, archive)
         audits = [] if audit is None else [_audit_item(session.workspace_id, audit, self.audit_retention)]
         items = [put["Item"], *tier1, *audits]
-        if len(items) > _TRANSACT_MAX_ITEMS or sum(map(_size, items)) > _TRANSACT_MAX_BYTES:
+        if len(items) + reserved > _TRANSACT_MAX_ITEMS or sum(map(_size, items)) > _TRANSACT_MAX_BYTES:
             # One transaction holds 100 items and 4 MB. A turn rolls out a few messages of a
             # 20-message window, so only an unusual save gets here: its archive goes first, on its
             # own (first write wins, as append_messages), then the session and audit together.
@@ -427,28 +461,41 @@ class DynamoSessionStore(_Table):
             tier1 = []
         return [*tier1, *audits]
 
-    def _transact(self, session: Session, expected_version: int, put: PutTypeDef, extras: list[Item]) -> None:
-        """One TransactWriteItems: the session Put (with its version condition) and `extras`.
+    def _transact(
+        self,
+        session: Session,
+        expected_version: int,
+        put: PutTypeDef,
+        extras: list[Item],
+        updates: Sequence[TransactWriteItemTypeDef] = (),
+    ) -> None:
+        """One TransactWriteItems: the session Put (with its version condition), `extras`, and
+        `updates` (a budget charge's unconditional ADDs), last.
 
         Each extra is conditioned on `attribute_not_exists(pk)`: the first write of a Tier-1 or
         audit record wins, as in their own stores. DynamoDB cannot skip one Put of a transaction,
         so when only those conditions failed (the records are stored already) the transaction is
-        sent again without them; the session's condition failing is a ConcurrencyConflict.
+        sent again without them; the session's condition failing is a ConcurrencyConflict. A
+        cancelled transaction applied nothing, so the budget updates count once, with the save
+        that lands.
         """
-        assert self.memory is not None  # _extras returned items, so the memory table is known
+        memory_table = self.memory.table if self.memory is not None else None
         pending = extras
         for attempt in range(_RETRIES):
             actions: list[TransactWriteItemTypeDef] = [{"Put": put}]
-            actions += [
-                {
-                    "Put": {
-                        "TableName": self.memory.table,
-                        "Item": item,
-                        "ConditionExpression": "attribute_not_exists(pk)",
+            if pending:
+                assert memory_table is not None  # _extras returned items, so the table is known
+                actions += [
+                    {
+                        "Put": {
+                            "TableName": memory_table,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
                     }
-                }
-                for item in pending
-            ]
+                    for item in pending
+                ]
+            actions += updates
             try:
                 self.client.transact_write_items(TransactItems=actions)
                 return
@@ -458,10 +505,10 @@ class DynamoSessionStore(_Table):
                 codes = _cancellation_codes(exc)
                 if codes and codes[0] == "ConditionalCheckFailed":
                     raise self._conflict(session, expected_version) from exc
-                if len(codes) == 1 + len(pending):
+                if len(codes) == len(actions):
                     kept = [
                         item
-                        for item, code in zip(pending, codes[1:], strict=True)
+                        for item, code in zip(pending, codes[1 : 1 + len(pending)], strict=True)
                         if code != "ConditionalCheckFailed"
                     ]
                 else:

@@ -1,8 +1,10 @@
 """SessionStore on SQLite: one row per session, the document written by shared.serde.
 
-A save can carry the Tier-1 records it rolls out and the turn's audit record: sessions, memory and
-audit share sigil.db, so all three are written in the save's one transaction, with the memory and
-audit stores' own statements (memory.insert_messages, workspaces.insert_audit).
+A save can carry the Tier-1 records it rolls out, the turn's audit record and its budget charge:
+sessions, memory, audit and budget counters share sigil.db, so all of it is written in the save's
+one transaction, with the other stores' own statements (memory.insert_messages,
+workspaces.insert_audit, budgets.add_charge). `get_with_budget` reads the session and the counters
+in one read transaction.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared import serde
-from shared.adapters.embedded import memory, workspaces
+from shared.adapters.embedded import budgets, memory, workspaces
 from shared.adapters.embedded.db import Database, first, to_us
+from shared.budgets import BudgetCharge, Counters
 from shared.errors import ConcurrencyConflict
 from shared.models import AuditRecord, MemoryRecord, Session
 
@@ -38,12 +41,25 @@ class SqliteSessionStore:
         # stores of one file are opened does not matter.
         memory.migrate(db)
         workspaces.migrate_audit(db)
+        budgets.migrate(db)
 
     def get(self, workspace_id: str, session_id: str) -> Session | None:
         row = self._db.query_one(
             "SELECT doc FROM sessions WHERE workspace_id = ? AND session_id = ?", (workspace_id, session_id)
         )
         return serde.loads(Session, row[0]) if row else None
+
+    def get_with_budget(
+        self, workspace_id: str, session_id: str, counters: Sequence[str]
+    ) -> tuple[Session | None, dict[str, Counters]]:
+        with self._db.snapshot() as conn:
+            row = first(
+                conn,
+                "SELECT doc FROM sessions WHERE workspace_id = ? AND session_id = ?",
+                (workspace_id, session_id),
+            )
+            totals = budgets.read_totals(conn, workspace_id, counters)
+        return (serde.loads(Session, row[0]) if row else None), totals
 
     def save(
         self,
@@ -52,6 +68,7 @@ class SqliteSessionStore:
         expected_version: int,
         archive: Sequence[MemoryRecord] = (),
         audit: AuditRecord | None = None,
+        charge: BudgetCharge | None = None,
     ) -> Session:
         if expected_version < 0:
             raise ValueError("expected_version must be >= 0")
@@ -59,6 +76,11 @@ class SqliteSessionStore:
             raise ValueError(
                 f"audit record {audit.id} belongs to workspace {audit.workspace_id!r}, "
                 f"not {session.workspace_id!r}"
+            )
+        if charge is not None and charge.workspace_id != session.workspace_id:
+            raise ValueError(
+                f"a budget charge of workspace {charge.workspace_id!r} cannot be saved with a session "
+                f"of {session.workspace_id!r}"
             )
         stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
         doc = serde.dumps(stored)
@@ -84,6 +106,8 @@ class SqliteSessionStore:
             memory.insert_messages(conn, session.workspace_id, archive)
             if audit is not None:
                 workspaces.insert_audit(conn, audit)
+            if charge is not None:
+                budgets.add_charge(conn, charge)
         return stored
 
     def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
