@@ -14,8 +14,10 @@ from pydantic import BaseModel
 from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
+from shared.budgets import Counters, buckets
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
+from shared.errors import ProviderError
 from shared.models import (
     BudgetLimits,
     InboundMessage,
@@ -170,3 +172,56 @@ def test_a_merged_burst_remembers_every_event_it_answered(backend: Backend, tmp_
     assert late.outcome == "skipped_duplicate"
     assert len(provider.requests) == 1
     assert len(replies(backend)) == 1
+
+
+def ping_then_answer(request: ChatRequest) -> list[ProviderEvent]:
+    # 400 tokens in, 100 out a call: first a ping, then (with its result) the answer
+    if any(m.kind == "tool" for m in request.messages):
+        return [TextDelta(text="pong it is"), Usage(input_tokens=400, output_tokens=100), Done()]
+    call = ToolCall(id="c1", name="ping", arguments=json.dumps({}))
+    return [ToolCallEvent(call=call), Usage(input_tokens=400, output_tokens=100), Done()]
+
+
+LIMITS = BudgetLimits(workspace=ScopeLimits(tokens_per_day=100_000), user=ScopeLimits(tool_calls_per_day=50))
+
+
+def counters(backend: Backend, user_id: str, now: datetime) -> list[Counters]:
+    return list(backend.budgets.totals(WS, [b.key for b in buckets(user_id, LIMITS, now)]).values())
+
+
+def test_a_turns_spending_lands_with_its_commit_once(backend: Backend, tmp_path: Path) -> None:
+    backend.workspaces.put(WorkspaceConfig(id=WS, budget=LIMITS))
+    clock = Clock()
+    deps = deps_for(backend, tmp_path, FunctionProvider(ping_then_answer), clock)
+
+    record = run_turn(deps, item("e1"))
+
+    # Two model calls and a tool, counted in all four of the turn's counters, as audited
+    assert record.outcome == "ok" and record.tools_used == ["ping"]
+    assert record.user_id is not None
+    [spent] = set(counters(backend, record.user_id, clock.now))
+    assert (spent.tokens, spent.tool_calls) == (1000, 1) == (record.tokens_in + record.tokens_out, 1)
+    assert spent.usd_nanos == round(record.cost_usd * 10**9)
+    assert len(counters(backend, record.user_id, clock.now)) == 4
+    # A redelivery of the committed turn is skipped, and charges nothing more
+    assert run_turn(deps, item("e1")).outcome == "skipped_duplicate"
+    assert set(counters(backend, record.user_id, clock.now)) == {spent}
+
+
+def test_a_provider_error_mid_turn_still_counts_what_was_spent(backend: Backend, tmp_path: Path) -> None:
+    backend.workspaces.put(WorkspaceConfig(id=WS, budget=LIMITS))
+
+    def fails_after_the_tool(request: ChatRequest) -> list[ProviderEvent]:
+        if any(m.kind == "tool" for m in request.messages):
+            raise ProviderError("the model went away")
+        return ping_then_answer(request)
+
+    clock = Clock()
+    with pytest.raises(ProviderError):
+        run_turn(deps_for(backend, tmp_path, FunctionProvider(fails_after_the_tool), clock), item("e1"))
+
+    # Nothing committed, but the first call's tokens and the tool call are counted: they were spent
+    assert backend.sessions.get(WS, SESSION) is None
+    [audit] = backend.audit.list_records(WS)
+    assert audit.outcome == "error" and audit.user_id is not None
+    assert {(c.tokens, c.tool_calls) for c in counters(backend, audit.user_id, clock.now)} == {(500, 1)}
