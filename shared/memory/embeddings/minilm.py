@@ -269,25 +269,29 @@ class LocalMiniLM:
         hidden = w.word.shape[1]
         head_dim = hidden // self._heads
 
-        x = w.word[input_ids] + w.position[:width] + w.token_type0
+        # Activations stay 2-D (tokens, hidden) between layers: numpy sends a 2-D matmul to BLAS,
+        # while a 3-D @ 2-D one falls back to a loop that is ~50x slower.
+        x = (w.word[input_ids] + w.position[:width] + w.token_type0).reshape(batch * width, hidden)
         x = self._layer_norm(x, w.ln_g, w.ln_b)
         # Additive mask: padded keys get a large negative score, so softmax gives them ~0 weight.
         key_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
         scale = np.float32(1.0 / math.sqrt(head_dim))
 
         for layer in w.layers:
-            qkv = x @ layer.qkv_w + layer.qkv_b
-            qkv = qkv.reshape(batch, width, 3, self._heads, head_dim).transpose(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]
-            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + key_bias
+            qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(batch, width, 3, self._heads, head_dim)
+            q = np.ascontiguousarray(qkv[:, :, 0].transpose(0, 2, 1, 3)) * scale
+            k_t = np.ascontiguousarray(qkv[:, :, 1].transpose(0, 2, 3, 1))
+            v = np.ascontiguousarray(qkv[:, :, 2].transpose(0, 2, 1, 3))
+            scores = q @ k_t + key_bias
             scores -= scores.max(axis=-1, keepdims=True)
-            probs = np.exp(scores)
+            probs = np.exp(scores, out=scores)
             probs /= probs.sum(axis=-1, keepdims=True)
-            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, width, hidden)
+            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch * width, hidden)
             x = self._layer_norm(ctx @ layer.out_w + layer.out_b + x, layer.ln1_g, layer.ln1_b)
             h = _gelu(x @ layer.up_w + layer.up_b)
             x = self._layer_norm(h @ layer.down_w + layer.down_b + x, layer.ln2_g, layer.ln2_b)
 
+        x = x.reshape(batch, width, hidden)
         summed = (x * mask[:, :, None]).sum(axis=1)
         counts = np.maximum(mask.sum(axis=1, keepdims=True), np.float32(1e-9))
         pooled = summed / counts
@@ -306,28 +310,36 @@ class LocalMiniLM:
 
 
 def _gelu(x: F32) -> F32:
-    """BERT's exact GELU, 0.5·x·(1 + erf(x/√2)).
+    """BERT's exact GELU, 0.5·x·(1 + erf(x/√2)), computed in place on `x`.
 
     numpy has no erf; Abramowitz & Stegun 7.1.26 is accurate to 1.5e-7, below float32's
-    resolution at these magnitudes, so it matches torch's erf-based GELU.
+    resolution at these magnitudes, so it matches torch's erf-based GELU. In-place steps keep the
+    (tokens, 1536) temporaries few: this is the largest elementwise work in the model.
     """
     import numpy as np
 
-    z = x * np.float32(1.0 / math.sqrt(2.0))
+    f32 = np.float32
+    z = x * f32(1.0 / math.sqrt(2.0))
     a = np.abs(z)
-    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * a)
-    poly = t * (
-        np.float32(0.254829592)
-        + t
-        * (
-            np.float32(-0.284496736)
-            + t * (np.float32(1.421413741) + t * (np.float32(-1.453152027) + t * np.float32(1.061405429)))
-        )
-    )
-    erf_abs = np.float32(1.0) - poly * np.exp(-a * a)
-    erf = np.sign(z) * erf_abs
-    result: F32 = np.float32(0.5) * x * (np.float32(1.0) + erf)
-    return result
+    t = a * f32(0.3275911)
+    t += f32(1.0)
+    np.reciprocal(t, out=t)
+    poly = t * f32(1.061405429)
+    for coef in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += f32(coef)
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # 1 - erf(|z|)
+    np.copysign(poly, z, out=poly)  # sign(z) * (1 - erf(|z|)) = sign(z) - erf(z)
+    # 1 + erf(z) = 1 + sign(z) - sign(z)(1 - erf|z|)
+    np.sign(z, out=z)
+    z += f32(1.0)
+    z -= poly
+    z *= f32(0.5)
+    z *= x
+    return z
 
 
 def _read_json(path: Path) -> dict[str, Any]:
