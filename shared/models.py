@@ -493,3 +493,9 @@ class AuditRecord(Model):
     ]
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+
+    def anonymised(self) -> AuditRecord:
+        """The record without the person (AuditLog.anonymise): the accounting stays."""
+        return self.model_copy(
+            update={"user_id": None, "session_id": "erased", "event_id": None, "error": None}
+        )

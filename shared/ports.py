@@ -251,6 +251,10 @@ class Outbox(Protocol):
         """The session's entries with seq > after_seq, in seq order."""
         ...
 
+    def delete_session(self, workspace_id: str, session_id: str) -> int:
+        """Delete every entry of the session (the right to erasure); returns how many."""
+        ...
+
 
 @runtime_checkable
 class EventBus(Protocol):
@@ -305,6 +309,15 @@ class AuditLog(Protocol):
 
     def list_records(self, workspace_id: str, *, limit: int = 100) -> list[AuditRecord]:
         """Newest first."""
+        ...
+
+    def anonymise(self, workspace_id: str, *, user_id: str, session_ids: Sequence[str] = ()) -> int:
+        """Take a person out of the audit log (the right to erasure); returns how many records changed.
+
+        Records of `user_id`, or of one of `session_ids`, keep what the workspace accounts with
+        (time, model, tools, tokens, cost, outcome) and lose who and where: user and event id
+        cleared, session "erased", error text cleared (it may quote the user).
+        """
         ...
 
 

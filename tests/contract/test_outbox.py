@@ -178,3 +178,20 @@ def test_a_workspace_never_reads_another_workspaces_outbox(
     assert entry is not None and entry.seq == 1
     assert [e.message.text for e in outbox.read(ws_b, "s1")] == ["b's reply"]
     assert [e.message.text for e in outbox.read(ws_a, "s1")] == ["for a only"]
+
+
+def test_delete_session_removes_every_entry_of_that_session_only(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    outbox = contract.backend.outbox
+    for turn, count in (("t1", 0), ("t2", 2)):
+        outbox.append(_reply(ws_a, turn, count, 0, session_id="s1"))
+        outbox.append(_reply(ws_a, turn, count, 1, session_id="s1"))
+    kept = outbox.append(_reply(ws_a, "t9", 0, session_id="s2"))
+    theirs = outbox.append(_reply(ws_b, "t1", 0, session_id="s1"))
+
+    assert outbox.delete_session(ws_a, "s1") == 4
+    assert outbox.read(ws_a, "s1") == []
+    assert outbox.read(ws_a, "s2") == [kept]
+    assert outbox.read(ws_b, "s1") == [theirs]
+    assert outbox.delete_session(ws_a, "s1") == 0

@@ -98,3 +98,34 @@ def test_a_workspace_never_reads_another_workspaces_audit(
 
 def test_an_unknown_secret_is_none(contract: ContractBackend) -> None:
     assert contract.backend.secrets.get(new_id("missing")) is None
+
+
+def test_anonymise_takes_a_person_out_of_the_audit_log(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    audit = contract.backend.audit
+    theirs = _audit(ws_a, 1, user_id="alice", session_id="dm-alice", error="alice said: boom")
+    in_their_session = _audit(ws_a, 2, user_id=None, session_id="dm-alice")
+    in_a_group = _audit(ws_a, 3, user_id="alice", session_id="group")
+    someone_else = _audit(ws_a, 4, user_id="bob", session_id="group")
+    other_workspace = _audit(ws_b, 5, user_id="alice", session_id="dm-alice")
+    for record in (theirs, in_their_session, in_a_group, someone_else):
+        audit.append(record)
+    audit.append(other_workspace)
+
+    assert audit.anonymise(ws_a, user_id="alice", session_ids=["dm-alice"]) == 3
+
+    by_id = {r.id: r for r in audit.list_records(ws_a)}
+    for record in (theirs, in_their_session, in_a_group):
+        kept = by_id[record.id]
+        assert (kept.user_id, kept.session_id, kept.event_id, kept.error) == (None, "erased", None, None)
+        # What the workspace accounts with stays.
+        assert (kept.tokens_in, kept.cost_usd, kept.outcome, kept.created_at) == (
+            record.tokens_in,
+            record.cost_usd,
+            record.outcome,
+            record.created_at,
+        )
+    assert by_id[someone_else.id] == someone_else
+    assert audit.list_records(ws_b) == [other_workspace]
+    assert audit.anonymise(ws_a, user_id="alice", session_ids=["dm-alice"]) == 0  # nothing of alice is left

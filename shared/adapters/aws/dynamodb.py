@@ -302,6 +302,23 @@ class _Table:
         if chunk:
             yield chunk
 
+    def batch_write(self, requests: Sequence[Item]) -> None:
+        """BatchWriteItem, 25 requests a call; what comes back unprocessed is sent again after a
+        backoff (throttling), up to _RETRIES times."""
+        for start in range(0, len(requests), _BATCH_WRITE_MAX):
+            pending: list[Any] = list(requests[start : start + _BATCH_WRITE_MAX])
+            for attempt in range(_RETRIES):
+                result = self.client.batch_write_item(RequestItems={self.table: pending})
+                pending = list(result.get("UnprocessedItems", {}).get(self.table, []))
+                if not pending:
+                    break
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+            else:
+                raise SigilError(
+                    f"DynamoDB left {len(pending)} writes unprocessed after {_RETRIES} attempts",
+                    code="store_unavailable",
+                )
+
     def batch_get(self, keys: Sequence[Item]) -> list[Item]:
         """BatchGetItem in chunks of 100 (consistent reads), resubmitting UnprocessedKeys."""
         found: list[Item] = []
@@ -658,6 +675,21 @@ class DynamoOutbox(_Table):
         )
         return _docs(items, OutboxEntry)
 
+    def delete_session(self, workspace_id: str, session_id: str) -> int:
+        # Every item of the session's partition, legacy COUNTER / SENT# items included: one
+        # keys-only Query, then BatchWriteItem.
+        keys = [
+            _key(str(item["pk"]["S"]), str(item["sk"]["S"]))
+            for item in self.query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(self._pk(workspace_id, session_id))},
+                ProjectionExpression="pk, sk",
+                ConsistentRead=True,
+            )
+        ]
+        self.batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+        return sum(1 for key in keys if str(key["sk"]["S"]).startswith("SEQ#"))
+
 
 # ---------------------------------------------------------------- memory tiers
 
@@ -814,7 +846,7 @@ class DynamoMemoryStore(_Table):
 
     def delete_summaries(self, workspace_id: str, ids: Sequence[str]) -> None:
         ws = _ws(workspace_id)
-        self._batch_write([{"DeleteRequest": {"Key": _key(f"{ws}#SUMMARY#{i}", "SUMMARY")}} for i in ids])
+        self.batch_write([{"DeleteRequest": {"Key": _key(f"{ws}#SUMMARY#{i}", "SUMMARY")}} for i in ids])
 
     def delete_messages(self, workspace_id: str, session_id: str, ids: Sequence[str] | None = None) -> int:
         # The sort key holds the id after `MSG#{seq:012}#`, so one keys-only Query of the session's
@@ -833,7 +865,7 @@ class DynamoMemoryStore(_Table):
             )
             if wanted is None or str(item["sk"]["S"])[len("MSG#") + 13 :] in wanted
         ]
-        self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+        self.batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
         return len(keys)
 
     # ---- Tier 3
@@ -864,7 +896,7 @@ class DynamoMemoryStore(_Table):
         # BatchWriteItem refuses two requests for one key: the last version of a triple wins, as
         # it would with one put after another.
         latest = {triple.id: triple for triple in triples}
-        self._batch_write([{"PutRequest": {"Item": self._triple_item(t)}} for t in latest.values()])
+        self.batch_write([{"PutRequest": {"Item": self._triple_item(t)}} for t in latest.values()])
 
     def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
         pk = _s(f"{_ws(workspace_id)}#TRIPLES")
@@ -902,24 +934,7 @@ class DynamoMemoryStore(_Table):
 
     def delete_triples(self, workspace_id: str, ids: Sequence[str]) -> None:
         unique = dict.fromkeys(ids)
-        self._batch_write([{"DeleteRequest": {"Key": self._triple_key(workspace_id, i)}} for i in unique])
-
-    def _batch_write(self, requests: Sequence[Item]) -> None:
-        """BatchWriteItem, 25 requests a call; what comes back unprocessed is sent again after a
-        backoff (throttling), up to _RETRIES times."""
-        for start in range(0, len(requests), _BATCH_WRITE_MAX):
-            pending: list[Any] = list(requests[start : start + _BATCH_WRITE_MAX])
-            for attempt in range(_RETRIES):
-                result = self.client.batch_write_item(RequestItems={self.table: pending})
-                pending = list(result.get("UnprocessedItems", {}).get(self.table, []))
-                if not pending:
-                    break
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-            else:
-                raise SigilError(
-                    f"DynamoDB left {len(pending)} writes unprocessed after {_RETRIES} attempts",
-                    code="store_unavailable",
-                )
+        self.batch_write([{"DeleteRequest": {"Key": self._triple_key(workspace_id, i)}} for i in unique])
 
 
 # ---------------------------------------------------------------- workspaces
@@ -1120,3 +1135,19 @@ class DynamoAuditLog(_Table):
             ScanIndexForward=False,
         )
         return _docs(items, AuditRecord)
+
+    def anonymise(self, workspace_id: str, *, user_id: str, session_ids: Sequence[str] = ()) -> int:
+        """One Query of the workspace's audit partition (an admin operation), then the changed
+        records put back under their keys, `ttl` kept, in BatchWriteItem calls."""
+        sessions = set(session_ids)
+        puts: list[Item] = []
+        for item in self.query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": _s(f"{_ws(workspace_id)}#AUDIT"), ":prefix": _s("AUDIT#")},
+            ConsistentRead=True,
+        ):
+            record: AuditRecord = serde.loads(AuditRecord, item["doc"]["S"])
+            if record.user_id == user_id or record.session_id in sessions:
+                puts.append({"PutRequest": {"Item": item | {"doc": _doc(record.anonymised())}}})
+        self.batch_write(puts)
+        return len(puts)

@@ -76,3 +76,8 @@ class SqliteOutbox:
             (workspace_id, session_id, after_seq, max(0, limit)),
         )
         return [serde.loads(OutboxEntry, r[0]) for r in rows]
+
+    def delete_session(self, workspace_id: str, session_id: str) -> int:
+        return self._db.execute(
+            "DELETE FROM outbox WHERE workspace_id = ? AND session_id = ?", (workspace_id, session_id)
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import apsw
 
 from shared import serde
@@ -84,3 +86,18 @@ class SqliteAuditLog:
             (workspace_id, max(0, limit)),
         )
         return [serde.loads(AuditRecord, r[0]) for r in rows]
+
+    def anonymise(self, workspace_id: str, *, user_id: str, session_ids: Sequence[str] = ()) -> int:
+        sessions = set(session_ids)
+        changed = 0
+        # An admin operation over the workspace's records: read them all in one transaction.
+        with self._db.transaction() as conn:
+            rows = list(conn.execute("SELECT pos, doc FROM audit WHERE workspace_id = ?", (workspace_id,)))
+            for pos, doc in rows:
+                record: AuditRecord = serde.loads(AuditRecord, doc)
+                if record.user_id == user_id or record.session_id in sessions:
+                    conn.execute(
+                        "UPDATE audit SET doc = ? WHERE pos = ?", (serde.dumps(record.anonymised()), pos)
+                    )
+                    changed += 1
+        return changed
