@@ -25,6 +25,8 @@ from shared.ports import SecretStore
 
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
+    from shared.backend import Backend
+    from shared.consolidation.compaction import ConsolidationModel
 
 Clock = Callable[[], float]
 
@@ -105,6 +107,25 @@ def turn_deps() -> TurnDeps:
     )
 
 
+@cache
+def consolidator() -> tuple[Backend, Callable[[], ConsolidationModel]]:
+    """The consolidate function's backend, and its model: built on the first batch that needs it
+    (SIGIL_CONSOLIDATION_MODEL, else SIGIL_MODEL), then kept for the container's life."""
+    from shared.adapters.aws import build_aws_backend
+    from shared.consolidation.compaction import consolidation_model
+
+    backend = build_aws_backend(settings())
+    s = with_provider_keys(settings(), backend.secrets)
+    built: list[ConsolidationModel] = []
+
+    def model() -> ConsolidationModel:
+        if not built:  # a failure (no model configured) is not kept: the next run asks again
+            built.append(consolidation_model(s))
+        return built[0]
+
+    return backend, model
+
+
 # Secret names (not values) of the LLM API keys, by the Settings field each one fills.
 PROVIDER_KEY_SECRETS = {
     "openai_api_key": "llm/openai-api-key",
@@ -136,4 +157,5 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     settings.cache_clear()
     ingress.cache_clear()
     turn_deps.cache_clear()
+    consolidator.cache_clear()
     clients.reset()

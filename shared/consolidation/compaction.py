@@ -168,9 +168,12 @@ def summarised_until(backend: Backend, workspace_id: str, session_id: str) -> in
 # ---------------------------------------------------------------- the run
 
 
+ModelSource = ConsolidationModel | Callable[[], ConsolidationModel]
+
+
 def compact_session(
     backend: Backend,
-    model: ConsolidationModel,
+    model: ModelSource,
     workspace_id: str,
     session_id: str,
     *,
@@ -181,7 +184,9 @@ def compact_session(
 ) -> CompactionResult:
     """Summarise and extract every complete batch of the session not yet done (module docstring).
 
-    `batch` defaults to the workspace's summary_batch (50). `run_id` is provenance on everything
+    `model` may be a factory, called once the first batch is found: a run with nothing to do
+    needs no model (nor its configuration). `batch` defaults to the workspace's summary_batch
+    (50). `run_id` is provenance on everything
     the run writes; give a retried invocation the same one (the Lambda handler derives it from the
     event id) so its records are those of an uninterrupted run. A provider error is raised after
     the lease is released; the batches done before it stay done.
@@ -208,13 +213,21 @@ def compact_session(
 @dataclass
 class _Compaction:
     backend: Backend
-    model: ConsolidationModel
+    source: ModelSource
     workspace_id: str
     session_id: str
     run_id: str
     clock: Callable[[], datetime]
     deadline: Deadline
     result: CompactionResult
+    _model: ConsolidationModel | None = None
+
+    @property
+    def model(self) -> ConsolidationModel:
+        if self._model is None:
+            source = self.source
+            self._model = source if isinstance(source, ConsolidationModel) else source()
+        return self._model
 
     def run(self, batch: int | None) -> None:
         backend, ws, sid = self.backend, self.workspace_id, self.session_id
