@@ -1,0 +1,125 @@
+"""OpenAI embeddings (text-embedding-3-small by default) and OpenAI-compatible servers.
+
+The `openai` SDK is imported when the embedder is built, as for the chat provider. The SDK's own
+retry loop does spec 003's retries (3 attempts, exponential backoff from 0.5 s, Retry-After
+honoured, no retry on other 4xx); what still fails becomes an EmbeddingError whose `retryable`
+says whether a later attempt (the backfill) may succeed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from shared.errors import EmbeddingError
+from shared.memory.embeddings.base import api_input, unit
+from shared.providers.openai import KEYLESS_PLACEHOLDER
+from shared.providers.resilient import http_error_retry
+
+if TYPE_CHECKING:
+    import openai
+
+DEFAULT_MODEL = "text-embedding-3-small"
+# Each model's native width; text-embedding-3 models can return fewer (the `dimensions` parameter).
+NATIVE_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+# The API takes up to 2048 inputs per request and 300,000 tokens summed over them. Counting
+# characters is a safe stand-in for tokens (a token is rarely less than one character).
+MAX_BATCH_INPUTS = 2048
+MAX_BATCH_CHARS = 250_000
+
+_SAFE_CODE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class OpenAIEmbedder:
+    def __init__(
+        self,
+        api_key: str | None,
+        *,
+        model: str = DEFAULT_MODEL,
+        dimensions: int | None = None,
+        base_url: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 2,
+    ) -> None:
+        import openai
+
+        native = NATIVE_DIMENSIONS.get(model)
+        if dimensions is None:
+            if native is None:
+                raise ValueError(f"unknown embedding model {model!r}: give its dimensions")
+            dimensions = native
+        if dimensions < 1 or (native is not None and dimensions > native):
+            raise ValueError(f"{model} cannot return {dimensions} dimensions")
+        self.model = model
+        self.dimensions = dimensions
+        # Vectors cut to fewer dimensions are different vectors: the id says so, so they are never
+        # compared with full-width ones.
+        self.model_id = f"openai/{model}" if dimensions == native else f"openai/{model}@{dimensions}"
+        # The parameter is sent only when it changes something: compatible servers may reject it.
+        self._send_dimensions = dimensions != native
+        self._api_key = api_key or KEYLESS_PLACEHOLDER
+        self._client: openai.OpenAI = openai.OpenAI(
+            api_key=self._api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+        )
+        self._sdk_error: type[openai.OpenAIError] = openai.OpenAIError
+        self._connection_error: type[openai.APIConnectionError] = openai.APIConnectionError
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        inputs = [api_input(t) for t in texts]
+        vectors: list[list[float]] = []
+        for batch in _batches(inputs):
+            vectors.extend(self._embed_batch(batch))
+        return vectors
+
+    def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        try:
+            if self._send_dimensions:
+                response = self._client.embeddings.create(
+                    model=self.model, input=batch, dimensions=self.dimensions, encoding_format="float"
+                )
+            else:
+                response = self._client.embeddings.create(
+                    model=self.model, input=batch, encoding_format="float"
+                )
+        except self._sdk_error as exc:
+            # Timeouts are APIConnectionErrors too; both are worth another try.
+            retryable, after = (
+                (True, None) if isinstance(exc, self._connection_error) else http_error_retry(exc)
+            )
+            raise EmbeddingError(self._safe_message(exc), retryable=retryable, retry_after_s=after) from None
+        data = sorted(response.data, key=lambda d: d.index)
+        if [d.index for d in data] != list(range(len(batch))):
+            raise EmbeddingError(f"{self.model_id} returned {len(data)} vectors for {len(batch)} inputs")
+        return [unit(d.embedding, self.dimensions, self.model_id) for d in data]
+
+    def _safe_message(self, exc: Exception) -> str:
+        # Only identifiers are repeated: an upstream message can quote part of the key.
+        parts = [f"the embedding provider failed ({type(exc).__name__}"]
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int):
+            parts.append(f", HTTP {status}")
+        code = getattr(exc, "code", None)
+        if isinstance(code, str) and _SAFE_CODE.match(code):
+            parts.append(f", code {code}")
+        request_id = getattr(exc, "request_id", None)
+        if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
+            parts.append(f", request {request_id}")
+        return ("".join(parts) + ")").replace(self._api_key, "[redacted]")
+
+
+def _batches(inputs: list[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    chars = 0
+    for text in inputs:
+        if batch and (len(batch) == MAX_BATCH_INPUTS or chars + len(text) > MAX_BATCH_CHARS):
+            yield batch
+            batch, chars = [], 0
+        batch.append(text)
+        chars += len(text)
+    if batch:
+        yield batch

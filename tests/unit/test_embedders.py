@@ -1,0 +1,291 @@
+"""OpenAIEmbedder through the real openai SDK against a local embeddings server, and TitanEmbedder on
+a real botocore bedrock-runtime client (Stubber, or an HTTP-level hook for concurrent calls)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from shared.errors import EmbeddingError
+from shared.memory.embeddings.openai import MAX_BATCH_INPUTS, OpenAIEmbedder
+from shared.memory.embeddings.titan import TitanEmbedder
+from shared.ports import Embedder
+from tests.support.fake_openai_embeddings import FakeOpenAIEmbeddings, fake_vector
+
+KEY = "sk-test-0123456789abcdef"
+
+
+def _close(actual: Any, expected: Any) -> None:
+    np.testing.assert_allclose(np.array(actual), np.array(expected), rtol=1e-6, atol=1e-7)
+
+
+def _norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIEmbeddings]:
+    with FakeOpenAIEmbeddings() as server:
+        yield server
+
+
+def _openai(fake: FakeOpenAIEmbeddings, **kwargs: Any) -> OpenAIEmbedder:
+    return OpenAIEmbedder(KEY, base_url=fake.base_url, **kwargs)
+
+
+# ---------------------------------------------------------------- OpenAI
+
+
+def test_openai_embeds_a_list_in_order(fake: FakeOpenAIEmbeddings) -> None:
+    embedder = _openai(fake)
+    assert isinstance(embedder, Embedder)
+    assert (embedder.model_id, embedder.dimensions) == ("openai/text-embedding-3-small", 1536)
+
+    vectors = embedder.embed(["first text", "second text"])
+
+    _close(vectors, [fake_vector("first text", 1536), fake_vector("second text", 1536)])
+    assert fake.requests == [
+        {
+            "model": "text-embedding-3-small",
+            "input": ["first text", "second text"],
+            "encoding_format": "float",
+        }
+    ]
+
+
+def test_openai_reduced_dimensions_are_requested_and_named(fake: FakeOpenAIEmbeddings) -> None:
+    embedder = _openai(fake, dimensions=512)
+    assert embedder.model_id == "openai/text-embedding-3-small@512"
+
+    [vector] = embedder.embed(["hello"])
+
+    assert len(vector) == 512
+    assert fake.requests[0]["dimensions"] == 512
+    with pytest.raises(ValueError):
+        _openai(fake, dimensions=4096)
+
+
+def test_openai_retries_a_429_then_succeeds(fake: FakeOpenAIEmbeddings) -> None:
+    fake.fail(429, code="rate_limit_exceeded")
+
+    vectors = _openai(fake).embed(["hello"])
+
+    _close(vectors, [fake_vector("hello", 1536)])
+    assert len(fake.requests) == 2
+
+
+def test_openai_400_is_not_retried_and_not_retryable(fake: FakeOpenAIEmbeddings) -> None:
+    fake.fail(400, message=f"Incorrect API key provided: {KEY}.", code="invalid_request_error")
+
+    with pytest.raises(EmbeddingError) as info:
+        _openai(fake).embed(["hello"])
+
+    assert info.value.retryable is False
+    assert "HTTP 400" in info.value.message
+    assert KEY not in info.value.message
+    assert len(fake.requests) == 1
+
+
+def test_openai_server_errors_are_retried_then_retryable(fake: FakeOpenAIEmbeddings) -> None:
+    fake.fail(500, times=3, message="The server had an error.")
+
+    with pytest.raises(EmbeddingError) as info:
+        _openai(fake).embed(["hello"])
+
+    assert info.value.retryable is True
+    assert len(fake.requests) == 3  # the SDK's 3 attempts, as spec 003 asks
+
+
+def test_openai_unreachable_server_is_retryable() -> None:
+    with FakeOpenAIEmbeddings() as server:
+        base_url = server.base_url
+    # The port is closed now: the connection is refused.
+    embedder = OpenAIEmbedder(KEY, base_url=base_url, max_retries=0)
+    with pytest.raises(EmbeddingError) as info:
+        embedder.embed(["hello"])
+    assert info.value.retryable is True
+
+
+def test_openai_splits_large_lists_into_batches_of_2048(fake: FakeOpenAIEmbeddings) -> None:
+    # A compatible server's model: unknown to the table, so its width is given (and sent).
+    embedder = _openai(fake, model="local-embed", dimensions=8)
+    texts = [f"text {i}" for i in range(MAX_BATCH_INPUTS + 3)]
+
+    vectors = embedder.embed(texts)
+
+    assert [len(r["input"]) for r in fake.requests] == [MAX_BATCH_INPUTS, 3]
+    _close(vectors[-1], fake_vector(texts[-1], 8))
+    _close(vectors[0], fake_vector(texts[0], 8))
+    with pytest.raises(ValueError, match="dimensions"):
+        _openai(fake, model="local-embed")
+
+
+def test_openai_blank_text_is_sent_as_a_space(fake: FakeOpenAIEmbeddings) -> None:
+    vectors = _openai(fake).embed(["", "x"])
+    assert fake.requests[0]["input"] == [" ", "x"]
+    assert len(vectors) == 2
+
+
+def test_openai_vectors_from_a_server_that_does_not_normalise_are_unit_length(
+    fake: FakeOpenAIEmbeddings,
+) -> None:
+    fake.scale = 3.0
+    [vector] = _openai(fake).embed(["hello"])
+    assert _norm(vector) == pytest.approx(1.0)
+
+
+def test_openai_wrong_width_is_an_error() -> None:
+    with (
+        FakeOpenAIEmbeddings(native_dimensions=10) as server,
+        pytest.raises(EmbeddingError, match="10-dimensional"),
+    ):
+        OpenAIEmbedder(KEY, base_url=server.base_url).embed(["hello"])
+
+
+# ---------------------------------------------------------------- Titan (Bedrock)
+
+MODEL = "amazon.titan-embed-text-v2:0"
+
+
+def _bedrock_client(**config: Any) -> Any:
+    session = boto3.session.Session(
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="not-a-secret", region_name="us-east-1"
+    )
+    return session.client("bedrock-runtime", config=Config(**config))
+
+
+def _titan_body(vector: list[float], tokens: int = 3) -> StreamingBody:
+    data = json.dumps({"embedding": vector, "inputTextTokenCount": tokens}).encode()
+    return StreamingBody(io.BytesIO(data), len(data))
+
+
+def _request(text: str, dimensions: int = 1024) -> dict[str, Any]:
+    return {
+        "modelId": MODEL,
+        "body": json.dumps({"inputText": text, "dimensions": dimensions, "normalize": True}),
+        "contentType": "application/json",
+        "accept": "application/json",
+    }
+
+
+@pytest.fixture
+def stubbed() -> Iterator[tuple[Any, Stubber]]:
+    client = _bedrock_client()
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def test_titan_sends_one_text_per_call(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    for text in ("alpha", " "):
+        stubber.add_response(
+            "invoke_model",
+            {"body": _titan_body(fake_vector(text, 1024)), "contentType": "application/json"},
+            _request(text),
+        )
+    embedder = TitanEmbedder("us-east-1", client=client, max_concurrency=1)
+    assert isinstance(embedder, Embedder)
+    assert (embedder.model_id, embedder.dimensions) == ("bedrock/amazon.titan-embed-text-v2:0", 1024)
+
+    vectors = embedder.embed(["alpha", ""])  # the blank text goes as a space
+
+    _close(vectors, [fake_vector("alpha", 1024), fake_vector(" ", 1024)])
+
+
+def test_titan_smaller_dimensions(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    stubber.add_response(
+        "invoke_model",
+        {"body": _titan_body(fake_vector("a", 256)), "contentType": "application/json"},
+        _request("a", 256),
+    )
+    embedder = TitanEmbedder("us-east-1", client=client, dimensions=256)
+    assert embedder.model_id == "bedrock/amazon.titan-embed-text-v2:0@256"
+    assert len(embedder.embed(["a"])[0]) == 256
+    with pytest.raises(ValueError):
+        TitanEmbedder("us-east-1", dimensions=384)
+
+
+def test_titan_throttling_is_retryable(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    stubber.add_client_error(
+        "invoke_model",
+        service_error_code="ThrottlingException",
+        service_message="Too many requests, please wait before trying again.",
+        http_status_code=429,
+        response_meta={"HTTPHeaders": {"retry-after": "2"}, "RequestId": "0c2a-req"},
+    )
+    with pytest.raises(EmbeddingError) as info:
+        TitanEmbedder("us-east-1", client=client).embed(["a"])
+    assert info.value.retryable is True
+    assert info.value.retry_after_s == 2.0
+    assert "embedding provider" in info.value.message
+
+
+def test_titan_validation_error_is_not_retryable(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    stubber.add_client_error(
+        "invoke_model",
+        service_error_code="ValidationException",
+        service_message="Malformed input request: #/dimensions: 300 is not a valid enum value",
+        http_status_code=400,
+    )
+    with pytest.raises(EmbeddingError) as info:
+        TitanEmbedder("us-east-1", client=client).embed(["a"])
+    assert info.value.retryable is False
+
+
+def test_titan_response_without_embedding_is_an_error(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    data = json.dumps({"message": "nope"}).encode()
+    stubber.add_response(
+        "invoke_model",
+        {"body": StreamingBody(io.BytesIO(data), len(data)), "contentType": "application/json"},
+    )
+    with pytest.raises(EmbeddingError, match="without an embedding"):
+        TitanEmbedder("us-east-1", client=client).embed(["a"])
+
+
+class _Raw(io.BytesIO):
+    """What botocore reads an HTTP response body from."""
+
+    def stream(self, **_: object) -> Iterator[bytes]:
+        yield self.getvalue()
+
+
+def test_titan_concurrent_calls_keep_input_order() -> None:
+    client = _bedrock_client(retries={"total_max_attempts": 1})
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def send(request: Any, **_: object) -> AWSResponse:
+        # Answer at the HTTP level with the vector of the text this request carries.
+        body = json.loads(request.body)
+        with lock:
+            seen.append(body["inputText"])
+        payload = json.dumps(
+            {"embedding": fake_vector(body["inputText"], body["dimensions"]), "inputTextTokenCount": 2}
+        ).encode()
+        headers = {"content-type": "application/json", "content-length": str(len(payload))}
+        return AWSResponse(request.url, 200, headers, _Raw(payload))
+
+    client.meta.events.register("before-send.bedrock-runtime.InvokeModel", send)
+    texts = [f"text number {i}" for i in range(12)]
+
+    vectors = TitanEmbedder("us-east-1", client=client, max_concurrency=4).embed(texts)
+
+    assert sorted(seen) == sorted(texts)
+    _close(vectors, [fake_vector(t, 1024) for t in texts])
