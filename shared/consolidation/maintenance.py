@@ -49,7 +49,6 @@ from pydantic import BaseModel, Field, ValidationError
 from shared.clock import utcnow
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.dedup import near_duplicate_pairs
-from shared.memory.keys import normalize_key
 from shared.memory.tools import fact_index_doc, fact_text
 from shared.models import FactCategory, Triple, TripleChange
 
@@ -428,9 +427,13 @@ class _Run:
 _MAX_PROVENANCE = 50
 
 
+def _loose(text: str) -> str:
+    """Text as layer 1 compares it: case, punctuation and spacing do not make another fact."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+
+
 def _exact_key(t: Triple) -> tuple[str | None, str, str, str]:
-    obj = " ".join(t.object.casefold().split()).rstrip(" .!?;,")
-    return (t.user_id, normalize_key(t.subject), normalize_key(t.predicate), obj)
+    return (t.user_id, _loose(t.subject), _loose(t.predicate), _loose(t.object))
 
 
 def _greedy_clusters(

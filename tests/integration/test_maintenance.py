@@ -382,3 +382,20 @@ def test_rollback_leaves_what_a_later_run_changed_again(backend: Backend) -> Non
 
     assert report.superseded == 1 and report.restored == 1  # b back to active, a left to run2
     assert state(backend)["a"].status == "pruned"
+
+
+# ---------------------------------------------------------------- bounded memory
+
+
+def test_restated_facts_leave_one_active_record_per_distinct_fact(backend: Backend) -> None:
+    from tests.support.fact_workload import distinct_facts, restate_facts
+
+    facts = distinct_facts(25)
+    result = restate_facts(backend, WS, facts=facts, turns=400, maintenance_every=100, start=NOW)
+
+    assert result.facts_stated == 25
+    assert result.active_per_fact == dict.fromkeys(result.active_per_fact, 1)
+    # Both layers had work: the tool made new triples for new keys, maintenance merged them.
+    assert sum(r.merged_exact for r in result.reports) > 0
+    assert sum(r.merged_near for r in result.reports) > 0
+    assert result.stored > result.active == 25
