@@ -135,7 +135,7 @@ def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
     Returns the best matching messages, each with its date and conversation."""
     outcome = _searcher(ctx).search(ctx.workspace_id, args.query, k=args.k, tiers=["message"])
     outcome = _with_recent_fallback(ctx, outcome, args.k)
-    entries = [_hit_entry(h) for h in outcome.hits]
+    entries = [_hit_entry(h, outcome) for h in outcome.hits]
     return _render(f"memory_search: {len(entries)} messages", _mode_line(outcome), entries, "messages")
 
 
@@ -199,7 +199,7 @@ def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     facts = [h for h in outcome.hits if h.tier == "fact"]
     active = {t.id for t in _active_facts(ctx, facts)}
     hits = [h for h in outcome.hits if h.tier != "fact" or h.id in active]
-    entries = [_hit_entry(h) for h in hits]
+    entries = [_hit_entry(h, outcome) for h in hits]
     return _render(f"memory_semantic: {len(entries)} memories", _mode_line(outcome), entries, "memories")
 
 
@@ -502,11 +502,11 @@ def _when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _hit_entry(h: MemoryHit) -> str:
+def _hit_entry(h: MemoryHit, outcome: SearchOutcome) -> str:
     where = [h.tier, _when(h.created_at), f"session {h.session_id or '-'}"]
     if h.tier == "message" and "role" in h.metadata:
         where.append(h.metadata["role"])
-    if h.score:
+    if outcome.mode != "recent":  # recent messages are not ranked: a score would mislead
         where.append(f"score {h.score:.2f}")
     return f"[{' · '.join(where)}] {_clip(h.text)}"
 
