@@ -20,10 +20,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from shared.adapters.embedded import EmbeddedLaneRunner, SqliteLanes, build_embedded_backend
+from shared.adapters.aws.dynamodb import DynamoMemoryStore
+from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
+from shared.adapters.embedded import Database, EmbeddedLaneRunner, SqliteLanes, build_embedded_backend
+from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
 from shared.backend import Backend
 from shared.config import Settings
 from shared.models import LaneItem
+from shared.ports import EmbeddingCache
 from tests.support import moto_aws
 
 CONTRACT_VECTOR_DIM = 8
@@ -40,6 +44,9 @@ class ContractBackend:
 
     backend: Backend
     drain_lane: Callable[[int], list[LaneItem]]
+    # The set's embedding cache, built whether or not the backend has an embedder (an aws backend
+    # on "auto" has none, but its cache adapter still needs its contract run).
+    embedding_cache: EmbeddingCache | None = None
 
 
 def _drain_embedded(lanes: SqliteLanes, max_items: int, *, timeout: float = 10.0) -> list[LaneItem]:
@@ -71,9 +78,15 @@ def embedded(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
     backend = build_embedded_backend(Settings(data_dir=data_dir))
     lanes = backend.lanes
     assert isinstance(lanes, SqliteLanes)
+    cache_db = Database(data_dir / "sigil.db")
     try:
-        yield ContractBackend(backend=backend, drain_lane=lambda n: _drain_embedded(lanes, n))
+        yield ContractBackend(
+            backend=backend,
+            drain_lane=lambda n: _drain_embedded(lanes, n),
+            embedding_cache=SqliteEmbeddingCache(cache_db),
+        )
     finally:
+        cache_db.close()
         backend.close()
 
 
@@ -81,7 +94,10 @@ def embedded(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
 def aws(data_dir: pathlib.Path) -> Iterator[ContractBackend]:
     """The AWS adapters on in-process moto, index excepted (see moto_aws.contract_backend)."""
     with moto_aws.contract_backend(data_dir) as (backend, drain):
-        yield ContractBackend(backend=backend, drain_lane=drain)
+        memory = backend.memory
+        assert isinstance(memory, DynamoMemoryStore)
+        cache = DynamoEmbeddingCache(memory.table, client=memory.client)
+        yield ContractBackend(backend=backend, drain_lane=drain, embedding_cache=cache)
 
 
 BACKEND_FACTORIES: dict[str, Callable[[pathlib.Path], contextlib.AbstractContextManager[ContractBackend]]] = {

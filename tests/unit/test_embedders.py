@@ -8,6 +8,7 @@ import json
 import math
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,11 +19,15 @@ from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
+from shared.adapters.embedded.db import Database
+from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
 from shared.errors import EmbeddingError
+from shared.memory.embeddings.cache import CachedEmbedder, content_hash
 from shared.memory.embeddings.openai import MAX_BATCH_INPUTS, OpenAIEmbedder
 from shared.memory.embeddings.titan import TitanEmbedder
 from shared.ports import Embedder
 from tests.support.fake_openai_embeddings import FakeOpenAIEmbeddings, fake_vector
+from tests.support.hashing_embedder import HashingEmbedder
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -289,3 +294,61 @@ def test_titan_concurrent_calls_keep_input_order() -> None:
 
     assert sorted(seen) == sorted(texts)
     _close(vectors, [fake_vector(t, 1024) for t in texts])
+
+
+# ---------------------------------------------------------------- the cache in front of a model
+
+
+def test_sqlite_cache_evicts_entries_older_than_30_days_at_open(tmp_path: Path) -> None:
+    db = Database(tmp_path / "sigil.db")
+    try:
+        now = [1_800_000_000.0]
+        cache = SqliteEmbeddingCache(db, clock=lambda: now[0])
+        cache.put_many("m", {content_hash("old"): [1.0]})
+        now[0] += 10 * 86_400
+        cache.put_many("m", {content_hash("new"): [2.0]})
+        now[0] += 25 * 86_400  # "old" is 35 days old, "new" 25
+
+        reopened = SqliteEmbeddingCache(db, clock=lambda: now[0])
+
+        assert db.query("SELECT count(*) FROM embedding_cache") == [(1,)]
+        assert reopened.get_many("m", [content_hash("old"), content_hash("new")]) == {
+            content_hash("new"): [2.0]
+        }
+    finally:
+        db.close()
+
+
+def test_a_failing_cache_does_not_fail_the_embedding(tmp_path: Path) -> None:
+    db = Database(tmp_path / "sigil.db")
+    cache = SqliteEmbeddingCache(db)
+    model = HashingEmbedder(dimensions=8)
+    embedder = CachedEmbedder(model, cache)
+    db.close()  # every cache read and write now raises DatabaseClosed
+
+    vectors = embedder.embed(["a", "b"])
+
+    assert len(vectors) == 2
+    assert model.calls == [2]
+
+
+def test_cached_embedder_wraps_a_real_model_and_checks_its_answer(
+    fake: FakeOpenAIEmbeddings, tmp_path: Path
+) -> None:
+    db = Database(tmp_path / "sigil.db")
+    try:
+        embedder = CachedEmbedder(_openai(fake, dimensions=64), SqliteEmbeddingCache(db))
+        assert isinstance(embedder, Embedder)
+        assert embedder.model_id == "openai/text-embedding-3-small@64"
+        first = embedder.embed(["one", "two", "one"])
+        again = embedder.embed(["two", "one"])
+        assert [r["input"] for r in fake.requests] == [["one", "two"]]
+        assert again == [first[1], first[0]]
+    finally:
+        db.close()
+
+
+def test_content_hash_is_sha256_of_the_exact_text() -> None:
+    assert content_hash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert content_hash("a") != content_hash("a ")
+    assert len(content_hash("\ud800 lone surrogate")) == 64
