@@ -453,5 +453,63 @@ def memory_rollback(
     typer.echo(json.dumps(report.model_dump(), indent=2))
 
 
+# ---------------------------------------------------------------- consolidation
+
+
+@app.command()
+def consolidate(
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", "-w", help="only this workspace (default: every workspace)")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", "-s", help="only this session's compaction (in --workspace)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the whole report as JSON")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Run consolidation once, as the gateway's hourly timer does: summarise the complete batches
+    of Tier-1 messages not yet summarised, extract their facts, then maintain every workspace's
+    facts (docs/consolidation.md). With --session, only that session's compaction."""
+    from shared.clock import new_id
+    from shared.consolidation.compaction import (
+        CompactionResult,
+        ConsolidationModel,
+        compact_session,
+        consolidation_model,
+    )
+    from shared.consolidation.runner import (
+        HourlyReport,
+        WorkspaceReport,
+        consolidate_workspace,
+        run_hourly,
+        summary_lines,
+    )
+    from shared.errors import ModelNotConfigured
+
+    run_id = new_id("cli-")
+    with _memory_backend(data_dir, workspace) as (backend, ws):
+        settings = _settings(data_dir)
+
+        def model() -> ConsolidationModel:
+            return consolidation_model(settings)
+
+        report: CompactionResult | WorkspaceReport | HourlyReport
+        try:
+            if session is not None:
+                report = compact_session(backend, model, ws, session, run_id=run_id)
+            elif workspace is not None:
+                report = consolidate_workspace(backend, model, ws, run_id=run_id)
+            else:
+                report = run_hourly(backend, model, run_id=run_id)
+        except ModelNotConfigured as exc:
+            typer.echo(exc.message, err=True)
+            raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        return
+    for line in summary_lines(report):
+        typer.echo(line)
+
+
 if __name__ == "__main__":
     app()

@@ -95,6 +95,8 @@ class WorkspaceReport(BaseModel):
     # None when maintenance did not run (busy, not installed, or no time left).
     maintenance: dict[str, Any] | None = None
     maintenance_busy: bool = False
+    # Why the catch-up stopped without a model (ModelNotConfigured's message), if it did.
+    no_model: str | None = None
 
 
 class HourlyReport(BaseModel):
@@ -219,6 +221,7 @@ def consolidate_workspace(
             log.warning(
                 "catch-up skipped: no model", extra={"workspace_id": workspace_id, "reason": exc.message}
             )
+            report.no_model = exc.message
             break
         except Exception:  # one session's failure must not stop the others (module docstring)
             log.exception(
@@ -351,6 +354,8 @@ def summary_lines(report: HourlyReport | WorkspaceReport | CompactionResult | No
     for ws in workspaces:
         lines.append(f"workspace {ws.workspace_id}: {ws.status}")
         lines.extend("  " + _compaction_line(c) for c in ws.compactions)
+        if ws.no_model:
+            lines.append(f"  compaction skipped: {ws.no_model}")
         if ws.maintenance_busy:
             lines.append("  maintenance: busy (another run holds the workspace)")
         elif ws.maintenance is not None:

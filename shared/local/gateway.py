@@ -33,6 +33,8 @@ from shared.channels import web
 from shared.channels.inbound import ChannelName, channel_for
 from shared.channels.out import build_senders
 from shared.config import Settings
+from shared.consolidation.compaction import consolidation_model
+from shared.consolidation.local import register_consolidation
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
 from shared.memory.tacit import TacitFacts
@@ -91,6 +93,9 @@ class LocalGateway:
             on_dead_letter=lambda item: give_up_turn(self.deps, item),
         )
         self.scheduler = LocalScheduler(events)
+        # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
+        # and the schedule drive the consolidate function in the cloud).
+        register_consolidation(self.scheduler, self.backend, lambda: consolidation_model(self.settings))
 
     def _handle(self, item: LaneItem) -> None:
         run_turn(self.deps, item)

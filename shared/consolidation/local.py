@@ -1,0 +1,69 @@
+"""Consolidation on one machine: the local gateway's scheduler runs what EventBridge runs in the
+cloud, with the same code (shared.consolidation.runner).
+
+- CompactionDue (published by the turn into the SQLite bus) → compact that session;
+- MaintenanceDue → one workspace's catch-up and maintenance;
+- every hour → catch-up and maintenance of every workspace. The scheduler persists the job's
+  last run, so an hour missed while the gateway was down is caught up once at the next start.
+
+The scheduler runs events and jobs on one thread, so each run gets a deadline that keeps it from
+holding the bus for long; what it leaves is picked up from its checkpoints by the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from shared.backend import Backend
+from shared.clock import new_id
+from shared.consolidation.deadline import Deadline
+from shared.consolidation.runner import (
+    ModelFactory,
+    consolidate_workspace,
+    once,
+    run_compaction_due,
+    run_hourly,
+    run_id_for,
+)
+from shared.models import DomainEvent
+
+if TYPE_CHECKING:
+    from shared.adapters.embedded import LocalScheduler
+
+log = logging.getLogger("sigil.consolidation")
+
+HOURLY_JOB: Final = "consolidation-hourly"
+HOURLY_S: Final = 3600.0
+EVENT_RUN_S: Final = 300.0  # one CompactionDue or MaintenanceDue
+HOURLY_RUN_S: Final = 600.0
+
+
+def register_consolidation(
+    scheduler: LocalScheduler,
+    backend: Backend,
+    model: ModelFactory,
+    *,
+    interval_s: float = HOURLY_S,
+) -> None:
+    """Register the consolidation handlers and the hourly job (before scheduler.start())."""
+    model = once(model)
+
+    def on_compaction_due(event: DomainEvent) -> None:
+        # Raised errors (the model is down) make the scheduler retry the event, then give up on
+        # it; the hourly run catches the batch up either way.
+        run_compaction_due(
+            backend, model, event, run_id=run_id_for(event), deadline=Deadline.after(EVENT_RUN_S)
+        )
+
+    def on_maintenance_due(event: DomainEvent) -> None:
+        consolidate_workspace(
+            backend, model, event.workspace_id, run_id=run_id_for(event), deadline=Deadline.after(EVENT_RUN_S)
+        )
+
+    def hourly() -> None:
+        run_hourly(backend, model, run_id=new_id("hourly-"), deadline=Deadline.after(HOURLY_RUN_S))
+
+    scheduler.on("CompactionDue", on_compaction_due)
+    scheduler.on("MaintenanceDue", on_maintenance_due)
+    scheduler.every(HOURLY_JOB, interval_s, hourly)

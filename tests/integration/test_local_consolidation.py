@@ -1,0 +1,183 @@
+"""Consolidation on one machine: real turns publish CompactionDue into the SQLite bus and the local
+scheduler compacts (shared.consolidation.local, as the gateway registers it); and `sigil
+consolidate` runs the same code once against a data dir (typer's CliRunner, the real openai SDK
+against the local OpenAI stand-in as the consolidation model).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shared.adapters.embedded import LocalScheduler, SqliteEventBus, build_embedded_backend
+from shared.agent.turn import TurnDeps, run_turn
+from shared.backend import Backend
+from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.cli import app
+from shared.config import Settings
+from shared.consolidation.local import HOURLY_JOB, register_consolidation
+from shared.models import InboundMessage, LaneItem, Sender, UserMessage
+from shared.providers.base import ChatRequest
+from shared.providers.function import FunctionProvider
+from tests.support.consolidation import SID, FakeConsolidator, seed
+from tests.support.fake_openai import FakeOpenAI
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "SIGIL_DATA_DIR",
+        "SIGIL_DEFAULT_WORKSPACE",
+        "SIGIL_BACKEND",
+        "SIGIL_MODEL",
+        "SIGIL_CONSOLIDATION_MODEL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def backend(data_dir: Path) -> Iterator[Backend]:
+    b = build_embedded_backend(Settings(data_dir=data_dir))
+    yield b
+    b.close()
+
+
+def echo(request: ChatRequest) -> str:
+    last = request.messages[-1]
+    assert isinstance(last, UserMessage)
+    return f"noted: {last.content}"
+
+
+def turn(i: int, text: str) -> LaneItem:
+    return LaneItem(
+        inbound=InboundMessage(
+            event_id=f"e{i}",
+            channel="web",
+            workspace_id="default",
+            session_id="web.s1",
+            sender=Sender(id="alice"),
+            chat_id="s1",
+            text=text,
+        )
+    )
+
+
+def test_real_turns_announce_compaction_and_the_local_scheduler_does_it(
+    backend: Backend, data_dir: Path
+) -> None:
+    # Given the gateway's scheduler with consolidation registered, and a function-backed model
+    bus = backend.events
+    assert isinstance(bus, SqliteEventBus)
+    scheduler = LocalScheduler(bus, max_attempts=1)
+    consolidator = FakeConsolidator()
+    register_consolidation(scheduler, backend, lambda: consolidator.model)
+    deps = TurnDeps(
+        backend=backend,
+        settings=Settings(data_dir=data_dir),
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (FunctionProvider(echo), "turn-model"),
+    )
+    # When 60 turns run (120 messages; 100 roll out of the 20-message window into Tier 1)
+    for i in range(60):
+        text = "I prefer dark mode in every editor." if i == 3 else f"small talk {i}"
+        assert run_turn(deps, turn(i, text)).outcome == "ok"
+    # Then the turns published one CompactionDue per 50 rolled-out messages
+    due = [e for e in bus.list_events(status="pending") if e.event.type == "CompactionDue"]
+    assert len(due) == 2
+    # When the scheduler runs (both events, then the hourly job, which is due at first start)
+    assert scheduler.run_pending() == 3
+    # Then the session has its two batch summaries and its rolling summary, and the fact
+    summaries = backend.memory.list_summaries("default", session_id="web.s1")
+    assert sorted((s.kind, s.first_seq, s.last_seq) for s in summaries) == [
+        ("batch", 0, 49),
+        ("batch", 50, 99),
+        ("rolling", 0, 99),
+    ]
+    session = backend.sessions.get("default", "web.s1")
+    assert session is not None and session.summary.startswith("Messages 0-49")
+    facts = backend.memory.triples_by_subject("default", "alice")
+    assert [(t.predicate, t.object) for t in facts] == [("editor-theme", "dark mode")]
+    # The first event did both batches, so the second found nothing left: two summary calls in all
+    assert consolidator.calls["summary"] == 2
+    assert [e.status for e in bus.list_events() if e.event.type == "CompactionDue"] == ["done", "done"]
+    assert scheduler.last_run(HOURLY_JOB) is not None
+
+
+# ---------------------------------------------------------------- sigil consolidate
+
+
+@pytest.fixture
+def fake_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeConsolidator]:
+    consolidator = FakeConsolidator()
+    with FakeOpenAI(consolidator.openai) as server:
+        monkeypatch.setenv("SIGIL_CONSOLIDATION_MODEL", "openai/cheap-model")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        yield consolidator
+
+
+def sigil(data_dir: Path, *args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["consolidate", *args, "--data-dir", str(data_dir)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_sigil_consolidate_runs_once_and_says_what_it_did(
+    backend: Backend, data_dir: Path, fake_model: FakeConsolidator
+) -> None:
+    seed(backend, workspace_id="default")
+    seed(backend, workspace_id="other", turns=30)
+    status, out, _ = sigil(data_dir)
+    assert status == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("run cli-") and ": done in " in lines[0]
+    assert lines[1:3] == [
+        "workspace default: done",
+        f"  session {SID}: done, 2 summaries (summarised to seq 99), facts 4 new / 2 merged / 1 dropped",
+    ]
+    assert lines[3].startswith("  maintenance: scored ")
+    assert "workspace other: done" in lines
+    assert fake_model.calls == {"summary": 2, "rolling": 1, "extract": 2}
+    # Run again: nothing left to summarise
+    status, out, _ = sigil(data_dir, "--workspace", "default")
+    assert status == 0 and out.splitlines()[0] == "workspace default: done"
+    assert "summaries" not in out
+    assert fake_model.calls["summary"] == 2
+
+
+def test_sigil_consolidate_one_session_as_json(
+    backend: Backend, data_dir: Path, fake_model: FakeConsolidator
+) -> None:
+    seed(backend, workspace_id="default")
+    status, out, _ = sigil(data_dir, "--session", SID, "--json")
+    assert status == 0
+    report = json.loads(out)
+    assert (report["session_id"], report["status"], report["summaries"], report["checkpoint"]) == (
+        SID,
+        "done",
+        2,
+        99,
+    )
+
+
+def test_sigil_consolidate_without_a_model_says_how_to_configure_one(
+    backend: Backend, data_dir: Path
+) -> None:
+    seed(backend, workspace_id="default")
+    status, _, err = sigil(data_dir, "--session", SID)
+    assert status == 2 and "No model is configured" in err
+    status, out, _ = sigil(data_dir, "--workspace", "default")
+    assert status == 0 and "compaction skipped: No model is configured" in out
+    assert backend.memory.list_summaries("default") == []
