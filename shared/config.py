@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     # "provider/model" for consolidation's summaries and fact extraction (a cheap model does);
     # None: the gateway's default model.
     consolidation_model: str | None = None
+    # Text embeddings for memory (shared.memory.embeddings, docs/memory.md): "auto" (the offline
+    # MiniLM on the embedded backend when its packages are installed; none on aws), "none",
+    # "local", "openai/<model>" or "bedrock/<model>". None of them is loaded until first used.
+    embedding_model: str = "auto"
+    # Fewer dimensions than the model's own (text-embedding-3 any, Titan v2 256/512); None: native.
+    embedding_dimensions: int | None = Field(default=None, ge=1)
 
     # Platform API base URLs by channel (JSON in SIGIL_PLATFORM_BASE_URLS), for a proxy or a
     # local stand-in; a channel not listed uses the platform's public API.
