@@ -57,6 +57,7 @@ _MAX_PROVENANCE_IDS = 20
 # Facts the topic search adds after the key lookups: k-NN always answers its k nearest, related or
 # not, so few, each marked "found by search".
 RECALL_SEARCH_K = 5
+MAX_SUMMARIES = 50  # read per call, oldest first
 
 # Control characters: rejected in queries (shared.memory.search), stripped from stored facts.
 _LINE_BREAKS = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]+")
@@ -148,14 +149,17 @@ def memory_summary(args: MemorySummaryArgs, ctx: ToolContext) -> str:
     if start is not None and end is not None and start > end:
         raise BadRequest("start_date is after end_date")
     session = ctx.session_id if args.scope == "session" else None
-    summaries = ctx.backend.memory.list_summaries(ctx.workspace_id, session_id=session, start=start, end=end)
+    summaries = ctx.backend.memory.list_summaries(
+        ctx.workspace_id, session_id=session, start=start, end=end, limit=MAX_SUMMARIES
+    )
     entries = [_summary_entry(s) for s in summaries]
     span = f"from {start:%Y-%m-%d} " if start else ""
     span += f"to {end:%Y-%m-%d}" if end else ""
     where = "this conversation" if session else "this workspace"
-    return _render(
-        f"memory_summary: {len(entries)} summaries of {where} {span}".rstrip(), None, entries, "summaries"
-    )
+    header = f"memory_summary: {len(entries)} summaries of {where} {span}".rstrip()
+    if len(summaries) == MAX_SUMMARIES:
+        header += f" (the oldest {MAX_SUMMARIES}; a later start_date finds the rest)"
+    return _render(header, None, entries, "summaries")
 
 
 @tool
@@ -211,8 +215,11 @@ def memory_store(args: MemoryStoreArgs, ctx: ToolContext) -> str:
     Store what the user asks you to remember or what will matter later, not what the known facts
     already say. A new value for the same subject and predicate replaces the old one."""
     pii = _pii(ctx)
+    # No subject, or one that names the person talking ("me", "user"): the user's Sigil id, which
+    # the tacit facts and memory_recall("me") look up.
+    named = (args.subject or "").strip()
     subject = _fact_part(
-        args.subject if args.subject is not None else ctx.user_id, "subject", MAX_KEY_CHARS, pii
+        ctx.user_id if not named or named.casefold() in _SELF_TOPICS else named, "subject", MAX_KEY_CHARS, pii
     )
     predicate = _fact_part(args.predicate, "predicate", MAX_KEY_CHARS, pii)
     obj = _fact_part(args.object, "object", MAX_VALUE_CHARS, pii)
