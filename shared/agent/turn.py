@@ -72,6 +72,7 @@ from shared.channels.out import Reply, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
+from shared.consolidation.emergency import with_emergency_compaction
 from shared.errors import ConcurrencyConflict, ModelNotConfigured, ProviderError
 from shared.identity import Resolution, resolve_sender
 from shared.models import (
@@ -190,15 +191,23 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     # Slack, Discord); the web outbox and WhatsApp get the final text once.
     shown = progressive_reply(deps.senders.get(inbound.channel), _outbound(inbound, session, turn, ""))
     try:
-        result = run_loop(
-            provider,
-            request,
-            deps.tools,
-            ctx,
+        # A context overflow rolls more of the window into Tier 1 and calls again (10, 3, then 1
+        # message kept): shared.consolidation.emergency. The session it saves is the one to commit.
+        result, session = with_emergency_compaction(
+            deps.backend,
             workspace,
-            on_text=_redacted(shown, safety),
-            safety=safety,
-            budget=budget,
+            session,
+            request,
+            lambda request: run_loop(
+                provider,
+                request,
+                deps.tools,
+                ctx,
+                workspace,
+                on_text=_redacted(shown, safety),
+                safety=safety,
+                budget=budget,
+            ),
         )
         shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
         record = _audit_record(
