@@ -43,6 +43,7 @@ class FakeOpenAIEmbeddings:
     def __init__(self, *, native_dimensions: int = 1536, host: str = "127.0.0.1", port: int = 0) -> None:
         self.native_dimensions = native_dimensions
         self.requests: list[Json] = []
+        self.headers: list[dict[str, str]] = []  # request headers, lower-cased names
         self.scale = 1.0  # multiply every vector: > 1 imitates a server that does not normalise
         self._failures: deque[tuple[int, str, str | None]] = deque()
         self._lock = threading.Lock()
@@ -82,9 +83,10 @@ class FakeOpenAIEmbeddings:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _next(self, body: Json) -> tuple[int, str, str | None] | None:
+    def _next(self, body: Json, headers: dict[str, str]) -> tuple[int, str, str | None] | None:
         with self._lock:
             self.requests.append(body)
+            self.headers.append(headers)
             return self._failures.popleft() if self._failures else None
 
 
@@ -106,7 +108,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fake = cast(_Server, self.server).fake
         body: Json = json.loads(raw or b"{}")
-        failure = fake._next(body)
+        failure = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
         if failure is not None:
             status, message, code = failure
             kind = "invalid_request_error" if status < 500 else "server_error"

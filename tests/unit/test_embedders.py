@@ -19,10 +19,17 @@ from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
+from shared.adapters.aws import build_aws_backend
+from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
+from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.adapters.embedded.db import Database
 from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
-from shared.errors import EmbeddingError
+from shared.cloud import OPENAI_KEY_SECRET
+from shared.config import Settings
+from shared.errors import EmbeddingError, SigilError
+from shared.memory.embeddings import build_embedder
 from shared.memory.embeddings.cache import CachedEmbedder, content_hash
+from shared.memory.embeddings.minilm import LocalMiniLM
 from shared.memory.embeddings.openai import MAX_BATCH_INPUTS, OpenAIEmbedder
 from shared.memory.embeddings.titan import TitanEmbedder
 from shared.ports import Embedder
@@ -352,3 +359,117 @@ def test_content_hash_is_sha256_of_the_exact_text() -> None:
     assert content_hash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert content_hash("a") != content_hash("a ")
     assert len(content_hash("\ud800 lone surrogate")) == 64
+
+
+# ---------------------------------------------------------------- build_embedder and the backends
+
+
+def _settings(tmp_path: Path, **values: Any) -> Settings:
+    return Settings(data_dir=tmp_path / "data", **values)
+
+
+def test_auto_on_the_embedded_backend_is_the_local_model_unloaded(tmp_path: Path) -> None:
+    embedder = build_embedder(_settings(tmp_path), FileSecretStore(tmp_path / "s.json"))
+    assert isinstance(embedder, LocalMiniLM)
+    assert not embedder.loaded  # weights are read on the first embedding, not at build
+
+    backend = build_embedded_backend(_settings(tmp_path))
+    try:
+        cached = backend.embedder
+        assert isinstance(cached, CachedEmbedder)
+        assert isinstance(cached.inner, LocalMiniLM) and not cached.inner.loaded
+        assert isinstance(cached.cache, SqliteEmbeddingCache)
+        assert cached.model_id.startswith("local/all-MiniLM-L6-v2@")
+    finally:
+        backend.close()
+
+
+def test_none_and_auto_on_aws_mean_no_embeddings(tmp_path: Path) -> None:
+    secrets = FileSecretStore(tmp_path / "s.json")
+    assert build_embedder(_settings(tmp_path, embedding_model="none"), secrets) is None
+    assert build_embedder(_settings(tmp_path, backend="aws"), secrets) is None
+    backend = build_embedded_backend(_settings(tmp_path, embedding_model="none"))
+    try:
+        assert backend.embedder is None
+    finally:
+        backend.close()
+
+
+def test_openai_key_comes_from_the_secret_store_at_first_use(
+    tmp_path: Path, fake: FakeOpenAIEmbeddings
+) -> None:
+    secrets = FileSecretStore(tmp_path / "s.json")
+    settings = _settings(
+        tmp_path,
+        embedding_model="openai/text-embedding-3-small",
+        embedding_dimensions=256,
+        openai_base_url=fake.base_url,
+    )
+    embedder = build_embedder(settings, secrets)
+    assert isinstance(embedder, OpenAIEmbedder)
+    assert (embedder.model_id, embedder.dimensions) == ("openai/text-embedding-3-small@256", 256)
+    # Stored after the build: the key is read when the first embedding is asked for.
+    secrets.set(OPENAI_KEY_SECRET, "sk-from-secrets-1234")
+
+    assert len(embedder.embed(["hello"])[0]) == 256
+    assert fake.headers[0]["authorization"] == "Bearer sk-from-secrets-1234"
+
+
+def test_openai_without_a_key_or_base_url_fails_at_first_use(tmp_path: Path) -> None:
+    embedder = build_embedder(
+        _settings(tmp_path, embedding_model="openai/text-embedding-3-small"),
+        FileSecretStore(tmp_path / "s.json"),
+    )
+    assert embedder is not None
+    with pytest.raises(EmbeddingError, match="OPENAI_API_KEY") as info:
+        embedder.embed(["hello"])
+    assert info.value.retryable is False
+
+
+def test_bedrock_embedder_and_the_aws_backend_wiring(tmp_path: Path) -> None:
+    settings = Settings(
+        backend="aws",
+        sessions_table="sessions",
+        memory_table="memory",
+        queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/turns.fifo",
+        event_bus_name="bus",
+        opensearch_endpoint="https://search.example.com",
+        aws_region="us-east-1",
+        embedding_model="bedrock/amazon.titan-embed-text-v2:0",
+        embedding_dimensions=512,
+    )
+    # Building makes no AWS call (no credentials or endpoint are needed for it).
+    backend = build_aws_backend(settings)
+    cached = backend.embedder
+    assert isinstance(cached, CachedEmbedder)
+    assert isinstance(cached.inner, TitanEmbedder)
+    assert isinstance(cached.cache, DynamoEmbeddingCache)
+    assert (cached.model_id, cached.dimensions) == ("bedrock/amazon.titan-embed-text-v2:0@512", 512)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"embedding_model": "cohere/embed-v3"}, "not one of"),
+        ({"embedding_model": "openai/"}, "not one of"),
+        ({"embedding_model": "openai/my-model"}, "dimensions"),
+        ({"embedding_model": "local", "embedding_dimensions": 512}, "384"),
+        ({"embedding_model": "bedrock/amazon.titan-embed-text-v2:0", "aws_region": None}, "region"),
+        (
+            {
+                "embedding_model": "bedrock/amazon.titan-embed-text-v2:0",
+                "embedding_dimensions": 300,
+                "aws_region": "us-east-1",
+            },
+            "256, 512 or 1024",
+        ),
+    ],
+)
+def test_malformed_settings_are_refused_at_build(
+    tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    # model_copy, not the constructor: AWS_REGION from the environment must not fill the region.
+    settings = _settings(tmp_path).model_copy(update={"aws_region": None, "bedrock_region": None, **values})
+    with pytest.raises(SigilError, match=message) as info:
+        build_embedder(settings, FileSecretStore(tmp_path / "s.json"))
+    assert info.value.code == "misconfigured"

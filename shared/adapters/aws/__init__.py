@@ -58,9 +58,16 @@ def build_aws_backend(settings: Settings) -> Backend:
     assert settings.sessions_table and settings.memory_table
     assert settings.queue_url and settings.event_bus_name
 
+    from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
     from shared.channels.ledger import DynamoSendLedger
+    from shared.memory.embeddings import build_embedder
+    from shared.memory.embeddings.cache import CachedEmbedder
 
     region = settings.aws_region
+    secrets = SecretsManagerStore(settings.secrets_prefix, region=region)
+    # Building it makes no AWS call: an OpenAI key is read from Secrets Manager, and a Bedrock
+    # client built, on the first embedding.
+    embedder = build_embedder(settings, secrets)
     return Backend(
         # The memory table too: a turn's commit writes its Tier-1 records and audit record in the
         # session's transaction.
@@ -74,11 +81,17 @@ def build_aws_backend(settings: Settings) -> Backend:
         events=EventBridgeBus(settings.event_bus_name, region=region),
         workspaces=DynamoWorkspaceStore(settings.memory_table, region=region),
         audit=DynamoAuditLog(settings.memory_table, region=region),
-        secrets=SecretsManagerStore(settings.secrets_prefix, region=region),
+        secrets=secrets,
         identities=CachedIdentities(DynamoIdentityStore(settings.memory_table, region=region)),
         send_ledger=DynamoSendLedger(settings.sessions_table, region=region),
         # The sessions table: conditional counter writes on the turn path, like the outbox.
         budgets=DynamoBudgetStore(settings.sessions_table, region=region),
         # The sessions table too: leases are conditional writes, like the budget counters.
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
+        # Cache entries live in the memory table (docs/dynamodb.md), expiring by its TTL.
+        embedder=(
+            CachedEmbedder(embedder, DynamoEmbeddingCache(settings.memory_table, region=region))
+            if embedder
+            else None
+        ),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from shared.adapters.embedded.budgets import SqliteBudgetStore
 from shared.adapters.embedded.consolidation_state import SqliteConsolidationState
 from shared.adapters.embedded.db import Database, DatabaseClosed
+from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
 from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
@@ -24,6 +25,8 @@ from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceS
 from shared.backend import Backend
 from shared.channels.ledger import SqliteSendLedger
 from shared.config import Settings
+from shared.memory.embeddings import build_embedder
+from shared.memory.embeddings.cache import CachedEmbedder
 
 __all__ = [
     "Database",
@@ -35,6 +38,7 @@ __all__ = [
     "SqliteAuditLog",
     "SqliteBudgetStore",
     "SqliteConsolidationState",
+    "SqliteEmbeddingCache",
     "SqliteEventBus",
     "SqliteIdentityStore",
     "SqliteLanes",
@@ -67,6 +71,8 @@ def build_embedded_backend(settings: Settings) -> Backend:
     index_db = Database(data_dir / "index.db", load_vec=True)
     queue = Database(data_dir / "queue.db")
     try:
+        secrets = FileSecretStore(data_dir / "secrets.json")
+        embedder = build_embedder(settings, secrets)
         backend = Backend(
             sessions=SqliteSessionStore(main),
             memory=SqliteMemoryStore(main),
@@ -76,11 +82,13 @@ def build_embedded_backend(settings: Settings) -> Backend:
             events=SqliteEventBus(queue),
             workspaces=SqliteWorkspaceStore(main),
             audit=SqliteAuditLog(main),
-            secrets=FileSecretStore(data_dir / "secrets.json"),
+            secrets=secrets,
             identities=SqliteIdentityStore(main),
             send_ledger=SqliteSendLedger(main),
             budgets=SqliteBudgetStore(main),
             consolidation=SqliteConsolidationState(main),
+            # The local model is built unloaded: its weights are read on the first embedding.
+            embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
         )
     except BaseException:

@@ -54,14 +54,9 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache: EmbeddingCache) -> None:
         self.inner = inner
         self.cache = cache
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
+        # Every embedder fixes its id and width when built (the local one without loading).
+        self.model_id = inner.model_id
+        self.dimensions = inner.dimensions
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -69,7 +64,7 @@ class CachedEmbedder:
         for text in texts:
             if not isinstance(text, str):
                 raise EmbeddingError(f"can only embed str, got {type(text).__name__}")
-        model_id = self.inner.model_id
+        model_id = self.model_id
         hashes = [content_hash(t) for t in texts]
         # First text for each distinct hash, in input order: a repeated text is embedded once.
         first_text = dict(zip(hashes, texts, strict=True))

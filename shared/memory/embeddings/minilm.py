@@ -107,6 +107,18 @@ class _Weights:
     layers: tuple[_Layer, ...]
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    tokenizer: Tokenizer
+    weights: _Weights
+    heads: int
+    eps: float
+
+
+_SHARED: dict[tuple[str, str], _Loaded] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class LocalMiniLM:
     """The Embedder port over sentence-transformers/all-MiniLM-L6-v2, computed with numpy.
 
@@ -135,7 +147,6 @@ class LocalMiniLM:
         self._weights: _Weights | None = None
         self._heads = 0
         self._eps = 0.0
-        self._max_tokens = 0
 
     @property
     def loaded(self) -> bool:
@@ -164,79 +175,17 @@ class LocalMiniLM:
     # -- loading ---------------------------------------------------------------------------
 
     def _load_locked(self) -> None:
-        try:
-            import numpy as np
-            from safetensors.numpy import load_file
-            from tokenizers import Tokenizer
-        except ImportError as exc:
-            raise EmbeddingError(
-                "the local embedding model needs numpy, tokenizers and safetensors "
-                "(install the 'local' dependency group)"
-            ) from exc
-
         model_dir = self._model_dir or default_model_dir()
-        weights_path = model_dir / "model.safetensors"
-        if not weights_path.is_file():
-            raise EmbeddingError(f"no model.safetensors in {model_dir}")
-        actual = sha256_file(weights_path)
-        if actual != self._expected_sha256:
-            raise ModelIntegrityError(
-                f"{weights_path} has SHA-256 {actual}, expected {self._expected_sha256}: "
-                "the weights are corrupt or not the pinned all-MiniLM-L6-v2 release"
-            )
-
-        config = _read_json(model_dir / "config.json")
-        pooling = _read_json(model_dir / "1_Pooling" / "config.json")
-        st_config = _read_json(model_dir / "sentence_bert_config.json")
-        _check_architecture(config, pooling)
-
-        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        # tokenizer.json ships padding to a fixed 128 and truncation at 128; sentence-transformers
-        # truncates at max_seq_length instead and pads per batch, which is what we do below.
-        self._max_tokens = int(st_config.get("max_seq_length", 256))
-        tokenizer.enable_truncation(max_length=self._max_tokens)
-        tokenizer.no_padding()
-
-        raw = load_file(str(weights_path))
-
-        def t(name: str) -> F32:
-            return np.ascontiguousarray(raw[name], dtype=np.float32)
-
-        layers = []
-        for i in range(int(config["num_hidden_layers"])):
-            p = f"encoder.layer.{i}."
-            qkv_w = np.concatenate(
-                [t(p + f"attention.self.{n}.weight") for n in ("query", "key", "value")], axis=0
-            )
-            qkv_b = np.concatenate([t(p + f"attention.self.{n}.bias") for n in ("query", "key", "value")])
-            layers.append(
-                _Layer(
-                    # torch Linear stores (out, in); transpose once so the forward pass is x @ W.
-                    qkv_w=np.ascontiguousarray(qkv_w.T),
-                    qkv_b=qkv_b,
-                    out_w=np.ascontiguousarray(t(p + "attention.output.dense.weight").T),
-                    out_b=t(p + "attention.output.dense.bias"),
-                    ln1_g=t(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=t(p + "attention.output.LayerNorm.bias"),
-                    up_w=np.ascontiguousarray(t(p + "intermediate.dense.weight").T),
-                    up_b=t(p + "intermediate.dense.bias"),
-                    down_w=np.ascontiguousarray(t(p + "output.dense.weight").T),
-                    down_b=t(p + "output.dense.bias"),
-                    ln2_g=t(p + "output.LayerNorm.weight"),
-                    ln2_b=t(p + "output.LayerNorm.bias"),
-                )
-            )
-        self._heads = int(config["num_attention_heads"])
-        self._eps = float(config["layer_norm_eps"])
-        self._tokenizer = tokenizer
-        self._weights = _Weights(
-            word=t("embeddings.word_embeddings.weight"),
-            position=t("embeddings.position_embeddings.weight"),
-            token_type0=t("embeddings.token_type_embeddings.weight")[0],
-            ln_g=t("embeddings.LayerNorm.weight"),
-            ln_b=t("embeddings.LayerNorm.bias"),
-            layers=tuple(layers),
-        )
+        key = (str(model_dir.resolve()), self._expected_sha256)
+        # One copy of the weights per process, however many backends build an embedder: tests
+        # and `sigil dev` open several, and each copy is ~130 MB. A failed load is not kept.
+        with _SHARED_LOCK:
+            model = _SHARED.get(key)
+            if model is None:
+                model = _read_model(model_dir, self._expected_sha256)
+                _SHARED[key] = model
+        self._tokenizer, self._weights = model.tokenizer, model.weights
+        self._heads, self._eps = model.heads, model.eps
 
     # -- inference -------------------------------------------------------------------------
 
@@ -307,6 +256,83 @@ class LocalMiniLM:
         var = (centered * centered).mean(axis=-1, keepdims=True)
         result: F32 = centered / np.sqrt(var + np.float32(self._eps)) * gamma + beta
         return result
+
+
+def _read_model(model_dir: Path, expected_sha256: str) -> _Loaded:
+    try:
+        import numpy as np
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise EmbeddingError(
+            "the local embedding model needs numpy, tokenizers and safetensors "
+            "(install the 'local' dependency group)"
+        ) from exc
+
+    weights_path = model_dir / "model.safetensors"
+    if not weights_path.is_file():
+        raise EmbeddingError(f"no model.safetensors in {model_dir}")
+    actual = sha256_file(weights_path)
+    if actual != expected_sha256:
+        raise ModelIntegrityError(
+            f"{weights_path} has SHA-256 {actual}, expected {expected_sha256}: "
+            "the weights are corrupt or not the pinned all-MiniLM-L6-v2 release"
+        )
+
+    config = _read_json(model_dir / "config.json")
+    pooling = _read_json(model_dir / "1_Pooling" / "config.json")
+    st_config = _read_json(model_dir / "sentence_bert_config.json")
+    _check_architecture(config, pooling)
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    # tokenizer.json ships padding to a fixed 128 and truncation at 128; sentence-transformers
+    # truncates at max_seq_length instead and pads per batch, which is what we do below.
+    max_tokens = int(st_config.get("max_seq_length", 256))
+    tokenizer.enable_truncation(max_length=max_tokens)
+    tokenizer.no_padding()
+
+    raw = load_file(str(weights_path))
+
+    def t(name: str) -> F32:
+        return np.ascontiguousarray(raw[name], dtype=np.float32)
+
+    layers = []
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{i}."
+        qkv_w = np.concatenate(
+            [t(p + f"attention.self.{n}.weight") for n in ("query", "key", "value")], axis=0
+        )
+        qkv_b = np.concatenate([t(p + f"attention.self.{n}.bias") for n in ("query", "key", "value")])
+        layers.append(
+            _Layer(
+                # torch Linear stores (out, in); transpose once so the forward pass is x @ W.
+                qkv_w=np.ascontiguousarray(qkv_w.T),
+                qkv_b=qkv_b,
+                out_w=np.ascontiguousarray(t(p + "attention.output.dense.weight").T),
+                out_b=t(p + "attention.output.dense.bias"),
+                ln1_g=t(p + "attention.output.LayerNorm.weight"),
+                ln1_b=t(p + "attention.output.LayerNorm.bias"),
+                up_w=np.ascontiguousarray(t(p + "intermediate.dense.weight").T),
+                up_b=t(p + "intermediate.dense.bias"),
+                down_w=np.ascontiguousarray(t(p + "output.dense.weight").T),
+                down_b=t(p + "output.dense.bias"),
+                ln2_g=t(p + "output.LayerNorm.weight"),
+                ln2_b=t(p + "output.LayerNorm.bias"),
+            )
+        )
+    return _Loaded(
+        tokenizer=tokenizer,
+        weights=_Weights(
+            word=t("embeddings.word_embeddings.weight"),
+            position=t("embeddings.position_embeddings.weight"),
+            token_type0=t("embeddings.token_type_embeddings.weight")[0],
+            ln_g=t("embeddings.LayerNorm.weight"),
+            ln_b=t("embeddings.LayerNorm.bias"),
+            layers=tuple(layers),
+        ),
+        heads=int(config["num_attention_heads"]),
+        eps=float(config["layer_norm_eps"]),
+    )
 
 
 def _gelu(x: F32) -> F32:

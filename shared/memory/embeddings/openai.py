@@ -1,6 +1,6 @@
 """OpenAI embeddings (text-embedding-3-small by default) and OpenAI-compatible servers.
 
-The `openai` SDK is imported when the embedder is built, as for the chat provider. The SDK's own
+The `openai` SDK is imported, and its client built, on the first embedding asked for. The SDK's own
 retry loop does spec 003's retries (3 attempts, exponential backoff from 0.5 s, Retry-After
 honoured, no retry on other 4xx); what still fails becomes an EmbeddingError whose `retryable`
 says whether a later attempt (the backfill) may succeed.
@@ -9,7 +9,8 @@ says whether a later attempt (the backfill) may succeed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from shared.errors import EmbeddingError
@@ -38,7 +39,7 @@ _SAFE_CODE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 class OpenAIEmbedder:
     def __init__(
         self,
-        api_key: str | None,
+        api_key: str | Callable[[], str | None] | None,
         *,
         model: str = DEFAULT_MODEL,
         dimensions: int | None = None,
@@ -46,8 +47,9 @@ class OpenAIEmbedder:
         timeout_s: float = 30.0,
         max_retries: int = 2,
     ) -> None:
-        import openai
-
+        """`api_key` may be a function: it is called when the first embedding is asked for, so a
+        key kept in Secrets Manager is not fetched (nor the SDK imported) while building a backend.
+        """
         native = NATIVE_DIMENSIONS.get(model)
         if dimensions is None:
             if native is None:
@@ -62,12 +64,33 @@ class OpenAIEmbedder:
         self.model_id = f"openai/{model}" if dimensions == native else f"openai/{model}@{dimensions}"
         # The parameter is sent only when it changes something: compatible servers may reject it.
         self._send_dimensions = dimensions != native
-        self._api_key = api_key or KEYLESS_PLACEHOLDER
-        self._client: openai.OpenAI = openai.OpenAI(
-            api_key=self._api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
-        )
-        self._sdk_error: type[openai.OpenAIError] = openai.OpenAIError
-        self._connection_error: type[openai.APIConnectionError] = openai.APIConnectionError
+        self._key_source = api_key
+        self._base_url = base_url
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._api_key = ""
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_client(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                key = self._key_source() if callable(self._key_source) else self._key_source
+                if not key and not self._base_url:
+                    raise EmbeddingError(
+                        "OpenAI embeddings need OPENAI_API_KEY (or the llm/openai-api-key secret), "
+                        "or OPENAI_BASE_URL for a compatible server"
+                    )
+                self._api_key = key or KEYLESS_PLACEHOLDER
+                self._client = openai.OpenAI(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    timeout=self._timeout_s,
+                    max_retries=self._max_retries,
+                )
+            return self._client
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         inputs = [api_input(t) for t in texts]
@@ -77,19 +100,20 @@ class OpenAIEmbedder:
         return vectors
 
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        import openai
+
+        client = self._ensure_client()
         try:
             if self._send_dimensions:
-                response = self._client.embeddings.create(
+                response = client.embeddings.create(
                     model=self.model, input=batch, dimensions=self.dimensions, encoding_format="float"
                 )
             else:
-                response = self._client.embeddings.create(
-                    model=self.model, input=batch, encoding_format="float"
-                )
-        except self._sdk_error as exc:
+                response = client.embeddings.create(model=self.model, input=batch, encoding_format="float")
+        except openai.OpenAIError as exc:
             # Timeouts are APIConnectionErrors too; both are worth another try.
             retryable, after = (
-                (True, None) if isinstance(exc, self._connection_error) else http_error_retry(exc)
+                (True, None) if isinstance(exc, openai.APIConnectionError) else http_error_retry(exc)
             )
             raise EmbeddingError(self._safe_message(exc), retryable=retryable, retry_after_s=after) from None
         data = sorted(response.data, key=lambda d: d.index)
@@ -109,7 +133,8 @@ class OpenAIEmbedder:
         request_id = getattr(exc, "request_id", None)
         if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
             parts.append(f", request {request_id}")
-        return ("".join(parts) + ")").replace(self._api_key, "[redacted]")
+        message = "".join(parts) + ")"
+        return message.replace(self._api_key, "[redacted]") if self._api_key else message
 
 
 def _batches(inputs: list[str]) -> Iterator[list[str]]:
