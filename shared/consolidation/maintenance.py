@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -311,7 +312,7 @@ class _Run:
         """Dedup, cap and purge; False when the deadline came before the writes were done."""
         policy = self.policy
         for t in scope.active():
-            scope.update(t.model_copy(update={"relevance": relevance(t, self.now, policy)}), dirty=False)
+            t.relevance = relevance(t, self.now, policy)  # the scope's own copy: no write for this
         merges = self.exact_merges(scope)
         self.report.merged_exact = len(merges)
         near = self.near_merges(scope, {loser for loser, _ in merges})
@@ -427,9 +428,12 @@ class _Run:
 _MAX_PROVENANCE = 50
 
 
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
 def _loose(text: str) -> str:
     """Text as layer 1 compares it: case, punctuation and spacing do not make another fact."""
-    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+    return _NOT_WORD.sub(" ", text.casefold()).strip()
 
 
 def _exact_key(t: Triple) -> tuple[str | None, str, str, str]:
@@ -493,14 +497,17 @@ class _Scope:
     _dirty: set[str] = field(default_factory=set)
 
     def add(self, t: Triple) -> None:
-        if t.embedding is not None:
-            self.vectors[t.id] = np.asarray(t.embedding, dtype=np.float64)
+        if t.status != "active" or t.embedding is None:
+            # Merged and pruned triples are only read (for the purge): kept as they are.
+            self.triples[t.id] = t.model_copy()
+            return
+        self.vectors[t.id] = np.asarray(t.embedding, dtype=np.float64)
         self.triples[t.id] = t.model_copy(update={"embedding": None})
 
-    def update(self, t: Triple, *, dirty: bool = True) -> None:
+    def update(self, t: Triple) -> None:
+        """A changed triple (the vector, if any, stays in `vectors`), written by the finish step."""
         self.triples[t.id] = t if t.embedding is None else t.model_copy(update={"embedding": None})
-        if dirty:
-            self._dirty.add(t.id)
+        self._dirty.add(t.id)
 
     def active(self) -> list[Triple]:
         return [t for t in self.triples.values() if t.status == "active"]
