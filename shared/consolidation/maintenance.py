@@ -11,10 +11,10 @@ One run over one scope (a workspace), in this order:
 4. **backfill embeddings** in batches of 50: a triple without a vector, or with one made by
    another model than `backend.embedder` (a model change), is embedded again and its fact
    document re-indexed;
-5. **dedup** in two layers, per user: the same normalised subject / predicate / object first,
-   then near-duplicates by embedding cosine > 0.95 found by LSH (shared.consolidation.dedup),
-   never by comparing every pair. The loser becomes "merged" into the survivor, which absorbs
-   its use, reinforcement and provenance;
+5. **dedup** in two layers, per user: the same subject / predicate / object up to case,
+   punctuation and spacing first, then near-duplicates by embedding cosine > 0.95 found by
+   LSH (shared.consolidation.dedup), never by comparing every pair. The loser becomes
+   "merged" into the survivor, which absorbs its use, reinforcement and provenance;
 6. **cap** the active triples at 10,000 per scope, pruning the least relevant first;
 7. **purge** merged and pruned triples 30 days after the change (until then a run can be
    rolled back: shared.consolidation.rollback).

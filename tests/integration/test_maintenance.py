@@ -399,3 +399,37 @@ def test_restated_facts_leave_one_active_record_per_distinct_fact(backend: Backe
     assert sum(r.merged_exact for r in result.reports) > 0
     assert sum(r.merged_near for r in result.reports) > 0
     assert result.stored > result.active == 25
+
+
+# ---------------------------------------------------------------- on both adapter sets
+
+
+@pytest.mark.parametrize("kind", ["embedded", "aws"])
+def test_maintenance_and_rollback_on_each_adapter_set(kind: str, tmp_path: pathlib.Path) -> None:
+    from tests.contract.factories import BACKEND_FACTORIES
+
+    e = HashingEmbedder()
+    with BACKEND_FACTORIES[kind](tmp_path / kind) as contract:
+        b = contract.backend
+        b.embedder = HashingEmbedder()
+        store(
+            b,
+            fact("a", "green tea", access_count=1, embedder=e),
+            fact("b", "Green tea!", access_count=2, embedder=e),
+            fact("c", "disco", age_days=9999, embedder=e),
+            fact("d", "no vector yet"),
+        )
+        before = _lifecycle(b)
+
+        report = run(b, "run1", policy=MaintenancePolicy(page_size=2))
+
+        assert report.complete and (report.merged, report.pruned, report.backfilled) == (1, 1, 1)
+        assert {t.id for t in b.memory.triples_by_subject(WS, "alice")} == {"b", "d"}
+        assert indexed(b, "disco") == set() and indexed(b, "tea") == {"b"}
+        assert run(b, "run2").written == 0
+
+        rollback_run(b, WS, "run1", clock=lambda: NOW)
+        after = _lifecycle(b)
+        # Everything as before, but the new vector stays (an embedding is not a lifecycle change).
+        assert {i: v[:-1] for i, v in after.items()} == {i: v[:-1] for i, v in before.items()}
+        assert {t.id for t in b.memory.triples_by_subject(WS, "alice")} == {"a", "b", "c", "d"}
