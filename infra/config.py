@@ -18,6 +18,8 @@ from shared.models import ID_PATTERN
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LAYER_DIR = ROOT / "layers" / "build"
+# Titan Text Embeddings v2 (1024 dimensions): in the stack's region, no key to manage.
+DEFAULT_EMBEDDING_MODEL = "bedrock/amazon.titan-embed-text-v2:0"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class AppContext:
     # Where the functions look up secrets (SIGIL_SECRETS_PREFIX). Secret names are per account and
     # region, so a second stage in the same account and region needs its own, e.g. "sigil/dev/".
     secrets_prefix: str
+    # SIGIL_EMBEDDING_MODEL for the agent and the consolidator (shared.memory.embeddings). A
+    # "bedrock/<model>" value also gives both functions bedrock:InvokeModel on that model alone.
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
 
 
 def read_context(node: Node) -> AppContext:
@@ -102,4 +107,5 @@ def read_context(node: Node) -> AppContext:
         web_workspaces=workspaces,
         model=str(model) if model else None,
         secrets_prefix=secrets_prefix,
+        embedding_model=str(node.try_get_context("embedding_model") or DEFAULT_EMBEDDING_MODEL),
     )

@@ -1,8 +1,9 @@
 """The Sigil stack: composes the constructs, then wires configuration and grants in one place.
 
 Each function gets the SIGIL_* settings shared.config.Settings reads, and exactly the grants its
-work needs (grant_* only: no IAM policy is written by hand). The constructs acknowledge their own
-cdk-nag findings (docs/cdk-nag.md lists them).
+work needs (grant_* only: no IAM policy is written by hand; the one statement CDK has no grant
+for, bedrock:InvokeModel on the embedding model, is made by Memory.grant_embedding_model). The
+constructs acknowledge their own cdk-nag findings (docs/cdk-nag.md lists them).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class SigilStack(Stack):
         }
         if context.model:
             backend_env["SIGIL_MODEL"] = context.model
+        backend_env["SIGIL_EMBEDDING_MODEL"] = context.embedding_model
         # The agent apologises on a turn's last delivery: it must know when SQS gives up.
         agent_env = {**backend_env, "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT)}
         for function, environment in (
@@ -108,6 +110,12 @@ class SigilStack(Stack):
         memory.sessions.grant_read_write_data(consolidate)
         memory.grant_index_read_write(consolidate)
         secrets.grant_read(consolidate, [s.key for s in LLM_KEYS])
+        # agent and consolidate: embed memories and queries with the Bedrock embedding model, if
+        # that is the one configured (an OpenAI one uses the LLM key both already read).
+        provider, _, embedding_model_id = context.embedding_model.partition("/")
+        if provider == "bedrock" and embedding_model_id:
+            memory.grant_embedding_model(turn_runner, embedding_model_id)
+            memory.grant_embedding_model(consolidate, embedding_model_id)
 
         CfnOutput(self, "ApiUrl", value=ingress.stage.url, description="Base URL of the webhooks")
         CfnOutput(self, "TurnsQueueUrl", value=lanes.turns.queue_url)

@@ -185,6 +185,19 @@ class Memory(Construct):
             "table are GSI1 and GSI2, which the memory store queries for triples.",
         )
 
+    def grant_embedding_model(self, function: lambda_.Function, model_id: str) -> None:
+        """bedrock:InvokeModel on one foundation model of the stack's region (the embedder's).
+
+        Bedrock has no grant_* of its own for foundation models; this is the statement one would
+        write, naming the one model ARN and so needing no wildcard.
+        """
+        model_arn = Stack.of(self).format_arn(
+            service="bedrock", account="", resource="foundation-model", resource_name=model_id
+        )
+        function.add_to_role_policy(
+            iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=[model_arn])
+        )
+
     def grant_index_read_write(self, function: lambda_.Function) -> None:
         """SigV4 access for this function's role: its IAM policy and the domain's resource policy."""
         self.domain.grant_read_write(function)

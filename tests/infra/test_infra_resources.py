@@ -120,6 +120,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)},
         "SIGIL_EVENT_BUS_NAME": {"Ref": logical_id(stack.consolidation.bus)},
         "SIGIL_OPENSEARCH_ENDPOINT": {"Fn::GetAtt": [logical_id(stack.memory.domain), "DomainEndpoint"]},
+        "SIGIL_EMBEDDING_MODEL": "bedrock/amazon.titan-embed-text-v2:0",
     }
 
     def variables(function: Construct) -> dict[str, Any]:
