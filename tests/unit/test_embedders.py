@@ -19,7 +19,7 @@ from botocore.config import Config
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from shared.adapters.aws import build_aws_backend
+from shared.adapters.aws import build_aws_backend, clients
 from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
 from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.adapters.embedded.db import Database
@@ -438,13 +438,18 @@ def test_bedrock_embedder_and_the_aws_backend_wiring(tmp_path: Path) -> None:
         embedding_model="bedrock/amazon.titan-embed-text-v2:0",
         embedding_dimensions=512,
     )
-    # Building makes no AWS call (no credentials or endpoint are needed for it).
-    backend = build_aws_backend(settings)
-    cached = backend.embedder
-    assert isinstance(cached, CachedEmbedder)
-    assert isinstance(cached.inner, TitanEmbedder)
-    assert isinstance(cached.cache, DynamoEmbeddingCache)
-    assert (cached.model_id, cached.dimensions) == ("bedrock/amazon.titan-embed-text-v2:0@512", 512)
+    # Building makes no AWS call (no credentials or endpoint are needed for it). The boto3 clients
+    # it builds are cached per process, so they are forgotten again: a later moto test must not
+    # get a client made without moto's credentials.
+    try:
+        backend = build_aws_backend(settings)
+        cached = backend.embedder
+        assert isinstance(cached, CachedEmbedder)
+        assert isinstance(cached.inner, TitanEmbedder)
+        assert isinstance(cached.cache, DynamoEmbeddingCache)
+        assert (cached.model_id, cached.dimensions) == ("bedrock/amazon.titan-embed-text-v2:0@512", 512)
+    finally:
+        clients.reset()
 
 
 @pytest.mark.parametrize(
