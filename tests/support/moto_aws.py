@@ -155,7 +155,8 @@ def provision(name: str) -> AwsResources:
         secrets_prefix=f"{name}/",
     )
     ddb = clients.dynamodb(REGION)
-    existing = ddb.list_tables()["TableNames"]
+    # Paginated: ListTables answers 100 names a page, and a test session makes hundreds.
+    existing = {n for page in ddb.get_paginator("list_tables").paginate() for n in page["TableNames"]}
     if res.sessions_table not in existing:
         create_tables(ddb, sessions_table=res.sessions_table, memory_table=res.memory_table)
     # CreateQueue with the same attributes is idempotent and returns the existing queue's URL.
@@ -164,7 +165,8 @@ def provision(name: str) -> AwsResources:
         Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
     )["QueueUrl"]
     events = clients.events(REGION)
-    if not any(bus["Name"] == res.event_bus_name for bus in events.list_event_buses()["EventBuses"]):
+    # Asked by name: ListEventBuses pages its answer, and a test session makes hundreds of buses.
+    if not events.list_event_buses(NamePrefix=res.event_bus_name)["EventBuses"]:
         events.create_event_bus(Name=res.event_bus_name)
     return AwsResources(
         sessions_table=res.sessions_table,
