@@ -40,7 +40,10 @@ class UserMessage(Model):
     kind: Literal["user"] = "user"
     id: str = Field(default_factory=lambda: new_id("m_"))
     content: str
-    sender_id: str | None = None
+    sender_id: str | None = None  # the channel's id of the sender
+    # The Sigil user the sender resolved to: whose words these are when the message rolls into
+    # Tier 1 (the right to erasure finds them by it, in group sessions too).
+    user_id: str | None = None
     event_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 

@@ -155,7 +155,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     if not sender.admitted:
         return _turn_away(deps, item, session, sender, started)
     safety = Safety(pii=workspace.pii_redaction)
-    user = _user_message(inbound, turn, safety)
+    user = _user_message(inbound, turn, safety, sender.user_id)
     try:
         provider, model = deps.provider_factory(session.model_override or workspace.model)
     except ModelNotConfigured as exc:
@@ -250,9 +250,8 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     # takes the reply's position; had one of them sent, the user has the reply and the outbox
     # drops the apology as that part, sent again.
     _send(deps, inbound, session, turn, APOLOGY)
-    _commit(
-        deps, workspace, session, inbound, [_user_message(inbound, turn, Safety(pii=workspace.pii_redaction))]
-    )
+    user = _user_message(inbound, turn, Safety(pii=workspace.pii_redaction), sender.user_id)
+    _commit(deps, workspace, session, inbound, [user])
 
 
 def reply_seq(message_count: int, part: int = 0) -> int:
@@ -374,13 +373,17 @@ def _turn_away(
     return _audit(deps, item, started, outcome, user_id=sender.user_id, error=sender.reason)
 
 
-def _user_message(inbound: InboundMessage, turn: str, safety: Safety) -> UserMessage:
+def _user_message(inbound: InboundMessage, turn: str, safety: Safety, user_id: str | None) -> UserMessage:
     """The user's message as the model sees it and the session keeps it: redacted, and quoted as
     data if the scan flags it. The same on every path and retry (the quoting is deterministic)."""
     # Ids derived from the turn: a retried turn writes the same message, never a second copy.
     content = safety.guard(inbound.text, source="the user")
     return UserMessage(
-        id=f"{turn}.u", content=content, sender_id=inbound.sender.id, event_id=inbound.event_id
+        id=f"{turn}.u",
+        content=content,
+        sender_id=inbound.sender.id,
+        user_id=user_id,
+        event_id=inbound.event_id,
     )
 
 
@@ -528,6 +531,15 @@ def _settle(budget: TurnBudget) -> None:
 
 
 def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord]:
+    """Each message as a Tier-1 record, owned by the user who wrote it or, for a reply or a tool
+    result, the user it answered (the last user message before it); the session's owner when the
+    rolled run opens on a reply."""
+    owners: list[str | None] = []
+    owner = session.user_id
+    for m in rolled:
+        if isinstance(m, UserMessage) and m.user_id is not None:
+            owner = m.user_id
+        owners.append(owner)
     return [
         MemoryRecord(
             id=m.id,
@@ -539,6 +551,7 @@ def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord
             seq=session.rolled_out_count + i,
             created_at=m.created_at,
             message=m,
+            user_id=owners[i],
         )
         for i, m in enumerate(rolled)
     ]

@@ -212,6 +212,26 @@ def test_25_turns_keep_20_in_the_window_and_roll_the_rest_into_tier1_and_the_ind
     assert any(h.doc.text == "reply 7" and h.doc.tier == "message" for h in hits)
 
 
+def test_tier1_records_belong_to_the_user_who_wrote_them_or_was_answered(
+    backend: Backend, settings: Settings
+) -> None:
+    # A group thread: two people in one session. Erasure finds a person's words by these owners.
+    deps = deps_for(backend, settings, FunctionProvider(reply_to))
+    for i in range(15):
+        turn = item(f"e{i}", f"msg {i}")
+        sender = Sender(id="u1", name="Ada") if i % 2 == 0 else Sender(id="u2", name="Bob")
+        inbound = turn.inbound.model_copy(update={"sender": sender})
+        run_turn(deps, turn.model_copy(update={"inbound": inbound}))
+    ada = backend.identities.get(WS, "web", "u1")
+    bob = backend.identities.get(WS, "web", "u2")
+    assert ada is not None and bob is not None and ada.user_id != bob.user_id
+    records = backend.memory.get_messages(WS, SESSION, limit=100)
+    assert len(records) == 10  # turns 0..4 rolled out: a message and its reply each
+    for r in records:
+        turn_no = int(r.text.split()[1])
+        assert r.user_id == (ada.user_id if turn_no % 2 == 0 else bob.user_id), r.text
+
+
 def test_compaction_is_due_each_time_tier1_crosses_the_summary_batch(
     backend: Backend, settings: Settings
 ) -> None:
