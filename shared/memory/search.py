@@ -33,9 +33,28 @@ MAX_QUERY_BYTES = 100 * 1024
 _MAX_FETCH = 1000
 # Control characters other than tab and newline (and carriage return, which pasted text carries).
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_WORD = re.compile(r"[^\W_]+")
+
+# Function words dropped from the BM25 half of a query ("when did she go to the gym?" -> "go gym").
+# BM25's IDF already makes them cheap, but not free: with a document's context indexed too, a
+# question's "what did you" matches nearly everything a little and pushes real matches down.
+# The vector half always sees the whole query. OpenSearch's english analyser drops its own list
+# on top; the embedded index has none, so this list is what makes the two behave alike.
+_STOP_WORDS_TEXT = """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while who
+    whom why will with would you your yours yourself yourselves"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 # Metadata key naming the record a chunk document belongs to (absent: the doc id is the record id).
 RECORD_ID_KEY = "record_id"
+# Metadata key of a document's context: the text around it (for a message, its neighbours in the
+# session) that BM25 matches at a lower weight than the document's own words. Written by
+# shared.memory.writer, indexed by the adapters, never shown in a hit.
+CONTEXT_KEY = "context"
 
 
 class MemoryHit(BaseModel):
@@ -58,6 +77,14 @@ class SearchOutcome(BaseModel):
     # (the index failed and the session's newest messages stood in).
     mode: SearchMode
     degraded: str | None = None
+
+
+def keyword_query(text: str) -> str:
+    """The words of `text` that BM25 should match: the query minus stop words, or the whole query
+    when it is nothing but stop words (so "who are you" still finds something)."""
+    words = _WORD.findall(text)
+    kept = [w for w in words if w.casefold() not in STOP_WORDS]
+    return " ".join(kept or words)
 
 
 def validate_query(query: str) -> str:
@@ -84,8 +111,8 @@ class MemorySearch:
         embedder: Embedder | None,
         *,
         fusion: FusionMethod = "minmax",
-        text_weight: float = 0.3,
-        vector_weight: float = 0.7,
+        text_weight: float = 0.6,
+        vector_weight: float = 0.4,
         min_score: float | None = None,
         overfetch: int = 8,
     ) -> None:
@@ -130,7 +157,7 @@ class MemorySearch:
         answered: SearchMode = mode if vector is not None else "bm25"
 
         index_query = IndexQuery(
-            text=text if answered != "vector" else None,
+            text=keyword_query(text) if answered != "vector" else None,
             vector=vector,
             k=fetch,
             tiers=list(tiers) if tiers is not None else None,
@@ -208,6 +235,7 @@ def _by_record(fused: list[FusedHit]) -> list[MemoryHit]:
             score=f.score,
             session_id=doc.session_id,
             created_at=doc.created_at,
-            metadata=dict(doc.metadata),
+            # The context is other messages' text: it helped find this one, it is not this one.
+            metadata={key: value for key, value in doc.metadata.items() if key != CONTEXT_KEY},
         )
     return list(best.values())

@@ -12,18 +12,27 @@ from __future__ import annotations
 import logging
 import re
 import struct
+import threading
+import time
 from collections.abc import Sequence
 
 import apsw
+import numpy as np
 
 from shared import serde
 from shared.adapters.embedded.db import Database, first
+from shared.adapters.embedded.index_cache import CachedDoc, Shard
+from shared.memory.search import CONTEXT_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult
 
 logger = logging.getLogger(__name__)
 
 MAX_DIMENSIONS = 8192
+# Documents held in memory across all cached workspaces (~2 KB each with a 384-dim vector): a
+# workspace past this is searched in SQL instead; least recently searched workspaces go first.
+DEFAULT_CACHE_MAX_DOCS = 500_000
+_TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 
 _MIGRATIONS = [
     """
@@ -40,7 +49,33 @@ _MIGRATIONS = [
     CREATE INDEX index_docs_by_filter ON index_docs (workspace_id, tier, session_id);
     CREATE VIRTUAL TABLE index_fts USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');
     """,
+    # A second, lower-weighted column for the neighbouring messages the writer puts in metadata
+    # "context". FTS5 cannot add a column, so the table is rebuilt (no document had a context).
+    """
+    CREATE VIRTUAL TABLE index_text USING fts5(
+        text, context, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    INSERT INTO index_text (rowid, text, context) SELECT rowid, text, '' FROM index_fts;
+    DROP TABLE index_fts;
+    """,
+    # The vector leaves the JSON document for a blob of float64 (exact, and ~3 KB instead of
+    # ~8 KB of decimal text): a search parses up to 2k documents, and parsing 384 decimal
+    # numbers per document was most of its time. Rows written before keep theirs in the JSON.
+    """
+    ALTER TABLE index_docs ADD COLUMN vector BLOB;
+    """,
+    # Bumped by every write transaction of a workspace, in that transaction: how a process's
+    # in-memory copy of a workspace (index_cache.Shard) knows it is still current.
+    """
+    CREATE TABLE index_generations (
+        workspace_id TEXT PRIMARY KEY,
+        generation INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
+
+# BM25 weight of a document's context (metadata CONTEXT_KEY) relative to its own text.
+DEFAULT_CONTEXT_WEIGHT = 0.5
 
 # Letters and digits only: quotes, operators and column filters of the FTS5 query language
 # cannot survive, so user text can never change the shape of the MATCH expression.
@@ -63,22 +98,56 @@ def _pack(vector: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(vector)}f", *vector)
 
 
+def _pack64(vector: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}d", *vector)
+
+
+def _load_doc(doc: str, vector: bytes | None) -> IndexDoc:
+    parsed: IndexDoc = serde.loads(IndexDoc, doc)
+    if vector is not None:
+        # Plain assignment (no validation; IndexDoc does not validate assignments): these floats
+        # were validated on the way in, and validating 384 of them per hit is not free.
+        parsed.vector = np.frombuffer(vector, dtype="<f8").tolist()
+    return parsed
+
+
 def _vec_table(dim: int) -> str:
     return f"index_vec_{int(dim)}"
 
 
 class SqliteMemoryIndex:
-    """The memory index. `db` must have been opened with load_vec=True."""
+    """The memory index. `db` must have been opened with load_vec=True.
 
-    def __init__(self, db: Database, *, max_query_terms: int = 32) -> None:
+    Searches run on an in-memory copy of the workspace (index_cache.Shard) when it fits in
+    `cache_max_docs`; `cache_max_docs=0` searches FTS5 and sqlite-vec directly. Both give the
+    same rankings up to BM25's statistics, which the copy takes per workspace.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_query_terms: int = 32,
+        context_weight: float = DEFAULT_CONTEXT_WEIGHT,
+        cache_max_docs: int = DEFAULT_CACHE_MAX_DOCS,
+    ) -> None:
+        if not 0.0 <= context_weight <= 1.0:
+            raise ValueError("context_weight must be between 0 and 1")
         self._db = db
         self._max_query_terms = max_query_terms
+        self._context_weight = float(context_weight)
+        self._cache_max_docs = cache_max_docs
         try:
             db.query("SELECT vec_version()")
         except apsw.SQLError as exc:
             raise RuntimeError("the memory index needs a Database opened with load_vec=True") from exc
         db.migrate("index", _MIGRATIONS)
         self._known_dims: set[int] = set()
+        # Guards the shards and the tokenizer (an apsw connection of its own, used only here).
+        self._lock = threading.Lock()
+        self._shards: dict[str, Shard] = {}
+        self._tokenizer_db = apsw.Connection(":memory:")
+        self._tokenizer = self._tokenizer_db.fts5_tokenizer(*_TOKENIZER)
 
     # ------------------------------------------------------------------ writes
 
@@ -90,20 +159,35 @@ class SqliteMemoryIndex:
                 raise ValueError(f"index doc {doc.id}: vector has {len(doc.vector)} dimensions")
         if not docs:
             return
+        nested = self._db.connection().in_transaction
+        added: list[CachedDoc] = []
         with self._db.transaction() as conn:
+            generation = self._bump(conn, workspace_id)
             for doc in docs:
                 self._remove(conn, workspace_id, doc.id)
                 vector = doc.vector if usable_vector(doc.vector) else None
                 if doc.vector is not None and vector is None:
                     logger.warning("index doc %s: vector is zero or not finite; text only", doc.id)
                 dim = len(vector) if vector else None
+                context = doc.metadata.get(CONTEXT_KEY, "")
                 conn.execute(
-                    "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (workspace_id, doc.id, doc.session_id or "", doc.tier, dim, serde.dumps(doc)),
+                    "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc, vector) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        workspace_id,
+                        doc.id,
+                        doc.session_id or "",
+                        doc.tier,
+                        dim,
+                        serde.dumps(doc.model_copy(update={"vector": None})),
+                        _pack64(doc.vector) if doc.vector is not None else None,
+                    ),
                 )
                 rowid = conn.last_insert_rowid()
-                conn.execute("INSERT INTO index_fts (rowid, text) VALUES (?, ?)", (rowid, doc.text))
+                conn.execute(
+                    "INSERT INTO index_text (rowid, text, context) VALUES (?, ?, ?)",
+                    (rowid, doc.text, context),
+                )
                 if vector and dim:
                     self._ensure_vec_table(conn, dim)
                     conn.execute(
@@ -111,13 +195,52 @@ class SqliteMemoryIndex:
                         "VALUES (?, ?, ?, ?, ?)",
                         (rowid, workspace_id, _pack(vector), doc.tier, doc.session_id or ""),
                     )
+                added.append(
+                    CachedDoc(rowid, doc.id, doc.tier, doc.session_id or "", doc.text, context, vector)
+                )
+        self._after_write(workspace_id, generation, nested, [d.id for d in docs], added)
 
     def delete(self, workspace_id: str, ids: Sequence[str]) -> None:
         if not ids:
             return
+        nested = self._db.connection().in_transaction
         with self._db.transaction() as conn:
+            generation = self._bump(conn, workspace_id)
             for doc_id in ids:
                 self._remove(conn, workspace_id, doc_id)
+        self._after_write(workspace_id, generation, nested, list(ids), [])
+
+    def _bump(self, conn: apsw.Connection, workspace_id: str) -> int:
+        """The workspace's generation before this write; the stored one is now one more."""
+        row = first(conn, "SELECT generation FROM index_generations WHERE workspace_id = ?", (workspace_id,))
+        before = int(row[0]) if row else 0
+        conn.execute(
+            "INSERT INTO index_generations (workspace_id, generation) VALUES (?, ?) "
+            "ON CONFLICT (workspace_id) DO UPDATE SET generation = excluded.generation",
+            (workspace_id, before + 1),
+        )
+        return before
+
+    def _after_write(
+        self, workspace_id: str, before: int, nested: bool, removed: list[str], added: list[CachedDoc]
+    ) -> None:
+        """Bring this process's copy of the workspace along with a committed write."""
+        with self._lock:
+            shard = self._shards.get(workspace_id)
+            if shard is None:
+                return
+            # Inside a caller's transaction the write may still roll back; and a shard that missed
+            # another writer's change would go on missing it. Either way: rebuild when next needed.
+            if nested or shard.generation != before:
+                del self._shards[workspace_id]
+                return
+            for doc_id in removed:
+                shard.remove(doc_id)
+            for doc in added:
+                shard.add(doc)
+            shard.generation = before + 1
+            if shard.dead > max(1024, shard.live):
+                del self._shards[workspace_id]  # mostly dead positions: rebuilt compact on next use
 
     def _remove(self, conn: apsw.Connection, workspace_id: str, doc_id: str) -> None:
         row = first(
@@ -128,7 +251,7 @@ class SqliteMemoryIndex:
         if row is None:
             return
         rowid, dim = int(row[0]), row[1]
-        conn.execute("DELETE FROM index_fts WHERE rowid = ?", (rowid,))
+        conn.execute("DELETE FROM index_text WHERE rowid = ?", (rowid,))
         if dim:
             conn.execute(f"DELETE FROM {_vec_table(int(dim))} WHERE rowid = ?", (rowid,))
         conn.execute("DELETE FROM index_docs WHERE rowid = ?", (rowid,))
@@ -155,10 +278,141 @@ class SqliteMemoryIndex:
     def search(self, workspace_id: str, query: IndexQuery) -> IndexResult:
         if query.tiers is not None and not query.tiers:
             return IndexResult()
+        vector = query.vector
+        if vector is not None and (not usable_vector(vector) or len(vector) > MAX_DIMENSIONS):
+            vector = None
+        ranked = self._cached_rankings(workspace_id, query, vector)
         with self._db.snapshot() as conn:
-            text_hits = self._text_hits(conn, workspace_id, query) if query.text else []
-            vector_hits = self._vector_hits(conn, workspace_id, query) if query.vector else []
-        return IndexResult(text_hits=text_hits, vector_hits=vector_hits)
+            if ranked is None:
+                text_hits = self._text_hits(conn, workspace_id, query) if query.text else []
+                vector_hits = self._vector_hits(conn, workspace_id, query, vector) if vector else []
+                return IndexResult(text_hits=text_hits, vector_hits=vector_hits)
+            text_ranked, vector_ranked = ranked
+            docs = self._load(conn, workspace_id, {rowid for rowid, _ in [*text_ranked, *vector_ranked]})
+        return IndexResult(
+            text_hits=[IndexHit(doc=docs[r], score=s) for r, s in text_ranked if r in docs],
+            vector_hits=[IndexHit(doc=docs[r], score=s) for r, s in vector_ranked if r in docs],
+        )
+
+    def _cached_rankings(
+        self, workspace_id: str, query: IndexQuery, vector: list[float] | None
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]] | None:
+        """Both rankings as (rowid, score) from the workspace's shard; None: search in SQL."""
+        if self._cache_max_docs <= 0:
+            return None
+        with self._lock:
+            shard = self._shard(workspace_id)
+            if shard is None:
+                return None
+            text: list[tuple[int, float]] = []
+            if query.text:
+                terms = self._terms(query.text, apsw.FTS5_TOKENIZE_QUERY)[: self._max_query_terms]
+                text = shard.text_search(terms, query.k, query.tiers, query.session_id)
+            vec = shard.vector_search(vector, query.k, query.tiers, query.session_id) if vector else []
+            return text, vec
+
+    def _terms(self, text: str, reason: int) -> list[str]:
+        tokens = self._tokenizer(
+            text.encode("utf-8", errors="replace"),
+            reason,
+            None,
+            include_offsets=False,
+            include_colocated=False,
+        )
+        return list(dict.fromkeys(str(t) for t in tokens))
+
+    def _tokenize_document(self, text: str) -> list[str]:
+        return [
+            str(t)
+            for t in self._tokenizer(
+                text.encode("utf-8", errors="replace"),
+                apsw.FTS5_TOKENIZE_DOCUMENT,
+                None,
+                include_offsets=False,
+                include_colocated=False,
+            )
+        ]
+
+    def _shard(self, workspace_id: str) -> Shard | None:
+        """The workspace's current shard (built or rebuilt as needed); None when it can't fit.
+        Called with the lock held."""
+        row = self._db.query_one(
+            "SELECT generation FROM index_generations WHERE workspace_id = ?", (workspace_id,)
+        )
+        generation = int(row[0]) if row else 0
+        shard = self._shards.get(workspace_id)
+        if shard is None or shard.generation != generation:
+            self._shards.pop(workspace_id, None)
+            shard = self._build(workspace_id)
+            if shard is None:
+                return None
+            self._shards[workspace_id] = shard
+        shard.last_used = time.monotonic()
+        return shard
+
+    def _build(self, workspace_id: str) -> Shard | None:
+        began = time.perf_counter()
+        with self._db.snapshot() as conn:
+            row = first(
+                conn, "SELECT generation FROM index_generations WHERE workspace_id = ?", (workspace_id,)
+            )
+            generation = int(row[0]) if row else 0
+            count_row = first(conn, "SELECT COUNT(*) FROM index_docs WHERE workspace_id = ?", (workspace_id,))
+            count = int(count_row[0]) if count_row else 0
+            if count > self._cache_max_docs:
+                return None
+            self._evict(room_for=count)
+            shard = Shard(generation, self._tokenize_document, self._context_weight)
+            rows = conn.execute(
+                "SELECT d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
+                "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context "
+                "FROM index_docs d JOIN index_text t ON t.rowid = d.rowid "
+                "WHERE d.workspace_id = ? ORDER BY d.rowid",
+                (workspace_id,),
+            )
+            for rowid, doc_id, tier, session_id, dim, blob, legacy, text, context in rows:
+                vector: Sequence[float] | None = None
+                if dim:  # set only for a usable vector
+                    if blob is not None:
+                        vector = struct.unpack(f"<{len(blob) // 8}d", blob)
+                    elif legacy is not None:
+                        vector = serde.loads(IndexDoc, legacy).vector
+                shard.add(CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector))
+        if count >= 10_000:
+            logger.info(
+                "memory index: %d documents of a workspace loaded in %.1f s",
+                count,
+                time.perf_counter() - began,
+                extra={"workspace_id": workspace_id},
+            )
+        return shard
+
+    def _evict(self, *, room_for: int) -> None:
+        held = sum(s.size for s in self._shards.values())
+        for ws, shard in sorted(self._shards.items(), key=lambda kv: kv[1].last_used):
+            if held + room_for <= self._cache_max_docs:
+                break
+            held -= shard.size
+            del self._shards[ws]
+
+    def _load(self, conn: apsw.Connection, workspace_id: str, rowids: set[int]) -> dict[int, IndexDoc]:
+        if not rowids:
+            return {}
+        wanted = list(rowids)
+        docs: dict[int, IndexDoc] = {}
+        for start in range(0, len(wanted), 500):
+            part = wanted[start : start + 500]
+            # "+workspace_id": a check, not an index to search by. With a plain equality SQLite
+            # walks the workspace's index entries (all 100k of them) instead of looking up 160 rowids.
+            for rowid, doc, blob in conn.execute(
+                f"SELECT rowid, doc, vector FROM index_docs WHERE rowid IN ({', '.join('?' for _ in part)}) "
+                "AND +workspace_id = ?",
+                [*part, workspace_id],
+            ):
+                docs[int(rowid)] = _load_doc(doc, blob)
+        return docs
+
+    # ------------------------------------------------------------------ reads in SQL
 
     def _filters(self, query: IndexQuery, prefix: str) -> tuple[str, list[object]]:
         sql: str = ""
@@ -176,24 +430,31 @@ class SqliteMemoryIndex:
         if match is None:
             return []
         filters, params = self._filters(query, "d.")
-        rows = conn.execute(
-            "SELECT d.doc, -bm25(index_fts) FROM index_fts JOIN index_docs d ON d.rowid = index_fts.rowid "
-            f"WHERE index_fts MATCH ? AND d.workspace_id = ?{filters} "
-            "ORDER BY bm25(index_fts), d.rowid LIMIT ?",
-            [match, workspace_id, *params, query.k],
-        )
-        return [IndexHit(doc=serde.loads(IndexDoc, doc), score=float(score)) for doc, score in rows]
+        rank = f"bm25(index_text, 1.0, {self._context_weight!r})"
+        # Rowids first, documents after: SQLite would otherwise read every matching document's
+        # JSON to feed the sorter, not just the k it keeps.
+        ranked = [
+            (int(rowid), float(score))
+            for rowid, score in conn.execute(
+                f"SELECT d.rowid, -{rank} FROM index_text "
+                "JOIN index_docs d ON d.rowid = index_text.rowid "
+                f"WHERE index_text MATCH ? AND d.workspace_id = ?{filters} "
+                f"ORDER BY {rank}, d.rowid LIMIT ?",
+                [match, workspace_id, *params, query.k],
+            )
+        ]
+        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked})
+        return [IndexHit(doc=docs[r], score=s) for r, s in ranked if r in docs]
 
-    def _vector_hits(self, conn: apsw.Connection, workspace_id: str, query: IndexQuery) -> list[IndexHit]:
-        vector = query.vector
-        if not vector or not usable_vector(vector) or len(vector) > MAX_DIMENSIONS:
-            return []
+    def _vector_hits(
+        self, conn: apsw.Connection, workspace_id: str, query: IndexQuery, vector: list[float]
+    ) -> list[IndexHit]:
         dim = len(vector)
         if not self._has_vec_table(conn, dim):
             return []
         filters, params = self._filters(query, "")
         ranked = [
-            (int(rowid), float(distance))
+            (int(rowid), 1.0 - float(distance))
             for rowid, distance in conn.execute(
                 f"SELECT rowid, distance FROM {_vec_table(dim)} "
                 f"WHERE embedding MATCH ? AND k = ? AND workspace_id = ?{filters} ORDER BY distance",
@@ -201,21 +462,8 @@ class SqliteMemoryIndex:
             )
             if distance is not None
         ]
-        if not ranked:
-            return []
-        docs = {
-            int(rowid): doc
-            for rowid, doc in conn.execute(
-                f"SELECT rowid, doc FROM index_docs WHERE workspace_id = ? "
-                f"AND rowid IN ({', '.join('?' for _ in ranked)})",
-                [workspace_id, *(rowid for rowid, _ in ranked)],
-            )
-        }
-        return [
-            IndexHit(doc=serde.loads(IndexDoc, docs[rowid]), score=1.0 - distance)
-            for rowid, distance in ranked
-            if rowid in docs
-        ]
+        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked})
+        return [IndexHit(doc=docs[r], score=s) for r, s in ranked if r in docs]
 
     def count(self, workspace_id: str) -> int:
         row = self._db.query_one("SELECT COUNT(*) FROM index_docs WHERE workspace_id = ?", (workspace_id,))

@@ -1,0 +1,252 @@
+"""In-memory BM25 and k-NN over one workspace's index documents, for SqliteMemoryIndex.
+
+Why: at 100,000 documents in one workspace, FTS5 ranks every document matching any query word
+(an OR query of common words matches tens of thousands, ~100 ms) and sqlite-vec compares the
+query with every vector in C without SIMD BLAS (~50 ms). Here a workspace's documents are held as
+numpy arrays: an inverted index whose postings are scored for the query's words only, and a
+float32 matrix of unit vectors that one BLAS matrix-vector product ranks. Both take a few
+milliseconds at 100k.
+
+SQLite stays the source of truth; a `Shard` is a cache of it, tagged with the workspace's
+generation (bumped by every write transaction, in the same transaction). A search uses a shard
+only when its generation is the stored one, and otherwise rebuilds it from the tables (once; a
+100k workspace takes a few seconds). Writes made through this process update the shard in place,
+so the gateway's own turns never cause a rebuild; writes by another process cause one.
+
+BM25 is FTS5's own formula (k1 = 1.2, b = 0.75; a document's text and its context form one
+weighted frequency, context weighted `context_weight`; IDF log((N - n + 0.5) / (n + 0.5)),
+floored at 1e-6), over the same tokens (FTS5's porter tokenizer), except that N, n and the
+average length are the workspace's own rather than the whole file's: another workspace's words
+never move this one's ranking.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+K1 = 1.2
+B = 0.75
+_MIN_IDF = 1e-6
+TIERS = ("message", "summary", "fact")
+
+
+class _Grow:
+    """A 1-d numpy array that appends in amortised O(1)."""
+
+    def __init__(self, dtype: Any, capacity: int = 1024) -> None:
+        self.data: npt.NDArray[Any] = np.zeros(capacity, dtype=dtype)
+        self.n = 0
+
+    def append(self, value: Any) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
+        self.data[self.n] = value
+        self.n += 1
+
+    def view(self) -> npt.NDArray[Any]:
+        return self.data[: self.n]
+
+
+class _GrowMatrix:
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
+        self.data: npt.NDArray[np.float32] = np.zeros((capacity, dim), dtype=np.float32)
+        self.n = 0
+
+    def append(self, row: npt.NDArray[np.float32]) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
+        self.data[self.n] = row
+        self.n += 1
+
+    def view(self) -> npt.NDArray[np.float32]:
+        return self.data[: self.n]
+
+
+@dataclass
+class _Vectors:
+    positions: _Grow = field(default_factory=lambda: _Grow(np.int64))
+    matrix: _GrowMatrix | None = None
+
+
+@dataclass
+class CachedDoc:
+    """What a shard needs of one document."""
+
+    rowid: int
+    doc_id: str
+    tier: str
+    session_id: str
+    text: str
+    context: str
+    vector: Sequence[float] | None  # usable (finite, non-zero) or None
+
+
+class Shard:
+    """One workspace's documents: positions are append-only; a replaced or deleted document's
+    position is marked dead and skipped until the shard is rebuilt."""
+
+    def __init__(self, generation: int, tokenize: Any, context_weight: float) -> None:
+        self.generation = generation
+        self._tokenize = tokenize
+        self._context_weight = context_weight
+        self.positions: dict[str, int] = {}  # doc id -> live position
+        self.rowid = _Grow(np.int64)
+        self.alive = _Grow(np.bool_)
+        self.tier = _Grow(np.int8)
+        self.session = _Grow(np.int32)
+        self.length = _Grow(np.float32)
+        self.sessions: dict[str, int] = {}
+        # term -> (positions int32, weighted frequency float32), appended as documents arrive.
+        self.postings: dict[str, tuple[array[int], array[float]]] = {}
+        self.vectors: dict[int, _Vectors] = {}
+        self.live = 0
+        self.dead = 0
+        self.total_length = 0.0
+        self.last_used = 0.0
+
+    @property
+    def size(self) -> int:
+        return self.rowid.n
+
+    # ------------------------------------------------------------------ writes
+
+    def add(self, doc: CachedDoc) -> None:
+        self.remove(doc.doc_id)
+        pos = self.rowid.n
+        text_terms = self._tokenize(doc.text)
+        context_terms = self._tokenize(doc.context) if doc.context else []
+        freq: dict[str, float] = {}
+        for t in text_terms:
+            freq[t] = freq.get(t, 0.0) + 1.0
+        for t in context_terms:
+            freq[t] = freq.get(t, 0.0) + self._context_weight
+        for term, f in freq.items():
+            entry = self.postings.get(term)
+            if entry is None:
+                entry = self.postings[term] = (array("i"), array("f"))
+            entry[0].append(pos)
+            entry[1].append(f)
+        length = float(len(text_terms) + len(context_terms))
+        self.rowid.append(doc.rowid)
+        self.alive.append(True)
+        self.tier.append(TIERS.index(doc.tier) if doc.tier in TIERS else -1)
+        self.session.append(self.sessions.setdefault(doc.session_id, len(self.sessions)))
+        self.length.append(length)
+        if doc.vector is not None:
+            v = np.asarray(doc.vector, dtype=np.float32)
+            v /= np.float32(np.linalg.norm(v))
+            vecs = self.vectors.setdefault(len(v), _Vectors())
+            if vecs.matrix is None:
+                vecs.matrix = _GrowMatrix(len(v))
+            vecs.positions.append(pos)
+            vecs.matrix.append(v)
+        self.positions[doc.doc_id] = pos
+        self.live += 1
+        self.total_length += length
+
+    def remove(self, doc_id: str) -> None:
+        pos = self.positions.pop(doc_id, None)
+        if pos is None:
+            return
+        self.alive.data[pos] = False
+        self.live -= 1
+        self.dead += 1
+        self.total_length -= float(self.length.data[pos])
+
+    # ------------------------------------------------------------------ reads
+
+    def _filter(self, tiers: Sequence[str] | None, session_id: str | None) -> npt.NDArray[np.bool_] | None:
+        """Positions a search may return; None: all of them (no filter, nothing dead)."""
+        if tiers is None and session_id is None and self.dead == 0:
+            return None
+        mask = self.alive.view().copy()
+        if tiers is not None:
+            codes = [TIERS.index(t) for t in tiers if t in TIERS]
+            mask &= np.isin(self.tier.view(), codes)
+        if session_id is not None:
+            code = self.sessions.get(session_id)
+            if code is None:
+                mask[:] = False
+            else:
+                mask &= self.session.view() == code
+        return mask
+
+    def text_search(
+        self, terms: Iterable[str], k: int, tiers: Sequence[str] | None, session_id: str | None
+    ) -> list[tuple[int, float]]:
+        """(rowid, bm25) of the k best documents matching any of `terms`, best first."""
+        n_docs = self.live
+        if n_docs == 0:
+            return []
+        alive = self.alive.view()
+        length = self.length.view()
+        avgdl = self.total_length / n_docs if self.total_length > 0 else 1.0
+        scores = np.zeros(self.size, dtype=np.float64)
+        matched = np.zeros(self.size, dtype=np.bool_)
+        for term in dict.fromkeys(terms):
+            entry = self.postings.get(term)
+            if entry is None:
+                continue
+            pos = np.frombuffer(entry[0], dtype=np.int32)
+            freq = np.frombuffer(entry[1], dtype=np.float32).astype(np.float64)
+            live = alive[pos]
+            hits = int(np.count_nonzero(live))
+            if hits == 0:
+                continue
+            idf = math.log((n_docs - hits + 0.5) / (hits + 0.5))
+            if idf <= 0.0:
+                idf = _MIN_IDF
+            part = idf * (freq * (K1 + 1.0)) / (freq + K1 * (1.0 - B + B * length[pos] / avgdl))
+            # A term's postings name each position once, so fancy-index addition is exact.
+            scores[pos] += part * live
+            matched[pos] |= live
+            del pos, freq  # views of the arrays: released before anything appends to them
+        allowed = self._filter(tiers, session_id)
+        candidates = np.flatnonzero(matched if allowed is None else matched & allowed)
+        return self._top(candidates, scores[candidates], k)
+
+    def vector_search(
+        self, vector: Sequence[float], k: int, tiers: Sequence[str] | None, session_id: str | None
+    ) -> list[tuple[int, float]]:
+        """(rowid, cosine similarity) of the k nearest documents with a vector of this width."""
+        vecs = self.vectors.get(len(vector))
+        if vecs is None or vecs.matrix is None or vecs.positions.n == 0:
+            return []
+        q = np.asarray(vector, dtype=np.float32)
+        q /= np.float32(np.linalg.norm(q))
+        positions = vecs.positions.view()
+        allowed = self._filter(tiers, session_id)
+        keep = None if allowed is None else allowed[positions]
+        if keep is None or keep.all():
+            sims = vecs.matrix.view() @ q
+            candidates = positions
+        elif not keep.any():
+            return []
+        else:
+            rows = np.flatnonzero(keep)
+            sims = vecs.matrix.view()[rows] @ q
+            candidates = positions[rows]
+        return self._top(candidates, sims.astype(np.float64), k)
+
+    def _top(
+        self, positions: npt.NDArray[Any], scores: npt.NDArray[np.float64], k: int
+    ) -> list[tuple[int, float]]:
+        if len(positions) == 0:
+            return []
+        if len(positions) > k:
+            # The k-th best score, then everything at least as good (ties kept for the rowid order).
+            kth = np.partition(-scores, k - 1)[k - 1]
+            keep = np.flatnonzero(-scores <= kth)
+            positions, scores = positions[keep], scores[keep]
+        rowids = self.rowid.view()[positions]
+        order = np.lexsort((rowids, -scores))[:k]
+        return [(int(rowids[i]), float(scores[i])) for i in order]

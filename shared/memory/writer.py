@@ -1,0 +1,254 @@
+"""The memory write path: Tier-1 records (and summaries, facts) into index documents with vectors.
+
+Everything the index is asked to find goes through here, so what helps retrieval is decided once,
+for every backend, and the LoCoMo benchmark (bench/locomo.py) measures exactly what the product
+writes. A message is indexed with its conversational context, because a message is often only
+understandable next to its neighbours: an answer ("yes, twice a week") shares no word with the
+question it answers. Per record:
+
+- `text` is the record's own text; the messages around it in its session (up to
+  `context_before` before and `context_after` after) go to metadata "context", which BM25 indexes
+  in a second field at a lower weight (the embedded index: an FTS5 column weighted 0.5);
+- the vector is the record's own embedding plus `context_vector_weight` times the mean embedding
+  of those neighbours, re-normalised: the k-NN side sees the same context, and no extra text is
+  embedded (the neighbours are embedded anyway, and the embedding cache returns them);
+- context never crosses sessions or users: a neighbour written by another user (a group chat) is
+  left out, so erasing a user's records erases every indexed copy of their words.
+
+A text longer than one chunk (shared.memory.embeddings.chunking, spec 003: 1600 characters with
+320 of overlap) is indexed as one document per chunk: the first under the record's id, the others
+under `chunk_doc_id(record_id, i)`, each naming its record in metadata "record_id", and search
+folds them back into one hit. When the embedder fails the documents are written without vectors
+(logged, metadata "embedding": "missing") rather than lost: BM25 finds them, and writing the
+same records again later adds the vectors in place (ids are stable).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
+from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
+from shared.models import IndexDoc, MemoryRecord
+from shared.ports import Embedder, MemoryIndex
+
+logger = logging.getLogger(__name__)
+
+EMBEDDING_KEY = "embedding"  # metadata: "missing" on documents written without a vector
+# A neighbour contributes at most this much text to a record's context: a pasted document next to
+# a short reply must not turn the reply into a copy of the document.
+MAX_NEIGHBOUR_CHARS = 500
+
+
+def chunk_doc_id(record_id: str, index: int) -> str:
+    """The document id of chunk `index` of a record (chunk 0 is the record's own id)."""
+    return record_id if index == 0 else f"{record_id}#{index}"
+
+
+def record_doc_ids(record_id: str, text: str) -> list[str]:
+    """Every document id the writer gives a record with this text (for deleting it)."""
+    return [chunk_doc_id(record_id, c.index) for c in chunk_text(text)] or [record_id]
+
+
+@dataclass
+class WriteResult:
+    docs: int = 0  # documents upserted
+    embedded: int = 0  # of which with a vector
+    text_only: list[str] = field(default_factory=list)  # ids written without a vector
+    error: str | None = None  # why the vectors are missing, when they are
+
+
+class MemoryWriter:
+    """Builds and upserts index documents; one instance serves every workspace."""
+
+    def __init__(
+        self,
+        index: MemoryIndex,
+        embedder: Embedder | None,
+        *,
+        context_before: int = 2,
+        context_after: int = 2,
+        context_vector_weight: float = 0.5,
+    ) -> None:
+        if context_before < 0 or context_after < 0 or context_vector_weight < 0:
+            raise ValueError("context sizes and weight must not be negative")
+        self._index = index
+        self._embedder = embedder
+        self.context_before = context_before
+        self.context_after = context_after
+        self.context_vector_weight = context_vector_weight
+
+    # ------------------------------------------------------------------ messages
+
+    def write_messages(
+        self,
+        workspace_id: str,
+        records: Sequence[MemoryRecord],
+        *,
+        before: Sequence[MemoryRecord] = (),
+        after: Sequence[MemoryRecord] = (),
+    ) -> WriteResult:
+        """Index `records`, a run of Tier-1 messages oldest first, with their context.
+
+        `before` are the messages just before the run and `after` those just after it (oldest
+        first; either may be shorter than the context wanted, or empty): they lend context and
+        are not written themselves. Records of several sessions may be mixed; context is only
+        taken within a record's own session.
+        """
+        for r in [*records, *before, *after]:
+            if r.workspace_id != workspace_id:
+                raise ValueError(f"memory record {r.id} belongs to workspace {r.workspace_id!r}")
+        if not records:
+            return WriteResult()
+        run = [*before, *records, *after]
+        first = len(before)
+        plans: list[_Plan] = []
+        for offset, record in enumerate(records):
+            i = first + offset
+            neighbours = [
+                *_same_thread(run, i, range(i - 1, i - 1 - self.context_before, -1))[::-1],
+                *_same_thread(run, i, range(i + 1, i + 1 + self.context_after)),
+            ]
+            plans.append(_Plan(record, neighbours))
+        return self._write(workspace_id, plans)
+
+    # ------------------------------------------------------------------ any document
+
+    def write_docs(self, workspace_id: str, docs: Sequence[IndexDoc]) -> WriteResult:
+        """Index ready-made documents (summaries, facts): chunked and embedded when they have no
+        vector yet; a document that brings its own vector is written as it is."""
+        for doc in docs:
+            if doc.workspace_id != workspace_id:
+                raise ValueError(f"index doc {doc.id} belongs to workspace {doc.workspace_id!r}")
+        ready = [d for d in docs if d.vector is not None]
+        todo = [d for d in docs if d.vector is None]
+        result = self._write(workspace_id, [_Plan(d, []) for d in todo]) if todo else WriteResult()
+        if ready:
+            self._index.upsert(workspace_id, ready)
+            result.docs += len(ready)
+            result.embedded += len(ready)
+        return result
+
+    # ------------------------------------------------------------------ shared
+
+    def _write(self, workspace_id: str, plans: list[_Plan]) -> WriteResult:
+        docs: list[IndexDoc] = []
+        # Per document: the indexes (into `texts`) of its own text and of its neighbours.
+        wanted: list[tuple[int, list[int]]] = []
+        texts: dict[str, int] = {}
+
+        def slot(text: str) -> int:
+            return texts.setdefault(text, len(texts))
+
+        for plan in plans:
+            # A neighbour is embedded by its head (one chunk's worth): the model truncates anyway.
+            around = [slot(n.text[:CHUNK_CHARS]) for n in plan.neighbours if n.text.strip()]
+            context = "\n".join(n.text[:MAX_NEIGHBOUR_CHARS] for n in plan.neighbours if n.text.strip())
+            for chunk_doc in plan.docs(context):
+                docs.append(chunk_doc)
+                wanted.append((slot(chunk_doc.text), around))
+
+        vectors, error = self._embed(list(texts))
+        matrix = np.asarray(vectors, dtype=np.float64) if vectors else None
+        result = WriteResult(docs=len(docs), error=error)
+        out: list[IndexDoc] = []
+        for doc, (own, around) in zip(docs, wanted, strict=True):
+            vector = _blend(matrix, own, around, self.context_vector_weight) if matrix is not None else None
+            if vector is None:
+                result.text_only.append(doc.id)
+                out.append(doc.model_copy(update={"metadata": {**doc.metadata, EMBEDDING_KEY: "missing"}}))
+            else:
+                result.embedded += 1
+                out.append(doc.model_copy(update={"vector": vector}))
+        self._index.upsert(workspace_id, out)
+        return result
+
+    def _embed(self, texts: list[str]) -> tuple[list[list[float]] | None, str | None]:
+        if self._embedder is None:
+            return None, "no embedding model configured"
+        if not texts:
+            return [], None
+        try:
+            vectors = self._embedder.embed(texts)
+        except Exception as exc:
+            # Never lost: the documents go in text-only, and BM25 finds them meanwhile.
+            logger.warning("embedding failed; indexing text only", exc_info=True)
+            return None, f"embedding model unavailable: {type(exc).__name__}"
+        if len(vectors) != len(texts):
+            logger.warning("embedder returned %d vectors for %d texts; text only", len(vectors), len(texts))
+            return None, "embedding model returned the wrong number of vectors"
+        return vectors, None
+
+
+@dataclass
+class _Plan:
+    source: MemoryRecord | IndexDoc
+    neighbours: list[MemoryRecord]
+
+    def docs(self, context: str) -> list[IndexDoc]:
+        base = self._base()
+        chunks = chunk_text(base.text)
+        metadata = dict(base.metadata)
+        if context:
+            metadata[CONTEXT_KEY] = context
+        if len(chunks) <= 1:
+            return [base.model_copy(update={"metadata": metadata})]
+        return [
+            base.model_copy(
+                update={
+                    "id": chunk_doc_id(base.id, c.index),
+                    "text": c.text,
+                    "metadata": {**metadata, RECORD_ID_KEY: base.id, "chunk": str(c.index)},
+                }
+            )
+            for c in chunks
+        ]
+
+    def _base(self) -> IndexDoc:
+        src = self.source
+        if isinstance(src, IndexDoc):
+            return src
+        metadata = {"role": src.role, "seq": str(src.seq)}
+        if src.user_id is not None:
+            metadata["user_id"] = src.user_id
+        return IndexDoc(
+            id=src.id,
+            workspace_id=src.workspace_id,
+            session_id=src.session_id,
+            tier="message",
+            text=src.text,
+            created_at=src.created_at,
+            metadata=metadata,
+        )
+
+
+def _same_thread(run: Sequence[MemoryRecord], i: int, positions: range) -> list[MemoryRecord]:
+    """The records at `positions` (nearest first) that may lend `run[i]` context: same session
+    and same user, stopping at the first that may not (context does not skip over a gap)."""
+    me = run[i]
+    out: list[MemoryRecord] = []
+    for j in positions:
+        if not 0 <= j < len(run):
+            break
+        other = run[j]
+        if other.session_id != me.session_id or other.user_id != me.user_id:
+            break
+        out.append(other)
+    return out
+
+
+def _blend(vectors: Any, own: int, around: list[int], weight: float) -> list[float] | None:
+    """normalise(own + weight * mean(around)); None when the result is not a usable vector."""
+    mixed = vectors[own]
+    if around and weight > 0:
+        mixed = mixed + weight * vectors[around].mean(axis=0)
+    norm = float(np.linalg.norm(mixed))
+    if not np.isfinite(norm) or norm == 0.0:
+        return None
+    result: list[float] = (mixed / norm).tolist()
+    return result
