@@ -75,12 +75,12 @@ from shared.config import Settings
 from shared.consolidation.emergency import with_emergency_compaction
 from shared.errors import ConcurrencyConflict, ModelNotConfigured, ProviderError
 from shared.identity import Resolution, resolve_sender
+from shared.memory.writer import index_rolled_out
 from shared.models import (
     AssistantMessage,
     AuditRecord,
     DomainEvent,
     InboundMessage,
-    IndexDoc,
     LaneItem,
     MemoryRecord,
     Message,
@@ -478,7 +478,7 @@ def _commit(
         # The index is another store, outside the save's transaction, so it goes first: a crash
         # before the save leaves documents the retry rewrites in place (ids are message ids),
         # whereas the reverse order could leave Tier-1 records that search never finds.
-        _index(deps.backend, session, records)
+        _index(deps.backend, session, records, kept)
         now = deps.clock()
         event_ids, event_times = recent_events(
             session, inbound.event_id, now, merged=inbound.merged_event_ids
@@ -557,24 +557,15 @@ def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord
     ]
 
 
-def _index(backend: Backend, session: Session, records: list[MemoryRecord]) -> None:
+def _index(backend: Backend, session: Session, records: list[MemoryRecord], kept: list[Message]) -> None:
+    """Index the rolled-out records through the memory writer: vectors (Tier 4) when there is an
+    embedder, and each message's neighbours as context, the next ones taken from the window."""
     if not records:
         return
-    backend.index.upsert(
-        session.workspace_id,
-        [
-            IndexDoc(
-                id=r.id,
-                workspace_id=session.workspace_id,
-                session_id=session.id,
-                tier="message",
-                text=r.text,
-                created_at=r.created_at,
-                metadata={"role": r.role, "seq": str(r.seq)},
-            )
-            for r in records
-        ],
-    )
+    rolled = [r.message for r in records if r.message is not None]
+    # Built from rolled + kept together, so a kept reply gets the owner _tier1_records gives it.
+    following = _tier1_records(session, [*rolled, *kept])[len(rolled) :]
+    index_rolled_out(backend.index, backend.memory, backend.embedder, records, following)
 
 
 def _announce_compaction(

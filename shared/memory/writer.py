@@ -26,6 +26,9 @@ same records again later adds the vectors in place (ids are stable).
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +38,7 @@ import numpy as np
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
 from shared.models import IndexDoc, MemoryRecord
-from shared.ports import Embedder, MemoryIndex
+from shared.ports import Embedder, MemoryIndex, MemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +186,103 @@ class MemoryWriter:
             logger.warning("embedder returned %d vectors for %d texts; text only", len(vectors), len(texts))
             return None, "embedding model returned the wrong number of vectors"
         return vectors, None
+
+
+class RecentTails:
+    """The last few rolled-out records of recently active sessions, in this process.
+
+    They are the context before the next roll-out's first record. Reading them back from the
+    MemoryStore would cost the turn a round trip (the warm turn's budget is 3 DynamoDB calls), so a
+    process keeps them from the roll-out before; a process that has not seen the session lately
+    (a cold Lambda, a restart) reads them once. Entries expire after `ttl_s`, and `forget` drops
+    a workspace's (the right to erasure), so text erased from the stores is not reused here.
+    """
+
+    def __init__(self, *, max_sessions: int = 4096, ttl_s: float = 900.0, keep: int = 2) -> None:
+        self._max = max_sessions
+        self._ttl_s = ttl_s
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._tails: OrderedDict[tuple[str, str], tuple[float, tuple[MemoryRecord, ...]]] = OrderedDict()
+
+    def get(self, workspace_id: str, session_id: str, before_seq: int) -> list[MemoryRecord] | None:
+        """The records just before `before_seq`, or None when this process does not know them."""
+        with self._lock:
+            entry = self._tails.get((workspace_id, session_id))
+            if entry is None:
+                return None
+            at, records = entry
+            if time.monotonic() - at > self._ttl_s or not records or records[-1].seq != before_seq - 1:
+                return None
+            return list(records)
+
+    def put(self, records: Sequence[MemoryRecord]) -> None:
+        if not records:
+            return
+        last = records[-1]
+        key = (last.workspace_id, last.session_id)
+        # Without the structured message: only the text, owner and position are ever used.
+        kept = tuple(r.model_copy(update={"message": None}) for r in records[-self._keep :])
+        with self._lock:
+            self._tails.pop(key, None)
+            self._tails[key] = (time.monotonic(), kept)
+            while len(self._tails) > self._max:
+                self._tails.popitem(last=False)
+
+    def forget(self, workspace_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._tails if k[0] == workspace_id]:
+                del self._tails[key]
+
+
+RECENT_TAILS = RecentTails()
+
+
+def index_rolled_out(
+    index: MemoryIndex,
+    memory: MemoryStore,
+    embedder: Embedder | None,
+    records: Sequence[MemoryRecord],
+    following: Sequence[MemoryRecord] = (),
+    *,
+    tails: RecentTails = RECENT_TAILS,
+) -> WriteResult:
+    """Index Tier-1 records, one session's, as they roll out of its window (the turn's commit,
+    emergency compaction). Context before them: the records rolled out just before (RecentTails,
+    else one MemoryStore read); after them: `following`, the messages still in the window.
+
+    The index's errors propagate (the caller retries the commit); the embedder's and the
+    MemoryStore's do not: the records are then indexed without vectors, or without the context
+    before them.
+    """
+    if not records:
+        return WriteResult()
+    writer = MemoryWriter(index, embedder)
+    first = records[0]
+    before: list[MemoryRecord] = []
+    if writer.context_before and first.seq > 0:
+        known = tails.get(first.workspace_id, first.session_id, first.seq)
+        if known is not None:
+            before = known
+        else:
+            try:
+                stored = memory.recent_messages(
+                    first.workspace_id, first.session_id, limit=writer.context_before + len(records)
+                )
+                # A retried commit may find its own records stored already: only earlier ones count.
+                before = [r for r in stored if r.seq < first.seq]
+            except Exception:
+                logger.warning(
+                    "previous messages unavailable; indexing without them as context", exc_info=True
+                )
+    result = writer.write_messages(
+        first.workspace_id,
+        records,
+        before=before[-writer.context_before :] if writer.context_before else [],
+        after=list(following[: writer.context_after]),
+    )
+    tails.put([*before, *records])
+    return result
 
 
 @dataclass
