@@ -1,0 +1,143 @@
+"""SqliteMemoryIndex's in-memory copy of a workspace (index_cache.Shard): same answers as SQL,
+kept current across writers, never ahead of a rolled-back write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.adapters.embedded import Database, SqliteMemoryIndex
+from shared.memory.search import CONTEXT_KEY
+from shared.models import IndexDoc, IndexQuery, MemoryTier
+
+WS = "ws-cache"
+WORDS = ["kayak", "fjord", "pasta", "pesto", "garden", "basil", "budget", "meeting", "seal", "summer"]
+WORDS += ["winter", "tomato", "river"]
+T0 = datetime(2025, 5, 1, tzinfo=UTC)
+
+
+def corpus(n: int = 60, seed: int = 3) -> list[IndexDoc]:
+    rng = np.random.default_rng(seed)
+    tiers: list[MemoryTier] = ["message", "summary", "fact"]
+    docs = []
+    for i in range(n):
+        words = rng.choice(WORDS, size=int(rng.integers(3, 9)))
+        vector = rng.standard_normal(16)
+        docs.append(
+            IndexDoc(
+                id=f"d{i}",
+                workspace_id=WS,
+                session_id=f"s{i % 3}",
+                tier=tiers[i % 3],
+                text=" ".join(words),
+                vector=(vector / np.linalg.norm(vector)).tolist(),
+                created_at=T0,
+                metadata={CONTEXT_KEY: " ".join(rng.choice(WORDS, size=4))} if i % 2 else {},
+            )
+        )
+    return docs
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(tmp_path / "index.db", load_vec=True)
+    yield database
+    database.close()
+
+
+QUERIES = [
+    IndexQuery(text="kayak fjord seal", vector=corpus()[0].vector, k=8),
+    IndexQuery(text="pasta pesto basil", vector=corpus()[5].vector, k=5, tiers=["message", "fact"]),
+    IndexQuery(text="budget meeting winter", vector=corpus()[7].vector, k=6, session_id="s1"),
+    IndexQuery(text="garden tomato", k=20),
+    IndexQuery(vector=corpus()[9].vector, k=3, tiers=["summary"], session_id="s2"),
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_copy_ranks_as_fts5_and_sqlite_vec_do(db: Database, tmp_path: Path, query: IndexQuery) -> None:
+    cached = SqliteMemoryIndex(db)
+    sql_db = Database(tmp_path / "sql.db", load_vec=True)
+    try:
+        in_sql = SqliteMemoryIndex(sql_db, cache_max_docs=0)
+        cached.upsert(WS, corpus())
+        in_sql.upsert(WS, corpus())
+
+        a, b = cached.search(WS, query), in_sql.search(WS, query)
+        # One workspace in the file: FTS5's statistics are the workspace's, so even scores agree.
+        assert [h.doc.id for h in a.text_hits] == [h.doc.id for h in b.text_hits]
+        assert [h.score for h in a.text_hits] == pytest.approx([h.score for h in b.text_hits], rel=1e-4)
+        assert [h.doc.id for h in a.vector_hits] == [h.doc.id for h in b.vector_hits]
+        assert [h.score for h in a.vector_hits] == pytest.approx([h.score for h in b.vector_hits], abs=1e-5)
+        assert [h.doc for h in a.text_hits + a.vector_hits] == [h.doc for h in b.text_hits + b.vector_hits]
+    finally:
+        sql_db.close()
+
+
+def test_a_write_by_another_index_on_the_same_file_is_seen(db: Database, tmp_path: Path) -> None:
+    # Two processes, as far as the cache can tell: two indexes, two Database objects, one file.
+    other_db = Database(tmp_path / "index.db", load_vec=True)
+    try:
+        mine, theirs = SqliteMemoryIndex(db), SqliteMemoryIndex(other_db)
+        mine.upsert(WS, corpus(10))
+        assert mine.search(WS, IndexQuery(text="zeppelin")).text_hits == []  # the copy is built
+
+        theirs.upsert(
+            WS, [IndexDoc(id="z", workspace_id=WS, tier="message", text="a zeppelin over the fjord")]
+        )
+        assert [h.doc.id for h in mine.search(WS, IndexQuery(text="zeppelin")).text_hits] == ["z"]
+
+        theirs.delete(WS, ["z"])
+        assert mine.search(WS, IndexQuery(text="zeppelin")).text_hits == []
+    finally:
+        other_db.close()
+
+
+def test_own_writes_replace_and_delete_in_the_copy(db: Database) -> None:
+    index = SqliteMemoryIndex(db)
+    index.upsert(WS, corpus(10))
+    index.search(WS, IndexQuery(text="kayak"))  # built
+
+    index.upsert(WS, [IndexDoc(id="d1", workspace_id=WS, tier="message", text="now about a zeppelin")])
+    index.delete(WS, ["d2"])
+
+    assert [h.doc.id for h in index.search(WS, IndexQuery(text="zeppelin")).text_hits] == ["d1"]
+    found = {h.doc.id for h in index.search(WS, IndexQuery(text=" ".join(WORDS), k=100)).text_hits}
+    assert "d2" not in found and "d1" not in found
+    assert index.count(WS) == 9
+
+
+def test_a_write_rolled_back_with_its_callers_transaction_is_never_found(db: Database) -> None:
+    index = SqliteMemoryIndex(db)
+    index.upsert(WS, corpus(10))
+    index.search(WS, IndexQuery(text="kayak"))  # built
+
+    with pytest.raises(RuntimeError), db.transaction():
+        index.upsert(WS, [IndexDoc(id="ghost", workspace_id=WS, tier="message", text="ghost zeppelin")])
+        raise RuntimeError("the caller's transaction fails after the upsert")
+
+    assert index.search(WS, IndexQuery(text="zeppelin")).text_hits == []
+    assert index.count(WS) == 10
+
+
+def test_a_workspace_larger_than_the_cache_is_searched_in_sql(db: Database) -> None:
+    index = SqliteMemoryIndex(db, cache_max_docs=5)
+    index.upsert(WS, corpus(10))
+    index.upsert("ws-small", [IndexDoc(id="s", workspace_id="ws-small", tier="message", text="small kayak")])
+
+    big = index.search(WS, IndexQuery(text="kayak", k=100))
+    assert big.text_hits and all(h.doc.workspace_id == WS for h in big.text_hits)
+    assert [h.doc.id for h in index.search("ws-small", IndexQuery(text="kayak")).text_hits] == ["s"]
+
+
+def test_workspaces_keep_their_own_statistics_and_documents(db: Database) -> None:
+    index = SqliteMemoryIndex(db)
+    index.upsert(WS, corpus(20))
+    index.upsert("ws-b", [IndexDoc(id="b1", workspace_id="ws-b", tier="message", text="kayak kayak kayak")])
+
+    assert {h.doc.id for h in index.search("ws-b", IndexQuery(text="kayak", k=50)).text_hits} == {"b1"}
+    assert "b1" not in {h.doc.id for h in index.search(WS, IndexQuery(text="kayak", k=50)).text_hits}

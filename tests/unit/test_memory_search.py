@@ -1,0 +1,285 @@
+"""shared.memory.search: hybrid search over the real embedded index, its fallbacks and its input checks.
+
+The embedder is tests/support's HashingEmbedder (hashed trigrams: a real, deterministic vector
+model, not a language model); failures are real ones: the local MiniLM pointed at a directory
+without weights, and an index whose database is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore
+from shared.errors import BadRequest
+from shared.memory.embeddings.minilm import LocalMiniLM
+from shared.memory.search import (
+    CONTEXT_KEY,
+    MAX_QUERY_BYTES,
+    MemoryHit,
+    MemorySearch,
+    keyword_query,
+    validate_query,
+)
+from shared.memory.writer import MemoryWriter
+from shared.models import IndexDoc, MemoryRecord
+from tests.support.hashing_embedder import HashingEmbedder
+
+WS = "ws-search"
+T0 = datetime(2025, 5, 1, 9, 0, tzinfo=UTC)
+
+CONVERSATION = [
+    "We went kayaking on the fjord last summer, the water was freezing.",
+    "Did you see any seals out there?",
+    "Yes, two of them followed us for an hour.",
+    "My favourite dinner is pasta with basil pesto.",
+    "I planted tomatoes and basil in the garden this spring.",
+    "The budget meeting moved to Thursday afternoon.",
+]
+
+
+@pytest.fixture
+def dbs(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
+    index_db = Database(tmp_path / "index.db", load_vec=True)
+    main_db = Database(tmp_path / "sigil.db")
+    yield index_db, main_db
+    index_db.close()
+    main_db.close()
+
+
+@pytest.fixture
+def index(dbs: tuple[Database, Database]) -> SqliteMemoryIndex:
+    return SqliteMemoryIndex(dbs[0])
+
+
+@pytest.fixture
+def memory(dbs: tuple[Database, Database]) -> SqliteMemoryStore:
+    return SqliteMemoryStore(dbs[1])
+
+
+@pytest.fixture
+def embedder() -> HashingEmbedder:
+    return HashingEmbedder()
+
+
+def record(i: int, text: str, *, session_id: str = "s1", workspace_id: str = WS) -> MemoryRecord:
+    return MemoryRecord(
+        id=f"m{i}",
+        workspace_id=workspace_id,
+        session_id=session_id,
+        role="user" if i % 2 == 0 else "assistant",
+        text=text,
+        seq=i,
+        created_at=T0 + timedelta(minutes=i),
+    )
+
+
+@pytest.fixture
+def stored(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder
+) -> list[MemoryRecord]:
+    records = [record(i, text) for i, text in enumerate(CONVERSATION)]
+    MemoryWriter(index, embedder).write_messages(WS, records)
+    memory.append_messages(WS, records)
+    return records
+
+
+def ids(hits: list[MemoryHit]) -> list[str]:
+    return [h.id for h in hits]
+
+
+# ---------------------------------------------------------------- answering
+
+
+def test_hybrid_finds_the_record_and_says_it_was_hybrid(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    outcome = MemorySearch(index, memory, embedder).search(WS, "what do I like for dinner? pesto", k=3)
+
+    assert outcome.mode == "hybrid"
+    assert outcome.degraded is None
+    assert outcome.hits[0].id == "m3"
+    hit = outcome.hits[0]
+    assert (hit.tier, hit.session_id, hit.created_at) == ("message", "s1", stored[3].created_at)
+    # The hit is the record's own text; the neighbours that helped find it stay out of it.
+    assert hit.text == CONVERSATION[3]
+    assert CONTEXT_KEY not in hit.metadata
+    assert hit.metadata["role"] == "assistant"
+    scores = [h.score for h in outcome.hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_an_answer_is_found_by_the_words_of_the_question_before_it(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    # "Yes, two of them followed us" has no word of the query; the question before it has, and
+    # it is found through it (as is every message within two of it), at a lower score.
+    outcome = MemorySearch(index, memory, None).search(WS, "how many seals were there", k=10)
+    found = ids(outcome.hits)
+    assert found[0] == "m1"
+    assert set(found) == {"m0", "m1", "m2", "m3"}
+    assert outcome.hits[0].score > max(h.score for h in outcome.hits[1:])
+
+
+@pytest.mark.parametrize("mode", ["bm25", "vector"])
+def test_one_sided_modes_answer_as_asked(
+    index: SqliteMemoryIndex,
+    memory: SqliteMemoryStore,
+    embedder: HashingEmbedder,
+    stored: list[MemoryRecord],
+    mode: str,
+) -> None:
+    outcome = MemorySearch(index, memory, embedder).search(WS, "budget meeting Thursday", k=2, mode=mode)  # type: ignore[arg-type]
+    assert outcome.mode == mode
+    assert outcome.hits[0].id == "m5"
+
+
+def test_k_bounds_the_hits(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    outcome = MemorySearch(index, memory, embedder).search(WS, "the kayaks seals basil garden", k=2)
+    assert len(outcome.hits) == 2
+    assert len(set(ids(outcome.hits))) == 2
+
+
+def test_both_fusion_methods_rank_the_obvious_match_first(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    for fusion in ("minmax", "rrf"):
+        outcome = MemorySearch(index, memory, embedder, fusion=fusion).search(WS, "tomatoes in the garden")
+        assert outcome.hits[0].id == "m4", fusion
+
+
+def test_min_score_drops_weak_hits(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    everything = MemorySearch(index, memory, embedder).search(WS, "pasta pesto dinner", k=10)
+    strict = MemorySearch(index, memory, embedder, min_score=0.5).search(WS, "pasta pesto dinner", k=10)
+
+    assert len(strict.hits) < len(everything.hits)
+    assert all(h.score >= 0.5 for h in strict.hits)
+    assert strict.hits[0].id == everything.hits[0].id == "m3"
+
+
+def test_tier_and_session_filters(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    writer = MemoryWriter(index, embedder)
+    writer.write_messages(WS, [record(10, "Kayaking again next weekend?", session_id="s2")])
+    writer.write_docs(
+        WS, [IndexDoc(id="f1", workspace_id=WS, tier="fact", text="user likes kayaking", session_id=None)]
+    )
+    search = MemorySearch(index, memory, embedder)
+
+    assert {h.id for h in search.search(WS, "kayaking", tiers=["fact"]).hits} == {"f1"}
+    only_s2 = search.search(WS, "kayaking", session_id="s2").hits
+    assert ids(only_s2) == ["m10"]
+    everywhere = ids(search.search(WS, "kayaking", k=10).hits)
+    assert {"m0", "m10", "f1"} <= set(everywhere)
+
+
+def test_a_workspace_never_sees_another(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    assert MemorySearch(index, memory, embedder).search("ws-other", "kayaking fjord seals").hits == []
+
+
+def test_chunks_of_a_long_record_come_back_as_one_hit(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    sentences = [f"Paragraph {i} talks about the quarterly report and its numbers." for i in range(80)]
+    long = record(0, " ".join(sentences) + " The zeppelin finale closes the report.")
+    result = MemoryWriter(index, embedder).write_messages(WS, [long])
+    assert result.docs > 2  # chunked
+
+    outcome = MemorySearch(index, memory, embedder).search(WS, "quarterly report numbers zeppelin", k=5)
+    assert ids(outcome.hits) == ["m0"]
+
+
+# ---------------------------------------------------------------- fallbacks
+
+
+def test_without_an_embedder_it_is_bm25_and_says_why(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, stored: list[MemoryRecord]
+) -> None:
+    outcome = MemorySearch(index, memory, None).search(WS, "pesto")
+    assert outcome.mode == "bm25"
+    assert outcome.degraded == "no embedding model configured"
+    assert outcome.hits[0].id == "m3"
+
+
+def test_a_failing_embedder_falls_back_to_bm25(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, stored: list[MemoryRecord], tmp_path: Path
+) -> None:
+    broken = LocalMiniLM(tmp_path / "no-model-here")  # no weights: embed raises EmbeddingError
+    for mode in ("hybrid", "vector"):
+        outcome = MemorySearch(index, memory, broken).search(WS, "budget meeting", mode=mode)
+        assert outcome.mode == "bm25"
+        assert outcome.degraded is not None and "embedding model unavailable" in outcome.degraded
+        assert outcome.hits[0].id == "m5"
+
+
+def test_a_failing_index_falls_back_to_the_sessions_recent_messages(
+    dbs: tuple[Database, Database],
+    index: SqliteMemoryIndex,
+    memory: SqliteMemoryStore,
+    embedder: HashingEmbedder,
+    stored: list[MemoryRecord],
+) -> None:
+    dbs[0].close()  # the index's database is gone: every search raises
+    search = MemorySearch(index, memory, embedder)
+
+    outcome = search.search(WS, "pesto", k=3, session_id="s1")
+    assert outcome.mode == "recent"
+    assert outcome.degraded is not None and "memory index unavailable" in outcome.degraded
+    assert ids(outcome.hits) == ["m5", "m4", "m3"]  # newest first
+    assert outcome.hits[0].text == CONVERSATION[5]
+
+    no_session = search.search(WS, "pesto")
+    assert (no_session.mode, no_session.hits) == ("recent", [])
+    assert no_session.degraded is not None and "no session" in no_session.degraded
+
+    facts_only = search.search(WS, "pesto", session_id="s1", tiers=["fact"])
+    assert facts_only.hits == []
+
+
+# ---------------------------------------------------------------- input
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("", "empty"),
+        ("   \n\t ", "empty"),
+        ("x" * (MAX_QUERY_BYTES + 1), "longer than 100 KB"),
+        ("é" * (MAX_QUERY_BYTES // 2 + 1), "longer than 100 KB"),  # bytes, not characters
+        ("kayak\x00", "control characters"),
+        ("kayak\x1b[31m", "control characters"),
+        ("kayak\x7f", "control characters"),
+    ],
+)
+def test_bad_queries_are_refused_clearly(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, query: str, message: str
+) -> None:
+    with pytest.raises(BadRequest, match=message):
+        MemorySearch(index, memory, None).search(WS, query)
+
+
+def test_newlines_and_tabs_are_fine(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, stored: list[MemoryRecord]
+) -> None:
+    assert validate_query("  pasta\n\twith pesto ") == "pasta\n\twith pesto"
+    assert MemorySearch(index, memory, None).search(WS, "pasta\n\tpesto").hits[0].id == "m3"
+
+
+def test_k_must_be_positive(index: SqliteMemoryIndex, memory: SqliteMemoryStore) -> None:
+    with pytest.raises(BadRequest):
+        MemorySearch(index, memory, None).search(WS, "pesto", k=0)
+
+
+def test_stop_words_leave_the_bm25_query_unless_nothing_else_is_left() -> None:
+    assert keyword_query("When did we go to the fjord?") == "go fjord"
+    assert keyword_query("who are you?") == "who are you"
