@@ -1,0 +1,253 @@
+"""Memory search latency at 1k / 10k / 100k memories in ONE workspace on the embedded index.
+
+Synthetic but shaped like the product's documents: chat-like messages whose words follow a Zipf
+law (so common words match a large share of the index, as they do in real chats, and FTS5 has
+long posting lists to rank), each with the writer's context (its two neighbours before and after,
+metadata "context") and a 384-dimension unit vector (all-MiniLM-L6-v2's width; random, which is
+fine for timing). Documents go in through SqliteMemoryIndex.upsert in batches, as the writer's
+would; queries are question-like texts with their own random vectors, asked through MemorySearch
+(hybrid, k=10, the product defaults), whose query embedding is excluded here (a fixed-vector
+embedder) and reported apart: MiniLM's own time for one question.
+
+    .venv/bin/python bench/memory_scale.py [--sizes 1000 10000 100000] [--queries 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the bench runs from a plain clone
+
+import numpy as np  # noqa: E402
+
+from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
+from shared.memory.search import CONTEXT_KEY, MemorySearch  # noqa: E402
+from shared.models import IndexDoc, IndexQuery  # noqa: E402
+
+DIM = 384
+WORKSPACE = "bench-scale"
+FUNCTION_WORDS = [
+    "i",
+    "you",
+    "we",
+    "the",
+    "a",
+    "to",
+    "and",
+    "of",
+    "it",
+    "was",
+    "so",
+    "that",
+    "is",
+    "in",
+    "my",
+]
+SYLLABLES = ["ka", "lo", "mi", "ra", "te", "su", "no", "vi", "pe", "da", "ri", "ko", "ma", "zu", "be", "lu"]
+
+
+class Vocabulary:
+    """Pseudo-words with Zipf frequencies: rank r is drawn with probability ~ 1/r."""
+
+    def __init__(self, rng: random.Random, size: int = 20_000) -> None:
+        words: dict[str, None] = {}
+        while len(words) < size:
+            words["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))] = None
+        self.words = list(words)
+        weights = [1.0 / (r + 1) for r in range(size)]
+        total = sum(weights)
+        acc = 0.0
+        self.cumulative = []
+        for w in weights:
+            acc += w / total
+            self.cumulative.append(acc)
+
+    def draw(self, rng: random.Random, n: int) -> list[str]:
+        import bisect
+
+        return [
+            self.words[min(bisect.bisect(self.cumulative, rng.random()), len(self.words) - 1)]
+            for _ in range(n)
+        ]
+
+
+def message(rng: random.Random, vocab: Vocabulary) -> str:
+    words = []
+    for content in vocab.draw(rng, rng.randint(6, 24)):
+        if rng.random() < 0.5:
+            words.append(rng.choice(FUNCTION_WORDS))
+        words.append(content)
+    return " ".join(words).capitalize() + rng.choice([".", "!", "?"])
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
+
+
+def build_docs(n: int, seed: int = 7) -> list[IndexDoc]:
+    rng = random.Random(seed)  # noqa: S311 - synthetic data, not secrets
+    vocab = Vocabulary(rng)
+    vectors = unit_vectors(np.random.default_rng(seed), n)
+    texts = [message(rng, vocab) for _ in range(n)]
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    docs = []
+    for i, text in enumerate(texts):
+        session = i // 200  # sessions of 200 messages
+        around = [texts[j] for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < n and j // 200 == session]
+        docs.append(
+            IndexDoc(
+                id=f"m{i:07d}",
+                workspace_id=WORKSPACE,
+                session_id=f"s{session:05d}",
+                tier="message",
+                text=text,
+                vector=vectors[i].tolist(),
+                created_at=start + timedelta(minutes=i),
+                metadata={
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "seq": str(i % 200),
+                    CONTEXT_KEY: "\n".join(around),
+                },
+            )
+        )
+    return docs
+
+
+def questions(n: int, seed: int = 11) -> list[tuple[str, list[float]]]:
+    rng = random.Random(seed)  # noqa: S311 - synthetic data, not secrets
+    vocab = Vocabulary(random.Random(7))  # noqa: S311 - the documents' vocabulary
+    vectors = unit_vectors(np.random.default_rng(seed), n)
+    out = []
+    for i in range(n):
+        words = vocab.draw(rng, rng.randint(2, 5))
+        out.append(
+            (
+                f"{rng.choice(['When did', 'What did', 'Where did', 'Why did'])} we {' '.join(words)}?",
+                vectors[i].tolist(),
+            )
+        )
+    return out
+
+
+class FixedEmbedder:
+    """Returns each question's precomputed vector: the query's embedding is not what is timed."""
+
+    model_id = "bench/random"
+    dimensions = DIM
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vectors[t] for t in texts]
+
+
+def pctl(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(size: int, n_queries: int, batch: int) -> dict[str, float]:
+    docs = build_docs(size)
+    qs = questions(n_queries)
+    with tempfile.TemporaryDirectory(prefix="memscale-") as tmp:
+        db = Database(Path(tmp) / "index.db", load_vec=True)
+        main = Database(Path(tmp) / "sigil.db")
+        index = SqliteMemoryIndex(db)
+        began = time.perf_counter()
+        for start in range(0, size, batch):
+            index.upsert(WORKSPACE, docs[start : start + batch])
+        build = time.perf_counter() - began
+        embedder = FixedEmbedder(dict(qs))
+        search = MemorySearch(index, SqliteMemoryStore(main), embedder)
+        out: dict[str, float] = {"size": size, "build_s": build}
+        for mode in ("hybrid", "bm25", "vector"):
+            for q, _ in qs[:5]:  # warm-up: first-use caches, page cache
+                search.search(WORKSPACE, q, k=10, mode=mode)
+            times = []
+            for q, _ in qs:
+                t0 = time.perf_counter()
+                outcome = search.search(WORKSPACE, q, k=10, mode=mode)
+                times.append(time.perf_counter() - t0)
+                assert outcome.mode == mode, outcome
+            out[f"{mode}_p50"] = 1000 * pctl(times, 0.5)
+            out[f"{mode}_p95"] = 1000 * pctl(times, 0.95)
+        # The round trip alone, both rankings at the over-fetch MemorySearch asks for (k*8).
+        times = []
+        for q, v in qs:
+            t0 = time.perf_counter()
+            index.search(WORKSPACE, IndexQuery(text=q, vector=v, k=80))
+            times.append(time.perf_counter() - t0)
+        out["index_p50"] = 1000 * pctl(times, 0.5)
+        out["index_p95"] = 1000 * pctl(times, 0.95)
+        out["db_mb"] = sum(f.stat().st_size for f in Path(tmp).glob("index.db*")) / 1e6
+        db.close()
+        main.close()
+    return out
+
+
+def query_embedding_ms(n: int = 20) -> tuple[float, float] | None:
+    try:
+        from shared.memory.embeddings.minilm import LocalMiniLM, local_model_available
+    except ImportError:
+        return None
+    if not local_model_available():
+        return None
+    model = LocalMiniLM()
+    model.load()
+    times = []
+    for q, _ in questions(n, seed=3):
+        t0 = time.perf_counter()
+        model.embed([q])
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times), 1000 * pctl(times, 0.95)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=500, help="documents per upsert")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for size in args.sizes:
+        print(f"measuring {size} documents...", file=sys.stderr)
+        rows.append(measure(size, args.queries, args.batch))
+    print("## Memory search at scale (one workspace, embedded index)\n")
+    print(
+        f"{args.queries} queries per size; MemorySearch k=10 with the product defaults; "
+        "query embedding excluded (below); 384-dim random unit vectors; Zipf-distributed words.\n"
+    )
+    print(
+        "| memories | build s | docs/s | index MB | hybrid p50 ms | **hybrid p95 ms** | bm25 p50 / p95 | "
+        "vector p50 / p95 | index round trip p50 / p95 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {int(r['size']):,} | {r['build_s']:.1f} | {r['size'] / r['build_s']:,.0f} | "
+            f"{r['db_mb']:.0f} | {r['hybrid_p50']:.1f} | **{r['hybrid_p95']:.1f}** | "
+            f"{r['bm25_p50']:.1f} / {r['bm25_p95']:.1f} | "
+            f"{r['vector_p50']:.1f} / {r['vector_p95']:.1f} | {r['index_p50']:.1f} / {r['index_p95']:.1f} |"
+        )
+    emb = query_embedding_ms()
+    if emb:
+        print(f"\nQuery embedding (local MiniLM, one question): p50 {emb[0]:.1f} ms, p95 {emb[1]:.1f} ms.")
+
+
+if __name__ == "__main__":
+    main()
