@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> None:
         index = SqliteMemoryIndex(index_db)
         memory = SqliteMemoryStore(main_db)
         for f in fusions:
-            searchers[f] = MemorySearch(index, memory, embedder, fusion=f)
+            searchers[f] = MemorySearch(index, memory, embedder, fusion=f, min_score=args.min_score)
 
         # Embeddings first (cached after the first run), so the build time is the index's own.
         began = time.perf_counter()
@@ -379,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("data", nargs="?", default=str(DEFAULT_DATA), help="a LoCoMo-format JSON file")
     parser.add_argument("--fusion", nargs="+", choices=["minmax", "rrf"], default=["minmax", "rrf"])
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
+    parser.add_argument("--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)")
     run(parser.parse_args(argv))
 
 

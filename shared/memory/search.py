@@ -49,6 +49,12 @@ _STOP_WORDS_TEXT = """a about above after again against all am an and any are as
     whom why will with would you your yours yourself yourselves"""
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
+# Fused scores below these are dropped. Nothing by default: min-max normalises each list's
+# weakest candidate to 0 whatever its relevance, so a threshold is relative, not a relevance bar;
+# spec 003's 0.3 cost LoCoMo recall@10 0.1 point and R@20 more, and the tools bound hits by k.
+# RRF's scores (~1/60) have no such scale either. Callers that want fewer, surer hits pass one.
+DEFAULT_MIN_SCORE: dict[FusionMethod, float] = {"minmax": 0.0, "rrf": 0.0}
+
 # Metadata key naming the record a chunk document belongs to (absent: the doc id is the record id).
 RECORD_ID_KEY = "record_id"
 # Metadata key of a document's context: the text around it (for a message, its neighbours in the
@@ -125,7 +131,9 @@ class MemorySearch:
         self._text_weight = text_weight
         self._vector_weight = vector_weight
         # RRF scores are ~1/60: a min-max threshold would drop everything, so each method has its own.
-        self._min_score = min_score if min_score is not None else 0.0
+        if min_score is None:
+            min_score = DEFAULT_MIN_SCORE[fusion]
+        self._min_score = min_score
         self._overfetch = overfetch
 
     def search(
