@@ -158,6 +158,7 @@ def test_output_is_compact_deterministic_utf8_and_keeps_nones() -> None:
         "id": "m1",
         "content": "Grüße 👋",
         "sender_id": None,
+        "user_id": None,
         "event_id": None,
         "created_at": "2025-03-01T12:30:15.123456Z",
     }
