@@ -47,9 +47,10 @@ from shared.adapters.embedded.index import DEFAULT_CONTEXT_WEIGHT  # noqa: E402
 from shared.memory.embeddings.cache import CachedEmbedder  # noqa: E402
 from shared.memory.embeddings.minilm import PINNED_WEIGHTS_SHA256, LocalMiniLM  # noqa: E402
 from shared.memory.fusion import FusionMethod  # noqa: E402
-from shared.memory.search import STOP_WORDS, MemorySearch  # noqa: E402
+from shared.memory.search import DEFAULT_MIN_SCORE, STOP_WORDS, MemorySearch  # noqa: E402
 from shared.memory.writer import MemoryWriter, RecentTails, index_rolled_out  # noqa: E402
 from shared.models import MemoryRecord  # noqa: E402
+from shared.ports import Embedder  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10, 20)
@@ -204,6 +205,73 @@ def variants(fusions: Sequence[FusionMethod]) -> list[Variant]:
     return out
 
 
+@dataclass
+class Built:
+    index: SqliteMemoryIndex
+    memory: SqliteMemoryStore
+    dbs: tuple[Database, Database]
+    seconds: float = 0.0
+    records: int = 0
+    docs: int = 0
+
+    def close(self) -> None:
+        for db in self.dbs:
+            db.close()
+
+
+def build(
+    tmp: Path, conversations: list[Conversation], embedder: Embedder, writer_kwargs: dict[str, Any]
+) -> Built:
+    """Every turn written as the turn writes it: an exchange at a time, context from the tails."""
+    dbs = (Database(tmp / "index.db", load_vec=True), Database(tmp / "sigil.db"))
+    index, memory = SqliteMemoryIndex(dbs[0]), SqliteMemoryStore(dbs[1])
+    writer = MemoryWriter(index, embedder, **writer_kwargs)
+    tails = RecentTails()
+    built = Built(index, memory, dbs)
+    for c in conversations:
+        began = time.perf_counter()
+        for session in c.sessions:
+            for i in range(0, len(session), EXCHANGE):
+                batch = session[i : i + EXCHANGE]
+                window = session[i + EXCHANGE : i + EXCHANGE + WINDOW]
+                result = index_rolled_out(index, memory, embedder, batch, window, tails=tails, writer=writer)
+                memory.append_messages(c.workspace_id, batch)  # the commit's archive, after the index
+                built.docs += result.docs
+                if result.text_only:
+                    raise SystemExit(f"{len(result.text_only)} documents without vectors: {result.error}")
+            built.records += len(session)
+        built.seconds += time.perf_counter() - began
+    return built
+
+
+def evaluate(
+    conversations: list[Conversation], search: MemorySearch, mode: SearchKind
+) -> tuple[dict[int, Scores], list[float]]:
+    scores: dict[int, Scores] = defaultdict(Scores)
+    latencies: list[float] = []
+    for c in conversations:
+        for q in c.questions:
+            began = time.perf_counter()
+            outcome = search.search(c.workspace_id, q.text, k=max(KS), mode=mode)
+            latencies.append(time.perf_counter() - began)
+            if outcome.mode != mode:
+                raise SystemExit(f"{mode} answered as {outcome.mode}: {outcome.degraded}")
+            scores[q.category].add([h.id for h in outcome.hits], q.evidence)
+    return scores, latencies
+
+
+# Rows that take one mechanism away at a time (--ablations): (label, writer settings, fusion weights).
+ABLATIONS: list[tuple[str, dict[str, Any], tuple[float, float]]] = [
+    (
+        "no context, min-max 0.3/0.7 (the issue's reference setup)",
+        {"context_before": 0, "context_after": 0},
+        (0.3, 0.7),
+    ),
+    ("no context, min-max 0.6/0.4", {"context_before": 0, "context_after": 0}, (0.6, 0.4)),
+    ("context, min-max 0.3/0.7", {}, (0.3, 0.7)),
+]
+
+
 def run(args: argparse.Namespace) -> None:
     conversations = load(Path(args.data))
     if args.limit:
@@ -213,62 +281,52 @@ def run(args: argparse.Namespace) -> None:
     embedder = CachedEmbedder(model, cache)
     fusions: list[FusionMethod] = args.fusion
     runs = variants(fusions)
-    scores: dict[str, dict[int, Scores]] = {v.label: defaultdict(Scores) for v in runs}
-    latencies: dict[str, list[float]] = {v.label: [] for v in runs}
-    build_s = 0.0
-    records_total = 0
-    docs_total = 0
-    searchers: dict[FusionMethod, MemorySearch] = {}
+    scores: dict[str, dict[int, Scores]] = {}
+    latencies: dict[str, list[float]] = {}
+
+    # Embeddings first (cached after the first run), so the build time is the index's own.
+    began = time.perf_counter()
+    texts = [r.text for c in conversations for s in c.sessions for r in s]
+    texts += [q.text for c in conversations for q in c.questions]
+    for start in range(0, len(texts), 256):  # in parts, so an interrupted run keeps its work
+        embedder.embed(texts[start : start + 256])
+    print(
+        f"embeddings ready in {time.perf_counter() - began:.1f} s ({len(texts)} texts, cache {cache.path})",
+        file=sys.stderr,
+    )
 
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
-        index_db = Database(Path(tmp) / "index.db", load_vec=True)
-        main_db = Database(Path(tmp) / "sigil.db")
-        index = SqliteMemoryIndex(index_db)
-        memory = SqliteMemoryStore(main_db)
-        for f in fusions:
-            searchers[f] = MemorySearch(index, memory, embedder, fusion=f, min_score=args.min_score)
-
-        # Embeddings first (cached after the first run), so the build time is the index's own.
-        began = time.perf_counter()
-        texts = [r.text for c in conversations for s in c.sessions for r in s]
-        texts += [q.text for c in conversations for q in c.questions]
-        for start in range(0, len(texts), 256):  # in parts, so an interrupted run keeps its work
-            embedder.embed(texts[start : start + 256])
-        embed_s = time.perf_counter() - began
-        print(
-            f"embeddings ready in {embed_s:.1f} s ({len(texts)} texts, cache {cache.path})", file=sys.stderr
-        )
-
-        tails = RecentTails()
-        for c in conversations:
-            began = time.perf_counter()
-            for session in c.sessions:
-                for i in range(0, len(session), EXCHANGE):
-                    batch = session[i : i + EXCHANGE]
-                    window = session[i + EXCHANGE : i + EXCHANGE + WINDOW]
-                    result = index_rolled_out(index, memory, embedder, batch, window, tails=tails)
-                    memory.append_messages(c.workspace_id, batch)  # the commit's archive, after the index
-                    docs_total += result.docs
-                    if result.text_only:
-                        raise SystemExit(f"{len(result.text_only)} documents without vectors: {result.error}")
-                records_total += len(session)
-            build_s += time.perf_counter() - began
-
-        for c in conversations:
-            for q in c.questions:
-                for v in runs:
-                    searcher = searchers[v.fusion if v.mode == "hybrid" else fusions[0]]
-                    began = time.perf_counter()
-                    outcome = searcher.search(c.workspace_id, q.text, k=max(KS), mode=v.mode)
-                    latencies[v.label].append(time.perf_counter() - began)
-                    if outcome.mode != v.mode:
-                        raise SystemExit(f"{v.label} answered as {outcome.mode}: {outcome.degraded}")
-                    scores[v.label][q.category].add([h.id for h in outcome.hits], q.evidence)
-        index_db.close()
-        main_db.close()
+        built = build(Path(tmp) / "product", conversations, embedder, {})
+        for v in runs:
+            search = MemorySearch(
+                built.index, built.memory, embedder, fusion=v.fusion, min_score=args.min_score
+            )
+            scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
+        ablations: list[tuple[str, dict[int, Scores]]] = []
+        for label, writer_kwargs, (tw, vw) in ABLATIONS if args.ablations else []:
+            other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
+            search = MemorySearch(other.index, other.memory, embedder, text_weight=tw, vector_weight=vw)
+            ablations.append((label, evaluate(conversations, search, "hybrid")[0]))
+            other.close()
+        built.close()
 
     throughput = measure_throughput(model, [r.text for r in conversations[0].sessions[0]][:64])
-    report(Results(conversations, runs, scores, latencies, build_s, records_total, docs_total, throughput))
+    report(
+        Results(conversations, runs, scores, latencies, built.seconds, built.records, built.docs, throughput)
+    )
+    if ablations:
+        print("\n### Ablations (hybrid, recall@10)\n")
+        print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
+        print("|---|---|---|---|---|---|---|")
+        for label, by_cat in [
+            ("product defaults (context, min-max 0.6/0.4)", scores[runs[2].label]),
+            *ablations,
+        ]:
+            headline = Scores()
+            for cat in HEADLINE:
+                headline.merge(by_cat[cat])
+            cells = " | ".join(pct(by_cat[cat].recall[10]) for cat in CATEGORIES)
+            print(f"| {label} | **{pct(headline.recall[10])}** | {cells} |")
 
 
 def measure_throughput(model: LocalMiniLM, sample: list[str]) -> float:
@@ -330,7 +388,7 @@ def report(r: Results) -> None:
     print(
         f"- fusion: min-max text {probe.get('text_weight')} / vector {probe.get('vector_weight')}; "
         f"RRF k=60 with the same weights; over-fetch {probe.get('overfetch')}x; "
-        f"default {probe.get('fusion')}; min score {probe.get('min_score')}"
+        f"default {probe.get('fusion')}; min score {DEFAULT_MIN_SCORE}"
     )
     per_turn = 1000 * build_s / max(records, 1)
     print(
@@ -379,7 +437,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("data", nargs="?", default=str(DEFAULT_DATA), help="a LoCoMo-format JSON file")
     parser.add_argument("--fusion", nargs="+", choices=["minmax", "rrf"], default=["minmax", "rrf"])
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
-    parser.add_argument("--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)")
+    parser.add_argument("--ablations", action="store_true", help="also rows without context / other weights")
+    parser.add_argument(
+        "--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)"
+    )
     run(parser.parse_args(argv))
 
 

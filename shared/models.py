@@ -429,6 +429,9 @@ class IndexQuery(Model):
     k: int = Field(default=10, ge=1, le=1000)
     tiers: list[MemoryTier] | None = None
     session_id: str | None = None
+    # False: the hits' documents may come back without their vectors (vector None), which an
+    # adapter can then skip reading. Memory search only ranks; it never looks at them.
+    with_vectors: bool = True
 
 
 class IndexHit(Model):

@@ -170,6 +170,7 @@ class MemorySearch:
             k=fetch,
             tiers=list(tiers) if tiers is not None else None,
             session_id=session_id,
+            with_vectors=False,  # hits are ranked and shown, never compared again
         )
         try:
             result = self._index.search(workspace_id, index_query)

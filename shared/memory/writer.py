@@ -246,6 +246,7 @@ def index_rolled_out(
     following: Sequence[MemoryRecord] = (),
     *,
     tails: RecentTails = RECENT_TAILS,
+    writer: MemoryWriter | None = None,
 ) -> WriteResult:
     """Index Tier-1 records, one session's, as they roll out of its window (the turn's commit,
     emergency compaction). Context before them: the records rolled out just before (RecentTails,
@@ -257,7 +258,7 @@ def index_rolled_out(
     """
     if not records:
         return WriteResult()
-    writer = MemoryWriter(index, embedder)
+    writer = writer or MemoryWriter(index, embedder)
     first = records[0]
     before: list[MemoryRecord] = []
     if writer.context_before and first.seq > 0:

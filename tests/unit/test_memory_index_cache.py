@@ -141,3 +141,44 @@ def test_workspaces_keep_their_own_statistics_and_documents(db: Database) -> Non
 
     assert {h.doc.id for h in index.search("ws-b", IndexQuery(text="kayak", k=50)).text_hits} == {"b1"}
     assert "b1" not in {h.doc.id for h in index.search(WS, IndexQuery(text="kayak", k=50)).text_hits}
+
+
+def test_the_sign_bit_prefilter_of_a_large_workspace_finds_the_near_neighbours(db: Database) -> None:
+    rng = np.random.default_rng(5)
+    centres = rng.standard_normal((50, 32))
+    vectors = centres[rng.integers(0, 50, size=5000)] + 0.3 * rng.standard_normal((5000, 32))
+    docs = [
+        IndexDoc(
+            id=f"v{i}", workspace_id=WS, tier="message", text=f"doc {i}", vector=v.tolist(), created_at=T0
+        )
+        for i, v in enumerate(vectors)
+    ]
+    prefiltered = SqliteMemoryIndex(db, knn_exact_below=1000)  # 5,000 vectors: past the threshold
+    prefiltered.upsert(WS, docs)
+    exact = SqliteMemoryIndex(db)  # the same file, exact k-NN
+
+    for i in rng.integers(0, 5000, size=20):
+        query = IndexQuery(vector=(vectors[i] + 0.01 * rng.standard_normal(32)).tolist(), k=5)
+        fast = prefiltered.search(WS, query).vector_hits
+        truth = exact.search(WS, query).vector_hits
+        assert fast[0].doc.id == f"v{i}"
+        assert [h.doc.id for h in fast] == [h.doc.id for h in truth]
+        assert [h.score for h in fast] == pytest.approx([h.score for h in truth], abs=1e-6)
+
+
+@pytest.mark.parametrize("cache_max_docs", [0, 1000])
+def test_hits_can_come_without_their_vectors(db: Database, cache_max_docs: int) -> None:
+    index = SqliteMemoryIndex(db, cache_max_docs=cache_max_docs)
+    docs = corpus(10)
+    index.upsert(WS, docs)
+    query = IndexQuery(text="kayak pasta budget", vector=docs[0].vector, k=5)
+
+    full = index.search(WS, query)
+    light = index.search(WS, query.model_copy(update={"with_vectors": False}))
+
+    assert [h.doc.id for h in light.text_hits] == [h.doc.id for h in full.text_hits]
+    assert [h.doc.id for h in light.vector_hits] == [h.doc.id for h in full.vector_hits]
+    assert all(h.doc.vector is None for h in light.text_hits + light.vector_hits)
+    assert all(h.doc.vector is not None for h in full.text_hits + full.vector_hits)
+    by_id = {d.id: d for d in docs}
+    assert all(h.doc == by_id[h.doc.id].model_copy(update={"vector": None}) for h in light.text_hits)

@@ -21,7 +21,7 @@ import numpy as np
 
 from shared import serde
 from shared.adapters.embedded.db import Database, first
-from shared.adapters.embedded.index_cache import CachedDoc, Shard
+from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
 from shared.memory.search import CONTEXT_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult
@@ -120,7 +120,8 @@ class SqliteMemoryIndex:
 
     Searches run on an in-memory copy of the workspace (index_cache.Shard) when it fits in
     `cache_max_docs`; `cache_max_docs=0` searches FTS5 and sqlite-vec directly. Both give the
-    same rankings up to BM25's statistics, which the copy takes per workspace.
+    same rankings up to BM25's statistics, which the copy takes per workspace. The copy's k-NN is
+    exact below `knn_exact_below` vectors in a workspace and prefiltered by sign bits above.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class SqliteMemoryIndex:
         max_query_terms: int = 32,
         context_weight: float = DEFAULT_CONTEXT_WEIGHT,
         cache_max_docs: int = DEFAULT_CACHE_MAX_DOCS,
+        knn_exact_below: int = PREFILTER_MIN_ROWS,
     ) -> None:
         if not 0.0 <= context_weight <= 1.0:
             raise ValueError("context_weight must be between 0 and 1")
@@ -137,6 +139,7 @@ class SqliteMemoryIndex:
         self._max_query_terms = max_query_terms
         self._context_weight = float(context_weight)
         self._cache_max_docs = cache_max_docs
+        self._knn_exact_below = knn_exact_below
         try:
             db.query("SELECT vec_version()")
         except apsw.SQLError as exc:
@@ -288,7 +291,8 @@ class SqliteMemoryIndex:
                 vector_hits = self._vector_hits(conn, workspace_id, query, vector) if vector else []
                 return IndexResult(text_hits=text_hits, vector_hits=vector_hits)
             text_ranked, vector_ranked = ranked
-            docs = self._load(conn, workspace_id, {rowid for rowid, _ in [*text_ranked, *vector_ranked]})
+            wanted = {rowid for rowid, _ in [*text_ranked, *vector_ranked]}
+            docs = self._load(conn, workspace_id, wanted, vectors=query.with_vectors)
         return IndexResult(
             text_hits=[IndexHit(doc=docs[r], score=s) for r, s in text_ranked if r in docs],
             vector_hits=[IndexHit(doc=docs[r], score=s) for r, s in vector_ranked if r in docs],
@@ -362,7 +366,12 @@ class SqliteMemoryIndex:
             if count > self._cache_max_docs:
                 return None
             self._evict(room_for=count)
-            shard = Shard(generation, self._tokenize_document, self._context_weight)
+            shard = Shard(
+                generation,
+                self._tokenize_document,
+                self._context_weight,
+                prefilter_min_rows=self._knn_exact_below,
+            )
             rows = conn.execute(
                 "SELECT d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
                 "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context "
@@ -395,9 +404,12 @@ class SqliteMemoryIndex:
             held -= shard.size
             del self._shards[ws]
 
-    def _load(self, conn: apsw.Connection, workspace_id: str, rowids: set[int]) -> dict[int, IndexDoc]:
+    def _load(
+        self, conn: apsw.Connection, workspace_id: str, rowids: set[int], *, vectors: bool = True
+    ) -> dict[int, IndexDoc]:
         if not rowids:
             return {}
+        vector_column = "vector" if vectors else "NULL"
         wanted = list(rowids)
         docs: dict[int, IndexDoc] = {}
         for start in range(0, len(wanted), 500):
@@ -405,7 +417,8 @@ class SqliteMemoryIndex:
             # "+workspace_id": a check, not an index to search by. With a plain equality SQLite
             # walks the workspace's index entries (all 100k of them) instead of looking up 160 rowids.
             for rowid, doc, blob in conn.execute(
-                f"SELECT rowid, doc, vector FROM index_docs WHERE rowid IN ({', '.join('?' for _ in part)}) "
+                f"SELECT rowid, doc, {vector_column} FROM index_docs "
+                f"WHERE rowid IN ({', '.join('?' for _ in part)}) "
                 "AND +workspace_id = ?",
                 [*part, workspace_id],
             ):
@@ -443,7 +456,7 @@ class SqliteMemoryIndex:
                 [match, workspace_id, *params, query.k],
             )
         ]
-        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked})
+        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked}, vectors=query.with_vectors)
         return [IndexHit(doc=docs[r], score=s) for r, s in ranked if r in docs]
 
     def _vector_hits(
@@ -462,7 +475,7 @@ class SqliteMemoryIndex:
             )
             if distance is not None
         ]
-        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked})
+        docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked}, vectors=query.with_vectors)
         return [IndexHit(doc=docs[r], score=s) for r, s in ranked if r in docs]
 
     def count(self, workspace_id: str) -> int:
