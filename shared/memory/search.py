@@ -188,7 +188,7 @@ class MemorySearch:
             k=len(result.text_hits) + len(result.vector_hits),
             min_score=self._min_score,
         )
-        return SearchOutcome(hits=_by_record(fused)[:k], mode=answered, degraded=degraded)
+        return SearchOutcome(hits=_by_record(fused, k), mode=answered, degraded=degraded)
 
     def _recent(
         self,
@@ -229,10 +229,13 @@ class MemorySearch:
         return SearchOutcome(hits=hits, mode="recent", degraded=reason)
 
 
-def _by_record(fused: list[FusedHit]) -> list[MemoryHit]:
-    """Fold chunk documents into their record, keeping each record's best-scoring document."""
+def _by_record(fused: list[FusedHit], k: int) -> list[MemoryHit]:
+    """The k best records: chunk documents folded into their record, whose best-scoring
+    document stands for it."""
     best: dict[str, MemoryHit] = {}
     for f in fused:  # already best first
+        if len(best) == k:
+            break
         doc = f.doc
         record_id = doc.metadata.get(RECORD_ID_KEY, doc.id)
         if record_id in best:

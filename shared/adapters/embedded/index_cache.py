@@ -78,12 +78,30 @@ class _GrowMatrix:
         return self.data[: self.n]
 
 
+class _GrowColumns:
+    """A (width x n) matrix stored column by column, appended one column at a time: a scan of one
+    row (one 64-bit word of every vector) reads contiguous memory."""
+
+    def __init__(self, width: int, dtype: Any, capacity: int = 1024) -> None:
+        self.data: npt.NDArray[Any] = np.zeros((width, capacity), dtype=dtype)
+        self.n = 0
+
+    def append(self, column: npt.NDArray[Any]) -> None:
+        if self.n == self.data.shape[1]:
+            self.data = np.concatenate([self.data, np.zeros_like(self.data)], axis=1)
+        self.data[:, self.n] = column
+        self.n += 1
+
+    def view(self) -> npt.NDArray[Any]:
+        return self.data[:, : self.n]
+
+
 @dataclass
 class _Vectors:
     positions: _Grow = field(default_factory=lambda: _Grow(np.int64))
     matrix: _GrowMatrix | None = None
     # Sign bits of each vector, packed into uint64 words: the prefilter of a large workspace.
-    bits: _GrowMatrix | None = None
+    bits: _GrowColumns | None = None
 
 
 def sign_bits(v: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
@@ -172,7 +190,7 @@ class Shard:
             bits = sign_bits(v)
             if vecs.matrix is None or vecs.bits is None:
                 vecs.matrix = _GrowMatrix(len(v))
-                vecs.bits = _GrowMatrix(len(bits), dtype=np.uint64)
+                vecs.bits = _GrowColumns(len(bits), np.uint64)
             vecs.positions.append(pos)
             vecs.matrix.append(v)
             vecs.bits.append(bits)
@@ -262,8 +280,11 @@ class Shard:
             # Sign-bit prefilter: Hamming distance to the query's signs over 48 bytes a vector,
             # not 1.5 KB, then the exact cosine over the shortlist. A full float scan of 100k
             # vectors reads 150 MB per query; memory bandwidth, not arithmetic, is its cost.
-            bits = vecs.bits.view() if rows is None else vecs.bits.view()[rows]
-            distance = np.bitwise_count(bits ^ sign_bits(q)).sum(axis=1, dtype=np.int32)
+            words = vecs.bits.view() if rows is None else vecs.bits.view()[:, rows]
+            query_bits = sign_bits(q)
+            distance = np.bitwise_count(words[0] ^ query_bits[0]).astype(np.uint16)
+            for w in range(1, len(query_bits)):  # word by word: contiguous, no (n x words) temporary
+                distance += np.bitwise_count(words[w] ^ query_bits[w])
             picked = np.argpartition(distance, shortlist)[:shortlist]
             rows = picked if rows is None else rows[picked]
         if rows is None:
