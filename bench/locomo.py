@@ -318,10 +318,8 @@ def run(args: argparse.Namespace) -> None:
         print("\n### Ablations (hybrid, recall@10)\n")
         print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
         print("|---|---|---|---|---|---|---|")
-        for label, by_cat in [
-            ("product defaults (context, min-max 0.6/0.4)", scores[runs[2].label]),
-            *ablations,
-        ]:
+        product = next(v.label for v in runs if v.mode == "hybrid")
+        for label, by_cat in [(f"product defaults: context, {product} 0.6/0.4", scores[product]), *ablations]:
             headline = Scores()
             for cat in HEADLINE:
                 headline.merge(by_cat[cat])
@@ -388,7 +386,8 @@ def report(r: Results) -> None:
     print(
         f"- fusion: min-max text {probe.get('text_weight')} / vector {probe.get('vector_weight')}; "
         f"RRF k=60 with the same weights; over-fetch {probe.get('overfetch')}x; "
-        f"default {probe.get('fusion')}; min score {DEFAULT_MIN_SCORE}"
+        f"default {probe.get('fusion')}; min score "
+        f"{DEFAULT_MIN_SCORE[probe.get('fusion', 'minmax')] or 'none'}"
     )
     per_turn = 1000 * build_s / max(records, 1)
     print(
