@@ -60,8 +60,15 @@ synth: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 	$(CDK) deploy -c stage=$(STAGE)
 
-# ---- Benchmark (bench/aws_calls.py, on moto): AWS calls per webhook event and per agent turn,
-# and each handler's cold import against a bare powertools handler. Prints a table; ~30 s.
+# ---- Benchmarks, each printing a table (docs/memory.md and docs/consolidation.md explain them):
+# AWS calls per webhook event and per turn, cold imports (on moto, ~30 s); the loop's own overhead;
+# LoCoMo retrieval from ../shared/bench (read there, never copied; the first run embeds ~4,000
+# texts, later runs use .benchmarks/); search latency at 1k/10k/100k memories; MiniLM throughput;
+# maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run. ~15 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
+	$(BIN)/python bench/locomo.py
+	$(BIN)/python bench/memory_scale.py
+	$(BIN)/python bench/embed_minilm.py
+	$(BIN)/python bench/consolidation.py

@@ -440,7 +440,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)"
     )
-    run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if not Path(args.data).is_file():
+        # The data is CC BY-NC and never ships with the project: it is read from the kit beside it.
+        parser.exit(2, f"locomo.py: no LoCoMo file at {args.data}; pass the path of one\n")
+    run(args)
 
 
 if __name__ == "__main__":
