@@ -11,7 +11,10 @@ channel user ids their identities map to (a group's messages carry the platform 
 - Tier 2: the summaries of their sessions and those carrying their user id;
 - Tier 3: triples with their user id, about them (subject = their user id) or learnt in their
   sessions, whatever the status;
-- the index: the documents of all of those messages, summaries and facts (ids are the records');
+- the index: the documents of all of those messages, summaries and facts (ids are the records'),
+  every chunk document of a long message or summary (`record_doc_ids`), and the neighbour texts
+  this process remembers for the workspace's next roll-out (`RECENT_TAILS.forget`), so none of
+  their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
 - the audit log is anonymised, not deleted: records keep the workspace's accounting (time,
   model, tools, tokens, cost, outcome) and lose user, session, event id and error text
@@ -42,6 +45,7 @@ from pydantic import BaseModel
 
 from shared.errors import ConcurrencyConflict
 from shared.memory.keys import normalize_key
+from shared.memory.writer import RECENT_TAILS, record_doc_ids
 from shared.models import MemoryRecord, Session, UserMessage
 
 if TYPE_CHECKING:
@@ -164,10 +168,11 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
     report.index_docs_deleted = _unindex(
         backend,
         workspace_id,
-        [r.id for records in messages.values() for r in records]
-        + [s.id for s in summaries]
+        [doc_id for records in messages.values() for r in records for doc_id in record_doc_ids(r.id, r.text)]
+        + [doc_id for s in summaries for doc_id in record_doc_ids(s.id, s.text)]
         + [t.id for t in triples],
     )
+    RECENT_TAILS.forget(workspace_id)
     for session_id, records in messages.items():
         ids = None if session_id in owned else [r.id for r in records]
         report.messages_deleted += backend.memory.delete_messages(workspace_id, session_id, ids)

@@ -13,6 +13,7 @@ from shared.backend import Backend
 from shared.clock import new_id
 from shared.memory.erasure import ERASED_TEXT, erase_user
 from shared.memory.keys import normalize_key
+from shared.memory.writer import RECENT_TAILS, RecentTails, index_rolled_out, record_doc_ids
 from shared.models import (
     AssistantMessage,
     AuditRecord,
@@ -278,3 +279,44 @@ def test_nothing_of_the_user_is_left_and_the_other_user_is_untouched(backend: Ba
     again = erase_user(backend, ws, ALICE)
     assert set(again.model_dump(exclude={"workspace_id", "user_id"}).values()) == {0}
     assert bobs_view(backend, ws) == bob_before
+
+
+def test_every_chunk_of_a_long_message_and_the_remembered_neighbours_go(backend: Backend, ws: str) -> None:
+    """A message longer than one chunk is indexed as several documents (the writer's chunk ids):
+    all of them go, and so does what this process remembers of her words as roll-out context."""
+    populate(backend, ws)
+    # Past 1,920 characters, so at least two chunks; the word only the last chunk holds.
+    long_text = "alice pastes her itinerary " * 80 + "ending in quetzaltenango"
+    assert len(long_text) > 1920
+    record = MemoryRecord(
+        id="dm-alice-r2",
+        workspace_id=ws,
+        session_id="dm-alice",
+        role="user",
+        text=long_text,
+        seq=2,
+        created_at=at(2),
+        message=_user(long_text, ALICE_TG, 2),
+        user_id=ALICE,
+    )
+    backend.memory.append_messages(ws, [record])
+    tails = RecentTails()
+    index_rolled_out(backend.index, backend.memory, None, [record], tails=tails)
+    doc_ids = record_doc_ids(record.id, record.text)
+    assert len(doc_ids) >= 2
+    # The index itself returns chunk documents (memory search folds them into their record).
+    assert search(backend, ws, "itinerary") == set(doc_ids)
+    assert search(backend, ws, "quetzaltenango") == {doc_ids[-1]}
+    RECENT_TAILS.put([record])
+    assert RECENT_TAILS.get(ws, "dm-alice", record.seq + 1) is not None
+
+    report = erase_user(backend, ws, ALICE)
+
+    for word in ("quetzaltenango", "itinerary", "pastes"):
+        assert search(backend, ws, word) == set(), word
+    hits = backend.index.search(ws, IndexQuery(text="alice pastes itinerary quetzaltenango", k=100))
+    assert not any(
+        h.doc.id in doc_ids or h.doc.metadata.get("record_id") == record.id for h in hits.text_hits
+    )
+    assert RECENT_TAILS.get(ws, "dm-alice", record.seq + 1) is None
+    assert report.index_docs_deleted >= len(doc_ids)
