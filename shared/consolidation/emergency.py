@@ -5,7 +5,8 @@ The window normally holds the workspace's `active_window` messages (20). A provi
 a context overflow gets the same call again with the window cut to the newest 10 messages, then 3,
 then 1 (the `keep` stages), each cut at a user message (shared.agent.turn.split_window, so no
 turn is split). The messages cut off are not lost: they become Tier-1 records (the shape the
-turn's commit writes) and index documents, saved with the session before the retry, so the
+turn's commit writes, with their owners) and index documents (through the memory writer, as the
+commit's: vectors, chunks, neighbours as context), saved with the session before the retry, so the
 memory tools find them and the next turn starts from the smaller window. A CompactionDue is
 published for every batch boundary the roll-out crosses, as the turn's commit does.
 
@@ -22,7 +23,8 @@ from typing import Final, TypeVar
 
 from shared.backend import Backend
 from shared.errors import ConcurrencyConflict, ProviderError
-from shared.models import DomainEvent, IndexDoc, MemoryRecord, Message, Session, WorkspaceConfig
+from shared.memory.writer import index_rolled_out
+from shared.models import DomainEvent, MemoryRecord, Message, Session, WorkspaceConfig
 from shared.providers.base import ChatRequest
 
 log = logging.getLogger("sigil.consolidation.emergency")
@@ -62,22 +64,11 @@ class Compacted:
 
 
 def tier1_records(session: Session, rolled: Sequence[Message]) -> list[MemoryRecord]:
-    """The Tier-1 records of messages rolling out of `session`'s window, as the turn writes them."""
-    from shared.agent.turn import message_text  # at call time: the turn imports this module
+    """The Tier-1 records of messages rolling out of `session`'s window, as the turn writes them
+    (each owned by the user who wrote it or was answered: what the right to erasure finds)."""
+    from shared.agent.turn import _tier1_records  # at call time: the turn imports this module
 
-    return [
-        MemoryRecord(
-            id=m.id,
-            workspace_id=session.workspace_id,
-            session_id=session.id,
-            role=m.kind,
-            text=message_text(m),
-            seq=session.rolled_out_count + i,
-            created_at=m.created_at,
-            message=m,
-        )
-        for i, m in enumerate(rolled)
-    ]
+    return _tier1_records(session, list(rolled))
 
 
 def emergency_compact(session: Session, keep: Sequence[int] = KEEP_STAGES) -> Iterator[Compacted]:
@@ -102,21 +93,11 @@ def persist(backend: Backend, workspace: WorkspaceConfig, before: Session, stage
     """Index the stage's records, save the session with them (optimistically, as the turn commits),
     and announce the batches the roll-out completed. Returns the session as stored."""
     records = stage.records
-    backend.index.upsert(
-        before.workspace_id,
-        [
-            IndexDoc(
-                id=r.id,
-                workspace_id=r.workspace_id,
-                session_id=r.session_id,
-                tier="message",
-                text=r.text,
-                created_at=r.created_at,
-                metadata={"role": r.role, "seq": str(r.seq)},
-            )
-            for r in records
-        ],
-    )
+    # Through the memory writer, as the turn's commit indexes its roll-out: vectors, chunks and
+    # each message's neighbours as context, the next ones taken from the window that stays.
+    rolled = [r.message for r in records if r.message is not None]
+    following = tier1_records(before, [*rolled, *stage.session.active_messages])[len(rolled) :]
+    index_rolled_out(backend.index, backend.memory, backend.embedder, records, following)
     saved = backend.sessions.save(stage.session, expected_version=before.version, archive=records)
     batch = workspace.summary_batch
     for k in range(before.rolled_out_count // batch + 1, saved.rolled_out_count // batch + 1):

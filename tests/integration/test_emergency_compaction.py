@@ -111,6 +111,15 @@ def test_an_overflowing_turn_rolls_its_window_into_tier1_and_answers(backend: Ba
     ]
     hits = backend.index.search(WS, IndexQuery(text="number 2", tiers=["message"], session_id=SID))
     assert {h.doc.id for h in hits.text_hits} >= {tier1[4].id}
+    # Indexed as the turn's commit indexes: owned by the user, with the neighbours as context
+    assert {r.user_id for r in tier1} == {"alice"}
+    doc = next(h.doc for h in hits.text_hits if h.doc.id == tier1[4].id)
+    assert doc.metadata["context"].split("\n") == [
+        "message number 1",
+        "re: message number 1",
+        "re: message number 2",
+        "message number 3",
+    ]
     # The next turn starts from the smaller window (12 + its own message: still one too many for
     # this model, so it compacts again); with room enough it would not have to
     model.sizes = []
