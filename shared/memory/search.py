@@ -145,7 +145,11 @@ class MemorySearch:
         tiers: Sequence[MemoryTier] | None = None,
         session_id: str | None = None,
         mode: Literal["hybrid", "bm25", "vector"] = "hybrid",
+        recent_from: str | None = None,
     ) -> SearchOutcome:
+        """`recent_from` names the session whose newest messages stand in when the index fails
+        and the search is not scoped to a session (`session_id` is None): a workspace-wide search
+        from a conversation falls back on that conversation."""
         text = validate_query(query)
         if k < 1:
             raise BadRequest("k must be at least 1")
@@ -177,7 +181,11 @@ class MemorySearch:
         except Exception as exc:
             logger.warning("memory index search failed; recent messages instead", exc_info=True)
             return self._recent(
-                workspace_id, session_id, k, tiers, f"memory index unavailable: {type(exc).__name__}"
+                workspace_id,
+                session_id or recent_from,
+                k,
+                tiers,
+                f"memory index unavailable: {type(exc).__name__}",
             )
 
         fused = fuse(

@@ -134,8 +134,9 @@ def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
     context). Use it when the user refers to something said before.
 
     Returns the best matching messages, each with its date and conversation."""
-    outcome = _searcher(ctx).search(ctx.workspace_id, args.query, k=args.k, tiers=["message"])
-    outcome = _with_recent_fallback(ctx, outcome, args.k)
+    outcome = _searcher(ctx).search(
+        ctx.workspace_id, args.query, k=args.k, tiers=["message"], recent_from=ctx.session_id
+    )
     entries = [_hit_entry(h, outcome) for h in outcome.hits]
     return _render(f"memory_search: {len(entries)} messages", _mode_line(outcome), entries, "messages")
 
@@ -198,8 +199,9 @@ def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
 def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     """Search all memory (messages, summaries, facts) by meaning rather than exact words. Use it
     when memory_search finds nothing or the wording may differ."""
-    outcome = _searcher(ctx).search(ctx.workspace_id, args.query, k=args.k, mode="vector")
-    outcome = _with_recent_fallback(ctx, outcome, args.k)
+    outcome = _searcher(ctx).search(
+        ctx.workspace_id, args.query, k=args.k, mode="vector", recent_from=ctx.session_id
+    )
     facts = [h for h in outcome.hits if h.tier == "fact"]
     active = {t.id for t in _active_facts(ctx, facts)}
     hits = [h for h in outcome.hits if h.tier != "fact" or h.id in active]
@@ -427,37 +429,6 @@ def _touch(ctx: ToolContext, facts: Iterable[Triple]) -> None:
 
 def _searcher(ctx: ToolContext) -> MemorySearch:
     return MemorySearch(ctx.backend.index, ctx.backend.memory, ctx.backend.embedder)
-
-
-def _with_recent_fallback(ctx: ToolContext, outcome: SearchOutcome, k: int) -> SearchOutcome:
-    """The last rung for a workspace-wide search: this session's newest Tier-1 messages.
-
-    MemorySearch falls back to recent messages only for a search scoped to one session; the tools
-    search the whole workspace, so when the index failed they read the current session's."""
-    if outcome.mode != "recent" or outcome.hits:
-        return outcome
-    reason = (outcome.degraded or "memory index unavailable").split(";")[0]
-    try:
-        records = ctx.backend.memory.recent_messages(ctx.workspace_id, ctx.session_id, limit=k)
-    except Exception as exc:  # noqa: BLE001 -- the chain's end: say so instead of failing
-        log.warning(
-            "recent messages unavailable",
-            extra={"workspace_id": ctx.workspace_id, "error_type": type(exc).__name__},
-        )
-        return SearchOutcome(hits=[], mode="recent", degraded=f"{reason}; session store unavailable too")
-    hits = [
-        MemoryHit(
-            id=r.id,
-            tier="message",
-            text=r.text,
-            score=0.0,
-            session_id=r.session_id,
-            created_at=r.created_at,
-            metadata={"role": r.role, "seq": str(r.seq)},
-        )
-        for r in reversed(records)  # newest first: with no ranking, recency is the best guess
-    ]
-    return SearchOutcome(hits=hits, mode="recent", degraded=reason)
 
 
 def _mode_line(outcome: SearchOutcome, *, prefix: str = "search") -> str:
