@@ -87,18 +87,24 @@ class OpenAIProvider:
         return params
 
     def _safe_message(self, exc: Exception) -> str:
-        parts = [f"the model provider failed ({type(exc).__name__}"]
-        status = getattr(exc, "status_code", None)
-        if isinstance(status, int):
-            parts.append(f", HTTP {status}")
-        code = getattr(exc, "code", None)
-        if isinstance(code, str) and _SAFE_CODE.match(code):
-            parts.append(f", code {code}")
-        request_id = getattr(exc, "request_id", None)
-        if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
-            parts.append(f", request {request_id}")
-        message = "".join(parts) + ")"
-        return message.replace(self._api_key, "[redacted]")
+        return safe_error_message(exc, "the model provider", self._api_key)
+
+
+def safe_error_message(exc: Exception, what: str, api_key: str | None) -> str:
+    """An SDK error as identifiers only (type, HTTP status, code, request id), never the
+    upstream message, which can quote part of the key; the key itself is scrubbed besides."""
+    parts = [f"{what} failed ({type(exc).__name__}"]
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        parts.append(f", HTTP {status}")
+    code = getattr(exc, "code", None)
+    if isinstance(code, str) and _SAFE_CODE.match(code):
+        parts.append(f", code {code}")
+    request_id = getattr(exc, "request_id", None)
+    if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
+        parts.append(f", request {request_id}")
+    message = "".join(parts) + ")"
+    return message.replace(api_key, "[redacted]") if api_key else message
 
 
 # ---------------------------------------------------------------- request translation

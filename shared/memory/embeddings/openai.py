@@ -8,14 +8,13 @@ says whether a later attempt (the backfill) may succeed.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from shared.errors import EmbeddingError
 from shared.memory.embeddings.base import api_input, unit
-from shared.providers.openai import KEYLESS_PLACEHOLDER
+from shared.providers.openai import KEYLESS_PLACEHOLDER, safe_error_message
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -32,8 +31,6 @@ NATIVE_DIMENSIONS = {
 # characters is a safe stand-in for tokens (a token is rarely less than one character).
 MAX_BATCH_INPUTS = 2048
 MAX_BATCH_CHARS = 250_000
-
-_SAFE_CODE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 class OpenAIEmbedder:
@@ -122,19 +119,7 @@ class OpenAIEmbedder:
         return [unit(d.embedding, self.dimensions, self.model_id) for d in data]
 
     def _safe_message(self, exc: Exception) -> str:
-        # Only identifiers are repeated: an upstream message can quote part of the key.
-        parts = [f"the embedding provider failed ({type(exc).__name__}"]
-        status = getattr(exc, "status_code", None)
-        if isinstance(status, int):
-            parts.append(f", HTTP {status}")
-        code = getattr(exc, "code", None)
-        if isinstance(code, str) and _SAFE_CODE.match(code):
-            parts.append(f", code {code}")
-        request_id = getattr(exc, "request_id", None)
-        if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
-            parts.append(f", request {request_id}")
-        message = "".join(parts) + ")"
-        return message.replace(self._api_key, "[redacted]") if self._api_key else message
+        return safe_error_message(exc, "the embedding provider", self._api_key)
 
 
 def _batches(inputs: list[str]) -> Iterator[list[str]]:
