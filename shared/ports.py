@@ -25,6 +25,7 @@ from shared.models import (
     IndexResult,
     LaneItem,
     MemoryRecord,
+    MemoryTier,
     OutboundMessage,
     OutboxEntry,
     Session,
@@ -178,6 +179,16 @@ class MemoryIndex(Protocol):
         ...
 
     def count(self, workspace_id: str) -> int: ...
+
+
+@runtime_checkable
+class FindsMissingVectors(Protocol):
+    """Optional on a MemoryIndex: the documents of a tier stored without a vector (the memory
+    writer's text-only fallback when the embedder failed), oldest first, for re-embedding."""
+
+    def missing_vectors(
+        self, workspace_id: str, *, tier: MemoryTier = "message", limit: int = 50
+    ) -> list[IndexDoc]: ...
 
 
 @runtime_checkable

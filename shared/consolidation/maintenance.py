@@ -17,11 +17,19 @@ One run over one scope (a workspace), in this order:
    "merged" into the survivor, which absorbs its use, reinforcement and provenance;
 6. **cap** the active triples at 10,000 per scope, pruning the least relevant first;
 7. **purge** merged and pruned triples 30 days after the change (until then a run can be
-   rolled back: shared.consolidation.rollback).
+   rolled back: shared.consolidation.rollback);
+8. **re-embed messages** written without vectors (the memory writer indexes text only when the
+   embedder fails): the index lists the workspace's Tier-1 documents without a vector
+   (`missing_vectors`, an optional index method), their records are read back from the
+   MemoryStore (one read per run of consecutive messages, with the neighbours around it) and
+   written again through the MemoryWriter, 50 documents a batch. Ids are stable, so the
+   documents get their vectors in place; what the index no longer lists is done, so the index
+   itself is the cursor.
 
 Lambda-safe: steps 1-4 go page by page (500 triples by id) with a checkpoint after each page
 (ConsolidationState, name "maintenance"); steps 5-7 need the whole scope and are recomputed from
-the store when a run is cut off in them. Every decision is a function of the stored state and the
+the store when a run is cut off in them; step 8 checkpoints its phase, and a run cut off in it
+resumes there. Every decision is a function of the stored state and the
 run's clock, so a retried or resumed run converges on the state an uninterrupted one reaches.
 
 Writes: a triple is written when its lifecycle changes or its stored relevance is off by 0.05 or
@@ -50,8 +58,11 @@ from pydantic import BaseModel, Field, ValidationError
 from shared.clock import utcnow
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.dedup import near_duplicate_pairs
+from shared.memory.search import RECORD_ID_KEY
 from shared.memory.tools import fact_index_doc, fact_text
-from shared.models import FactCategory, Triple, TripleChange
+from shared.memory.writer import MemoryWriter
+from shared.models import FactCategory, IndexDoc, MemoryRecord, Triple, TripleChange
+from shared.ports import FindsMissingVectors
 
 if TYPE_CHECKING:
     from shared.backend import Backend
@@ -104,8 +115,8 @@ class MaintenanceReport(BaseModel):
     workspace_id: str
     run_id: str
     complete: bool = False
-    # Where an incomplete run stopped ("score" or "finish"); the next run continues there.
-    stopped_in: Literal["score", "finish"] | None = None
+    # Where an incomplete run stopped; the next run continues there.
+    stopped_in: Literal["score", "finish", "messages"] | None = None
     resumed: bool = False
     scored: int = 0
     promoted: int = 0
@@ -116,6 +127,7 @@ class MaintenanceReport(BaseModel):
     backfilled: int = 0
     embed_failures: int = 0
     purged: int = 0
+    messages_backfilled: int = 0  # message documents given the vector they were written without
     written: int = 0
     index_deleted: int = 0
     active: int = 0  # active triples at the end of the finish step (0 when it did not run)
@@ -137,13 +149,17 @@ class MaintenanceReport(BaseModel):
             "MaintenanceMerged": self.merged,
             "MaintenanceBackfilled": self.backfilled,
             "MaintenancePurged": self.purged,
+            "MaintenanceMessagesBackfilled": self.messages_backfilled,
             "MaintenanceDurationMs": self.duration_s * 1000.0,
             "MaintenanceComplete": 1.0 if self.complete else 0.0,
         }
 
 
+Phase = Literal["score", "finish", "messages", "done"]
+
+
 class _Checkpoint(BaseModel):
-    phase: Literal["score", "finish", "done"]
+    phase: Phase
     after: str | None = None
     run_id: str
     at: datetime = Field(default_factory=utcnow)
@@ -221,7 +237,7 @@ class _Run:
     def out_of_time(self) -> bool:
         return self.deadline.expired(self.policy.unit_reserve_s)
 
-    def checkpoint(self, phase: Literal["score", "finish", "done"], after: str | None = None) -> None:
+    def checkpoint(self, phase: Phase, after: str | None = None) -> None:
         value = _Checkpoint(phase=phase, after=after, run_id=self.run_id, at=self.now)
         self.backend.consolidation.put_checkpoint(self.workspace_id, CHECKPOINT, value.model_dump_json())
 
@@ -305,6 +321,68 @@ class _Run:
             for i, t in zip(stale[lo : lo + self.policy.embed_batch], done, strict=True):
                 page[i] = t
         return page
+
+    # ---- re-embed the messages written without vectors
+
+    def backfill_messages(self) -> bool:
+        """Step 8; False when the deadline came first (the rest is found by the next run)."""
+        index, embedder = self.backend.index, self.embedder
+        if embedder is None or not isinstance(index, FindsMissingVectors):
+            return True
+        writer = MemoryWriter(index, embedder)
+        batch = self.policy.embed_batch
+        # Documents a rewrite cannot give a vector (the record is gone, or its vector is zero):
+        # skipped for the rest of the run, so they never hold the loop.
+        stuck: set[str] = set()
+        while True:
+            if self.out_of_time():
+                return False
+            listed = index.missing_vectors(self.workspace_id, tier="message", limit=batch + len(stuck))
+            todo = [d for d in listed if d.id not in stuck][:batch]
+            if not todo:
+                return True
+            records, runs = self.message_runs(todo)
+            for run, before, after in runs:
+                result = writer.write_messages(self.workspace_id, run, before=before, after=after)
+                if result.error is not None:
+                    log.warning(
+                        "message re-embedding failed; the rest of this run goes without it",
+                        extra={"workspace_id": self.workspace_id, "error": result.error},
+                    )
+                    self.report.embed_failures += len(todo)
+                    self.embedding_ok = False
+                    return True
+                self.report.messages_backfilled += result.embedded
+                stuck.update(result.text_only)
+            stuck.update(d.id for d in todo if _record_id(d) not in records)
+
+    def message_runs(
+        self, docs: Sequence[IndexDoc]
+    ) -> tuple[set[str], list[tuple[list[MemoryRecord], list[MemoryRecord], list[MemoryRecord]]]]:
+        """The records of `docs` read back from the MemoryStore as runs of consecutive messages,
+        each with the neighbours before and after it that lend context; and the ids found."""
+        wanted: dict[str, dict[int, str]] = {}  # session -> seq -> record id
+        for d in docs:
+            seq = d.metadata.get("seq", "")
+            if d.session_id and seq.isdigit():
+                wanted.setdefault(d.session_id, {})[int(seq)] = _record_id(d)
+        found: set[str] = set()
+        runs: list[tuple[list[MemoryRecord], list[MemoryRecord], list[MemoryRecord]]] = []
+        context = 2  # MemoryWriter's default context on either side
+        for session_id, by_seq in sorted(wanted.items()):
+            for lo, hi in _spans(sorted(by_seq)):
+                start = max(-1, lo - 1 - context)
+                read = self.backend.memory.get_messages(
+                    self.workspace_id, session_id, after_seq=start, limit=hi - start + context
+                )
+                run = [r for r in read if lo <= r.seq <= hi and by_seq.get(r.seq) == r.id]
+                if not run:
+                    continue
+                found.update(r.id for r in run)
+                runs.append(
+                    (run, [r for r in read if r.seq < run[0].seq], [r for r in read if r.seq > run[-1].seq])
+                )
+        return found, runs
 
     # ---- dedup, cap, purge: over the whole scope
 
@@ -426,6 +504,21 @@ class _Run:
 
 
 _MAX_PROVENANCE = 50
+
+
+def _record_id(doc: IndexDoc) -> str:
+    return doc.metadata.get(RECORD_ID_KEY) or doc.id
+
+
+def _spans(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted sequence numbers as (first, last) runs of consecutive numbers."""
+    spans: list[tuple[int, int]] = []
+    for seq in seqs:
+        if spans and seq == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], seq)
+        else:
+            spans.append((seq, seq))
+    return spans
 
 
 _NOT_WORD = re.compile(r"[\W_]+")
@@ -559,7 +652,7 @@ def run_maintenance(
     # instead of reading everything again.
     scope: _Scope | None = _Scope() if phase == "score" and after is None else None
 
-    def stop(where: Literal["score", "finish"], at: str | None = None) -> MaintenanceReport:
+    def stop(where: Literal["score", "finish", "messages"], at: str | None = None) -> MaintenanceReport:
         run.checkpoint(where, at)
         report.stopped_in = where
         report.duration_s = time.perf_counter() - started
@@ -584,17 +677,21 @@ def run_maintenance(
             if len(page) < policy.page_size:
                 break
 
-    if run.out_of_time():
-        return stop("finish")
-    if scope is None:
-        scope = _Scope()
-        after = None
-        while page := backend.memory.list_triples(workspace_id, after=after, limit=policy.page_size):
-            for t in page:
-                scope.add(t)
-            after = page[-1].id
-    if not run.finish(scope):
-        return stop("finish")
+    if phase != "messages":
+        if run.out_of_time():
+            return stop("finish")
+        if scope is None:
+            scope = _Scope()
+            after = None
+            while page := backend.memory.list_triples(workspace_id, after=after, limit=policy.page_size):
+                for t in page:
+                    scope.add(t)
+                after = page[-1].id
+        if not run.finish(scope):
+            return stop("finish")
+        run.checkpoint("messages")
+    if not run.backfill_messages():
+        return stop("messages")
     run.checkpoint("done")
     report.complete = True
     report.duration_s = time.perf_counter() - started

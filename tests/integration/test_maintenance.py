@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from shared.adapters.embedded import build_embedded_backend
+from shared.adapters.embedded.index import SqliteMemoryIndex
 from shared.backend import Backend
 from shared.config import Settings
 from shared.consolidation.deadline import Deadline
@@ -22,7 +23,8 @@ from shared.consolidation.maintenance import (
 )
 from shared.consolidation.rollback import rollback_run
 from shared.memory.tools import fact_index_doc, fact_text
-from shared.models import FactCategory, IndexQuery, Triple
+from shared.memory.writer import EMBEDDING_KEY, MemoryWriter
+from shared.models import FactCategory, IndexQuery, MemoryRecord, Triple
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws1"
@@ -433,3 +435,93 @@ def test_maintenance_and_rollback_on_each_adapter_set(kind: str, tmp_path: pathl
         # Everything as before, but the new vector stays (an embedding is not a lifecycle change).
         assert {i: v[:-1] for i, v in after.items()} == {i: v[:-1] for i, v in before.items()}
         assert {t.id for t in b.memory.triples_by_subject(WS, "alice")} == {"a", "b", "c", "d"}
+
+
+# ---------------------------------------------------------------- messages written without vectors
+
+
+class _Down:
+    model_id = "test/down"
+    dimensions = 384
+
+    def embed(self, texts: object) -> list[list[float]]:
+        raise RuntimeError("provider unavailable")
+
+
+def _messages(session_id: str, n: int, *, user_id: str = "alice") -> list[MemoryRecord]:
+    return [
+        MemoryRecord(
+            id=f"{session_id}-m{seq:03d}",
+            workspace_id=WS,
+            session_id=session_id,
+            role="user" if seq % 2 == 0 else "assistant",
+            text=f"message {seq} of {session_id} about topic {seq * 7}",
+            seq=seq,
+            created_at=NOW - timedelta(minutes=n - seq),
+            user_id=user_id,
+        )
+        for seq in range(n)
+    ]
+
+
+def test_messages_written_without_vectors_are_re_embedded_in_batches(backend: Backend) -> None:
+    s1, s2 = _messages("s1", 100), _messages("s2", 9, user_id="bob")
+    # A long message: one document per chunk, all without vectors.
+    s2.append(s2[-1].model_copy(update={"id": "s2-long", "seq": 9, "text": "a pasted report " * 150}))
+    backend.memory.append_messages(WS, [*s1, *s2])
+    down = MemoryWriter(backend.index, _Down())
+    # Written as roll-outs of 10 while the embedder was down: text only, BM25 finds them.
+    for records in (s1, s2):
+        for lo in range(0, len(records), 10):
+            result = down.write_messages(WS, records[lo : lo + 10], before=records[max(0, lo - 2) : lo])
+            assert result.embedded == 0 and result.error
+    assert isinstance(backend.index, SqliteMemoryIndex)
+    missing = backend.index.missing_vectors(WS, limit=1000)
+    assert len(missing) == 100 + 9 + 2 and all(d.metadata[EMBEDDING_KEY] == "missing" for d in missing)
+    embedder = backend.embedder
+    assert isinstance(embedder, HashingEmbedder)
+    embedder.calls.clear()
+
+    report = run(backend)
+
+    assert report.complete and report.messages_backfilled == 111 and report.embed_failures == 0
+    assert backend.index.missing_vectors(WS, limit=1000) == []
+    # Batches of 50 documents (one embed call each, texts and their neighbours deduplicated).
+    assert len(embedder.calls) == 3
+    # The vectors are the writer's (own text blended with its neighbours'): k-NN finds each.
+    for record in (s1[42], s2[3]):
+        (query,) = embedder.embed([record.text])
+        hits = backend.index.search(WS, IndexQuery(vector=query, k=3, tiers=["message"])).vector_hits
+        assert hits[0].doc.id == record.id
+        assert EMBEDDING_KEY not in hits[0].doc.metadata and hits[0].doc.metadata["context"]
+    # Context stays within the user's own messages, as the turn writes it.
+    (hit,) = backend.index.search(WS, IndexQuery(text="s2", k=100, session_id="s2")).text_hits[:1]
+    assert "s1" not in hit.doc.metadata.get("context", "")
+    assert run(backend, "run2").messages_backfilled == 0
+
+
+def test_message_re_embedding_waits_for_the_embedder_and_resumes_after_a_deadline(backend: Backend) -> None:
+    records = _messages("s1", 30)
+    backend.memory.append_messages(WS, records)
+    MemoryWriter(backend.index, _Down()).write_messages(WS, records)
+    working = backend.embedder
+    backend.embedder = _Down()
+    report = run(backend)
+    assert report.complete and report.messages_backfilled == 0
+    assert isinstance(backend.index, SqliteMemoryIndex)
+    assert len(backend.index.missing_vectors(WS, limit=100)) == 30
+
+    backend.embedder = working
+    ticks = itertools.count()
+    policy = MaintenancePolicy(embed_batch=10, unit_reserve_s=1.0)
+    done = 0
+    for attempt in range(20):
+        start = next(ticks)
+        deadline = Deadline(at=start + 4, clock=lambda: float(next(ticks)))
+        report = run(backend, f"run{attempt}", deadline=deadline, policy=policy)
+        done += report.messages_backfilled
+        if report.complete:
+            break
+        assert report.stopped_in in {"finish", "messages"}
+    assert report.complete and done == 30 and attempt > 0
+    assert backend.index.missing_vectors(WS, limit=100) == []

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from shared import serde
 from shared.errors import SigilError
 from shared.memory.vectors import usable_vector
-from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult
+from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryTier
 
 if TYPE_CHECKING:
     from botocore.credentials import Credentials
@@ -364,6 +364,31 @@ class OpenSearchIndex:
                 routing=workspace_id,
             )
         return int(response["count"])
+
+    def missing_vectors(
+        self, workspace_id: str, *, tier: MemoryTier = "message", limit: int = 50
+    ) -> list[IndexDoc]:
+        """Documents of `tier` stored without a vector, oldest first (FindsMissingVectors): what
+        maintenance re-embeds once the embedder answers again. Nothing on a knn=False index, which
+        stores no vector at all."""
+        _check_workspace(workspace_id)
+        if not self.knn or limit < 1:
+            return []
+        self.ensure_index()
+        body = {
+            "size": limit,
+            "track_total_hits": False,
+            "query": {
+                "bool": {
+                    "filter": [{"term": {"workspace_id": workspace_id}}, {"term": {"tier": tier}}],
+                    "must_not": [{"exists": {"field": "vector"}}],
+                }
+            },
+            "sort": [{"created_at": "asc"}, {"id": "asc"}],
+        }
+        with _translate_errors(f"listing documents without vectors in {self.index}"):
+            response = self.client.search(index=self.index, body=body, routing=workspace_id)
+        return [serde.from_jsonable(IndexDoc, hit["_source"]) for hit in response["hits"]["hits"]]
 
     # ------------------------------------------------------------ request bodies
 

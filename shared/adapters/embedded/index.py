@@ -24,7 +24,7 @@ from shared.adapters.embedded.db import Database, first
 from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
 from shared.memory.search import CONTEXT_KEY
 from shared.memory.vectors import usable_vector
-from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult
+from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryTier
 
 logger = logging.getLogger(__name__)
 
@@ -481,3 +481,17 @@ class SqliteMemoryIndex:
     def count(self, workspace_id: str) -> int:
         row = self._db.query_one("SELECT COUNT(*) FROM index_docs WHERE workspace_id = ?", (workspace_id,))
         return int(row[0]) if row else 0
+
+    def missing_vectors(
+        self, workspace_id: str, *, tier: MemoryTier = "message", limit: int = 50
+    ) -> list[IndexDoc]:
+        """Documents of `tier` stored without a vector, oldest written first (FindsMissingVectors):
+        what maintenance re-embeds once the embedder answers again."""
+        if limit < 1:
+            return []
+        rows = self._db.query(
+            "SELECT doc FROM index_docs WHERE workspace_id = ? AND tier = ? AND dim IS NULL "
+            "ORDER BY rowid LIMIT ?",
+            (workspace_id, tier, limit),
+        )
+        return [_load_doc(str(row[0]), None) for row in rows]
