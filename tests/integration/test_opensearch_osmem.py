@@ -24,6 +24,7 @@ from shared.adapters.aws.opensearch import (
     index_body,
     opensearch_client,
 )
+from shared.memory.search import CONTEXT_KEY
 from shared.models import IndexDoc, IndexQuery
 
 DIM = 4
@@ -208,3 +209,57 @@ def test_an_existing_index_with_another_dimension_is_refused(
     other = OpenSearchIndex(client=client, index=index.index, dimension=DIM * 2)
     with pytest.raises(OpenSearchIndexError, match=f"dimension {DIM}, expected {DIM * 2}"):
         other.count("ws1")
+
+
+# ---------------------------------------------------------------- context, missing vectors
+
+
+def test_a_document_is_found_by_its_context_below_one_found_by_its_own_text(
+    index: OpenSearchIndex, client: OpenSearch
+) -> None:
+    # The memory writer's shape: an answer that shares no word with its question, which is its
+    # context. The context is a field of its own, and hits give it back in metadata as written.
+    answer = _doc("ws1", "answer", "yes, twice a week", metadata={"role": "user", CONTEXT_KEY: "do you swim"})
+    question = _doc("ws1", "question", "do you swim", metadata={"role": "assistant"})
+    other = _doc("ws1", "other", "the weather is fine", metadata={CONTEXT_KEY: "nothing about water"})
+    index.upsert("ws1", [answer, question, other])
+    mapping = client.indices.get_mapping(index=index.index)[index.index]["mappings"]["properties"]
+    assert mapping["context"]["type"] == "text"
+    source = client.get(index=index.index, id="ws1:answer", routing="ws1")["_source"]
+    assert source["context"] == "do you swim" and CONTEXT_KEY not in source["metadata"]
+
+    hits = index.search("ws1", IndexQuery(text="swim", k=10)).text_hits
+    # Found through its context alone, ranked below the document whose own text matches (0.5).
+    assert _ids(hits) == ["question", "answer"]
+    assert hits[1].doc == answer and hits[1].score < hits[0].score
+
+
+def test_an_index_made_before_the_context_field_gets_it(index: OpenSearchIndex, client: OpenSearch) -> None:
+    body = index_body(dimension=DIM)
+    del body["mappings"]["properties"]["context"]
+    client.indices.create(index=index.index, body=body)
+    index.upsert("ws1", [_doc("ws1", "a", "yes", metadata={CONTEXT_KEY: "tea or coffee"})])
+    assert _ids(index.search("ws1", IndexQuery(text="coffee")).text_hits) == ["a"]
+
+
+def test_missing_vectors_lists_a_tier_s_documents_without_a_vector_oldest_first(
+    index: OpenSearchIndex,
+) -> None:
+    def at(minute: int) -> datetime:
+        return datetime(2026, 1, 1, 0, minute, tzinfo=UTC)
+
+    index.upsert(
+        "ws1",
+        [
+            _doc("ws1", "late", "text only", created_at=at(5), metadata={"embedding": "missing"}),
+            _doc("ws1", "early", "text only", created_at=at(1), metadata={"embedding": "missing"}),
+            _doc("ws1", "embedded", "has one", created_at=at(0), vector=[1, 0, 0, 0]),
+            _doc("ws1", "fact", "text only", tier="fact", created_at=at(0)),
+        ],
+    )
+    index.upsert("ws2", [_doc("ws2", "theirs", "text only", created_at=at(0))])
+    assert [d.id for d in index.missing_vectors("ws1")] == ["early", "late"]
+    assert [d.id for d in index.missing_vectors("ws1", limit=1)] == ["early"]
+    assert [d.id for d in index.missing_vectors("ws1", tier="fact")] == ["fact"]
+    index.upsert("ws1", [_doc("ws1", "early", "text only", created_at=at(1), vector=[0, 1, 0, 0])])
+    assert [d.id for d in index.missing_vectors("ws1")] == ["late"]

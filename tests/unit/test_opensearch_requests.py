@@ -196,8 +196,16 @@ def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) ->
     workspace_term = {"term": {"workspace_id": "ws1"}}
     assert bm25_header == {"index": INDEX, "routing": "ws1"}
     assert bm25["size"] == 5
+    # The text, and the neighbours' context at half weight (the embedded index's FTS5 weights).
     assert bm25["query"] == {
-        "bool": {"must": [{"match": {"text": "deploy the api"}}], "filter": [workspace_term]}
+        "bool": {
+            "should": [
+                {"match": {"text": "deploy the api"}},
+                {"match": {"context": {"query": "deploy the api", "boost": 0.5}}},
+            ],
+            "minimum_should_match": 1,
+            "filter": [workspace_term],
+        }
     }
 
     assert knn_header == {"index": INDEX, "routing": "ws1"}
@@ -212,7 +220,7 @@ def test_text_only_sends_only_bm25(fake: FakeOpenSearch) -> None:
     _adapter(fake).search("ws1", IndexQuery(text="alpha", k=3))
     lines = fake.of("POST", "/_msearch")[0].ndjson()
     assert len(lines) == 2
-    assert "match" in lines[1]["query"]["bool"]["must"][0]
+    assert "match" in lines[1]["query"]["bool"]["should"][0]
 
 
 def test_vector_only_sends_only_knn(fake: FakeOpenSearch) -> None:

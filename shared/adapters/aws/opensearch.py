@@ -5,6 +5,11 @@ Isolation is structural: every document is written with `routing=workspace_id` u
 `{workspace_id}:{doc.id}` (workspace ids cannot contain ':', so two workspaces never share an id),
 and every read carries a `term` filter on `workspace_id` plus the same routing.
 
+A document's conversational context (the neighbouring messages the memory writer puts in metadata
+"context") is indexed in a `context` text field and searched with the text at half its weight
+(`CONTEXT_BOOST`), as the embedded index weights its FTS5 context column; `_source` holds it there
+and not in `metadata`, so it is stored once, and hits give it back in metadata as written.
+
 Search sends the BM25 and the k-NN query in one `_msearch` request (one round trip) and returns
 both rankings untouched: fusing them is shared code above the port (shared.memory.fusion).
 
@@ -31,6 +36,7 @@ from urllib.parse import urlsplit
 
 from shared import serde
 from shared.errors import SigilError
+from shared.memory.search import CONTEXT_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryTier
 
@@ -50,6 +56,11 @@ DEFAULT_DIMENSION = 384
 _MAX_BULK_CHUNK_BYTES = 5 * 1024 * 1024
 _BULK_CHUNK_DOCS = 500
 _WORKSPACE_RE = re.compile(ID_PATTERN)
+
+# BM25 weight of the `context` field relative to `text` (the embedded index's DEFAULT_CONTEXT_WEIGHT).
+CONTEXT_BOOST = 0.5
+# The english analyser stems ("deployed" finds "deploy") and drops stop words.
+_TEXT_FIELD: dict[str, Any] = {"type": "text", "analyzer": "english"}
 
 Refresh = Literal["wait_for", "true", "false"]
 Engine = Literal["lucene", "faiss"]
@@ -141,8 +152,8 @@ def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -
         "workspace_id": {"type": "keyword"},
         "session_id": {"type": "keyword"},
         "tier": {"type": "keyword"},
-        # The english analyser stems ("deployed" finds "deploy") and drops stop words.
-        "text": {"type": "text", "analyzer": "english"},
+        "text": dict(_TEXT_FIELD),
+        "context": dict(_TEXT_FIELD),
         "created_at": {"type": "date"},
         "metadata": {"type": "object", "enabled": False},
     }
@@ -237,6 +248,7 @@ class OpenSearchIndex:
                 mapping = None
             if mapping is not None:
                 self._check_mapping(mapping)
+                self._add_context_field(mapping)
             self._ready = True
 
     def _create_index(self) -> None:
@@ -262,6 +274,16 @@ class OpenSearchIndex:
                     f"index {self.index} maps `vector` with dimension {found}, expected {self.dimension}: "
                     "point the adapter at a new index for this embedding model and reindex into it"
                 )
+
+    def _add_context_field(self, response: Mapping[str, Any]) -> None:
+        """An index created before the `context` field gets it (adding a field to a strict
+        mapping is allowed; without it, every write of a document with context is refused)."""
+        for concrete in response.values():
+            if "context" not in concrete.get("mappings", {}).get("properties", {}):
+                self.client.indices.put_mapping(
+                    index=self.index, body={"properties": {"context": dict(_TEXT_FIELD)}}
+                )
+                return
 
     # ------------------------------------------------------------ MemoryIndex
 
@@ -388,12 +410,16 @@ class OpenSearchIndex:
         }
         with _translate_errors(f"listing documents without vectors in {self.index}"):
             response = self.client.search(index=self.index, body=body, routing=workspace_id)
-        return [serde.from_jsonable(IndexDoc, hit["_source"]) for hit in response["hits"]["hits"]]
+        return [_from_source(hit["_source"]) for hit in response["hits"]["hits"]]
 
     # ------------------------------------------------------------ request bodies
 
     def _source(self, doc: IndexDoc) -> dict[str, Any]:
         source: dict[str, Any] = serde.to_jsonable(doc)
+        metadata = source.get("metadata") or {}
+        if CONTEXT_KEY in metadata:
+            source["metadata"] = {k: v for k, v in metadata.items() if k != CONTEXT_KEY}
+            source["context"] = metadata[CONTEXT_KEY]
         if doc.vector is not None and not usable_vector(doc.vector):
             # OpenSearch refuses a zero vector under cosinesimil, and NaN is not JSON: the text is
             # still worth indexing, as the embedded index does.
@@ -405,11 +431,22 @@ class OpenSearchIndex:
 
     @staticmethod
     def _bm25_body(text: str, k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
+        # `should` adds the two fields' scores (as the embedded index's weighted bm25() does),
+        # where a multi_match would take the better one; one of them must match.
         return {
             "size": k,
             # Nothing reads the total: not counting every match saves work on large workspaces.
             "track_total_hits": False,
-            "query": {"bool": {"must": [{"match": {"text": text}}], "filter": filters}},
+            "query": {
+                "bool": {
+                    "should": [
+                        {"match": {"text": text}},
+                        {"match": {"context": {"query": text, "boost": CONTEXT_BOOST}}},
+                    ],
+                    "minimum_should_match": 1,
+                    "filter": filters,
+                }
+            },
         }
 
     @staticmethod
@@ -490,9 +527,18 @@ def _hits(sub: Mapping[str, Any], part: str, index: str) -> list[IndexHit]:
         kind = error.get("type") if isinstance(error, dict) else "error"
         raise OpenSearchIndexError(f"{part} search on {index} failed ({sub.get('status')}): {kind}: {reason}")
     return [
-        IndexHit(doc=serde.from_jsonable(IndexDoc, hit["_source"]), score=float(hit["_score"]))
+        IndexHit(doc=_from_source(hit["_source"]), score=float(hit["_score"]))
         for hit in sub.get("hits", {}).get("hits", [])
     ]
+
+
+def _from_source(source: Mapping[str, Any]) -> IndexDoc:
+    """The document as written: its `context` field goes back into metadata."""
+    fields = dict(source)
+    context = fields.pop("context", None)
+    if context:
+        fields["metadata"] = {**(fields.get("metadata") or {}), CONTEXT_KEY: context}
+    return serde.from_jsonable(IndexDoc, fields)
 
 
 def _describe_failure(info: Mapping[str, Any]) -> str:
