@@ -154,7 +154,16 @@ def publish_metrics(outcome: Outcome) -> None:
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     if maintenance:
-        for key in ("scored", "promoted", "pruned", "capped", "merged_exact", "merged_near", "backfilled"):
+        for key in (
+            "scored",
+            "promoted",
+            "pruned",
+            "capped",
+            "merged_exact",
+            "merged_near",
+            "backfilled",
+            "messages_backfilled",
+        ):
             total = sum(int(m.get(key, 0)) for m in maintenance)
             metrics.add_metric(name=f"Maintenance_{key}", unit=MetricUnit.Count, value=total)
         ms = sum(float(m.get("duration_s", 0.0)) for m in maintenance) * 1000.0
