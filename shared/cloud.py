@@ -114,7 +114,7 @@ def consolidator() -> tuple[Backend, Callable[[], ConsolidationModel]]:
     from shared.adapters.aws import build_aws_backend
     from shared.consolidation.compaction import consolidation_model
 
-    backend = build_aws_backend(settings())
+    backend = build_aws_backend(settings(), persistent_embedding_cache=True)
     s = with_provider_keys(settings(), backend.secrets)
     built: list[ConsolidationModel] = []
 

@@ -28,7 +28,7 @@ from shared.cloud import OPENAI_KEY_SECRET
 from shared.config import Settings
 from shared.errors import EmbeddingError, SigilError
 from shared.memory.embeddings import build_embedder
-from shared.memory.embeddings.cache import CachedEmbedder, content_hash
+from shared.memory.embeddings.cache import CachedEmbedder, InProcessEmbeddingCache, content_hash
 from shared.memory.embeddings.minilm import LocalMiniLM
 from shared.memory.embeddings.openai import MAX_BATCH_INPUTS, OpenAIEmbedder
 from shared.memory.embeddings.titan import TitanEmbedder
@@ -446,8 +446,12 @@ def test_bedrock_embedder_and_the_aws_backend_wiring(tmp_path: Path) -> None:
         cached = backend.embedder
         assert isinstance(cached, CachedEmbedder)
         assert isinstance(cached.inner, TitanEmbedder)
-        assert isinstance(cached.cache, DynamoEmbeddingCache)
+        # The turn's backend caches in-process (no DynamoDB round trip); consolidation's shares
+        # the DynamoDB cache.
+        assert isinstance(cached.cache, InProcessEmbeddingCache)
         assert (cached.model_id, cached.dimensions) == ("bedrock/amazon.titan-embed-text-v2:0@512", 512)
+        bulk = build_aws_backend(settings, persistent_embedding_cache=True).embedder
+        assert isinstance(bulk, CachedEmbedder) and isinstance(bulk.cache, DynamoEmbeddingCache)
     finally:
         clients.reset()
 
@@ -478,3 +482,16 @@ def test_malformed_settings_are_refused_at_build(
     with pytest.raises(SigilError, match=message) as info:
         build_embedder(settings, FileSecretStore(tmp_path / "s.json"))
     assert info.value.code == "misconfigured"
+
+
+def test_the_in_process_cache_keeps_the_most_recently_used_vectors() -> None:
+    cache = InProcessEmbeddingCache(max_entries=2)
+    cache.put_many("m", {"a": [1.0, 0.0], "b": [0.0, 1.0]})
+    assert cache.get_many("m", ["a"]) == {"a": [1.0, 0.0]}  # "a" is now the most recent
+    cache.put_many("m", {"c": [0.6, 0.8]})  # evicts "b", the least recently used
+    assert cache.get_many("m", ["a", "b", "c"]) == {"a": [1.0, 0.0], "c": [0.6, 0.8]}
+    # Vectors are keyed by model too: another model's entry is never returned.
+    assert cache.get_many("other", ["a"]) == {}
+    # What it hands out is a copy: a caller's edit does not change the cache.
+    cache.get_many("m", ["a"])["a"][0] = 9.0
+    assert cache.get_many("m", ["a"]) == {"a": [1.0, 0.0]}

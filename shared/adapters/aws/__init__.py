@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["build_aws_backend"]
 
 
-def build_aws_backend(settings: Settings) -> Backend:
+def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = False) -> Backend:
     """Wire every port to its AWS adapter from the stack's settings (SIGIL_* variables).
 
     No AWS call is made here: building a boto3 client sends no request.
@@ -61,7 +61,7 @@ def build_aws_backend(settings: Settings) -> Backend:
     from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
     from shared.channels.ledger import DynamoSendLedger
     from shared.memory.embeddings import build_embedder
-    from shared.memory.embeddings.cache import CachedEmbedder
+    from shared.memory.embeddings.cache import CachedEmbedder, InProcessEmbeddingCache
 
     region = settings.aws_region
     secrets = SecretsManagerStore(settings.secrets_prefix, region=region)
@@ -88,9 +88,16 @@ def build_aws_backend(settings: Settings) -> Backend:
         budgets=DynamoBudgetStore(settings.sessions_table, region=region),
         # The sessions table too: leases are conditional writes, like the budget counters.
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
-        # Cache entries live in the memory table (docs/dynamodb.md), expiring by its TTL.
+        # The turn caches in its process only, so embedding adds no DynamoDB round trip to it;
+        # bulk embedding (consolidation, backfill) shares entries in the memory table
+        # (docs/dynamodb.md), expiring by its TTL.
         embedder=(
-            CachedEmbedder(embedder, DynamoEmbeddingCache(settings.memory_table, region=region))
+            CachedEmbedder(
+                embedder,
+                DynamoEmbeddingCache(settings.memory_table, region=region)
+                if persistent_embedding_cache
+                else InProcessEmbeddingCache(),
+            )
             if embedder
             else None
         ),

@@ -12,6 +12,8 @@ import hashlib
 import logging
 import math
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from shared.errors import EmbeddingError
@@ -42,6 +44,38 @@ def unpack_vector(blob: bytes) -> list[float]:
 
 def float32(vector: Sequence[float]) -> list[float]:
     return unpack_vector(pack_vector(vector))
+
+
+class InProcessEmbeddingCache:
+    """An EmbeddingCache in this process's memory, least recently used out first.
+
+    The cloud turn's cache: a warm turn embeds the messages after its roll-out, which roll out on
+    a later turn and are found here, and it makes no DynamoDB call for them (the warm turn's
+    budget is 3). The consolidate function, which embeds in bulk, uses the DynamoDB cache.
+    """
+
+    def __init__(self, *, max_entries: int = 8192) -> None:
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self._vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+
+    def get_many(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for h in hashes:
+                vector = self._vectors.get((model_id, h))
+                if vector is not None:
+                    self._vectors.move_to_end((model_id, h))
+                    found[h] = list(vector)
+        return found
+
+    def put_many(self, model_id: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        with self._lock:
+            for h, vector in vectors.items():
+                self._vectors[(model_id, h)] = [float(x) for x in vector]
+                self._vectors.move_to_end((model_id, h))
+            while len(self._vectors) > self._max:
+                self._vectors.popitem(last=False)
 
 
 class CachedEmbedder:
