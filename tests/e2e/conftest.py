@@ -113,12 +113,14 @@ class DevGateway:
             ).encode()
         )
         hdrs = headers if headers is not None else web.signed_headers(self.secret, raw)
-        return httpx.post(f"{self.url}/webhooks/web/default", content=raw, headers=hdrs, timeout=10)
+        # Generous: 20 clients at once against a gateway whose handlers share two busy cores (a
+        # CI run) can wait several seconds; a retry would not do, as it would answer "duplicate".
+        return httpx.post(f"{self.url}/webhooks/web/default", content=raw, headers=hdrs, timeout=60)
 
     def outbox(self, session: str = "s1", after: int = 0) -> list[dict[str, object]]:
         target = f"/sessions/default/{session}/outbox?after={after}"
         resp = httpx.get(
-            self.url + target, headers=web.signed_headers(self.secret, target.encode()), timeout=10
+            self.url + target, headers=web.signed_headers(self.secret, target.encode()), timeout=60
         )
         resp.raise_for_status()
         replies = resp.json()["replies"]
