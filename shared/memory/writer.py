@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
 from shared.models import IndexDoc, MemoryRecord
@@ -157,7 +155,13 @@ class MemoryWriter:
                 wanted.append((slot(chunk_doc.text), around))
 
         vectors, error = self._embed(list(texts))
-        matrix = np.asarray(vectors, dtype=np.float64) if vectors else None
+        matrix = None
+        if vectors:
+            # Here, not at the top: the agent imports this module at cold start, and only a
+            # roll-out with vectors needs numpy (~0.3 s to import).
+            import numpy as np
+
+            matrix = np.asarray(vectors, dtype=np.float64)
         result = WriteResult(docs=len(docs), error=error)
         out: list[IndexDoc] = []
         for doc, (own, around) in zip(docs, wanted, strict=True):
@@ -345,6 +349,8 @@ def _same_thread(run: Sequence[MemoryRecord], i: int, positions: range) -> list[
 
 def _blend(vectors: Any, own: int, around: list[int], weight: float) -> list[float] | None:
     """normalise(own + weight * mean(around)); None when the result is not a usable vector."""
+    import numpy as np  # loaded already: `vectors` is a numpy matrix
+
     mixed = vectors[own]
     if around and weight > 0:
         mixed = mixed + weight * vectors[around].mean(axis=0)

@@ -6,6 +6,8 @@ fails is the local MiniLM pointed at a directory without weights.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -274,3 +276,11 @@ def test_recent_tails_expire_are_forgotten_and_must_be_contiguous() -> None:
     stale = RecentTails(ttl_s=0.0)
     stale.put([rec(0, "m0")])
     assert stale.get(WS, "s1", 1) is None
+
+
+def test_the_turn_imports_the_writer_without_numpy() -> None:
+    # The agent's cold start imports the writer; numpy (~0.3 s) waits for the first vectors.
+    code = "import sys, shared.agent.turn; print('numpy' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
