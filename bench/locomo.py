@@ -137,6 +137,8 @@ def load(path: Path) -> list[Conversation]:
                         text=text,
                         seq=seq,
                         created_at=created,
+                        # Who said it, as a channel's sender name reaches the turn's records.
+                        author=str(turn["speaker"]),
                     )
                 )
                 seq += 1

@@ -44,6 +44,9 @@ class UserMessage(Model):
     # The Sigil user the sender resolved to: whose words these are when the message rolls into
     # Tier 1 (the right to erasure finds them by it, in group sessions too).
     user_id: str | None = None
+    # The sender's display name as the channel gave it: the record's author once it rolls into
+    # Tier 1, which memory search matches against the people a query names.
+    sender_name: str | None = None
     event_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -319,6 +322,9 @@ class MemoryRecord(Model):
     # The Sigil user who wrote it (user messages) or was answered (assistant and tool): what the
     # right to erasure finds a person's messages by.
     user_id: str | None = None
+    # The name the writer of a user message goes by (their display name): a query that names them
+    # ranks their own words higher (shared.memory.search, AUTHOR_BOOST).
+    author: str | None = None
 
 
 class Summary(Model):

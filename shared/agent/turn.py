@@ -383,6 +383,7 @@ def _user_message(inbound: InboundMessage, turn: str, safety: Safety, user_id: s
         content=content,
         sender_id=inbound.sender.id,
         user_id=user_id,
+        sender_name=inbound.sender.name,
         event_id=inbound.event_id,
     )
 
@@ -552,6 +553,7 @@ def _tier1_records(session: Session, rolled: list[Message]) -> list[MemoryRecord
             created_at=m.created_at,
             message=m,
             user_id=owners[i],
+            author=m.sender_name if isinstance(m, UserMessage) else None,
         )
         for i, m in enumerate(rolled)
     ]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
-from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
+from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.models import IndexDoc, MemoryRecord
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
@@ -321,6 +321,8 @@ class _Plan:
         metadata = {"role": src.role, "seq": str(src.seq)}
         if src.user_id is not None:
             metadata["user_id"] = src.user_id
+        if src.author and src.role == "user":
+            metadata[AUTHOR_KEY] = src.author[:MAX_AUTHOR_CHARS]
         return IndexDoc(
             id=src.id,
             workspace_id=src.workspace_id,
