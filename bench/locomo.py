@@ -1,7 +1,8 @@
 """LoCoMo retrieval benchmark through Sigil's own memory path. Prints markdown tables.
 
 Protocol: ../shared/bench/locomo/README.md. Each turn of a conversation is one Tier-1 memory
-record, "[<session date_time>] <speaker>: <text>" (+ " [shares <caption>]"), id = its dia_id, in
+record, "[<session date_time>] <speaker>: <text>" (+ " [shares <caption>]"), id = its dia_id, its
+author the speaker (as a channel's sender name becomes a record's author), in
 the conversation's own workspace, one Sigil session per LoCoMo session. Records are written as
 the turn writes them: two at a time (a turn's exchange rolling out of the window), through
 shared.memory.writer.index_rolled_out (MemoryWriter: context, vectors, chunking; the context
@@ -262,15 +263,18 @@ def evaluate(
     return scores, latencies
 
 
-# Rows that take one mechanism away at a time (--ablations): (label, writer settings, fusion weights).
-ABLATIONS: list[tuple[str, dict[str, Any], tuple[float, float]]] = [
+# Rows that take one mechanism away at a time (--ablations): (label, writer settings, MemorySearch
+# settings), hybrid min-max.
+NO_CONTEXT: dict[str, Any] = {"context_before": 0, "context_after": 0}
+ABLATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
-        "no context, min-max 0.3/0.7 (the issue's reference setup)",
-        {"context_before": 0, "context_after": 0},
-        (0.3, 0.7),
+        "no context, no author boost, 0.3/0.7 (the issue's reference setup)",
+        NO_CONTEXT,
+        {"text_weight": 0.3, "vector_weight": 0.7, "author_boost": 0.0},
     ),
-    ("no context, min-max 0.6/0.4", {"context_before": 0, "context_after": 0}, (0.6, 0.4)),
-    ("context, min-max 0.3/0.7", {}, (0.3, 0.7)),
+    ("no context, no author boost, 0.6/0.4", NO_CONTEXT, {"author_boost": 0.0}),
+    ("context, no author boost, 0.6/0.4", {}, {"author_boost": 0.0}),
+    ("context, author boost, 0.3/0.7", {}, {"text_weight": 0.3, "vector_weight": 0.7}),
 ]
 
 
@@ -305,9 +309,9 @@ def run(args: argparse.Namespace) -> None:
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
         ablations: list[tuple[str, dict[int, Scores]]] = []
-        for label, writer_kwargs, (tw, vw) in ABLATIONS if args.ablations else []:
+        for label, writer_kwargs, search_kwargs in ABLATIONS if args.ablations else []:
             other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
-            search = MemorySearch(other.index, other.memory, embedder, text_weight=tw, vector_weight=vw)
+            search = MemorySearch(other.index, other.memory, embedder, **search_kwargs)
             ablations.append((label, evaluate(conversations, search, "hybrid")[0]))
             other.close()
         built.close()
@@ -321,7 +325,8 @@ def run(args: argparse.Namespace) -> None:
         print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
         print("|---|---|---|---|---|---|---|")
         product = next(v.label for v in runs if v.mode == "hybrid")
-        for label, by_cat in [(f"product defaults: context, {product} 0.6/0.4", scores[product]), *ablations]:
+        defaults = f"product defaults: context, author boost, {product} 0.6/0.4"
+        for label, by_cat in [(defaults, scores[product]), *ablations]:
             headline = Scores()
             for cat in HEADLINE:
                 headline.merge(by_cat[cat])
@@ -387,7 +392,8 @@ def report(r: Results) -> None:
     )
     print(
         f"- fusion: min-max text {probe.get('text_weight')} / vector {probe.get('vector_weight')}; "
-        f"RRF k=60 with the same weights; over-fetch {probe.get('overfetch')}x; "
+        f"RRF k=60 with the same weights; over-fetch {probe.get('overfetch')}x; author boost "
+        f"{probe.get('author_boost')} x the best score for a turn whose speaker the question names; "
         f"default {probe.get('fusion')}; min score "
         f"{DEFAULT_MIN_SCORE[probe.get('fusion', 'minmax')] or 'none'}"
     )

@@ -230,6 +230,12 @@ def test_tier1_records_belong_to_the_user_who_wrote_them_or_was_answered(
     for r in records:
         turn_no = int(r.text.split()[1])
         assert r.user_id == (ada.user_id if turn_no % 2 == 0 else bob.user_id), r.text
+        # The sender's name is the author of their own words, never of the replies to them.
+        assert r.author == (("Ada" if turn_no % 2 == 0 else "Bob") if r.role == "user" else None), r.text
+    # The index carries the author too: it is what a query naming Bob is matched against.
+    docs = {h.doc.text: h.doc for h in backend.index.search(WS, IndexQuery(text="msg", k=50)).text_hits}
+    assert docs["msg 3"].metadata["author"] == "Bob"
+    assert "author" not in docs["reply 3"].metadata
 
 
 def test_compaction_is_due_each_time_tier1_crosses_the_summary_batch(

@@ -17,6 +17,7 @@ from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemorySt
 from shared.errors import BadRequest
 from shared.memory.embeddings.minilm import LocalMiniLM
 from shared.memory.search import (
+    AUTHOR_BOOST,
     CONTEXT_KEY,
     MAX_QUERY_BYTES,
     MemoryHit,
@@ -283,3 +284,60 @@ def test_k_must_be_positive(index: SqliteMemoryIndex, memory: SqliteMemoryStore)
 def test_stop_words_leave_the_bm25_query_unless_nothing_else_is_left() -> None:
     assert keyword_query("When did we go to the fjord?") == "go fjord"
     assert keyword_query("who are you?") == "who are you"
+
+
+# ---------------------------------------------------------------- authors
+
+GROUP = [
+    ("Alice Smith", "I painted the sunset by the lake."),
+    ("Bob", "I painted the sunset by the lake, too."),
+    ("Will", "My sunset painting hangs in the hall."),
+]
+
+
+@pytest.fixture
+def group(index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder) -> None:
+    # A group session: three people, each record written by its author (MemoryRecord.author, as
+    # the turn sets it from the channel's sender name). No context: each record stands alone.
+    records = [
+        record(2 * i, text).model_copy(update={"author": author}) for i, (author, text) in enumerate(GROUP)
+    ]
+    MemoryWriter(index, embedder, context_before=0, context_after=0).write_messages(WS, records)
+
+
+@pytest.mark.parametrize("fusion", ["minmax", "rrf"])
+def test_a_query_naming_an_author_ranks_their_own_words_higher(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, group: None, fusion: str
+) -> None:
+    search = MemorySearch(index, memory, embedder, fusion=fusion)  # type: ignore[arg-type]
+    unboosted = MemorySearch(index, memory, embedder, fusion=fusion, author_boost=0.0)  # type: ignore[arg-type]
+    query = "when did Bob paint the sunset by the lake?"
+    # Alice's words match the question a little better (they are shorter); Bob's are his own, and
+    # he is who it asks about.
+    assert ids(unboosted.search(WS, query, k=3).hits)[0] == "m0"
+    hits = search.search(WS, query, k=3).hits
+    assert ids(hits)[0] == "m2"
+    assert hits[0].metadata["author"] == "Bob"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # Any word of a name, in any case, names its author: the bonus is a share of the best score.
+    assert ids(search.search(WS, query.replace("Bob", "bob"), k=3).hits)[0] == "m2"
+    query = "when did Smith paint the sunset by the lake?"
+    plain, boosted = unboosted.search(WS, query, k=3).hits, search.search(WS, query, k=3).hits
+    assert (plain[0].id, boosted[0].id) == ("m0", "m0")
+    assert boosted[0].score == pytest.approx(plain[0].score * (1 + AUTHOR_BOOST))
+    assert [h.score for h in boosted[1:]] == [h.score for h in plain[1:]]
+
+
+def test_a_name_that_is_a_stop_word_names_nobody(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, group: None
+) -> None:
+    # "will" is a function word far more often than a person: the query is ranked as without it.
+    query = "will the sunset painting hang in the hall?"
+    boosted = MemorySearch(index, memory, embedder).search(WS, query, k=3).hits
+    plain = MemorySearch(index, memory, embedder, author_boost=0.0).search(WS, query, k=3).hits
+    assert [(h.id, h.score) for h in boosted] == [(h.id, h.score) for h in plain]
+
+
+def test_the_author_boost_must_not_be_negative(index: SqliteMemoryIndex, memory: SqliteMemoryStore) -> None:
+    with pytest.raises(ValueError, match="author_boost"):
+        MemorySearch(index, memory, None, author_boost=-0.1)

@@ -17,7 +17,7 @@ import pytest
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore
 from shared.memory.embeddings.minilm import LocalMiniLM
-from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY, MemorySearch
+from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY, MemorySearch
 from shared.memory.writer import (
     EMBEDDING_KEY,
     MemoryWriter,
@@ -119,6 +119,24 @@ def test_context_stays_in_its_session_and_with_its_user(
     assert stored(index, "s1-m2").metadata[CONTEXT_KEY] == "m3 delta"
     assert CONTEXT_KEY not in stored(index, "s1-m1").metadata
     assert CONTEXT_KEY not in stored(index, "s2-m0").metadata
+
+
+def test_a_user_message_names_its_author_and_a_reply_names_none(
+    index: SqliteMemoryIndex, embedder: HashingEmbedder
+) -> None:
+    records = [
+        rec(0, "m0 alpha").model_copy(update={"author": "Ada Lovelace"}),
+        # A reply carries no author even if one were set: its words are the agent's.
+        rec(1, "m1 bravo").model_copy(update={"author": "Ada Lovelace"}),
+        rec(2, "m2 charlie").model_copy(update={"author": "x" * (MAX_AUTHOR_CHARS + 50)}),
+        rec(4, "m4 delta"),
+    ]
+    MemoryWriter(index, embedder).write_messages(WS, records)
+
+    assert stored(index, "s1-m0").metadata[AUTHOR_KEY] == "Ada Lovelace"
+    assert AUTHOR_KEY not in stored(index, "s1-m1").metadata
+    assert stored(index, "s1-m2").metadata[AUTHOR_KEY] == "x" * MAX_AUTHOR_CHARS
+    assert AUTHOR_KEY not in stored(index, "s1-m4").metadata
 
 
 def test_context_sizes_are_configurable_and_zero_means_none(
