@@ -159,6 +159,7 @@ def test_output_is_compact_deterministic_utf8_and_keeps_nones() -> None:
         "content": "Grüße 👋",
         "sender_id": None,
         "user_id": None,
+        "sender_name": None,
         "event_id": None,
         "created_at": "2025-03-01T12:30:15.123456Z",
     }
