@@ -163,6 +163,7 @@ def publish_metrics(outcome: Outcome) -> None:
             "merged_near",
             "backfilled",
             "messages_backfilled",
+            "summaries_backfilled",
         ):
             total = sum(int(m.get(key, 0)) for m in maintenance)
             metrics.add_metric(name=f"Maintenance_{key}", unit=MetricUnit.Count, value=total)

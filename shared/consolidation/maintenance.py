@@ -24,7 +24,8 @@ One run over one scope (a workspace), in this order:
    MemoryStore (one read per run of consecutive messages, with the neighbours around it) and
    written again through the MemoryWriter, 50 documents a batch. Ids are stable, so the
    documents get their vectors in place; what the index no longer lists is done, so the index
-   itself is the cursor.
+   itself is the cursor. Then Tier-2 summary documents written without vectors (compaction
+   indexes them text only when the embedder fails) are embedded again, from their own text.
 
 Lambda-safe: steps 1-4 go page by page (500 triples by id) with a checkpoint after each page
 (ConsolidationState, name "maintenance"); steps 5-7 need the whole scope and are recomputed from
@@ -128,6 +129,7 @@ class MaintenanceReport(BaseModel):
     embed_failures: int = 0
     purged: int = 0
     messages_backfilled: int = 0  # message documents given the vector they were written without
+    summaries_backfilled: int = 0  # summary documents likewise
     written: int = 0
     index_deleted: int = 0
     active: int = 0  # active triples at the end of the finish step (0 when it did not run)
@@ -150,6 +152,7 @@ class MaintenanceReport(BaseModel):
             "MaintenanceBackfilled": self.backfilled,
             "MaintenancePurged": self.purged,
             "MaintenanceMessagesBackfilled": self.messages_backfilled,
+            "MaintenanceSummariesBackfilled": self.summaries_backfilled,
             "MaintenanceDurationMs": self.duration_s * 1000.0,
             "MaintenanceComplete": 1.0 if self.complete else 0.0,
         }
@@ -355,6 +358,39 @@ class _Run:
                 self.report.messages_backfilled += result.embedded
                 stuck.update(result.text_only)
             stuck.update(d.id for d in todo if _record_id(d) not in records)
+
+    def backfill_summaries(self) -> bool:
+        """Step 8, for summary documents. Compaction indexes a summary as one document of its
+        whole text (`_index_summary`), so its vector is that text's, embedded here as compaction
+        would have. False when the deadline came first."""
+        index, embedder = self.backend.index, self.embedder
+        if embedder is None or not isinstance(index, FindsMissingVectors):
+            return True
+        stuck: set[str] = set()  # documents the model gave a zero vector: not tried again this run
+        while True:
+            if self.out_of_time():
+                return False
+            listed = index.missing_vectors(
+                self.workspace_id, tier="summary", limit=self.policy.embed_batch + len(stuck)
+            )
+            todo = [d for d in listed if d.id not in stuck][: self.policy.embed_batch]
+            if not todo:
+                return True
+            try:
+                vectors = embedder.embed([d.text for d in todo])
+            except Exception as exc:  # noqa: BLE001 -- the next run tries again
+                log.warning(
+                    "summary re-embedding failed; the rest of this run goes without it",
+                    extra={"workspace_id": self.workspace_id, "error_type": type(exc).__name__},
+                )
+                self.report.embed_failures += len(todo)
+                self.embedding_ok = False
+                return True
+            ready = [d.model_copy(update={"vector": v}) for d, v in zip(todo, vectors, strict=True) if any(v)]
+            stuck.update(d.id for d, v in zip(todo, vectors, strict=True) if not any(v))
+            if ready:
+                index.upsert(self.workspace_id, ready)
+            self.report.summaries_backfilled += len(ready)
 
     def message_runs(
         self, docs: Sequence[IndexDoc]
@@ -690,7 +726,7 @@ def run_maintenance(
         if not run.finish(scope):
             return stop("finish")
         run.checkpoint("messages")
-    if not run.backfill_messages():
+    if not run.backfill_messages() or not run.backfill_summaries():
         return stop("messages")
     run.checkpoint("done")
     report.complete = True

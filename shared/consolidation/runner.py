@@ -363,7 +363,9 @@ def summary_lines(report: HourlyReport | WorkspaceReport | CompactionResult | No
             lines.append(
                 f"  maintenance: scored {m.get('scored', 0)}, promoted {m.get('promoted', 0)}, "
                 f"pruned {m.get('pruned', 0)}, merged {m.get('merged_exact', 0) + m.get('merged_near', 0)}, "
-                f"backfilled {m.get('backfilled', 0)}, messages re-embedded {m.get('messages_backfilled', 0)}"
+                f"backfilled {m.get('backfilled', 0)}, "
+                f"messages re-embedded {m.get('messages_backfilled', 0)}, "
+                f"summaries re-embedded {m.get('summaries_backfilled', 0)}"
             )
         if ws.totals.errors:
             lines.append(f"  errors: {ws.totals.errors} (see the log)")

@@ -24,7 +24,7 @@ from shared.consolidation.maintenance import (
 from shared.consolidation.rollback import rollback_run
 from shared.memory.tools import fact_index_doc, fact_text
 from shared.memory.writer import EMBEDDING_KEY, MemoryWriter
-from shared.models import FactCategory, IndexQuery, MemoryRecord, Triple
+from shared.models import FactCategory, IndexDoc, IndexQuery, MemoryRecord, Triple
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws1"
@@ -525,3 +525,57 @@ def test_message_re_embedding_waits_for_the_embedder_and_resumes_after_a_deadlin
         assert report.stopped_in in {"finish", "messages"}
     assert report.complete and done == 30 and attempt > 0
     assert backend.index.missing_vectors(WS, limit=100) == []
+
+
+def _summary_docs(n: int) -> list[IndexDoc]:
+    # As compaction indexes a summary when the embedder fails: one document, no vector.
+    return [
+        IndexDoc(
+            id=f"sum-{i:03d}",
+            workspace_id=WS,
+            session_id="s1",
+            tier="summary",
+            text=f"summary {i}: alice planned a trip to city {i * 13} and booked hotel {i * 7}",
+            created_at=NOW - timedelta(hours=n - i),
+            metadata={"first_seq": str(50 * i), "last_seq": str(50 * i + 49)},
+        )
+        for i in range(n)
+    ]
+
+
+def test_summaries_indexed_without_vectors_are_re_embedded(backend: Backend) -> None:
+    backend.index.upsert(WS, _summary_docs(60))
+    assert isinstance(backend.index, SqliteMemoryIndex)
+    assert len(backend.index.missing_vectors(WS, tier="summary", limit=100)) == 60
+    embedder = backend.embedder
+    assert isinstance(embedder, HashingEmbedder)
+    embedder.calls.clear()
+
+    report = run(backend)
+
+    assert report.complete and report.summaries_backfilled == 60 and report.messages_backfilled == 0
+    assert report.metrics()["MaintenanceSummariesBackfilled"] == 60
+    assert backend.index.missing_vectors(WS, tier="summary", limit=100) == []
+    assert len(embedder.calls) == 2  # batches of 50
+    # The vector is the summary text's own, as compaction would have written it; nothing else moved.
+    (query,) = embedder.embed(["summary 42: alice planned a trip to city 546 and booked hotel 294"])
+    (hit,) = backend.index.search(WS, IndexQuery(vector=query, k=1, tiers=["summary"])).vector_hits
+    assert (hit.doc.id, hit.doc.metadata) == ("sum-042", {"first_seq": "2100", "last_seq": "2149"})
+    assert hit.score == pytest.approx(1.0)
+    assert run(backend, "run2").summaries_backfilled == 0
+
+
+def test_summary_re_embedding_waits_for_the_embedder(backend: Backend) -> None:
+    backend.index.upsert(WS, _summary_docs(5))
+    working = backend.embedder
+    backend.embedder = _Down()
+    report = run(backend)
+    assert report.complete and report.summaries_backfilled == 0 and report.embed_failures == 5
+    assert isinstance(backend.index, SqliteMemoryIndex)
+    assert len(backend.index.missing_vectors(WS, tier="summary", limit=100)) == 5
+    # BM25 still finds them meanwhile.
+    assert backend.index.search(WS, IndexQuery(text="hotel", k=10)).text_hits
+
+    backend.embedder = working
+    assert run(backend, "run2").summaries_backfilled == 5
+    assert backend.index.missing_vectors(WS, tier="summary", limit=100) == []
