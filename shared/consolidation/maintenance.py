@@ -304,15 +304,8 @@ class _Run:
             if self.out_of_time():
                 return None
             batch = [page[i] for i in stale[lo : lo + self.policy.embed_batch]]
-            try:
-                vectors = embedder.embed([fact_text(t) for t in batch])
-            except Exception as exc:  # noqa: BLE001 -- an embedder outage must not stop maintenance
-                log.warning(
-                    "embedding backfill failed; the rest of this run goes without it",
-                    extra={"workspace_id": self.workspace_id, "error_type": type(exc).__name__},
-                )
-                self.report.embed_failures += len(batch)
-                self.embedding_ok = False
+            vectors = self.embed_or_give_up(embedder, [fact_text(t) for t in batch], "embedding backfill")
+            if vectors is None:
                 return page
             done = [
                 t.model_copy(update={"embedding": list(v), "embedding_model": embedder.model_id})
@@ -359,6 +352,21 @@ class _Run:
                 stuck.update(result.text_only)
             stuck.update(d.id for d in todo if _record_id(d) not in records)
 
+    def embed_or_give_up(self, embedder: Embedder, texts: list[str], what: str) -> list[list[float]] | None:
+        """The vectors of `texts`, or None when the embedder failed: counted and logged, and the
+        rest of this run goes without embeddings (an outage must not stop maintenance; the next
+        run tries again)."""
+        try:
+            return embedder.embed(texts)
+        except Exception as exc:  # noqa: BLE001
+            log.warning(
+                f"{what} failed; the rest of this run goes without it",
+                extra={"workspace_id": self.workspace_id, "error_type": type(exc).__name__},
+            )
+            self.report.embed_failures += len(texts)
+            self.embedding_ok = False
+            return None
+
     def backfill_summaries(self) -> bool:
         """Step 8, for summary documents. Compaction indexes a summary as one document of its
         whole text (`_index_summary`), so its vector is that text's, embedded here as compaction
@@ -376,15 +384,8 @@ class _Run:
             todo = [d for d in listed if d.id not in stuck][: self.policy.embed_batch]
             if not todo:
                 return True
-            try:
-                vectors = embedder.embed([d.text for d in todo])
-            except Exception as exc:  # noqa: BLE001 -- the next run tries again
-                log.warning(
-                    "summary re-embedding failed; the rest of this run goes without it",
-                    extra={"workspace_id": self.workspace_id, "error_type": type(exc).__name__},
-                )
-                self.report.embed_failures += len(todo)
-                self.embedding_ok = False
+            vectors = self.embed_or_give_up(embedder, [d.text for d in todo], "summary re-embedding")
+            if vectors is None:
                 return True
             ready = [d.model_copy(update={"vector": v}) for d, v in zip(todo, vectors, strict=True) if any(v)]
             stuck.update(d.id for d, v in zip(todo, vectors, strict=True) if not any(v))
