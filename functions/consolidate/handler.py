@@ -148,6 +148,7 @@ def publish_metrics(outcome: Outcome) -> None:
         ("FactsMerged", totals.facts_merged),
         ("FactsDropped", totals.facts_dropped),
         ("CompactionBusy", totals.busy),
+        ("CompactionOverBudget", totals.over_budget),
         ("ConsolidationErrors", totals.errors),
         ("ConsolidationTokensIn", totals.tokens_in),
         ("ConsolidationTokensOut", totals.tokens_out),

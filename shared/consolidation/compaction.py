@@ -15,6 +15,14 @@ checkpoint+batch` once all of them have rolled out:
    session) and saves it as Session.summary, which the turn shows in its system prompt;
 4. writes the checkpoint.
 
+Budget: a workspace with a `budget` pays for its consolidation like for its turns. Before the
+run's first model call the workspace scope's counters are checked (`BudgetStore.check`, user
+None): when they are used up the run makes no call and returns "over_budget", the messages stay
+in Tier 1, and the hourly catch-up finds the batch again once the budget resets. Each batch's
+calls are charged after its checkpoint, in one `BudgetStore.charge`, at the consolidation
+model's price, and that charge's decision decides whether the next batch starts. A charge that
+fails is logged and dropped: the batch is written, and its tokens are in the result anyway.
+
 Idempotent on retry: every id is derived (a batch's summary from (session, first seq), the
 rolling summary from the session, facts from their content), the rolling summary records the last
 seq it folded in, and facts record the batch that touched them; so a batch re-run after a crash
@@ -30,13 +38,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel
 
 from shared.backend import Backend
+from shared.budgets import BudgetDecision, PriceTable
 from shared.clock import new_id, utcnow
 from shared.config import Settings
 from shared.consolidation.deadline import Deadline
@@ -87,7 +96,7 @@ Merge the summary so far with the summary of the newest part into one updated su
 250 words of plain prose. Keep what still matters (decisions, facts about the user, open tasks)
 and compress older detail; the newest part wins where they disagree. No preamble."""
 
-Status = Literal["done", "partial", "busy"]
+Status = Literal["done", "partial", "busy", "over_budget"]
 
 
 class CompactionResult(BaseModel):
@@ -97,7 +106,8 @@ class CompactionResult(BaseModel):
     session_id: str
     run_id: str
     # done: nothing complete is left; partial: the deadline stopped it between batches;
-    # busy: another run holds the session's lease, and nothing was done.
+    # busy: another run holds the session's lease, and nothing was done; over_budget: the
+    # workspace's budget is used up, so no batch (or no further batch) was started.
     status: Status
     summaries: int = 0  # batch summaries written
     checkpoint: int = -1  # the last summarised seq after the run
@@ -107,15 +117,24 @@ class CompactionResult(BaseModel):
     facts_dropped: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    # The limit that stopped the run (Exhausted.summary, "workspace/day/tokens 1000/1000").
+    budget_exhausted: str | None = None
     duration_ms: float = 0.0
 
 
 @dataclass(frozen=True)
 class ConsolidationModel:
-    """The (cheap) model consolidation writes with: a provider and its model name."""
+    """The (cheap) model consolidation writes with: a provider, its model name, and the prices
+    its calls are charged at to a workspace's budget."""
 
     provider: Provider
     model: str
+    prices: PriceTable = field(default_factory=PriceTable)
+
+    @property
+    def ref(self) -> str:
+        """ "provider/model", as the turn names a model and the price table knows it."""
+        return f"{self.provider.name}/{self.model}"
 
     def complete(self, system: str, text: str) -> tuple[str, Usage]:
         """One non-tool call; the reply's text (empty on a refusal) and its usage."""
@@ -140,7 +159,8 @@ def consolidation_model(settings: Settings) -> ConsolidationModel:
     from shared.providers import build_provider  # the provider registry imports its SDKs lazily
 
     provider, model = build_provider(settings, settings.consolidation_model)
-    return ConsolidationModel(provider, model)
+    # The turn's price table (SIGIL_MODEL_PRICES): a workspace's budget prices both alike.
+    return ConsolidationModel(provider, model, PriceTable(settings.model_prices))
 
 
 # ---------------------------------------------------------------- ids and names
@@ -189,7 +209,7 @@ def compact_session(
     (50). `run_id` is provenance on everything
     the run writes; give a retried invocation the same one (the Lambda handler derives it from the
     event id) so its records are those of an uninterrupted run. A provider error is raised after
-    the lease is released; the batches done before it stay done.
+    the lease is released; the batches done before it stay done (and their calls charged).
     """
     started = time.monotonic()
     deadline = deadline or Deadline.never()
@@ -221,6 +241,11 @@ class _Compaction:
     deadline: Deadline
     result: CompactionResult
     _model: ConsolidationModel | None = None
+    # Tokens of the calls made since the last charge to the budget.
+    _unbilled_in: int = 0
+    _unbilled_out: int = 0
+    # The budget as last seen: the check before the first call, then each charge's decision.
+    _budget: BudgetDecision | None = None
 
     @property
     def model(self) -> ConsolidationModel:
@@ -238,25 +263,82 @@ class _Compaction:
         self.result.checkpoint = checkpoint
         rolling = self._rolling()
         last_batch_s = 0.0
-        while True:
-            if self.deadline.expired(max(MIN_BATCH_RESERVE_S, last_batch_s)):
-                self.result.status = "partial"
-                return
-            first, last = checkpoint + 1, checkpoint + size
-            # One past the batch: a batch is complete once a message at or beyond its last seq
-            # has rolled out (Tier 1 is written in seq order, so nothing of it can still come).
-            page = backend.memory.get_messages(ws, sid, after_seq=checkpoint, limit=size + 1)
-            records = [r for r in page if r.seq <= last]
-            if not records or page[-1].seq < last:
-                self.result.status = "done"
-                return
-            began = time.monotonic()
-            rolling = self._batch(
-                records, first=first, last=last, rolling=rolling, session=session, workspace=workspace
+        try:
+            while True:
+                if self.deadline.expired(max(MIN_BATCH_RESERVE_S, last_batch_s)):
+                    self.result.status = "partial"
+                    return
+                first, last = checkpoint + 1, checkpoint + size
+                # One past the batch: a batch is complete once a message at or beyond its last seq
+                # has rolled out (Tier 1 is written in seq order, so nothing of it can still come).
+                page = backend.memory.get_messages(ws, sid, after_seq=checkpoint, limit=size + 1)
+                records = [r for r in page if r.seq <= last]
+                if not records or page[-1].seq < last:
+                    self.result.status = "done"
+                    return
+                if self._over_budget(workspace):
+                    return
+                began = time.monotonic()
+                rolling = self._batch(
+                    records, first=first, last=last, rolling=rolling, session=session, workspace=workspace
+                )
+                backend.consolidation.put_checkpoint(ws, lease_name(sid), str(last))
+                checkpoint = self.result.checkpoint = last
+                last_batch_s = time.monotonic() - began
+                self._charge(workspace)
+        finally:
+            # A batch that failed half-way made its calls all the same (the turn's `settle`).
+            self._charge(workspace)
+
+    # ---- the workspace's budget
+
+    def _over_budget(self, workspace: WorkspaceConfig) -> bool:
+        """True (and the result says so) when the workspace's budget is used up: as read before
+        the run's first model call, then as the last batch's charge left it."""
+        if workspace.budget is None:
+            return False
+        if self._budget is None:
+            # A store failure here is raised like any read before the work: nothing is written,
+            # and the trigger's retry or the hourly catch-up runs the batch later.
+            self._budget = self.backend.budgets.check(self.workspace_id, None, workspace.budget, self.clock())
+        exhausted = self._budget.exhausted
+        if exhausted is None:
+            return False
+        self.result.status = "over_budget"
+        self.result.budget_exhausted = exhausted.summary
+        log.warning(
+            "compaction stopped: the workspace's budget is used up",
+            extra={
+                "workspace_id": self.workspace_id,
+                "session_id": self.session_id,
+                "budget": exhausted.summary,
+                "summaries": self.result.summaries,
+            },
+        )
+        return True
+
+    def _charge(self, workspace: WorkspaceConfig) -> None:
+        """Charge the calls made since the last charge to the workspace scope of its budget."""
+        tokens_in, tokens_out = self._unbilled_in, self._unbilled_out
+        self._unbilled_in = self._unbilled_out = 0
+        if workspace.budget is None or not (tokens_in or tokens_out) or self._model is None:
+            return
+        try:
+            usage = self._model.prices.usage(self._model.ref, tokens_in=tokens_in, tokens_out=tokens_out)
+            self._budget = self.backend.budgets.charge(
+                self.workspace_id, None, usage, workspace.budget, self.clock()
             )
-            backend.consolidation.put_checkpoint(ws, lease_name(sid), str(last))
-            checkpoint = self.result.checkpoint = last
-            last_batch_s = time.monotonic() - began
+        except Exception as exc:  # noqa: BLE001 -- what the batch wrote stays; its tokens are in the result
+            log.warning(
+                "compaction not charged to the budget",
+                extra={
+                    "workspace_id": self.workspace_id,
+                    "session_id": self.session_id,
+                    "tokens_in": tokens_in,
+                    "tokens_out": tokens_out,
+                    "error_type": type(exc).__name__,
+                },
+            )
 
     # ---- one batch
 
@@ -384,6 +466,8 @@ class _Compaction:
     def _count(self, usage: Usage) -> None:
         self.result.tokens_in += usage.input_tokens
         self.result.tokens_out += usage.output_tokens
+        self._unbilled_in += usage.input_tokens
+        self._unbilled_out += usage.output_tokens
 
     def _index_summary(self, summary: Summary) -> None:
         vector: list[float] | None = None

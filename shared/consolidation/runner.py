@@ -13,7 +13,9 @@ hourly schedule), the local gateway's scheduler and `sigil consolidate` all call
 A failure in one session or workspace is logged and counted, and the run goes on to the next:
 one poisoned conversation must not stop consolidation for everyone. A model that is not
 configured skips compaction (retrying cannot help; the next run tries again) but not
-maintenance, which calls no model.
+maintenance, which calls no model. A workspace whose budget is used up stops its catch-up at the
+first compaction that says so ("over_budget": its other sessions share that budget), and
+maintenance still runs; the next hourly run after the budget resets summarises what was left.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Totals(BaseModel):
 
     sessions: int = 0  # compactions run (busy ones included)
     busy: int = 0
+    over_budget: int = 0  # compactions stopped (or not started) by a used-up workspace budget
     summaries: int = 0
     facts_extracted: int = 0
     facts_merged: int = 0
@@ -74,6 +77,7 @@ class Totals(BaseModel):
     def add(self, result: CompactionResult) -> None:
         self.sessions += 1
         self.busy += result.status == "busy"
+        self.over_budget += result.status == "over_budget"
         self.summaries += result.summaries
         self.facts_extracted += result.facts_extracted
         self.facts_merged += result.facts_merged
@@ -234,6 +238,8 @@ def consolidate_workspace(
         if result.status == "partial":
             report.status = "partial"
             return report
+        if result.status == "over_budget":
+            break  # the workspace's other sessions would find the same budget used up
     if maintenance:
         _maintain(backend, workspace_id, run_id=run_id, deadline=deadline, clock=clock, report=report)
     return report
@@ -373,7 +379,9 @@ def summary_lines(report: HourlyReport | WorkspaceReport | CompactionResult | No
 
 
 def _compaction_line(c: CompactionResult) -> str:
+    budget = f" (budget used up: {c.budget_exhausted})" if c.budget_exhausted else ""
     return (
-        f"session {c.session_id}: {c.status}, {c.summaries} summaries (summarised to seq {c.checkpoint}), "
+        f"session {c.session_id}: {c.status}{budget}, {c.summaries} summaries "
+        f"(summarised to seq {c.checkpoint}), "
         f"facts {c.facts_extracted} new / {c.facts_merged} merged / {c.facts_dropped} dropped"
     )

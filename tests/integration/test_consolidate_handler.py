@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ from shared import cloud
 from shared.adapters.aws import clients
 from shared.adapters.aws.events import EventBridgeBus
 from shared.backend import Backend
+from shared.budgets import bucket_key
 from shared.config import Settings
 from shared.consolidation.compaction import batch_summary_id
 from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
-from shared.models import DomainEvent, IndexQuery, WorkspaceConfig
-from tests.support.consolidation import SID, FakeConsolidator, seed
+from shared.models import BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
+from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -83,7 +85,7 @@ def aws(osmem: OsmemServer, fake: FakeOpenAI) -> Iterator[AwsResources]:
         cloud.reset()
 
 
-def settings(resources: AwsResources, osmem: OsmemServer, fake: FakeOpenAI | None) -> Settings:
+def settings(resources: AwsResources, osmem: OsmemServer, fake: FakeOpenAI | None, **extra: Any) -> Settings:
     model: dict[str, Any] = (
         {"model": "openai/fake-model", "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
         if fake is not None
@@ -93,6 +95,7 @@ def settings(resources: AwsResources, osmem: OsmemServer, fake: FakeOpenAI | Non
         opensearch_endpoint=osmem.url,
         provider_max_retries=0,
         **model,
+        **extra,
     )
 
 
@@ -224,6 +227,42 @@ def test_without_a_model_a_compaction_due_is_skipped_not_retried(
     assert result["outcome"] is None
     assert backend().memory.list_summaries(WS) == []
     assert backend().consolidation.get_checkpoint(WS, f"compact:{SID}") is None
+
+
+def test_a_compaction_due_is_charged_to_the_workspace_budget_and_stops_when_it_is_used_up(
+    aws: AwsResources,
+    osmem: OsmemServer,
+    fake: FakeOpenAI,
+    consolidator: FakeConsolidator,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given the consolidation model's price in SIGIL_MODEL_PRICES, and a workspace allowed one
+    # token a day: the check before the first call passes (nothing spent yet), batch 1's charge
+    # uses the day up
+    prices = {"openai/fake-model": {"input_per_mtok": 2, "output_per_mtok": 10}}
+    cloud.reset(config=settings(aws, osmem, fake, model_prices=prices))
+    one_token_a_day = BudgetLimits(workspace=ScopeLimits(tokens_per_day=1))
+    backend().workspaces.put(WorkspaceConfig(id=WS, active_window=WINDOW, budget=one_token_a_day))
+    seed(backend(), workspace_id=WS)
+    # When the consolidate function gets the CompactionDue
+    result = consolidate.lambda_handler(bus_event(aws, compaction_due()), Context())
+    # Then batch 1 is summarised and batch 2 waits in Tier 1 for the budget to reset
+    outcome = result["outcome"]
+    assert (outcome["status"], outcome["summaries"], outcome["checkpoint"]) == ("over_budget", 1, 49)
+    assert outcome["budget_exhausted"].startswith("workspace/day/tokens ")
+    assert consolidator.calls == {"summary": 1, "rolling": 0, "extract": 1}
+    assert backend().memory.count_messages(WS, SID) == 100
+    # And the DynamoDB counters hold the reported tokens, priced by the settings' table
+    tokens_in, tokens_out = outcome["tokens_in"], outcome["tokens_out"]
+    assert tokens_in > 0 and tokens_out > 0
+    key = bucket_key("workspace", None, "month", datetime.now(UTC))
+    [month] = backend().budgets.totals(WS, [key]).values()
+    assert (month.tokens, month.usd_nanos) == (
+        tokens_in + tokens_out,
+        (2 * tokens_in + 10 * tokens_out) * 1000,
+    )
+    metrics = emitted_metrics(capsys.readouterr().out)
+    assert (metrics["SummariesWritten"], metrics["CompactionOverBudget"]) == (1, 1)
 
 
 # ---------------------------------------------------------------- the hourly schedule
