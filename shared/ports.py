@@ -131,6 +131,13 @@ class MemoryStore(Protocol):
         """Upsert by triple id."""
         ...
 
+    def replace_triple(self, expected: Triple, new: Triple) -> bool:
+        """Write `new` in place of `expected` only if the stored triple is still exactly
+        `expected` (same id, same serialised document); False, writing nothing, when it changed
+        or is gone. For read-modify-write updates that must not undo a concurrent change, such as
+        a recall's access count against maintenance merging the fact."""
+        ...
+
     def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
         """Upsert many by id, in as few round trips as the store allows (not atomic as a whole).
 

@@ -410,12 +410,14 @@ def _active_facts(ctx: ToolContext, hits: Sequence[MemoryHit]) -> list[Triple]:
 
 
 def _touch(ctx: ToolContext, facts: Iterable[Triple]) -> None:
-    """Count a recall (maintenance ranks by use); best effort, one put per fact."""
+    """Count a recall (maintenance ranks by use); best effort, one conditional put per fact. The
+    put applies only to the triple as read: one that maintenance merged or pruned meanwhile is not
+    brought back to life by a stale copy, and loses this count instead."""
     now = ctx.now()
     for t in facts:
         try:
-            ctx.backend.memory.put_triple(
-                t.model_copy(update={"access_count": t.access_count + 1, "last_accessed_at": now})
+            ctx.backend.memory.replace_triple(
+                t, t.model_copy(update={"access_count": t.access_count + 1, "last_accessed_at": now})
             )
         except Exception as exc:  # noqa: BLE001 -- a missed count must not cost the model its answer
             log.warning(

@@ -225,6 +225,51 @@ def test_putting_a_triple_again_upserts_it_by_id(contract: ContractBackend, ws_a
     assert memory.triples_by_object(ws_a, "Paris") == [moved]
 
 
+def test_replace_triple_writes_only_over_the_triple_as_read(contract: ContractBackend, ws_a: str) -> None:
+    memory = contract.backend.memory
+    memory.put_triple(_triple(ws_a, "t1", "Ada", "likes", "tea"))
+    (read,) = memory.triples_by_subject(ws_a, "Ada")
+    counted = read.model_copy(update={"access_count": 1, "last_accessed_at": at(5)})
+
+    assert memory.replace_triple(read, counted)
+    assert memory.triples_by_subject(ws_a, "Ada") == [counted]
+    # The same stale copy again: the stored triple is `counted` now, so nothing is written.
+    assert not memory.replace_triple(read, read.model_copy(update={"access_count": 1}))
+    assert memory.triples_by_subject(ws_a, "Ada") == [counted]
+
+
+def test_replace_triple_never_undoes_a_concurrent_merge_or_delete(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    memory = contract.backend.memory
+    memory.put_triple(_triple(ws_a, "t1", "Ada", "likes", "tea"))
+    (read,) = memory.triples_by_subject(ws_a, "Ada")
+    # Maintenance merges the fact between a recall's read and its write.
+    merged = read.model_copy(update={"status": "merged", "merged_into": "t0", "updated_at": at(6)})
+    memory.put_triple(merged)
+
+    assert not memory.replace_triple(read, read.model_copy(update={"access_count": 1}))
+    assert memory.triples_by_subject(ws_a, "Ada") == []  # still merged: lookups see active only
+    assert [t.status for t in memory.list_triples(ws_a)] == ["merged"]
+
+    memory.delete_triple(ws_a, "t1")
+    assert not memory.replace_triple(merged, merged.model_copy(update={"access_count": 1}))
+    assert memory.list_triples(ws_a) == []
+
+
+def test_replace_triple_refuses_another_workspace_or_id(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    memory = contract.backend.memory
+    original = _triple(ws_a, "t1", "Ada", "likes", "tea")
+    memory.put_triple(original)
+    with pytest.raises(ValueError, match="workspace"):
+        memory.replace_triple(original, original.model_copy(update={"workspace_id": ws_b}))
+    with pytest.raises(ValueError, match="another id"):
+        memory.replace_triple(original, original.model_copy(update={"id": "t2"}))
+    assert memory.list_triples(ws_a) == [original] and memory.list_triples(ws_b) == []
+
+
 def test_delete_triple(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
     memory = contract.backend.memory
     memory.put_triple(_triple(ws_a, "t1", "Ada", "lives in", "London"))

@@ -890,6 +890,34 @@ class DynamoMemoryStore(_Table):
     def put_triple(self, triple: Triple) -> None:
         self.client.put_item(TableName=self.table, Item=self._triple_item(triple))
 
+    def replace_triple(self, expected: Triple, new: Triple) -> bool:
+        _check_workspace(expected.workspace_id, new.workspace_id, f"triple {new.id}")
+        if new.id != expected.id:
+            raise ValueError(f"replacing triple {expected.id} with another id, {new.id}")
+        # The stored document as it is now, compared as a model (a document stored before a field
+        # was added still matches what was read from it); then the put is conditional on that
+        # exact text, so a change in between (a merge, a prune, another recall) fails it.
+        item = self.client.get_item(
+            TableName=self.table,
+            Key=self._triple_key(expected.workspace_id, expected.id),
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None or serde.loads(Triple, item["doc"]["S"]) != expected:
+            return False
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item=self._triple_item(new),
+                ConditionExpression="#doc = :stored",
+                ExpressionAttributeNames={"#doc": "doc"},
+                ExpressionAttributeValues={":stored": item["doc"]},
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
         for triple in triples:
             _check_workspace(workspace_id, triple.workspace_id, f"triple {triple.id}")

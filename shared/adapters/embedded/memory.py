@@ -217,6 +217,22 @@ class SqliteMemoryStore:
     def put_triple(self, triple: Triple) -> None:
         self._db.execute(self._UPSERT_TRIPLE, self._triple_row(triple))
 
+    def replace_triple(self, expected: Triple, new: Triple) -> bool:
+        _check_workspace(expected.workspace_id, new.workspace_id, f"triple {new.id}")
+        if new.id != expected.id:
+            raise ValueError(f"replacing triple {expected.id} with another id, {new.id}")
+        # Read, compare and write under the write lock. Compared as models, not as text, so a
+        # document stored before a field was added still matches what was read from it.
+        with self._db.transaction() as conn:
+            row = conn.execute(
+                "SELECT doc FROM memory_triples WHERE workspace_id = ? AND id = ?",
+                (expected.workspace_id, expected.id),
+            ).fetchone()
+            if row is None or serde.loads(Triple, str(row[0])) != expected:
+                return False
+            conn.execute(self._UPSERT_TRIPLE, self._triple_row(new))
+        return True
+
     def put_triples(self, workspace_id: str, triples: Sequence[Triple]) -> None:
         for triple in triples:
             _check_workspace(workspace_id, triple.workspace_id, f"triple {triple.id}")
