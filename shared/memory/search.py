@@ -256,11 +256,15 @@ class MemorySearch:
         return SearchOutcome(hits=hits, mode="recent", degraded=reason)
 
 
-@lru_cache(maxsize=4096)  # the same few authors, on every candidate of every search
 def name_words(text: str) -> frozenset[str]:
     """The words of `text` that can name a person: casefolded, letters only, no stop words."""
     words = (m.casefold() for m in _WORD.findall(text))
     return frozenset(w for w in words if len(w) > 1 and w.isalpha() and w not in STOP_WORDS)
+
+
+# The same few authors come back on every candidate of every search. Authors only: they are at
+# most MAX_AUTHOR_CHARS long, where a query may be 100 KB.
+_author_words = lru_cache(maxsize=4096)(name_words)
 
 
 def boost_named_authors(fused: list[FusedHit], query: str, boost: float) -> list[FusedHit]:
@@ -274,7 +278,9 @@ def boost_named_authors(fused: list[FusedHit], query: str, boost: float) -> list
     if not asked or bonus <= 0:
         return fused
     out = [
-        replace(f, score=f.score + bonus) if asked & name_words(f.doc.metadata.get(AUTHOR_KEY, "")) else f
+        replace(f, score=f.score + bonus)
+        if asked & _author_words(f.doc.metadata.get(AUTHOR_KEY, "")[:MAX_AUTHOR_CHARS])
+        else f
         for f in fused
     ]
     # Stable: documents that tie keep fuse()'s order (score, then id).
