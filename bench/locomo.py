@@ -44,13 +44,15 @@ sys.path.insert(0, str(ROOT))  # the bench runs from a plain clone
 
 from bench.embedding_cache import FileEmbeddingCache  # noqa: E402
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
+from shared.adapters.embedded.identities import SqliteIdentityStore  # noqa: E402
 from shared.adapters.embedded.index import DEFAULT_CONTEXT_WEIGHT  # noqa: E402
 from shared.memory.embeddings.cache import CachedEmbedder  # noqa: E402
 from shared.memory.embeddings.minilm import PINNED_WEIGHTS_SHA256, LocalMiniLM  # noqa: E402
 from shared.memory.fusion import FusionMethod  # noqa: E402
+from shared.memory.people import WorkspacePeople  # noqa: E402
 from shared.memory.search import DEFAULT_MIN_SCORE, STOP_WORDS, MemorySearch  # noqa: E402
 from shared.memory.writer import MemoryWriter, RecentTails, index_rolled_out  # noqa: E402
-from shared.models import MemoryRecord  # noqa: E402
+from shared.models import Identity, MemoryRecord  # noqa: E402
 from shared.ports import Embedder  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"
@@ -212,6 +214,7 @@ def variants(fusions: Sequence[FusionMethod]) -> list[Variant]:
 class Built:
     index: SqliteMemoryIndex
     memory: SqliteMemoryStore
+    people: WorkspacePeople
     dbs: tuple[Database, Database]
     seconds: float = 0.0
     records: int = 0
@@ -227,11 +230,28 @@ def build(
 ) -> Built:
     """Every turn written as the turn writes it: an exchange at a time, context from the tails."""
     dbs = (Database(tmp / "index.db", load_vec=True), Database(tmp / "sigil.db"))
-    index, memory = SqliteMemoryIndex(dbs[0]), SqliteMemoryStore(dbs[1])
+    index, memory, identities = (
+        SqliteMemoryIndex(dbs[0]),
+        SqliteMemoryStore(dbs[1]),
+        SqliteIdentityStore(dbs[1]),
+    )
     writer = MemoryWriter(index, embedder, **writer_kwargs)
     tails = RecentTails()
-    built = Built(index, memory, dbs)
+    built = Built(index, memory, WorkspacePeople(identities), dbs)
     for c in conversations:
+        # Its two speakers are the workspace's people, as the identities a channel's senders
+        # become (shared.identity records their display names).
+        for speaker in sorted({r.author for s in c.sessions for r in s if r.author}):
+            identities.create(
+                Identity(
+                    workspace_id=c.workspace_id,
+                    channel="web",
+                    channel_user_id=speaker,
+                    user_id=speaker.casefold(),
+                    display_name=speaker,
+                    status="approved",
+                )
+            )
         began = time.perf_counter()
         for session in c.sessions:
             for i in range(0, len(session), EXCHANGE):
@@ -266,15 +286,23 @@ def evaluate(
 # Rows that take one mechanism away at a time (--ablations): (label, writer settings, MemorySearch
 # settings), hybrid min-max.
 NO_CONTEXT: dict[str, Any] = {"context_before": 0, "context_after": 0}
+NO_AUTHORS: dict[str, Any] = {"author_boost": 0.0, "people": None}
 ABLATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
-        "no context, no author boost, 0.3/0.7 (the issue's reference setup)",
+        "no context, no authors, 0.3/0.7 (the issue's reference setup)",
         NO_CONTEXT,
-        {"text_weight": 0.3, "vector_weight": 0.7, "author_boost": 0.0},
+        {"text_weight": 0.3, "vector_weight": 0.7, **NO_AUTHORS},
     ),
-    ("no context, no author boost, 0.6/0.4", NO_CONTEXT, {"author_boost": 0.0}),
-    ("context, no author boost, 0.6/0.4", {}, {"author_boost": 0.0}),
-    ("context, author boost, 0.3/0.7", {}, {"text_weight": 0.3, "vector_weight": 0.7}),
+    ("no context, no authors, 0.6/0.4", NO_CONTEXT, {"text_weight": 0.6, "vector_weight": 0.4, **NO_AUTHORS}),
+    ("context, no authors, 0.6/0.4", {}, {"text_weight": 0.6, "vector_weight": 0.4, **NO_AUTHORS}),
+    ("context, no authors, 0.5/0.5", {}, NO_AUTHORS),
+    (
+        "context, author boost 0.15, names kept in the query's embedding, 0.6/0.4",
+        {},
+        {"text_weight": 0.6, "vector_weight": 0.4, "author_boost": 0.15, "people": None},
+    ),
+    ("context, author boost 0.25, names kept in the query's embedding, 0.5/0.5", {}, {"people": None}),
+    ("context, names left out of the query's embedding, no author boost, 0.5/0.5", {}, {"author_boost": 0.0}),
 ]
 
 
@@ -305,13 +333,20 @@ def run(args: argparse.Namespace) -> None:
         built = build(Path(tmp) / "product", conversations, embedder, {})
         for v in runs:
             search = MemorySearch(
-                built.index, built.memory, embedder, fusion=v.fusion, min_score=args.min_score
+                built.index,
+                built.memory,
+                embedder,
+                fusion=v.fusion,
+                min_score=args.min_score,
+                people=built.people,
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
         ablations: list[tuple[str, dict[int, Scores]]] = []
         for label, writer_kwargs, search_kwargs in ABLATIONS if args.ablations else []:
             other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
-            search = MemorySearch(other.index, other.memory, embedder, **search_kwargs)
+            search = MemorySearch(
+                other.index, other.memory, embedder, **{"people": other.people, **search_kwargs}
+            )
             ablations.append((label, evaluate(conversations, search, "hybrid")[0]))
             other.close()
         built.close()
@@ -325,7 +360,10 @@ def run(args: argparse.Namespace) -> None:
         print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
         print("|---|---|---|---|---|---|---|")
         product = next(v.label for v in runs if v.mode == "hybrid")
-        defaults = f"product defaults: context, author boost, {product} 0.6/0.4"
+        defaults = (
+            "product defaults: context, author boost 0.25, names left out of the query's embedding, "
+            f"{product} 0.5/0.5"
+        )
         for label, by_cat in [(defaults, scores[product]), *ablations]:
             headline = Scores()
             for cat in HEADLINE:
@@ -393,7 +431,9 @@ def report(r: Results) -> None:
     print(
         f"- fusion: min-max text {probe.get('text_weight')} / vector {probe.get('vector_weight')}; "
         f"RRF k=60 with the same weights; over-fetch {probe.get('overfetch')}x; author boost "
-        f"{probe.get('author_boost')} x the best score for a turn whose speaker the question names; "
+        f"{probe.get('author_boost')} x the best score for a turn whose speaker the question names, "
+        "and the speakers' names left out of the question's embedding (MemorySearch's people: the "
+        "workspace's identities, one per speaker); "
         f"default {probe.get('fusion')}; min score "
         f"{DEFAULT_MIN_SCORE[probe.get('fusion', 'minmax')] or 'none'}"
     )

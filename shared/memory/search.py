@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
@@ -36,6 +36,7 @@ _MAX_FETCH = 1000
 # Control characters other than tab and newline (and carriage return, which pasted text carries).
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WORD = re.compile(r"[^\W_]+")
+_POSSESSIVE_WORD = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")
 
 # Function words dropped from the BM25 half of a query ("when did she go to the gym?" -> "go gym").
 # BM25's IDF already makes them cheap, but not free: with a document's context indexed too, a
@@ -65,10 +66,12 @@ MAX_AUTHOR_CHARS = 200
 # A document whose author the query names gains this share of the best fused score. Why: a
 # question about a person is mostly answered by their own words ("what did Alice paint?" by
 # Alice's "I painted a sunset"), but a name every one of their messages carries in its author
-# gives BM25 nothing to go on (an IDF near zero in a two-person conversation), and the vector
-# barely moves. On LoCoMo 96% of the evidence of a question naming one speaker is that speaker's
-# own turns; the boost takes recall@10 from 79.0 to 80.3 (docs/memory.md).
-AUTHOR_BOOST = 0.15
+# gives BM25 nothing to go on (an IDF near zero in a two-person conversation), and in the
+# query's embedding a name pulls towards every message that mentions the person, so the names of
+# the workspace's people are left out of it (`people`). On LoCoMo 96% of the evidence of a
+# question naming one speaker is that speaker's own turns; the two together take recall@10 from
+# 79.0 to 82.3 (docs/memory.md).
+AUTHOR_BOOST = 0.25
 
 # Metadata key of a document's context: the text around it (for a message, its neighbours in the
 # session) that BM25 matches at a lower weight than the document's own words. Written by
@@ -130,12 +133,16 @@ class MemorySearch:
         embedder: Embedder | None,
         *,
         fusion: FusionMethod = "minmax",
-        text_weight: float = 0.6,
-        vector_weight: float = 0.4,
+        text_weight: float = 0.5,
+        vector_weight: float = 0.5,
         min_score: float | None = None,
         overfetch: int = 8,
         author_boost: float = AUTHOR_BOOST,
+        people: Callable[[str], frozenset[str]] | None = None,
     ) -> None:
+        """`people(workspace_id)`: the words of the names the workspace's people go by
+        (shared.memory.people.WorkspacePeople); a query's words that name one of them are left out
+        of its embedding (BM25 and the author boost still see them). None: nothing is left out."""
         if overfetch < 1:
             raise ValueError("overfetch must be at least 1")
         if author_boost < 0:
@@ -152,6 +159,7 @@ class MemorySearch:
         self._min_score = min_score
         self._overfetch = overfetch
         self._author_boost = author_boost
+        self._people = people
 
     def search(
         self,
@@ -179,7 +187,7 @@ class MemorySearch:
                 degraded = "no embedding model configured"
             else:
                 try:
-                    vector = self._embedder.embed([text])[0]
+                    vector = self._embedder.embed([self._without_people(workspace_id, text)])[0]
                 except Exception as exc:
                     logger.warning("query embedding failed; BM25 only", exc_info=True)
                     degraded = f"embedding model unavailable: {type(exc).__name__}"
@@ -216,6 +224,22 @@ class MemorySearch:
         if self._author_boost:
             fused = boost_named_authors(fused, text, self._author_boost)
         return SearchOutcome(hits=_by_record(fused, k), mode=answered, degraded=degraded)
+
+    def _without_people(self, workspace_id: str, text: str) -> str:
+        """`text` without the words (and their "'s") that name the workspace's people; `text`
+        itself when that would leave no word, or the names can't be read."""
+        if self._people is None:
+            return text
+        try:
+            names = self._people(workspace_id)
+        except Exception:
+            logger.warning("the workspace's people unavailable; names stay in the query", exc_info=True)
+            return text
+        if not names:
+            return text
+        kept = _POSSESSIVE_WORD.sub(lambda m: "" if m.group(1).casefold() in names else m.group(0), text)
+        kept = " ".join(kept.split())
+        return kept if _WORD.search(kept) else text
 
     def _recent(
         self,

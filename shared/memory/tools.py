@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import BadRequest
 from shared.memory.keys import normalize_key
+from shared.memory.people import people_of
 from shared.memory.search import MAX_QUERY_BYTES, MemoryHit, MemorySearch, SearchOutcome, validate_query
 from shared.models import FactCategory, IndexDoc, Summary, Triple
 from shared.safety.injection import scan
@@ -430,7 +431,9 @@ def _touch(ctx: ToolContext, facts: Iterable[Triple]) -> None:
 
 
 def _searcher(ctx: ToolContext) -> MemorySearch:
-    return MemorySearch(ctx.backend.index, ctx.backend.memory, ctx.backend.embedder)
+    return MemorySearch(
+        ctx.backend.index, ctx.backend.memory, ctx.backend.embedder, people=people_of(ctx.backend.identities)
+    )
 
 
 def _mode_line(outcome: SearchOutcome, *, prefix: str = "search") -> str:
