@@ -235,11 +235,7 @@ class MemorySearch:
         except Exception:
             logger.warning("the workspace's people unavailable; names stay in the query", exc_info=True)
             return text
-        if not names:
-            return text
-        kept = _POSSESSIVE_WORD.sub(lambda m: "" if m.group(1).casefold() in names else m.group(0), text)
-        kept = " ".join(kept.split())
-        return kept if _WORD.search(kept) else text
+        return without_names(text, names)
 
     def _recent(
         self,
@@ -289,6 +285,16 @@ def name_words(text: str) -> frozenset[str]:
 # The same few authors come back on every candidate of every search. Authors only: they are at
 # most MAX_AUTHOR_CHARS long, where a query may be 100 KB.
 _author_words = lru_cache(maxsize=4096)(name_words)
+
+
+def without_names(text: str, names: frozenset[str]) -> str:
+    """`text` without its words (and their "'s") whose casefold is in `names`; `text` itself
+    when nothing else would be left."""
+    if not names:
+        return text
+    kept = _POSSESSIVE_WORD.sub(lambda m: "" if m.group(1).casefold() in names else m.group(0), text)
+    kept = " ".join(kept.split())
+    return kept if _WORD.search(kept) else text
 
 
 def boost_named_authors(fused: list[FusedHit], query: str, boost: float) -> list[FusedHit]:

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore
+from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.errors import BadRequest
 from shared.memory.embeddings.minilm import LocalMiniLM
+from shared.memory.people import WorkspacePeople, people_of
 from shared.memory.search import (
     AUTHOR_BOOST,
     CONTEXT_KEY,
@@ -24,9 +26,10 @@ from shared.memory.search import (
     MemorySearch,
     keyword_query,
     validate_query,
+    without_names,
 )
 from shared.memory.writer import MemoryWriter
-from shared.models import IndexDoc, MemoryRecord
+from shared.models import Identity, IndexDoc, MemoryRecord
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws-search"
@@ -341,3 +344,73 @@ def test_a_name_that_is_a_stop_word_names_nobody(
 def test_the_author_boost_must_not_be_negative(index: SqliteMemoryIndex, memory: SqliteMemoryStore) -> None:
     with pytest.raises(ValueError, match="author_boost"):
         MemorySearch(index, memory, None, author_boost=-0.1)
+
+
+# ---------------------------------------------------------------- people's names and the embedding
+
+
+def test_names_are_left_out_with_their_possessive_and_nothing_else() -> None:
+    names = frozenset({"caroline", "melanie", "smith"})
+    assert without_names("What did Caroline research?", names) == "What did research?"
+    assert without_names("Where is Melanie\u2019s grandma from?", names) == "Where is grandma from?"
+    assert (
+        without_names("When did CAROLINE and Bob meet Mr Smith's dog", names)
+        == "When did and Bob meet Mr dog"
+    )
+    # A name inside another word is not a name; nothing but names keeps the query whole.
+    assert without_names("Carolines caroliner", names) == "Carolines caroliner"
+    assert without_names("Caroline's", names) == "Caroline's"
+    assert without_names("anything", frozenset()) == "anything"
+
+
+def test_the_workspace_people_are_the_display_names_of_its_identities(dbs: tuple[Database, Database]) -> None:
+    identities = SqliteIdentityStore(dbs[1])
+    now = [0.0]
+    people = WorkspacePeople(identities, ttl_s=60.0, clock=lambda: now[0])
+
+    def identity(workspace: str, user: str, name: str | None) -> Identity:
+        return Identity(
+            workspace_id=workspace, channel="web", channel_user_id=user, user_id=user, display_name=name
+        )
+
+    identities.create(identity(WS, "u1", "Ada Lovelace"))
+    identities.create(identity(WS, "u2", None))
+    identities.create(identity("ws-other", "u3", "Grace Hopper"))
+    assert people(WS) == {"ada", "lovelace"}
+    assert people("ws-other") == {"grace", "hopper"}
+
+    identities.create(identity(WS, "u4", "Bob"))
+    assert people(WS) == {"ada", "lovelace"}  # read once a minute
+    now[0] = 61.0
+    assert people(WS) == {"ada", "lovelace", "bob"}
+    # The tools share one instance per identity store.
+    assert people_of(identities) is people_of(identities)
+
+
+def test_a_name_is_matched_as_an_author_not_embedded(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder
+) -> None:
+    records = [
+        record(0, "Go Bob! Bob is great.").model_copy(update={"author": "Alice"}),
+        record(2, "I paint sunsets.").model_copy(update={"author": "Bob"}),
+    ]
+    MemoryWriter(index, embedder, context_before=0, context_after=0).write_messages(WS, records)
+    query = "what did Bob paint?"
+    # With the name in the embedding, Alice's message about Bob is nearer; without it, Bob's own.
+    plain = MemorySearch(index, memory, embedder, author_boost=0.0)
+    assert ids(plain.search(WS, query, k=2, mode="vector").hits)[0] == "m0"
+    people = MemorySearch(
+        index, memory, embedder, author_boost=0.0, people=lambda ws: frozenset({"bob", "alice"})
+    )
+    assert ids(people.search(WS, query, k=2, mode="vector").hits)[0] == "m2"
+
+
+def test_people_that_cannot_be_read_leave_the_query_as_it_is(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
+) -> None:
+    def broken(workspace_id: str) -> frozenset[str]:
+        raise RuntimeError("identity store down")
+
+    outcome = MemorySearch(index, memory, embedder, people=broken).search(WS, "budget meeting Thursday", k=2)
+    assert outcome.mode == "hybrid" and outcome.degraded is None
+    assert outcome.hits[0].id == "m5"
