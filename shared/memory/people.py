@@ -64,7 +64,10 @@ _BY_STORE: WeakKeyDictionary[IdentityStore, WorkspacePeople] = WeakKeyDictionary
 
 
 def people_of(identities: IdentityStore) -> WorkspacePeople:
-    people = _BY_STORE.get(identities)
-    if people is None:
-        people = _BY_STORE[identities] = WorkspacePeople(identities)
+    try:
+        people = _BY_STORE.get(identities)
+        if people is None:
+            people = _BY_STORE[identities] = WorkspacePeople(identities)
+    except TypeError:  # a store that can't be weakly referenced or hashed: no shared cache
+        people = WorkspacePeople(identities)
     return people
