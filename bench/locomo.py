@@ -275,7 +275,8 @@ def evaluate(
     for c in conversations:
         for q in c.questions:
             began = time.perf_counter()
-            outcome = search.search(c.workspace_id, q.text, k=max(KS), mode=mode)
+            # Over Tier 1, as memory_search asks.
+            outcome = search.search(c.workspace_id, q.text, k=max(KS), mode=mode, tiers=["message"])
             latencies.append(time.perf_counter() - began)
             if outcome.mode != mode:
                 raise SystemExit(f"{mode} answered as {outcome.mode}: {outcome.degraded}")

@@ -141,8 +141,9 @@ class MemorySearch:
         people: Callable[[str], frozenset[str]] | None = None,
     ) -> None:
         """`people(workspace_id)`: the words of the names the workspace's people go by
-        (shared.memory.people.WorkspacePeople); a query's words that name one of them are left out
-        of its embedding (BM25 and the author boost still see them). None: nothing is left out."""
+        (shared.memory.people.WorkspacePeople); in a search of messages alone (`tiers=["message"]`,
+        as memory_search asks) a query's words that name one of them are left out of its
+        embedding (BM25 and the author boost still see them). None: nothing is left out."""
         if overfetch < 1:
             raise ValueError("overfetch must be at least 1")
         if author_boost < 0:
@@ -187,7 +188,11 @@ class MemorySearch:
                 degraded = "no embedding model configured"
             else:
                 try:
-                    vector = self._embedder.embed([self._without_people(workspace_id, text)])[0]
+                    # Only over messages alone: in summaries and facts a name is content (a
+                    # fact's subject), not the author of the words.
+                    messages_only = tiers is not None and set(tiers) == {"message"}
+                    embedded = self._without_people(workspace_id, text) if messages_only else text
+                    vector = self._embedder.embed([embedded])[0]
                 except Exception as exc:
                     logger.warning("query embedding failed; BM25 only", exc_info=True)
                     degraded = f"embedding model unavailable: {type(exc).__name__}"

@@ -398,11 +398,14 @@ def test_a_name_is_matched_as_an_author_not_embedded(
     query = "what did Bob paint?"
     # With the name in the embedding, Alice's message about Bob is nearer; without it, Bob's own.
     plain = MemorySearch(index, memory, embedder, author_boost=0.0)
-    assert ids(plain.search(WS, query, k=2, mode="vector").hits)[0] == "m0"
+    assert ids(plain.search(WS, query, k=2, mode="vector", tiers=["message"]).hits)[0] == "m0"
     people = MemorySearch(
         index, memory, embedder, author_boost=0.0, people=lambda ws: frozenset({"bob", "alice"})
     )
-    assert ids(people.search(WS, query, k=2, mode="vector").hits)[0] == "m2"
+    assert ids(people.search(WS, query, k=2, mode="vector", tiers=["message"]).hits)[0] == "m2"
+    # Over facts and summaries too, a name is content (a fact's subject): it stays embedded.
+    assert ids(people.search(WS, query, k=2, mode="vector").hits)[0] == "m0"
+    assert ids(people.search(WS, query, k=2, mode="vector", tiers=["message", "fact"]).hits)[0] == "m0"
 
 
 def test_people_that_cannot_be_read_leave_the_query_as_it_is(
