@@ -7,7 +7,6 @@ without weights, and an index whose database is closed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,30 +42,6 @@ CONVERSATION = [
     "I planted tomatoes and basil in the garden this spring.",
     "The budget meeting moved to Thursday afternoon.",
 ]
-
-
-@pytest.fixture
-def dbs(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
-    index_db = Database(tmp_path / "index.db", load_vec=True)
-    main_db = Database(tmp_path / "sigil.db")
-    yield index_db, main_db
-    index_db.close()
-    main_db.close()
-
-
-@pytest.fixture
-def index(dbs: tuple[Database, Database]) -> SqliteMemoryIndex:
-    return SqliteMemoryIndex(dbs[0])
-
-
-@pytest.fixture
-def memory(dbs: tuple[Database, Database]) -> SqliteMemoryStore:
-    return SqliteMemoryStore(dbs[1])
-
-
-@pytest.fixture
-def embedder() -> HashingEmbedder:
-    return HashingEmbedder()
 
 
 def record(i: int, text: str, *, session_id: str = "s1", workspace_id: str = WS) -> MemoryRecord:

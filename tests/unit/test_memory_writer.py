@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore
+from shared.adapters.embedded import SqliteMemoryIndex, SqliteMemoryStore
 from shared.memory.embeddings.minilm import LocalMiniLM
 from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY, MemorySearch
 from shared.memory.writer import (
@@ -30,30 +29,6 @@ from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws-writer"
 T0 = datetime(2025, 5, 1, 9, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def dbs(tmp_path: Path) -> Iterator[tuple[Database, Database]]:
-    index_db = Database(tmp_path / "index.db", load_vec=True)
-    main_db = Database(tmp_path / "sigil.db")
-    yield index_db, main_db
-    index_db.close()
-    main_db.close()
-
-
-@pytest.fixture
-def index(dbs: tuple[Database, Database]) -> SqliteMemoryIndex:
-    return SqliteMemoryIndex(dbs[0])
-
-
-@pytest.fixture
-def memory(dbs: tuple[Database, Database]) -> SqliteMemoryStore:
-    return SqliteMemoryStore(dbs[1])
-
-
-@pytest.fixture
-def embedder() -> HashingEmbedder:
-    return HashingEmbedder()
 
 
 def rec(seq: int, text: str, *, session_id: str = "s1", user_id: str | None = "u1") -> MemoryRecord:
