@@ -43,8 +43,8 @@ from shared.consolidation.maintenance import (  # noqa: E402
     MaintenanceReport,
     run_maintenance,
 )
-from shared.memory.tools import fact_index_doc  # noqa: E402
 from shared.models import FactCategory, Triple  # noqa: E402
+from shared.tools.memory import fact_index_doc  # noqa: E402
 
 WS = "bench"
 DIM = 384

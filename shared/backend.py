@@ -1,4 +1,5 @@
-"""The set of ports a runtime works with, built once from Settings by `build_backend`."""
+"""The set of ports a runtime works with. The composition roots build it from Settings with
+`shared.adapters.build_backend`; everything below them only reads it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.channels.ledger import SendLedger
-from shared.config import Settings
 from shared.ports import (
     AuditLog,
     BudgetStore,
@@ -48,13 +48,3 @@ class Backend:
     def close(self) -> None:
         for close in reversed(self.closers):
             close()
-
-
-def build_backend(settings: Settings) -> Backend:
-    if settings.backend == "embedded":
-        from shared.adapters.embedded import build_embedded_backend
-
-        return build_embedded_backend(settings)
-    from shared.adapters.aws import build_aws_backend
-
-    return build_aws_backend(settings)

@@ -88,7 +88,7 @@ def dev(
 
 
 def _secret(settings: Settings, workspace: str) -> str:
-    from shared.backend import build_backend
+    from shared.adapters import build_backend
     from shared.channels import web
 
     backend = build_backend(settings)
@@ -329,7 +329,7 @@ MemoryWorkspace = Annotated[
 @contextmanager
 def _memory_backend(data_dir: Path | None, workspace: str | None) -> Iterator[tuple[Backend, str]]:
     """The backend the settings name (the embedded data dir by default), and the workspace."""
-    from shared.backend import build_backend
+    from shared.adapters import build_backend
 
     settings = _settings(data_dir)
     backend = build_backend(settings)

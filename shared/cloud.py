@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 
 from shared.adapters.aws import clients
-from shared.config import Settings
+from shared.config import PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
 from shared.ingress import Ingress
 from shared.ports import SecretStore
@@ -124,14 +124,6 @@ def consolidator() -> tuple[Backend, Callable[[], ConsolidationModel]]:
         return built[0]
 
     return backend, model
-
-
-# Secret names (not values) of the LLM API keys, by the Settings field each one fills.
-PROVIDER_KEY_SECRETS = {
-    "openai_api_key": "llm/openai-api-key",
-    "anthropic_api_key": "llm/anthropic-api-key",
-}
-OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]
 
 
 def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:

@@ -96,3 +96,11 @@ class Settings(BaseSettings):
 @cache
 def settings() -> Settings:
     return Settings()
+
+
+# Secret names (not values) of the LLM API keys, by the Settings field each one fills.
+PROVIDER_KEY_SECRETS = {
+    "openai_api_key": "llm/openai-api-key",
+    "anthropic_api_key": "llm/anthropic-api-key",
+}
+OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]

@@ -15,7 +15,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud
-from shared.channels.inbound import Accepted, ChannelName, Handshake, IngressOutcome, channel_for
+from shared.channels import channel_for
+from shared.channels.inbound import Accepted, ChannelName, Handshake, IngressOutcome
 from shared.errors import SigilError
 from shared.ingress import WebhookRequest, outbox_json
 from shared.observability import logger, metrics, tracer

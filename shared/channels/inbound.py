@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared.errors import BadRequest, NotFound, Unauthorized
+from shared.errors import BadRequest, Unauthorized
 from shared.models import Attachment, InboundMessage, Sender
 from shared.ports import SecretStore
 
@@ -104,30 +104,6 @@ class InboundChannel(Protocol):
     def parse(self, request: WebhookRequest) -> IngressOutcome:
         """Read a verified request; BadRequest (never echoing the body) when it can't be read."""
         ...
-
-
-def channel_for(name: str, workspace_id: str) -> InboundChannel:
-    """The channel behind /webhooks/{name}, delivering into `workspace_id`.
-
-    Imported on first use so a cold webhook loads only the platform it is serving.
-    """
-    if name == "telegram":
-        from shared.channels.telegram import TelegramChannel
-
-        return TelegramChannel(workspace_id)
-    if name == "slack":
-        from shared.channels.slack import SlackChannel
-
-        return SlackChannel(workspace_id)
-    if name == "discord":
-        from shared.channels.discord import DiscordChannel
-
-        return DiscordChannel(workspace_id)
-    if name == "whatsapp":
-        from shared.channels.whatsapp import WhatsAppChannel
-
-        return WhatsAppChannel(workspace_id)
-    raise NotFound("no such channel")
 
 
 # ---------------------------------------------------------------- payload models

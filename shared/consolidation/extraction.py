@@ -7,7 +7,7 @@ turned into text), each item sanitised (control characters stripped, secrets red
 to 128 characters and values to 2,048, anything the injection scan flags dropped) and keyed
 (shared.memory.keys), then deduplicated against the subject's active facts before it is stored:
 
-1. same subject, predicate and object (the deterministic id of shared.memory.tools.fact_id, the
+1. same subject, predicate and object (the deterministic id of shared.memory.facts.fact_id, the
    one memory_store uses): the fact is refreshed, not copied;
 2. same subject and predicate, another object: the newer value replaces the older (a preference
    that changed), in the same record;
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from shared.memory.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, fact_id, fact_index_doc, fact_text
 from shared.memory.keys import normalize_key
-from shared.memory.tools import MAX_KEY_CHARS, MAX_VALUE_CHARS, fact_id, fact_index_doc, fact_text
 from shared.models import FactCategory, MemoryRecord, Triple
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 from shared.safety.injection import scan

@@ -60,10 +60,10 @@ from shared.clock import utcnow
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.dedup import near_duplicate_pairs
 from shared.memory.search import RECORD_ID_KEY
-from shared.memory.tools import fact_index_doc, fact_text
 from shared.memory.writer import MemoryWriter
 from shared.models import FactCategory, IndexDoc, MemoryRecord, Triple, TripleChange
 from shared.ports import FindsMissingVectors
+from shared.tools.memory import fact_index_doc, fact_text
 
 if TYPE_CHECKING:
     from shared.backend import Backend

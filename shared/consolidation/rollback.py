@@ -26,8 +26,8 @@ from pydantic import BaseModel
 
 from shared.clock import utcnow
 from shared.consolidation.maintenance import relevance
-from shared.memory.tools import fact_index_doc
 from shared.models import Triple
+from shared.tools.memory import fact_index_doc
 
 if TYPE_CHECKING:
     from shared.backend import Backend

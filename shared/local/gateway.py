@@ -29,8 +29,8 @@ from shared.adapters.embedded import (
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.budgets import PriceTable
-from shared.channels import web
-from shared.channels.inbound import ChannelName, channel_for
+from shared.channels import channel_for, web
+from shared.channels.inbound import ChannelName
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.consolidation.compaction import consolidation_model

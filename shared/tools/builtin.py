@@ -117,8 +117,8 @@ def default_registry() -> ToolRegistry:
 
 
 def agent_registry() -> ToolRegistry:
-    """The built-ins and the memory tools (shared.memory.tools): what a turn offers by default."""
-    # Imported here: shared.memory.tools imports shared.tools, so a top-level import would be a cycle.
-    from shared.memory.tools import MEMORY_TOOLS
+    """The built-ins and the memory tools (shared.tools.memory): what a turn offers by default."""
+    # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
+    from shared.tools.memory import MEMORY_TOOLS
 
     return default_registry().extended(*MEMORY_TOOLS)

@@ -6,8 +6,8 @@ import boto3
 from moto import mock_aws
 
 from shared.adapters.aws.secrets import SecretsManagerStore
-from shared.cloud import OPENAI_KEY_SECRET, with_provider_keys
-from shared.config import Settings
+from shared.cloud import with_provider_keys
+from shared.config import OPENAI_KEY_SECRET, Settings
 
 
 def test_the_openai_key_is_read_from_secrets_manager() -> None:

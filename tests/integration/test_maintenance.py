@@ -22,9 +22,9 @@ from shared.consolidation.maintenance import (
     run_maintenance,
 )
 from shared.consolidation.rollback import rollback_run
-from shared.memory.tools import fact_index_doc, fact_text
 from shared.memory.writer import EMBEDDING_KEY, MemoryWriter
 from shared.models import FactCategory, IndexDoc, IndexQuery, MemoryRecord, Triple
+from shared.tools.memory import fact_index_doc, fact_text
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws1"

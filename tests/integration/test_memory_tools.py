@@ -27,7 +27,6 @@ from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.memory.embeddings.minilm import LocalMiniLM
 from shared.memory.tacit import TacitFacts
-from shared.memory.tools import MAX_RESULT_TOKENS, fact_id, fact_index_doc
 from shared.models import (
     AssistantMessage,
     InboundMessage,
@@ -47,6 +46,7 @@ from shared.providers.base import ChatRequest, ProviderEvent, ToolCallEvent
 from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext
 from shared.tools.builtin import agent_registry
+from shared.tools.memory import MAX_RESULT_TOKENS, fact_id, fact_index_doc
 from tests.contract.factories import BACKEND_FACTORIES
 
 WS = "ws1"

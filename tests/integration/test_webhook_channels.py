@@ -861,7 +861,8 @@ def test_the_platform_routes_import_no_llm_sdk_and_their_verifiers_lazily() -> N
 import json, sys
 import functions.webhook.handler
 at_import = sorted(m for m in sys.modules if m.split(".")[0] in {"slack_sdk", "cryptography"})
-from shared.channels.inbound import WebhookRequest, channel_for
+from shared.channels import channel_for
+from shared.channels.inbound import WebhookRequest
 from shared.errors import SigilError
 class Secrets:
     def get(self, name):

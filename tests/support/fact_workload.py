@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 from shared.backend import Backend
 from shared.consolidation.maintenance import MaintenanceReport, run_maintenance
-from shared.memory.tools import MemoryStoreArgs, memory_store
 from shared.tools.core import ToolContext
+from shared.tools.memory import MemoryStoreArgs, memory_store
 
 PREDICATES = ["lives in", "works at", "likes", "owns", "studies", "collects"]
 _SYLLABLES = ["ka", "lo", "mi", "ren", "to", "vu", "sel", "dra", "pin", "qua", "zor", "bel", "fi", "gon"]

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from pydantic import Field
 
-from shared.channels import inbound
+from shared.channels import channel_for, inbound
 from shared.channels.inbound import (
     Accepted,
     ChannelName,
@@ -18,7 +18,6 @@ from shared.channels.inbound import (
     IngressOutcome,
     Payload,
     WebhookRequest,
-    channel_for,
     identifier,
     session_id,
 )

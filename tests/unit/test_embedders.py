@@ -24,8 +24,7 @@ from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
 from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.adapters.embedded.db import Database
 from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
-from shared.cloud import OPENAI_KEY_SECRET
-from shared.config import Settings
+from shared.config import OPENAI_KEY_SECRET, Settings
 from shared.errors import EmbeddingError, SigilError
 from shared.memory.embeddings import build_embedder
 from shared.memory.embeddings.cache import CachedEmbedder, InProcessEmbeddingCache, content_hash

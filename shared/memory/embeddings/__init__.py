@@ -65,7 +65,7 @@ def build_embedder(settings: Settings, secrets: SecretStore) -> Embedder | None:
             # Read at the first embedding, so building a backend makes no Secrets Manager call.
             if settings.openai_api_key is not None:
                 return settings.openai_api_key.get_secret_value()
-            from shared.cloud import OPENAI_KEY_SECRET
+            from shared.config import OPENAI_KEY_SECRET
 
             return secrets.get(OPENAI_KEY_SECRET)
 

@@ -20,7 +20,6 @@ into a structured error result.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import re
@@ -31,10 +30,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import BadRequest
+from shared.memory.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, fact_id, fact_index_doc, fact_text
 from shared.memory.keys import normalize_key
 from shared.memory.people import people_of
 from shared.memory.search import MAX_QUERY_BYTES, MemoryHit, MemorySearch, SearchOutcome, validate_query
-from shared.models import FactCategory, IndexDoc, Summary, Triple
+from shared.models import FactCategory, Summary, Triple
 from shared.safety.injection import scan
 from shared.safety.redact import redact
 from shared.tools.core import Tool, ToolContext, tool
@@ -49,8 +49,6 @@ MAX_ENTRY_TOKENS = 400
 # The registry cuts a result at MAX_RESULT_BYTES; staying under it keeps the "cut" note ours.
 _MAX_RESULT_BYTES = MAX_RESULT_BYTES - 256
 # Spec 003's content limits for a stored memory: keys (subject, predicate) and the value (object).
-MAX_KEY_CHARS = 128
-MAX_VALUE_CHARS = 2048
 # Triples read per subject for dedup and for resolving fact hits: far more than one subject has.
 _SUBJECT_SCAN = 200
 _MAX_RESOLVED_SUBJECTS = 10
@@ -252,36 +250,6 @@ MEMORY_TOOLS: tuple[Tool[Any], ...] = (
 
 
 # ---------------------------------------------------------------- the Tier-3 write path
-
-
-def fact_id(workspace_id: str, subject: str, predicate: str, obj: str) -> str:
-    """Deterministic from the normalised triple: a retried store writes the same fact, not a copy."""
-    key = "\n".join((workspace_id, normalize_key(subject), normalize_key(predicate), normalize_key(obj)))
-    return "f_" + hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def fact_text(triple: Triple) -> str:
-    """What the index holds for a fact: spec 003's embeddable "key: value" shape."""
-    return f"{triple.subject} {triple.predicate}: {triple.object}"
-
-
-def fact_index_doc(triple: Triple, vector: list[float] | None = None) -> IndexDoc:
-    """The fact-tier index document of a triple. Its id is the triple's, and metadata "subject"
-    lets a hit be checked against the store (only active facts are recalled): every writer of
-    fact documents should build them here."""
-    metadata = {"subject": triple.subject, "predicate": triple.predicate, "category": triple.category}
-    if triple.user_id:
-        metadata["user_id"] = triple.user_id
-    return IndexDoc(
-        id=triple.id,
-        workspace_id=triple.workspace_id,
-        session_id=triple.session_id,
-        tier="fact",
-        text=fact_text(triple),
-        vector=vector,
-        created_at=triple.updated_at,
-        metadata=metadata,
-    )
 
 
 def _upsert_fact(
