@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.channels.ledger import SendLedger
 from shared.ports import (
     AuditLog,
     BudgetStore,
@@ -19,6 +18,7 @@ from shared.ports import (
     MemoryStore,
     Outbox,
     SecretStore,
+    SendLedger,
     SessionStore,
     WorkspaceStore,
 )

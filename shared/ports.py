@@ -8,6 +8,7 @@ another's data. One contract suite per port runs against every adapter.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
@@ -418,3 +419,34 @@ class ConsolidationState(Protocol):
     def get_checkpoint(self, workspace_id: str, name: str) -> str | None: ...
 
     def put_checkpoint(self, workspace_id: str, name: str, value: str) -> None: ...
+
+
+# ---------------------------------------------------------------- send ledger (shared.channels.ledger)
+
+
+@dataclass(frozen=True)
+class SentPiece:
+    """A posted piece: the platform's message id and a digest of the text it now shows."""
+
+    message_id: str
+    digest: str
+
+
+@runtime_checkable
+class SendLedger(Protocol):
+    def get(self, workspace_id: str, turn_id: str, part: int, chunk: int = 0) -> SentPiece | None:
+        """The piece recorded for (turn_id, part, chunk), unless there is none or it expired."""
+        ...
+
+    def record(
+        self, workspace_id: str, turn_id: str, part: int, chunk: int, *, message_id: str, text_digest: str
+    ) -> SentPiece:
+        """Record a posted piece; the first record wins. Returns what is stored, which is another
+        writer's piece when a concurrent attempt recorded first."""
+        ...
+
+    def update_digest(
+        self, workspace_id: str, turn_id: str, part: int, chunk: int, *, text_digest: str
+    ) -> None:
+        """After an edit: the recorded message now shows text with this digest."""
+        ...

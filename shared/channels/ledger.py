@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
 from shared.clock import epoch_seconds
+from shared.ports import SentPiece
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -39,37 +39,9 @@ _MAX_KEY_PART_BYTES: Final = 512
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
-class SentPiece:
-    """A posted piece: the platform's message id and a digest of the text it now shows."""
-
-    message_id: str
-    digest: str
-
-
 def digest(text: str) -> str:
     """What the ledger stores instead of the text: enough to tell "same text", nothing to leak."""
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@runtime_checkable
-class SendLedger(Protocol):
-    def get(self, workspace_id: str, turn_id: str, part: int, chunk: int = 0) -> SentPiece | None:
-        """The piece recorded for (turn_id, part, chunk), unless there is none or it expired."""
-        ...
-
-    def record(
-        self, workspace_id: str, turn_id: str, part: int, chunk: int, *, message_id: str, text_digest: str
-    ) -> SentPiece:
-        """Record a posted piece; the first record wins. Returns what is stored, which is another
-        writer's piece when a concurrent attempt recorded first."""
-        ...
-
-    def update_digest(
-        self, workspace_id: str, turn_id: str, part: int, chunk: int, *, text_digest: str
-    ) -> None:
-        """After an edit: the recorded message now shows text with this digest."""
-        ...
 
 
 # ---------------------------------------------------------------- in memory

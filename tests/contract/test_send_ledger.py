@@ -16,10 +16,9 @@ from shared.channels.ledger import (
     LEDGER_TTL_S,
     DynamoSendLedger,
     MemorySendLedger,
-    SendLedger,
-    SentPiece,
     SqliteSendLedger,
 )
+from shared.ports import SendLedger, SentPiece
 
 REGION = "us-east-1"
 WEEK = LEDGER_TTL_S

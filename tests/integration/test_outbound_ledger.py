@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from shared.adapters.embedded.db import Database
-from shared.channels.ledger import MemorySendLedger, SendLedger, SentPiece, SqliteSendLedger
+from shared.channels.ledger import MemorySendLedger, SqliteSendLedger
 from shared.channels.out import PlatformSender, build_senders
 from shared.models import OutboundMessage
+from shared.ports import SendLedger, SentPiece
 from tests.support.fake_platforms import DISCORD_APPLICATION, DictSecrets, FakeClock, FakePlatforms
 
 CONTEXTS = {

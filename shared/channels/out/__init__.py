@@ -13,7 +13,7 @@ from typing import Final
 
 import httpx
 
-from shared.channels.ledger import MemorySendLedger, SendLedger
+from shared.channels.ledger import MemorySendLedger
 from shared.channels.out import discord, slack, telegram, whatsapp
 from shared.channels.out.base import (
     BufferedReply,
@@ -40,7 +40,7 @@ from shared.channels.out.http import (
     retry_after_header,
 )
 from shared.channels.senders import OutboxSender, SenderRegistry
-from shared.ports import Outbox, SecretStore
+from shared.ports import Outbox, SecretStore, SendLedger
 
 __all__ = [
     "DEFAULT_BASE_URLS",

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shared.channels.format import Dialect, split_for
-from shared.channels.ledger import SendLedger, SentPiece, digest
+from shared.channels.ledger import digest
 from shared.channels.out.http import ChannelError
 from shared.models import OutboundMessage
-from shared.ports import ChannelSender
+from shared.ports import ChannelSender, SendLedger, SentPiece
 
 log = logging.getLogger("sigil.channels")
 
