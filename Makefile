@@ -19,14 +19,15 @@ $(STAMP): requirements.lock pyproject.toml overrides.txt | $(BIN)/python
 dev: $(STAMP)
 	$(BIN)/sigil dev
 
-test: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+# The gates, cheapest first: lint, formatting (docs' Python examples too), the import contracts of
+# .importlinter (docs/architecture.md's layers), types, then the suite.
+test: lint
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 lock:
