@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ _ADAPTERS = f"{os.sep}shared{os.sep}adapters{os.sep}aws{os.sep}"
 _DRIVERS = (f"shared{os.sep}agent{os.sep}turn.py", f"shared{os.sep}ingress.py", f"shared{os.sep}cloud.py")
 
 
-def _caller(frame: Any) -> str:
+def _caller(frame: FrameType | None) -> str:
     adapter = step = None
     while frame is not None:
         path, code = frame.f_code.co_filename, frame.f_code
@@ -178,6 +179,8 @@ def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
     osmem = aws_mode.start_osmem()
     stack.callback(osmem.close)
     fake = stack.enter_context(FakeOpenAI())
+    # Patching one server instance's method, which mypy reads as rebinding the class's
+    # (self-taking) method: there is no subclass to override, FakeOpenAI builds its own server.
     fake._server.handle_error = _quiet_resets(fake._server.handle_error)  # type: ignore[method-assign,assignment]
     settings = Settings()
     resources = aws_mode.provision(
