@@ -1,10 +1,11 @@
 """The Lambda functions' runtime objects: built once per container, on first use, never at import.
 
 A warm container reuses them (boto3 clients, connection pools, the secret cache, SDK clients), and
-each function builds only what it uses: `ingress()` wires the webhook's three adapters directly, so
-the webhook never imports opensearchpy or an LLM SDK, while `turn_deps()` builds the whole backend
-for the agent. Tests start from a clean slate with `reset()`, optionally seeding the settings and
-the clock the factories use instead of the environment and `time.time`.
+each function builds only what it uses: `ingress()` wires the webhook's three adapters directly
+(and `webhook()` its routes over them), so the webhook never imports opensearchpy or an LLM SDK,
+while `turn_deps()` builds the whole backend for the agent. Tests start from a clean slate with
+`reset()`, optionally seeding the settings and the clock the factories use instead of the
+environment and `time.time`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
     from shared.backend import Backend
     from shared.consolidation.compaction import ConsolidationModel
+    from shared.ingress.http import WebhookFront
 
 Clock = Callable[[], float]
 
@@ -73,6 +75,15 @@ def ingress() -> Ingress:
         max_body_bytes=s.max_body_bytes,
         clock=_seed.clock,
     )
+
+
+@cache
+def webhook() -> WebhookFront:
+    """The webhook's routes over `ingress()`, recording metrics and log lines for each answer."""
+    from shared.ingress.http import WebhookFront
+    from shared.ingress.metered import Metered
+
+    return WebhookFront(ingress(), settings().resolved_channel_workspace(), observer=Metered())
 
 
 @cache
@@ -148,6 +159,7 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     _seed.clock = clock
     settings.cache_clear()
     ingress.cache_clear()
+    webhook.cache_clear()
     turn_deps.cache_clear()
     consolidator.cache_clear()
     clients.reset()

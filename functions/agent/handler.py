@@ -1,151 +1,30 @@
-"""The agent: SQS FIFO batches of lane items, one turn per item, in order within each session.
-
-A failing turn fails the rest of its session's records in the batch (skip_group_on_error), so a
-session's turns never run out of order, while the other sessions in the batch carry on. On the
-queue's last delivery of a record (ApproximateReceiveCount has reached maxReceiveCount, which
-SIGIL_LANE_MAX_ATTEMPTS must match), the user gets `give_up_turn`'s apology before SQS moves the
-record to the dead-letter queue, rather than silence. That covers the records skipped behind a
-failed one too: they reach their last delivery alongside it and are dead-lettered with it.
-
-With SIGIL_COALESCE_BURST, a session's consecutive records from one sender run as one turn
-(shared.agent.coalesce): the first record of the burst runs the merged turn and the others ride
-on it, succeeding with it, or failing with it through skip_group_on_error, so batchItemFailures
-names every record of a failed burst. A dead-lettered burst is apologised for record by record.
-
-Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
-and a count named Outcome_<outcome>), without user or session dimensions.
-"""
+"""The agent: SQS FIFO batches of lane items to shared.agent.batch, one turn per item, in order
+within each session; the answer is the partial batch response (batchItemFailures)."""
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes import SQSRecord
-from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import ConfigDict, Json, ValidationError
 
 from shared import cloud
-from shared.agent.coalesce import coalesce
-from shared.agent.turn import give_up_turn, run_turn
-from shared.models import AuditRecord, LaneItem
+from shared.agent.batch import lane_processor, plan_batch, run_record, settle
 from shared.observability import logger, metrics, tracer
-
-# A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
-log = logging.getLogger("sigil.agent")
-
-
-class TurnRecord(SqsRecordModel):
-    # The processor logs a record's validation error with its traceback; pydantic would quote the
-    # offending input, which is the user's message.
-    model_config = ConfigDict(hide_input_in_errors=True)
-
-    body: Json[LaneItem]  # the producer is shared.adapters.aws.sqs, through shared.serde
-
-
-processor = SqsFifoPartialProcessor(model=TurnRecord, skip_group_on_error=True, logger=log)
-
-
-@dataclass
-class Plan:
-    """The batch's bursts: the merged item each burst's first record runs, and the records that
-    ride on it."""
-
-    leads: dict[str, LaneItem] = field(default_factory=dict)  # message id -> merged item
-    riders: set[str] = field(default_factory=set)  # message ids whose text a lead's turn carries
-
-
-plan = Plan()
-
-
-def plan_batch(event: dict[str, Any], enabled: bool) -> Plan:
-    """Bursts among the batch's readable records; an unreadable record ends every run, so a
-    record failed behind it (skip_group_on_error) never has its text in a turn that succeeded."""
-    bursts = Plan()
-    if not enabled:
-        return bursts
-    segments: list[list[TurnRecord]] = [[]]
-    for raw in event.get("Records", []):
-        try:
-            segments[-1].append(TurnRecord.model_validate(raw))
-        except ValidationError:
-            segments.append([])
-    for segment in segments:
-        for item, indexes in coalesce([r.body for r in segment]):
-            if len(indexes) > 1:
-                bursts.leads[segment[indexes[0]].messageId] = item
-                bursts.riders.update(segment[i].messageId for i in indexes[1:])
-    return bursts
-
-
-def record_handler(record: TurnRecord) -> None:
-    if record.messageId in plan.riders:
-        return  # its text ran in its burst's turn; had that failed, the processor skips this
-    item = plan.leads.get(record.messageId, record.body)
-    try:
-        audit = run_turn(cloud.turn_deps(), item)
-    except Exception:
-        metrics.add_metric(name="Outcome_error", unit=MetricUnit.Count, value=1)
-        raise
-    turn_metrics(audit)
-    if item is not record.body:
-        metrics.add_metric(name="TurnsCoalesced", unit=MetricUnit.Count, value=1)
-
-
-def turn_metrics(audit: AuditRecord) -> None:
-    metrics.add_metric(name="TurnDuration", unit=MetricUnit.Milliseconds, value=audit.duration_ms)
-    metrics.add_metric(name="TokensIn", unit=MetricUnit.Count, value=audit.tokens_in)
-    metrics.add_metric(name="TokensOut", unit=MetricUnit.Count, value=audit.tokens_out)
-    metrics.add_metric(name="ToolCalls", unit=MetricUnit.Count, value=len(audit.tools_used))
-    metrics.add_metric(name="CostUSD", unit=MetricUnit.NoUnit, value=audit.cost_usd)
-    metrics.add_metric(name=f"Outcome_{audit.outcome}", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context(log_event=False)  # the records carry the users' messages
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    bursts = plan_batch(event, cloud.settings().coalesce_burst)
-    plan.leads, plan.riders = bursts.leads, bursts.riders
+    records: list[dict[str, Any]] = event["Records"]
+    plan = plan_batch(records, cloud.settings().coalesce_burst)
+    processor = lane_processor()
     try:
-        return process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
+        with processor(records, partial(run_record, plan, cloud.turn_deps), context):
+            processor.process()
+        return processor.response()
     finally:
-        # In `finally`: when every record fails, the processor raises instead of answering, and
-        # those records are dead-lettered just the same.
-        _give_up_on_last_deliveries()
-        metrics.add_metric(
-            name="TurnsCompleted", unit=MetricUnit.Count, value=len(processor.success_messages)
-        )
-        metrics.add_metric(name="TurnsFailed", unit=MetricUnit.Count, value=len(processor.fail_messages))
-
-
-def _give_up_on_last_deliveries() -> None:
-    max_receives = cloud.settings().lane_max_attempts
-    for record in processor.fail_messages:  # in batch order, so apologies keep the session's order
-        if isinstance(record, SQSRecord):
-            # The processor keeps a record as the plain SQS record when its body did not parse as
-            # a lane item: there is no session to apologise to.
-            log.error("unreadable lane record failed", extra={"message_id": record.message_id})
-            continue
-        if not isinstance(record, TurnRecord):
-            continue  # other event sources' record types: this processor never produces them
-        if int(record.attributes.ApproximateReceiveCount) < max_receives:
-            continue
-        item = record.body
-        context = {"message_id": record.messageId, "session_id": item.inbound.session_id}
-        try:
-            give_up_turn(cloud.turn_deps(), item)
-        except Exception:
-            # Best effort: the record goes to the dead-letter queue whatever happens here, and the
-            # other records of the batch still deserve their apology.
-            log.exception("could not apologise for a dead-lettered turn", extra=context)
-            continue
-        log.warning("turn given up on its last delivery", extra=context)
-        metrics.add_metric(name="TurnsGivenUp", unit=MetricUnit.Count, value=1)
+        # In `finally`: when every record fails, the processor raises instead of answering.
+        settle(processor, cloud.turn_deps, cloud.settings().lane_max_attempts)

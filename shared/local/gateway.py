@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -29,14 +29,14 @@ from shared.adapters.embedded import (
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.budgets import PriceTable
-from shared.channels import channel_for, web
-from shared.channels.inbound import ChannelName
+from shared.channels import web
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.consolidation.compaction import consolidation_model
 from shared.consolidation.local import register_consolidation
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
-from shared.ingress import Ingress, WebhookRequest, outbox_json, parse_after
+from shared.ingress import Ingress, WebhookRequest, parse_after
+from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
@@ -55,6 +55,7 @@ class LocalGateway:
     settings: Settings
     backend: Backend = field(init=False)
     ingress: Ingress = field(init=False)
+    front: WebhookFront = field(init=False)
     runner: EmbeddedLaneRunner = field(init=False)
     scheduler: LocalScheduler = field(init=False)
 
@@ -70,6 +71,7 @@ class LocalGateway:
             signature_window_s=self.settings.signature_window_s,
             max_body_bytes=self.settings.max_body_bytes,
         )
+        self.front = WebhookFront(self.ingress, self.settings.resolved_channel_workspace())
         senders = build_senders(
             self.backend.secrets,
             self.backend.outbox,
@@ -136,10 +138,8 @@ class LocalGateway:
             routes=[
                 Route("/health", self._health, methods=["GET"]),
                 Route("/webhooks/web/{workspace}", self._post_web, methods=["POST"]),
-                Route("/webhooks/telegram", self._platform("telegram"), methods=["POST"]),
-                Route("/webhooks/slack", self._platform("slack"), methods=["POST"]),
-                Route("/webhooks/discord", self._platform("discord"), methods=["POST"]),
-                Route("/webhooks/whatsapp", self._platform("whatsapp"), methods=["GET", "POST"]),
+                Route("/webhooks/{channel}", self._post_platform, methods=["POST"]),
+                Route("/webhooks/whatsapp", self._get_whatsapp, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
@@ -149,31 +149,27 @@ class LocalGateway:
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_configured": self.model_status() is None})
 
+    # The webhook's routes answer through shared.ingress.http, as the Lambda webhook does.
+
     async def _post_web(self, request: Request) -> Response:
-        body = await request.body()
-        req = await _to_webhook_request(request, body)
-        result, item = await run_in_threadpool(self.ingress.accept_web, request.path_params["workspace"], req)
-        return JSONResponse(
-            {"status": result.status, "event_id": item.inbound.event_id, "session": item.inbound.chat_id},
-            status_code=202,
-        )
+        req = await _to_webhook_request(request, await request.body())
+        workspace = request.path_params["workspace"]
+        return _response(await run_in_threadpool(self.front.post_web, workspace, req))
 
-    def _platform(self, name: ChannelName) -> Callable[[Request], Awaitable[Response]]:
-        """The endpoint of one platform's webhook: the same Ingress.accept as the Lambda webhook."""
+    async def _post_platform(self, request: Request) -> Response:
+        req = await _to_webhook_request(request, await request.body())
+        channel = request.path_params["channel"]
+        return _response(await run_in_threadpool(self.front.platform, channel, req))
 
-        async def endpoint(request: Request) -> Response:
-            req = await _to_webhook_request(request, await request.body())
-            channel = channel_for(name, self.settings.resolved_channel_workspace())
-            outcome = await run_in_threadpool(self.ingress.accept, channel, req)
-            return Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
-
-        return endpoint
+    async def _get_whatsapp(self, request: Request) -> Response:
+        # Meta's subscription handshake (hub.challenge), answered by the same channel.
+        req = await _to_webhook_request(request, await request.body())
+        return _response(await run_in_threadpool(self.front.platform, "whatsapp", req))
 
     async def _get_outbox(self, request: Request) -> Response:
         req = await _to_webhook_request(request, b"")
         p = request.path_params
-        entries = await run_in_threadpool(self.ingress.read_outbox, p["workspace"], p["session"], req)
-        return JSONResponse(outbox_json(entries))
+        return _response(await run_in_threadpool(self.front.outbox, p["workspace"], p["session"], req))
 
     async def _get_stream(self, request: Request) -> Response:
         """Server-sent events: one `reply` event per outbox entry, resumable with Last-Event-ID."""
@@ -232,9 +228,15 @@ def _parse_timeout(raw: str | None) -> float:
 
 
 async def _error_response(request: Request, exc: SigilError) -> Response:
-    # The reason is ours (never the request body), so it is safe to return and to log.
+    # The reason is ours (never the request body), so it is safe to log.
     log.info(
         "request refused",
         extra={"path": request.url.path, "status": exc.http_status, "code": exc.code, "reason": exc.message},
     )
-    return JSONResponse({"error": exc.code, "message": exc.message}, status_code=exc.http_status)
+    return _response(refusal(exc))
+
+
+def _response(answer: HttpAnswer) -> Response:
+    if isinstance(answer.body, str):
+        return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
+    return JSONResponse(answer.body, status_code=answer.status)

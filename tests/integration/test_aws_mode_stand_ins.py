@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from functions.agent.handler import TurnRecord
+from shared.agent.batch import TurnRecord
 from shared.channels import web
 from shared.local import aws_mode
 from shared.local.lambda_runtime import InvocationError

@@ -2,9 +2,10 @@
 
 Verify → parse → queue on the session's lane → answer. Nothing else happens on the request path:
 the turn runs later in the lane, so the platform gets its answer in milliseconds (Slack and
-Discord give up after 3 seconds). The local gateway and the Lambda webhook both call
+Discord give up after 3 seconds). The local gateway and the Lambda webhook both reach
 `accept_web` / `read_outbox` (the web channel) and `accept` (the platform channels of
-shared.channels.inbound), and map SigilError to a status code once, in their own adapter.
+shared.channels.inbound) through one request adapter, shared.ingress.http, which also maps
+SigilError to a status code, once.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The Lambda webhook's records of what it answered: CloudWatch metrics (EMF) and log lines.
+
+Apart from shared.ingress.http because it loads the powertools logger and metrics, which the local
+gateway (its own logging) never sets up. No line carries a request body or a signature header:
+the body is the user's message, and logs outlive the memory retention rules.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from shared.channels.inbound import Accepted, Handshake, IngressOutcome
+from shared.errors import SigilError
+from shared.models import LaneItem
+from shared.observability import logger, metrics
+from shared.ports import SubmitResult
+
+
+class Metered:
+    """The webhook front's observer in the Lambda (shared.ingress.http.Observer)."""
+
+    def web_accepted(self, result: SubmitResult, item: LaneItem) -> None:
+        metrics.add_metric(
+            name="MessagesQueued" if result.status == "queued" else "MessagesDuplicate",
+            unit=MetricUnit.Count,
+            value=1,
+        )
+        inbound = item.inbound
+        logger.info(
+            "message accepted",
+            extra={
+                "workspace_id": inbound.workspace_id,
+                "session_id": inbound.session_id,
+                "event_id": inbound.event_id,
+                "status": result.status,
+            },
+        )
+
+    def platform_answered(self, channel: str, outcome: IngressOutcome) -> None:
+        if isinstance(outcome, Accepted):
+            metrics.add_metric(name="MessagesQueued", unit=MetricUnit.Count, value=len(outcome.messages))
+            for inbound in outcome.messages:
+                logger.info(
+                    "message accepted",
+                    extra={
+                        "channel": channel,
+                        "workspace_id": inbound.workspace_id,
+                        "session_id": inbound.session_id,
+                        "event_id": inbound.event_id,
+                    },
+                )
+        elif isinstance(outcome, Handshake):
+            metrics.add_metric(name="Handshakes", unit=MetricUnit.Count, value=1)
+            logger.info("handshake answered", extra={"channel": channel, "status": outcome.status})
+        else:
+            metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=1)
+            logger.info("event ignored", extra={"channel": channel, "reason": outcome.reason})
+
+
+def refused(route: str, exc: SigilError) -> None:
+    """A request answered with a SigilError's status; `route` is the API's route key."""
+    # The reason is ours (never the request body), so it is safe to log. A warning for our own
+    # faults (misconfiguration), info for the caller's.
+    log = logger.warning if exc.http_status >= 500 else logger.info
+    log(
+        "request refused",
+        extra={"route": route, "status": exc.http_status, "code": exc.code, "reason": exc.message},
+    )
+    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
