@@ -256,7 +256,7 @@ def _maintain(
 ) -> None:
     try:
         # Imported when needed: maintenance pulls in numpy, which a CompactionDue never needs.
-        from shared.consolidation.maintenance import run_maintenance
+        from shared.consolidation.maintenance.driver import run_maintenance
     except ImportError:  # pragma: no cover -- only while maintenance is not installed
         log.warning("maintenance is not available; skipped")
         return
