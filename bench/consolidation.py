@@ -41,8 +41,8 @@ from shared.consolidation.maintenance import (  # noqa: E402
     DEFAULT_POLICY,
     MaintenancePolicy,
     MaintenanceReport,
-    run_maintenance,
 )
+from shared.consolidation.maintenance.driver import run_maintenance  # noqa: E402
 from shared.models import FactCategory, Triple  # noqa: E402
 from shared.tools.memory import fact_index_doc  # noqa: E402
 

@@ -24,6 +24,15 @@ class Deadline:
         return cls(clock() + seconds, clock)
 
     @classmethod
+    def before_timeout(cls, context: object, margin_s: float, default_s: float = 15 * 60.0) -> Deadline:
+        """`margin_s` before a Lambda invocation's timeout, from its context's remaining time;
+        `default_s` (the consolidate function's timeout, infra/constructs/consolidation.py) when
+        the context does not say."""
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        seconds = float(remaining()) / 1000.0 if callable(remaining) else default_s
+        return cls.after(seconds - margin_s)
+
+    @classmethod
     def never(cls) -> Deadline:
         return cls(math.inf)
 

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field
 
@@ -39,6 +39,7 @@ from shared.consolidation.compaction import (
     summarised_until,
 )
 from shared.consolidation.deadline import Deadline
+from shared.consolidation.maintenance import MaintenanceReport
 from shared.errors import ModelNotConfigured
 from shared.models import DomainEvent, WorkspaceConfig
 
@@ -89,18 +90,44 @@ class Totals(BaseModel):
         for name in Totals.model_fields:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    @classmethod
+    def of(cls, result: CompactionResult) -> Totals:
+        totals = cls()
+        totals.add(result)
+        return totals
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "SummariesWritten": self.summaries,
+            "FactsExtracted": self.facts_extracted,
+            "FactsMerged": self.facts_merged,
+            "FactsDropped": self.facts_dropped,
+            "CompactionBusy": self.busy,
+            "CompactionOverBudget": self.over_budget,
+            "ConsolidationErrors": self.errors,
+            "ConsolidationTokensIn": self.tokens_in,
+            "ConsolidationTokensOut": self.tokens_out,
+        }
+
+
+def compaction_metrics(result: CompactionResult) -> dict[str, float]:
+    """One session's compaction (a CompactionDue): its counts and how long it took."""
+    return Totals.of(result).metrics() | {"CompactionDurationMs": result.duration_ms}
+
 
 class WorkspaceReport(BaseModel):
     workspace_id: str
     status: Literal["done", "partial"] = "done"
     compactions: list[CompactionResult] = Field(default_factory=list)
     totals: Totals = Field(default_factory=Totals)
-    # The maintenance run's report (shared.consolidation.maintenance.MaintenanceReport) as data;
     # None when maintenance did not run (busy, not installed, or no time left).
-    maintenance: dict[str, Any] | None = None
+    maintenance: MaintenanceReport | None = None
     maintenance_busy: bool = False
     # Why the catch-up stopped without a model (ModelNotConfigured's message), if it did.
     no_model: str | None = None
+
+    def metrics(self) -> dict[str, float]:
+        return self.totals.metrics() | (self.maintenance.metrics() if self.maintenance else {})
 
 
 class HourlyReport(BaseModel):
@@ -110,6 +137,18 @@ class HourlyReport(BaseModel):
     workspaces: list[WorkspaceReport] = Field(default_factory=list)
     totals: Totals = Field(default_factory=Totals)
     duration_ms: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """The pass's counts, with every workspace's maintenance summed: per-workspace dimensions
+        would be unbounded."""
+        values = self.totals.metrics() | {
+            "ConsolidationRunMs": self.duration_ms,
+            "ConsolidationPartial": 1.0 if self.status == "partial" else 0.0,
+        }
+        for w in self.workspaces:
+            for name, value in (w.maintenance.metrics() if w.maintenance else {}).items():
+                values[name] = values.get(name, 0.0) + value
+        return values
 
 
 def run_id_for(event: DomainEvent) -> str:
@@ -256,7 +295,7 @@ def _maintain(
 ) -> None:
     try:
         # Imported when needed: maintenance pulls in numpy, which a CompactionDue never needs.
-        from shared.consolidation.maintenance import run_maintenance
+        from shared.consolidation.maintenance.driver import run_maintenance
     except ImportError:  # pragma: no cover -- only while maintenance is not installed
         log.warning("maintenance is not available; skipped")
         return
@@ -277,7 +316,7 @@ def _maintain(
         return
     finally:
         backend.consolidation.release_lease(workspace_id, MAINTENANCE_LEASE, owner)
-    report.maintenance = result.model_dump(mode="json")
+    report.maintenance = result
     if not result.complete:
         report.status = "partial"
 
@@ -367,11 +406,10 @@ def summary_lines(report: HourlyReport | WorkspaceReport | CompactionResult | No
         elif ws.maintenance is not None:
             m = ws.maintenance
             lines.append(
-                f"  maintenance: scored {m.get('scored', 0)}, promoted {m.get('promoted', 0)}, "
-                f"pruned {m.get('pruned', 0)}, merged {m.get('merged_exact', 0) + m.get('merged_near', 0)}, "
-                f"backfilled {m.get('backfilled', 0)}, "
-                f"messages re-embedded {m.get('messages_backfilled', 0)}, "
-                f"summaries re-embedded {m.get('summaries_backfilled', 0)}"
+                f"  maintenance: scored {m.scored}, promoted {m.promoted}, pruned {m.pruned}, "
+                f"merged {m.merged}, backfilled {m.backfilled}, "
+                f"messages re-embedded {m.messages_backfilled}, "
+                f"summaries re-embedded {m.summaries_backfilled}"
             )
         if ws.totals.errors:
             lines.append(f"  errors: {ws.totals.errors} (see the log)")

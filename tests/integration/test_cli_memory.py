@@ -14,7 +14,7 @@ from shared.adapters.embedded import build_embedded_backend
 from shared.backend import Backend
 from shared.cli import app
 from shared.config import Settings
-from shared.consolidation.maintenance import run_maintenance
+from shared.consolidation.maintenance.driver import run_maintenance
 from shared.models import Summary, Triple
 
 WS = "default"

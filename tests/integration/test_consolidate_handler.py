@@ -296,7 +296,7 @@ def test_the_hourly_run_catches_up_every_workspace_and_maintains_it(
         2,
         0,
     )
-    assert metrics["Maintenance_scored"] >= 4
+    assert metrics["MaintenanceScored"] >= 4
     # A full pass leaves no resume point
     assert backend().consolidation.get_checkpoint(GLOBAL_SCOPE, CATCHUP_CHECKPOINT) == ""
 

@@ -15,12 +15,8 @@ from shared.adapters.embedded.index import SqliteMemoryIndex
 from shared.backend import Backend
 from shared.config import Settings
 from shared.consolidation.deadline import Deadline
-from shared.consolidation.maintenance import (
-    CHECKPOINT,
-    MaintenancePolicy,
-    relevance,
-    run_maintenance,
-)
+from shared.consolidation.maintenance import CHECKPOINT, MaintenancePolicy, relevance
+from shared.consolidation.maintenance.driver import run_maintenance
 from shared.consolidation.rollback import rollback_run
 from shared.memory.writer import EMBEDDING_KEY, MemoryWriter
 from shared.models import FactCategory, IndexDoc, IndexQuery, MemoryRecord, Triple

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shared.backend import Backend
-from shared.consolidation.maintenance import MaintenanceReport, run_maintenance
+from shared.consolidation.maintenance import MaintenanceReport
+from shared.consolidation.maintenance.driver import run_maintenance
 from shared.tools.core import ToolContext
 from shared.tools.memory import MemoryStoreArgs, memory_store
 

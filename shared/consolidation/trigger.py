@@ -1,0 +1,113 @@
+"""One consolidation trigger, as the consolidate function receives it, run to its outcome.
+
+The function is started by EventBridge (infra/constructs/consolidation.py routes them to it):
+
+- CompactionDue (the agent publishes one per 50 messages a session rolls out): compact that
+  session (runner.run_compaction_due): summaries, facts, the rolling summary.
+- MaintenanceDue (an operator's request for one workspace): that workspace's catch-up and
+  maintenance (runner.consolidate_workspace).
+- the hourly schedule: catch-up and maintenance of every workspace (runner.run_hourly), resuming
+  where the previous run stopped.
+
+A retried event carries the same event id, from which the run id is derived, so a retry writes
+what an uninterrupted run would have. A CompactionDue that fails (the model is down) is raised,
+for EventBridge to retry; the hourly run catches up whatever is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import BaseModel, Field
+
+from shared.backend import Backend
+from shared.consolidation.compaction import CompactionResult
+from shared.consolidation.deadline import Deadline
+from shared.consolidation.runner import (
+    HourlyReport,
+    ModelFactory,
+    WorkspaceReport,
+    compaction_metrics,
+    consolidate_workspace,
+    run_compaction_due,
+    run_hourly,
+)
+from shared.models import DomainEvent
+from shared.observability import metrics
+
+Trigger = Literal["schedule", "CompactionDue", "MaintenanceDue"]
+TRIGGER_METRICS: Final[Mapping[Trigger, str]] = MappingProxyType(
+    {
+        "schedule": "ScheduleTicks",
+        "CompactionDue": "CompactionRequests",
+        "MaintenanceDue": "MaintenanceRequests",
+    }
+)
+
+
+class Received(BaseModel):
+    """What this invocation was asked to do."""
+
+    trigger: Trigger
+    event_id: str
+    workspace_id: str | None = None
+    session_id: str | None = None
+    detail: dict[str, Any] = {}
+    # The domain event itself (None for the schedule); what the run reads, not what it reports.
+    event: DomainEvent | None = Field(default=None, exclude=True)
+
+    @classmethod
+    def of(cls, event_id: str, event: DomainEvent | None) -> Received:
+        if event is None:
+            return cls(trigger="schedule", event_id=event_id)
+        return cls(
+            trigger=event.type,
+            event_id=event_id,
+            workspace_id=event.workspace_id,
+            session_id=event.session_id,
+            detail=event.detail,
+            event=event,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        return {TRIGGER_METRICS[self.trigger]: 1.0}
+
+
+class Consolidated(BaseModel):
+    """What a trigger's run came to (None: a CompactionDue with no session or no model)."""
+
+    outcome: CompactionResult | WorkspaceReport | HourlyReport | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """Counts per run, without workspace or session dimensions (those would be unbounded)."""
+        if isinstance(self.outcome, CompactionResult):
+            return compaction_metrics(self.outcome)
+        return self.outcome.metrics() if self.outcome is not None else {}
+
+
+def consolidate(
+    backend: Backend, model: ModelFactory, received: Received, *, deadline: Deadline
+) -> Consolidated:
+    # The same on every delivery of the event (EventBridge keeps the id when it retries).
+    run_id = f"run-{received.event_id}"
+    event = received.event
+    if event is None:
+        return Consolidated(outcome=run_hourly(backend, model, run_id=run_id, deadline=deadline))
+    if event.type == "CompactionDue":
+        return Consolidated(
+            outcome=run_compaction_due(backend, model, event, run_id=run_id, deadline=deadline)
+        )
+    return Consolidated(
+        outcome=consolidate_workspace(backend, model, event.workspace_id, run_id=run_id, deadline=deadline)
+    )
+
+
+def publish(values: Mapping[str, float]) -> None:
+    """Add a report's metrics to the invocation's (flushed by the handler's `log_metrics`)."""
+    for name, value in values.items():
+        # One name per number, and the name says its unit: durations end in "Ms".
+        unit = MetricUnit.Milliseconds if name.endswith("Ms") else MetricUnit.Count
+        metrics.add_metric(name=name, unit=unit, value=value)
