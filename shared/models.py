@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -478,6 +478,10 @@ class DomainEvent(Model):
     session_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     at: datetime = Field(default_factory=utcnow)
+
+
+# The source every DomainEvent carries on EventBridge; the consolidate function accepts no other.
+EVENT_SOURCE: Final = "sigil"
 
 
 class AuditRecord(Model):

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 from aws_lambda_powertools.metrics import MetricUnit
-from pydantic import BaseModel, Field
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.backend import Backend
 from shared.consolidation.compaction import CompactionResult
@@ -35,7 +36,7 @@ from shared.consolidation.runner import (
     run_compaction_due,
     run_hourly,
 )
-from shared.models import DomainEvent
+from shared.models import EVENT_SOURCE, DomainEvent
 from shared.observability import metrics
 
 Trigger = Literal["schedule", "CompactionDue", "MaintenanceDue"]
@@ -111,3 +112,34 @@ def publish(values: Mapping[str, float]) -> None:
         # One name per number, and the name says its unit: durations end in "Ms".
         unit = MetricUnit.Milliseconds if name.endswith("Ms") else MetricUnit.Count
         metrics.add_metric(name=name, unit=unit, value=value)
+
+
+SCHEDULE_SOURCE, SCHEDULE_DETAIL_TYPE = "aws.events", "Scheduled Event"
+
+
+class ScheduleDetail(BaseModel):
+    """A scheduled rule's detail is `{}`; anything in it means the event is not a schedule tick."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConsolidateEvent(EventBridgeModel):
+    """What EventBridge hands the consolidate function: a Sigil DomainEvent or the schedule's tick."""
+
+    detail: DomainEvent | ScheduleDetail
+
+    @model_validator(mode="after")
+    def _source_matches_detail(self) -> Self:
+        # The publisher sets the detail-type to the event's type; a mismatch is not ours.
+        if isinstance(self.detail, DomainEvent):
+            if self.source != EVENT_SOURCE or self.detail_type != self.detail.type:
+                raise ValueError(
+                    f"a domain event must come from {EVENT_SOURCE!r} with its type as detail-type"
+                )
+        elif self.source != SCHEDULE_SOURCE or self.detail_type != SCHEDULE_DETAIL_TYPE:
+            raise ValueError(f"unexpected event: source {self.source!r}, detail-type {self.detail_type!r}")
+        return self
+
+
+def receive(event: ConsolidateEvent) -> Received:
+    return Received.of(event.id, event.detail if isinstance(event.detail, DomainEvent) else None)

@@ -188,7 +188,7 @@ def test_the_poller_deletes_exactly_what_lambda_would(answer: Any, deleted: list
 
 
 def test_the_schedule_event_is_what_the_consolidate_handler_accepts() -> None:
-    from functions.consolidate.handler import ConsolidateEvent, receive
+    from shared.consolidation.trigger import ConsolidateEvent, receive
 
     sample = load("consolidate_schedule.json")
     event = aws_mode.schedule_event("eu-west-1", now=calendar.timegm((2026, 1, 1, 1, 0, 0)))

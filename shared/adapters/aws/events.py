@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Final
 from shared import serde
 from shared.adapters.aws import clients
 from shared.errors import SigilError
-from shared.models import DomainEvent
+from shared.models import EVENT_SOURCE, DomainEvent
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
 
-SOURCE: Final = "sigil"
+SOURCE: Final = EVENT_SOURCE
 
 
 class EventPublishError(SigilError):
