@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.agent.audit import audit_alone, audit_record, log_turn
+from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn
 from shared.agent.commit import commit, settle
 from shared.agent.context import assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
@@ -83,7 +83,7 @@ from shared.agent.preflight import (
 from shared.agent.reply import outbound, redacted, send
 from shared.agent.window import split_window
 from shared.backend import Backend
-from shared.budgets import PriceTable
+from shared.budgets import PriceTable, TurnBudget
 from shared.channels.out import progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
@@ -114,63 +114,50 @@ class TurnDeps:
     skills: Callable[[str], list[Skill]] = lambda workspace_id: []
 
 
+@dataclass(frozen=True)
+class _Ending:
+    """How a turn ends: its audit record, and what it keeps (None: nothing, the record goes alone)."""
+
+    record: AuditRecord
+    new: list[Message] | None
+    updates: dict[str, Any] = field(default_factory=dict)  # the tools' session changes
+
+
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     started = time.monotonic()
     turn = open_turn(deps.backend, item, prices=deps.prices, clock=deps.clock)
     step = admit(turn, deps.provider_factory)
-    inbound, user_id = turn.inbound, turn.sender.user_id
     try:
-        new: list[Message] | None
-        updates: dict[str, Any] = {}
         match step:
             case Stop():
-                if step.reply is not None:
-                    send(deps.senders, inbound, turn.session, turn.id, step.reply)
-                record = audit_record(
-                    inbound, turn.id, started, step.outcome, user_id=user_id, error=step.error
-                )
-                new = [step.keep_user] if step.keep_user is not None else None
+                end = _stop(deps, turn, step, started)
             case Proceed():
-                result, turn.session, updates = _answer(deps, turn, step)
-                record = audit_record(
-                    inbound,
-                    turn.id,
-                    started,
-                    result.outcome,
-                    user_id=user_id,
-                    model=step.model_ref,
-                    loop=result,
-                    budget=turn.budget,
-                )
-                new = [step.user, *result.messages]
-        if new is None:
-            return audit_alone(deps.backend.audit, record)
+                end = _answer(deps, turn, step, started)
+        if end.new is None:
+            return audit_alone(deps.backend.audit, end.record)
         commit(
             deps.backend,
             turn.workspace,
             turn.session,
-            inbound,
-            new,
+            turn.inbound,
+            end.new,
             clock=deps.clock,
-            audit=record,
-            updates=updates,
+            audit=end.record,
+            updates=end.updates,
             budget=turn.budget,
         )
     except ProviderError as exc:
         # A failed model call (or an embedding for the commit's index) commits nothing: the
         # attempt is audited on its own and the lane retries the item.
         if isinstance(step, Proceed):
-            failed = audit_record(
-                inbound, turn.id, started, "error", user_id=user_id, model=step.model_ref, error=exc.message
-            )
-            audit_alone(deps.backend.audit, failed)
+            audit_alone(deps.backend.audit, _record(turn, started, "error", step, error=exc.message))
         raise
     finally:
         # The spending rides on the commit; an attempt that did not commit (a provider error
         # after some calls, a failed send or save, a redelivery that committed first) records
         # what it spent on its own: the tokens were spent all the same.
         settle(turn.budget)
-    return log_turn(record, turn.safety)
+    return log_turn(end.record, turn.safety)
 
 
 def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
@@ -192,9 +179,16 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
     commit(deps.backend, workspace, session, inbound, [user], clock=deps.clock)
 
 
-def _answer(deps: TurnDeps, turn: Turn, step: Proceed) -> tuple[LoopResult, Session, dict[str, Any]]:
-    """The model's answer, streamed into the channel: the loop's result, the session to commit
-    (emergency compaction may have saved a smaller window) and the tools' session updates."""
+def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
+    if step.reply is not None:
+        send(deps.senders, turn.inbound, turn.session, turn.id, step.reply)
+    record = _record(turn, started, step.outcome, error=step.error)
+    return _Ending(record, [step.keep_user] if step.keep_user is not None else None)
+
+
+def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Ending:
+    """The model's answer, streamed into the channel. Emergency compaction may save a smaller
+    window on the way, and `turn.session` becomes that session, the one to commit."""
     inbound, session = turn.inbound, turn.session
     _, window = split_window(session.active_messages, turn.workspace.active_window)
     tools = deps.tools.specs()
@@ -210,7 +204,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed) -> tuple[LoopResult, Sess
     shown = progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, ""))
     # A context overflow rolls more of the window into Tier 1 and calls again (10, 3, then 1
     # message kept): shared.agent.emergency. The session it saves is the one to commit.
-    result, session = with_emergency_compaction(
+    result, turn.session = with_emergency_compaction(
         deps.backend,
         turn.workspace,
         session,
@@ -227,7 +221,33 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed) -> tuple[LoopResult, Sess
         ),
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
-    return result, session, ctx.session_updates
+    record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
+    return _Ending(record, [step.user, *result.messages], ctx.session_updates)
+
+
+def _record(
+    turn: Turn,
+    started: float,
+    outcome: Outcome,
+    step: Proceed | None = None,
+    *,
+    loop: LoopResult | None = None,
+    budget: TurnBudget | None = None,
+    error: str | None = None,
+) -> AuditRecord:
+    """The turn's audit record; `step`, when the turn got as far as a model, names it."""
+    model = step.model_ref if step is not None else None
+    return audit_record(
+        turn.inbound,
+        turn.id,
+        started,
+        outcome,
+        user_id=turn.sender.user_id,
+        model=model,
+        loop=loop,
+        budget=budget,
+        error=error,
+    )
 
 
 def system_prompt(
