@@ -1,7 +1,7 @@
 """Outbox contract: parts stored at the seq they carry, read in seq order; the seq is the send
 ledger (a retried turn asks for the same one); a seq another turn holds is not a drop; isolation.
 
-Seqs come from shared.agent.turn.reply_seq, as the turn makes them: increasing from turn to turn,
+Seqs come from shared.agent.reply.reply_seq, as the turn makes them: increasing from turn to turn,
 not contiguous.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from shared.agent.turn import reply_seq
+from shared.agent.reply import reply_seq
 from shared.models import OutboundMessage, OutboxEntry
 
 from .builders import at

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.agent.turn import TurnDeps, _tier1_records, run_turn
+from shared.agent.emergency import emergency_compact, is_context_overflow, tier1_records
+from shared.agent.turn import TurnDeps, run_turn
+from shared.agent.window import tier1_records as _tier1_records
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
-from shared.consolidation.emergency import emergency_compact, is_context_overflow, tier1_records
 from shared.errors import ProviderError
 from shared.models import AssistantMessage, InboundMessage, IndexQuery, LaneItem, Sender, Session, UserMessage
 from shared.providers import build_provider

@@ -11,16 +11,11 @@ from pathlib import Path
 import pytest
 
 from shared.adapters.embedded import SqliteEventBus, build_embedded_backend
-from shared.agent.turn import (
-    APOLOGY,
-    EMPTY_REPLY,
-    TurnDeps,
-    give_up_turn,
-    reply_seq,
-    run_turn,
-    split_window,
-    turn_id_for,
-)
+from shared.agent.loop import EMPTY_REPLY
+from shared.agent.preflight import turn_id_for
+from shared.agent.reply import reply_seq
+from shared.agent.turn import APOLOGY, TurnDeps, give_up_turn, run_turn
+from shared.agent.window import split_window
 from shared.backend import Backend
 from shared.budgets import BudgetCharge, Counters
 from shared.channels.senders import OutboxSender, SenderRegistry

@@ -18,7 +18,8 @@ from pydantic import BaseModel
 
 from shared.adapters.embedded import build_embedded_backend
 from shared.agent.loop import LIMIT_REPLY, run_loop
-from shared.agent.turn import TurnDeps, run_turn, turn_id_for
+from shared.agent.preflight import turn_id_for
+from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.agent.turn import split_window
+from shared.agent.window import split_window
 from shared.backend import Backend
 from shared.consolidation.compaction import ROLLING_SYSTEM, SUMMARY_SYSTEM, ConsolidationModel
 from shared.consolidation.extraction import EXTRACTION_SYSTEM

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared import serde
-from shared.agent.turn import EVENT_ID_TTL, MAX_RECENT_EVENT_IDS, recent_events
+from shared.agent.commit import EVENT_ID_TTL, MAX_RECENT_EVENT_IDS, recent_events
 from shared.models import Session
 
 T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)

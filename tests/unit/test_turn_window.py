@@ -1,4 +1,4 @@
-"""The active window's cut (shared.agent.turn.split_window): it always opens on a user message.
+"""The active window's cut (shared.agent.window.split_window): it always opens on a user message.
 
 Anthropic and Bedrock reject a conversation that does not start with the user, and a window cut
 inside a turn would hold tool results whose calls rolled out. The conversations generated here
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.agent.turn import split_window
+from shared.agent.window import split_window
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 
 

@@ -3,7 +3,7 @@ model says a turn's context is too long, roll more of the window out into Tier 1
 
 The window normally holds the workspace's `active_window` messages (20). A provider that reports
 a context overflow gets the same call again with the window cut to the newest 10 messages, then 3,
-then 1 (the `keep` stages), each cut at a user message (shared.agent.turn.split_window, so no
+then 1 (the `keep` stages), each cut at a user message (shared.agent.window.split_window, so no
 turn is split). The messages cut off are not lost: they become Tier-1 records (the shape the
 turn's commit writes, with their owners) and index documents (through the memory writer, as the
 commit's: vectors, chunks, neighbours as context), saved with the session before the retry, so the
@@ -12,6 +12,9 @@ published for every batch boundary the roll-out crosses, as the turn's commit do
 
 If the overflow survives the last stage (the newest message alone is too long, or the system
 prompt is), the provider's error is raised as it was: the turn fails as any provider error does.
+
+It lives beside the turn it serves and rolls messages out through the turn's own window module
+(shared.agent.window), so both write the same records, documents and events.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from shared.agent.window import announce_compaction, index_rolled, split_window, tier1_records
 from shared.backend import Backend
 from shared.errors import ConcurrencyConflict, ProviderError
-from shared.memory.writer import index_rolled_out
-from shared.models import DomainEvent, MemoryRecord, Message, Session, WorkspaceConfig
+from shared.models import MemoryRecord, Session, WorkspaceConfig
 from shared.providers.base import ChatRequest
 
+# The name it had under shared.consolidation, kept so log filters and alarms still match.
 log = logging.getLogger("sigil.consolidation.emergency")
 
 T = TypeVar("T")
@@ -63,20 +67,10 @@ class Compacted:
     records: list[MemoryRecord]
 
 
-def tier1_records(session: Session, rolled: Sequence[Message]) -> list[MemoryRecord]:
-    """The Tier-1 records of messages rolling out of `session`'s window, as the turn writes them
-    (each owned by the user who wrote it or was answered: what the right to erasure finds)."""
-    from shared.agent.turn import _tier1_records  # at call time: the turn imports this module
-
-    return _tier1_records(session, list(rolled))
-
-
 def emergency_compact(session: Session, keep: Sequence[int] = KEEP_STAGES) -> Iterator[Compacted]:
     """The successive stages for `session`: each keeps fewer messages in the window (stages that
     would keep as many as the one before are skipped). Each cut is the turn's own (split_window:
     at a user message, never inside a turn). Nothing is stored here."""
-    from shared.agent.turn import split_window  # at call time: the turn imports this module
-
     current = session
     for n in keep:
         rolled, kept = split_window(current.active_messages, n)
@@ -92,26 +86,11 @@ def emergency_compact(session: Session, keep: Sequence[int] = KEEP_STAGES) -> It
 def persist(backend: Backend, workspace: WorkspaceConfig, before: Session, stage: Compacted) -> Session:
     """Index the stage's records, save the session with them (optimistically, as the turn commits),
     and announce the batches the roll-out completed. Returns the session as stored."""
-    records = stage.records
     # Through the memory writer, as the turn's commit indexes its roll-out: vectors, chunks and
     # each message's neighbours as context, the next ones taken from the window that stays.
-    rolled = [r.message for r in records if r.message is not None]
-    following = tier1_records(before, [*rolled, *stage.session.active_messages])[len(rolled) :]
-    index_rolled_out(backend.index, backend.memory, backend.embedder, records, following)
-    saved = backend.sessions.save(stage.session, expected_version=before.version, archive=records)
-    batch = workspace.summary_batch
-    for k in range(before.rolled_out_count // batch + 1, saved.rolled_out_count // batch + 1):
-        try:
-            backend.events.publish(
-                DomainEvent(
-                    type="CompactionDue",
-                    workspace_id=saved.workspace_id,
-                    session_id=saved.id,
-                    detail={"first_seq": (k - 1) * batch, "last_seq": k * batch - 1},
-                )
-            )
-        except Exception:  # the hourly catch-up finds the batch all the same
-            log.exception("CompactionDue not published", extra={"session_id": saved.id, "batch": k})
+    index_rolled(backend, before, stage.records, stage.session.active_messages)
+    saved = backend.sessions.save(stage.session, expected_version=before.version, archive=stage.records)
+    announce_compaction(backend.events, workspace, before, saved, log=log)
     return saved
 
 

@@ -1,0 +1,173 @@
+"""A turn's pre-flight: what it loads, and whether it calls the model at all.
+
+`open_turn` loads what every turn needs (the workspace, the sender's resolution, the budget and
+the session, whose counters are read in the same request). `admit` then decides, in this order:
+
+- a redelivered event whose turn already committed: Stop, "skipped_duplicate";
+- a sender the workspace does not admit: Stop with the policy's reply if it has one (a pairing
+  code, a refusal; nothing to a blocked sender or a bot), "pairing_required" or "sender_refused",
+  nothing kept: theirs is not an admitted conversation;
+- no model configured: Stop with the text that says how to configure one, the user's message
+  kept, "model_not_configured";
+- a budget already run out: Stop saying what and when it resets, the user's message kept (it was
+  said), the denial not (it is the gateway's, not the model's), "budget_denied";
+- otherwise Proceed, with the provider and the user's message as the model sees it.
+
+Nothing here sends, commits or audits: the turn does that once, whatever the decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from shared.agent.audit import Outcome
+from shared.agent.loop import Safety
+from shared.backend import Backend
+from shared.budgets import PriceTable, TurnBudget
+from shared.errors import ModelNotConfigured
+from shared.identity import Resolution, resolve_sender
+from shared.models import InboundMessage, LaneItem, Session, UserMessage, WorkspaceConfig
+from shared.ports import SessionStore
+from shared.providers.base import Provider
+
+ProviderFactory = Callable[[str | None], tuple[Provider, str]]
+
+
+@dataclass
+class Turn:
+    """What a turn knows before it decides anything. `safety` collects what the filters find
+    over the whole turn, for its log line."""
+
+    item: LaneItem
+    id: str
+    workspace: WorkspaceConfig
+    sender: Resolution
+    budget: TurnBudget
+    session: Session
+    safety: Safety
+
+    @property
+    def inbound(self) -> InboundMessage:
+        return self.item.inbound
+
+
+@dataclass(frozen=True)
+class Proceed:
+    """Call the model: through `provider` as `model`, about `user`."""
+
+    provider: Provider
+    model: str
+    user: UserMessage
+    kind: Literal["proceed"] = field(default="proceed", init=False)
+
+    @property
+    def model_ref(self) -> str:
+        return f"{self.provider.name}/{self.model}"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the turn without the model: send `reply` (if any), audit `outcome` (with `error`), and
+    commit `keep_user`, the user's message, with the audit record; with no message to keep the
+    record is appended alone and nothing is committed."""
+
+    reply: str | None
+    outcome: Outcome
+    keep_user: UserMessage | None = None
+    error: str | None = None
+    kind: Literal["stop"] = field(default="stop", init=False)
+
+
+def turn_id_for(item: LaneItem) -> str:
+    """Deterministic per event, so every retry of a turn writes to the same send-ledger keys."""
+    i = item.inbound
+    key = f"{i.workspace_id}\n{i.session_id}\n{i.channel}\n{i.event_id}"
+    return "t_" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def resolve(backend: Backend, inbound: InboundMessage, now: datetime) -> tuple[WorkspaceConfig, Resolution]:
+    """The inbound's workspace (its defaults when none is stored) and who its sender is there."""
+    workspace = backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
+    return workspace, resolve_sender(backend.identities, workspace, inbound, now=now)
+
+
+def open_turn(backend: Backend, item: LaneItem, *, prices: PriceTable, clock: Callable[[], datetime]) -> Turn:
+    inbound = item.inbound
+    workspace, sender = resolve(backend, inbound, clock())
+    budget = TurnBudget(
+        backend.budgets, inbound.workspace_id, sender.user_id, workspace.budget, prices, clock
+    )
+    # An admitted sender's budget counters are read with the session, in the same request.
+    session = load_session(
+        backend.sessions, inbound, sender.user_id, budget=budget if sender.admitted else None
+    )
+    return Turn(
+        item=item,
+        id=turn_id_for(item),
+        workspace=workspace,
+        sender=sender,
+        budget=budget,
+        session=session,
+        safety=Safety(pii=workspace.pii_redaction),
+    )
+
+
+def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop:
+    inbound, sender = turn.inbound, turn.sender
+    if inbound.event_id in turn.session.recent_event_ids:
+        return Stop(reply=None, outcome="skipped_duplicate")
+    if not sender.admitted:
+        outcome: Outcome = "pairing_required" if sender.admission == "pairing_required" else "sender_refused"
+        return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
+    user = user_message(inbound, turn.id, turn.safety, sender.user_id)
+    try:
+        provider, model = provider_factory(turn.session.model_override or turn.workspace.model)
+    except ModelNotConfigured as exc:
+        # Retrying can't help, so the turn ends here rather than failing.
+        return Stop(reply=exc.message, outcome="model_not_configured", keep_user=user, error=exc.message)
+    if (denied := turn.budget.check()).exhausted is not None:
+        spent = denied.exhausted
+        return Stop(
+            reply=spent.message(denied.at), outcome="budget_denied", keep_user=user, error=spent.summary
+        )
+    return Proceed(provider=provider, model=model, user=user)
+
+
+def load_session(
+    store: SessionStore, inbound: InboundMessage, user_id: str, *, budget: TurnBudget | None = None
+) -> Session:
+    """The stored session, or a new one belonging to `user_id` (the Sigil user who opened it).
+    With a `budget` that limits something, its counters are read in the same request and seeded."""
+    counters = budget.counters_to_read if budget is not None else []
+    if budget is not None and counters:
+        found, totals = store.get_with_budget(inbound.workspace_id, inbound.session_id, counters)
+        budget.seed(totals)
+    else:
+        found = store.get(inbound.workspace_id, inbound.session_id)
+    if found is not None:
+        return found
+    return Session(
+        id=inbound.session_id,
+        workspace_id=inbound.workspace_id,
+        user_id=user_id,
+        channel=inbound.channel,
+    )
+
+
+def user_message(inbound: InboundMessage, turn: str, safety: Safety, user_id: str | None) -> UserMessage:
+    """The user's message as the model sees it and the session keeps it: redacted, and quoted as
+    data if the scan flags it. The same on every path and retry (the quoting is deterministic)."""
+    # Ids derived from the turn: a retried turn writes the same message, never a second copy.
+    content = safety.guard(inbound.text, source="the user")
+    return UserMessage(
+        id=f"{turn}.u",
+        content=content,
+        sender_id=inbound.sender.id,
+        user_id=user_id,
+        sender_name=inbound.sender.name,
+        event_id=inbound.event_id,
+    )
