@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.agent.emergency import emergency_compact, is_context_overflow, tier1_records
+from shared.agent.emergency import emergency_compact, is_context_overflow
 from shared.agent.turn import TurnDeps, run_turn
-from shared.agent.window import tier1_records as _tier1_records
+from shared.agent.window import tier1_records
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
@@ -198,7 +198,8 @@ def session_of(turns: int) -> Session:
 
 
 def test_stages_keep_whole_turns_and_records_are_the_turns_own_shape() -> None:
-    stages = list(emergency_compact(session_of(10)))
+    first = session_of(10)
+    stages = list(emergency_compact(first))
     assert [(s.keep, len(s.session.active_messages), len(s.records)) for s in stages] == [
         (10, 10, 10),
         # A window of 3 would open on an assistant reply: the cut moves on to the next user
@@ -208,9 +209,7 @@ def test_stages_keep_whole_turns_and_records_are_the_turns_own_shape() -> None:
     assert [r.seq for r in stages[0].records] == list(range(40, 50))
     assert stages[-1].session.rolled_out_count == 58
     # Exactly the records the turn's commit writes for the same roll-out
-    first = session_of(10)
-    rolled = first.active_messages[:10]
-    assert tier1_records(first, rolled) == _tier1_records(first, rolled)
+    assert stages[0].records == tier1_records(first, first.active_messages[:10])
 
 
 def test_overflow_detection() -> None:
