@@ -16,56 +16,76 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.clock import utcnow
 from shared.models import BudgetLimits, ScopeLimits
+from shared.models.budgets import (
+    METRICS,
+    NANOS_PER_USD,
+    PERIODS,
+    SCOPES,
+    Bucket,
+    BudgetCharge,
+    BudgetDecision,
+    BudgetUsage,
+    Counters,
+    Exhausted,
+    Metric,
+    Period,
+    Scope,
+    as_utc,
+)
+from shared.ports import BudgetStore
 
-if TYPE_CHECKING:
-    # The port's module imports this one for its types; at run time the store is only called.
-    from shared.ports import BudgetStore
+# The budget values cross the ports, so they live in the floor (shared.models.budgets); they are
+# exported here too, so that callers find the whole budget vocabulary in one place.
+__all__ = [
+    "BUCKET_RETENTION",
+    "DEFAULT_PRICES",
+    "DEFAULT_UNKNOWN_PRICE",
+    "METRICS",
+    "NANOS_PER_USD",
+    "PERIODS",
+    "SCOPES",
+    "Bucket",
+    "BudgetCharge",
+    "BudgetDecision",
+    "BudgetUsage",
+    "Counters",
+    "Exhausted",
+    "Metric",
+    "ModelPrice",
+    "Period",
+    "PriceTable",
+    "Scope",
+    "TurnBudget",
+    "as_utc",
+    "bucket_key",
+    "buckets",
+    "crossing",
+    "evaluate",
+    "period_label",
+    "period_reset",
+    "period_start",
+]
 
 log = logging.getLogger("sigil.budgets")
 
-Scope = Literal["workspace", "user"]
-Metric = Literal["tokens", "tool_calls", "usd"]
-Period = Literal["day", "month"]
-
-SCOPES: Final[tuple[Scope, ...]] = ("workspace", "user")
-METRICS: Final[tuple[Metric, ...]] = ("tokens", "tool_calls", "usd")
-PERIODS: Final[tuple[Period, ...]] = ("day", "month")
-
-NANOS_PER_USD: Final = 10**9
 # How long a counter is kept after its period ends (DynamoDB `ttl`, the SQLite sweep): long enough
 # to report on the previous month day by day; no decision ever reads a past period's counter.
 BUCKET_RETENTION: Final = timedelta(days=35)
 # A user id longer than this (in UTF-8) is replaced by a digest in a counter's key: DynamoDB sort
 # keys hold 1,024 bytes, and Identity.user_id may be 300 characters of up to 4 bytes each.
 _MAX_USER_KEY_BYTES: Final = 512
-
-_MONTHS: Final = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
 
 
 class _Frozen(BaseModel):
@@ -230,76 +250,7 @@ class PriceTable:
         )
 
 
-# ---------------------------------------------------------------- usage
-
-
-class BudgetUsage(_Frozen):
-    """What one charge adds to every bucket it touches.
-
-    Named apart from shared.providers.base.Usage (a provider's token report), which the turn
-    also holds: build this one with PriceTable.usage, or `BudgetUsage(tool_calls=1)` for a tool.
-    """
-
-    tokens_in: int = Field(default=0, ge=0)
-    tokens_out: int = Field(default=0, ge=0)
-    tool_calls: int = Field(default=0, ge=0)
-    usd_nanos: int = Field(default=0, ge=0)
-
-    @property
-    def tokens(self) -> int:
-        return self.tokens_in + self.tokens_out
-
-    @property
-    def usd(self) -> Decimal:
-        """The estimated cost in USD (AuditRecord.cost_usd takes float(usage.usd))."""
-        return Decimal(self.usd_nanos) / NANOS_PER_USD
-
-    @property
-    def counters(self) -> Counters:
-        return Counters(tokens=self.tokens, tool_calls=self.tool_calls, usd_nanos=self.usd_nanos)
-
-    def __add__(self, other: BudgetUsage) -> BudgetUsage:
-        return BudgetUsage(
-            tokens_in=self.tokens_in + other.tokens_in,
-            tokens_out=self.tokens_out + other.tokens_out,
-            tool_calls=self.tool_calls + other.tool_calls,
-            usd_nanos=self.usd_nanos + other.usd_nanos,
-        )
-
-
-@dataclass(frozen=True)
-class Counters:
-    """A bucket's totals (or a charge's amounts) in counting units: USD in nano-dollars."""
-
-    tokens: int = 0
-    tool_calls: int = 0
-    usd_nanos: int = 0
-
-    def get(self, metric: Metric) -> int:
-        if metric == "tokens":
-            return self.tokens
-        if metric == "tool_calls":
-            return self.tool_calls
-        return self.usd_nanos
-
-    @property
-    def empty(self) -> bool:
-        return not (self.tokens or self.tool_calls or self.usd_nanos)
-
-    def __add__(self, other: Counters) -> Counters:
-        return Counters(
-            tokens=self.tokens + other.tokens,
-            tool_calls=self.tool_calls + other.tool_calls,
-            usd_nanos=self.usd_nanos + other.usd_nanos,
-        )
-
-
 # ---------------------------------------------------------------- periods
-
-
-def as_utc(now: datetime) -> datetime:
-    """`now` in UTC; a naive datetime is taken as UTC, as the stores do with every timestamp."""
-    return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
 
 
 def period_start(period: Period, now: datetime) -> datetime:
@@ -367,22 +318,6 @@ def _scope_limits(limits: ScopeLimits, period: Period) -> dict[Metric, int]:
     return found
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """One counter a call touches: a scope's totals for one period, and that scope's limits."""
-
-    scope: Scope
-    period: Period
-    key: str  # bucket_key(...)
-    resets_at: datetime
-    expires_at: datetime  # resets_at + BUCKET_RETENTION: when the counter may be deleted
-    limits: Mapping[Metric, int]  # the metrics with a limit, in counting units; empty: unlimited
-
-    @property
-    def limited(self) -> bool:
-        return bool(self.limits)
-
-
 def buckets(user_id: str | None, limits: BudgetLimits | None, now: datetime) -> list[Bucket]:
     """The buckets of a call at `now`: workspace/day, workspace/month, and with a user user/day and
     user/month. Without a user (a sender the channel does not identify) only the workspace's."""
@@ -412,53 +347,6 @@ def crossing(bucket: Bucket, amounts: Counters) -> bool:
 
 
 # ---------------------------------------------------------------- decisions
-
-
-class Exhausted(_Frozen):
-    """The limit that ran out: whose, which metric, over which period, and when it resets."""
-
-    scope: Scope
-    metric: Metric
-    period: Period
-    used: int  # in counting units: tokens, tool calls, or nano-dollars for "usd"
-    limit: int
-    resets_at: datetime
-
-    def message(self, now: datetime) -> str:
-        """What the user is told, e.g. "The daily token budget for this workspace is used up
-        (1,000,000 of 1,000,000). It resets at 00:00 UTC, in 3 h 12 min."
-        """
-        adjective = "daily" if self.period == "day" else "monthly"
-        what = {"tokens": "token", "tool_calls": "tool-call", "usd": "spending"}[self.metric]
-        amounts = f"({_amount(self.metric, self.used, self.limit)} of {_amount(self.metric, self.limit)})"
-        if self.scope == "workspace":
-            first = f"The {adjective} {what} budget for this workspace is used up {amounts}."
-        else:
-            first = f"Your {adjective} {what} budget is used up {amounts}."
-        resets = as_utc(self.resets_at)
-        when = "at 00:00 UTC" if self.period == "day" else f"on {_date(resets)} at 00:00 UTC"
-        return f"{first} It resets {when}, in {_duration(resets - as_utc(now))}."
-
-    @property
-    def summary(self) -> str:
-        """A short form for logs and the audit record: "workspace/day/tokens 1000000/1000000"."""
-        return f"{self.scope}/{self.period}/{self.metric} {self.used}/{self.limit}"
-
-
-class BudgetDecision(_Frozen):
-    """Allowed, or not: `exhausted` names the limit that ran out (the one resetting last, when
-    several did, since that is when the user can go on)."""
-
-    at: datetime
-    exhausted: Exhausted | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.exhausted is None
-
-    def message(self) -> str | None:
-        """The user-facing text of a denial (reset times counted from `at`); None when allowed."""
-        return None if self.exhausted is None else self.exhausted.message(self.at)
 
 
 _SCOPE_ORDER: Final = {scope: i for i, scope in enumerate(SCOPES)}
@@ -493,20 +381,6 @@ def evaluate(now: datetime, readings: Iterable[tuple[Bucket, Counters]]) -> Budg
 
 
 # ---------------------------------------------------------------- a turn's budget
-
-
-@dataclass(frozen=True)
-class BudgetCharge:
-    """What a turn spent, for its commit to add to its counters (SessionStore.save's `charge`).
-
-    `buckets` are all the turn's buckets, limited or not (every charge is recorded, so a limit set
-    later applies to the period so far); `at` is the turn's start, whose periods they are.
-    """
-
-    workspace_id: str
-    buckets: tuple[Bucket, ...]
-    amounts: Counters
-    at: datetime
 
 
 @dataclass
@@ -600,37 +474,3 @@ class TurnBudget:
         # What this turn spent is not in the store yet (it lands with the commit): add it here.
         mine = self.spent.counters
         return evaluate(now, [(b, self._totals[b.key] + mine) for b in limited])
-
-
-# ---------------------------------------------------------------- text
-
-
-def _amount(metric: Metric, value: int, limit: int | None = None) -> str:
-    if metric != "usd":
-        return f"{value:,}"
-    # Cents, unless the limit itself is finer than a cent (then up to six decimals).
-    scale = limit if limit is not None else value
-    places = 2 if scale % (NANOS_PER_USD // 100) == 0 else 6
-    return f"${Decimal(value) / NANOS_PER_USD:,.{places}f}"
-
-
-def _date(value: datetime) -> str:
-    # Month names from a tuple, not strftime("%B"), which follows the process's locale.
-    return f"{value.day} {_MONTHS[value.month - 1]} {value.year}"
-
-
-def _duration(delta: timedelta) -> str:
-    """ "45 min", "3 h 12 min", "12 days 3 h".
-
-    Rounded up to the last unit shown (the minute; the hour past a day), so the user is never
-    told a reset is nearer than it is, and never "0 min".
-    """
-    minutes = max(1, math.ceil(delta.total_seconds() / 60))
-    if minutes < 60:
-        return f"{minutes} min"
-    if minutes < 24 * 60:
-        hours, minutes = divmod(minutes, 60)
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(math.ceil(minutes / 60), 24)
-    text = f"{days} day" if days == 1 else f"{days} days"
-    return f"{text} {hours} h" if hours else text
