@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import Any, Final
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +47,10 @@ from shared.models.budgets import (
 )
 from shared.ports import BudgetStore
 
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo
+
 # The budget values cross the ports, so they live in the floor (shared.models.budgets); they are
 # exported here too, so that callers find the whole budget vocabulary in one place.
 __all__ = [
@@ -62,6 +67,7 @@ __all__ = [
     "BudgetUsage",
     "Counters",
     "Exhausted",
+    "ListPrices",
     "Metric",
     "ModelPrice",
     "Period",
@@ -112,52 +118,45 @@ def _price(input_per_mtok: str, output_per_mtok: str) -> ModelPrice:
     return ModelPrice(input_per_mtok=Decimal(input_per_mtok), output_per_mtok=Decimal(output_per_mtok))
 
 
-# Published list prices (standard tier; no prompt-caching, batch or long-context rates), USD per
-# 1M tokens, as known in mid-2025. Prices change: override them with the PriceTable mapping
-# (SIGIL_MODEL_PRICES) rather than trusting this table for billing. Keys are "provider/model" as
-# the turn names them; dated snapshots and Bedrock version suffixes find their base entry (see
-# PriceTable.price), so only snapshots priced differently from their family are listed.
-_ANTHROPIC: Final = {
-    "claude-opus-4-1": _price("15", "75"),
-    "claude-opus-4": _price("15", "75"),
-    "claude-opus-4-0": _price("15", "75"),
-    "claude-sonnet-4-5": _price("3", "15"),
-    "claude-sonnet-4": _price("3", "15"),
-    "claude-sonnet-4-0": _price("3", "15"),
-    "claude-3-7-sonnet": _price("3", "15"),
-    "claude-3-5-sonnet": _price("3", "15"),
-    "claude-haiku-4-5": _price("1", "5"),
-    "claude-3-5-haiku": _price("0.80", "4"),
-    "claude-3-opus": _price("15", "75"),
-    "claude-3-haiku": _price("0.25", "1.25"),
-}
-DEFAULT_PRICES: Final[Mapping[str, ModelPrice]] = {
-    "openai/gpt-5": _price("1.25", "10"),
-    "openai/gpt-5-mini": _price("0.25", "2"),
-    "openai/gpt-5-nano": _price("0.05", "0.40"),
-    "openai/gpt-4.1": _price("2", "8"),
-    "openai/gpt-4.1-mini": _price("0.40", "1.60"),
-    "openai/gpt-4.1-nano": _price("0.10", "0.40"),
-    "openai/gpt-4o": _price("2.50", "10"),
-    "openai/gpt-4o-2024-05-13": _price("5", "15"),
-    "openai/gpt-4o-mini": _price("0.15", "0.60"),
-    "openai/o3": _price("2", "8"),
-    "openai/o3-pro": _price("20", "80"),
-    "openai/o3-mini": _price("1.10", "4.40"),
-    "openai/o4-mini": _price("1.10", "4.40"),
-    "openai/o1": _price("15", "60"),
-    "openai/o1-pro": _price("150", "600"),
-    "openai/gpt-4-turbo": _price("10", "30"),
-    "openai/gpt-4": _price("30", "60"),
-    "openai/gpt-3.5-turbo": _price("0.50", "1.50"),
-    **{f"anthropic/{name}": price for name, price in _ANTHROPIC.items()},
-    # Bedrock on-demand, us-east-1: Anthropic's models at Anthropic's prices, and Amazon Nova.
-    **{f"bedrock/anthropic.{name}": price for name, price in _ANTHROPIC.items()},
-    "bedrock/amazon.nova-micro": _price("0.035", "0.14"),
-    "bedrock/amazon.nova-lite": _price("0.06", "0.24"),
-    "bedrock/amazon.nova-pro": _price("0.80", "3.20"),
-    "bedrock/amazon.nova-premier": _price("2.50", "12.50"),
-}
+# The genai-prices provider that lists a Sigil provider's models, by the prefix of the model ref.
+# Other prefixes (the function provider of tests; any added later) have no list price until they
+# are mapped here or priced in SIGIL_MODEL_PRICES.
+_LISTED_PROVIDERS: Final = {"openai": "openai", "anthropic": "anthropic", "bedrock": "aws"}
+
+
+class ListPrices(Mapping[str, ModelPrice]):
+    """Published list prices by model ref, from the price data genai-prices ships in its package.
+
+    Standard tier only: a long-context tier's dearer rate, prompt caching and batch rates are not
+    applied, as a budget estimates rather than bills. The data is the package's own snapshot, read
+    offline: genai-prices can fetch newer prices in the background (UpdatePrices), which is never
+    started here, and a snapshot something else in the process fetched is ignored, so a price
+    changes only with the locked package version. Loaded on the first lookup (about half a second):
+    the webhook, which never prices a call, does not pay for it.
+
+    A key is "provider/model" as the turn names it; the model part is matched by genai-prices's
+    own rules, so "openai/gpt-4.1-mini-2025-04-14" finds gpt-4.1-mini. Iteration lists each listed
+    model once, under its genai-prices id.
+    """
+
+    def __getitem__(self, model_ref: str) -> ModelPrice:
+        found = _list_price(model_ref.strip().lower())
+        if found is None:
+            raise KeyError(model_ref)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        snapshot = _snapshot()
+        for prefix, provider_id in _LISTED_PROVIDERS.items():
+            provider = next(p for p in snapshot.providers if p.id == provider_id)
+            for model in provider.models:
+                yield f"{prefix}/{model.id}"
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+DEFAULT_PRICES: Final[Mapping[str, ModelPrice]] = ListPrices()
 # For a model the table does not know: the price of the dearest mainstream models (Claude Opus),
 # so an unknown model uses a budget up early rather than late. Override with the key "*".
 DEFAULT_UNKNOWN_PRICE: Final = _price("15", "75")
@@ -191,6 +190,47 @@ def _lookup_keys(model_ref: str) -> Iterator[str]:
         yield ref
 
 
+@cache
+def _snapshot() -> DataSnapshot:
+    """genai-prices's bundled price data, built here rather than taken from get_snapshot(), which
+    answers with any snapshot an UpdatePrices fetched over the network."""
+    from genai_prices.data import providers
+    from genai_prices.data_snapshot import DataSnapshot
+
+    return DataSnapshot(providers=providers, from_auto_update=False)
+
+
+@lru_cache(maxsize=1024)
+def _listed_model(provider_id: str, model: str) -> ModelInfo | None:
+    try:
+        return _snapshot().find_provider_model(model, None, provider_id, None)[1]
+    except LookupError:
+        return None
+
+
+def _list_price(model_ref: str) -> ModelPrice | None:
+    prefix, slash, model = model_ref.partition("/")
+    provider_id = _LISTED_PROVIDERS.get(prefix)
+    if not slash or not model or provider_id is None:
+        return None
+    found = _listed_model(provider_id, model)
+    if found is None and prefix == "bedrock" and model.startswith("anthropic."):
+        # Bedrock lists Anthropic's models under their full version ids only; a family name
+        # ("anthropic.claude-3-5-sonnet") is priced as on Anthropic's own API, as Bedrock does.
+        found = _listed_model("anthropic", model.removeprefix("anthropic."))
+    if found is None:
+        return None
+    from genai_prices.types import TieredPrices
+
+    listed = found.get_prices(utcnow())
+    rates = [listed.input_mtok, listed.output_mtok]
+    # The base rate of a tiered price: the tiers start past 200k input tokens (see ListPrices).
+    base = [rate.base if isinstance(rate, TieredPrices) else rate for rate in rates]
+    if base[0] is None:
+        return None  # priced by something other than tokens (images, audio, requests)
+    return ModelPrice(input_per_mtok=base[0], output_per_mtok=base[1] or Decimal(0))
+
+
 class PriceTable:
     """USD per 1M tokens by model ref ("openai/gpt-4.1-mini"), and the cost of a call.
 
@@ -206,24 +246,29 @@ class PriceTable:
         *,
         defaults: Mapping[str, ModelPrice] = DEFAULT_PRICES,
     ) -> None:
-        table = {key.strip().lower(): price for key, price in defaults.items()}
+        overrides: dict[str, ModelPrice] = {}
         for key, value in (prices or {}).items():
             price = value if isinstance(value, ModelPrice) else ModelPrice.model_validate(value)
-            table[key.strip().lower()] = price
-        self.unknown_price = table.pop("*", DEFAULT_UNKNOWN_PRICE)
-        self._prices = table
+            overrides[key.strip().lower()] = price
+        self.unknown_price = overrides.pop("*", DEFAULT_UNKNOWN_PRICE)
+        self._overrides = overrides
+        # The list prices are looked up one ref at a time, not copied: there are hundreds.
+        self._defaults = (
+            defaults
+            if isinstance(defaults, ListPrices)
+            else {key.strip().lower(): price for key, price in defaults.items()}
+        )
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
     def known(self, model_ref: str) -> bool:
-        return any(key in self._prices for key in _lookup_keys(model_ref))
+        return self._find(model_ref) is not None
 
     def price(self, model_ref: str) -> ModelPrice:
         """The model's price; a dated snapshot or Bedrock version falls back to its family's."""
-        for key in _lookup_keys(model_ref):
-            found = self._prices.get(key)
-            if found is not None:
-                return found
+        found = self._find(model_ref)
+        if found is not None:
+            return found
         with self._lock:
             first = model_ref not in self._warned
             self._warned.add(model_ref)
@@ -236,6 +281,17 @@ class PriceTable:
                 self.unknown_price.output_per_mtok,
             )
         return self.unknown_price
+
+    def _find(self, model_ref: str) -> ModelPrice | None:
+        # Every override before any list price: genai-prices matches a dated snapshot itself, and
+        # an override of its family ("openai/gpt-4.1-mini") must still price it.
+        keys = list(_lookup_keys(model_ref))
+        for table in (self._overrides, self._defaults):
+            for key in keys:
+                found = table.get(key)
+                if found is not None:
+                    return found
+        return None
 
     def cost_nanos(self, model_ref: str, tokens_in: int, tokens_out: int) -> int:
         return self.price(model_ref).cost_nanos(tokens_in, tokens_out)
