@@ -135,8 +135,8 @@ class ListPrices(Mapping[str, ModelPrice]):
     the webhook, which never prices a call, does not pay for it.
 
     A key is "provider/model" as the turn names it; the model part is matched by genai-prices's
-    own rules, so "openai/gpt-4.1-mini-2025-04-14" finds gpt-4.1-mini. Iteration lists each listed
-    model once, under its genai-prices id.
+    own rules, so "openai/gpt-4.1-mini-2025-04-14" finds gpt-4.1-mini. Iteration lists each model
+    priced by the token once, under its genai-prices id.
     """
 
     def __getitem__(self, model_ref: str) -> ModelPrice:
@@ -146,11 +146,13 @@ class ListPrices(Mapping[str, ModelPrice]):
         return found
 
     def __iter__(self) -> Iterator[str]:
-        snapshot = _snapshot()
-        for prefix, provider_id in _LISTED_PROVIDERS.items():
-            provider = next(p for p in snapshot.providers if p.id == provider_id)
-            for model in provider.models:
-                yield f"{prefix}/{model.id}"
+        prefixes = {provider_id: prefix for prefix, provider_id in _LISTED_PROVIDERS.items()}
+        for provider in _snapshot().providers:
+            prefix = prefixes.get(provider.id)
+            if prefix is not None:
+                # Only ids the lookup prices: not a model priced by the image or the second.
+                keys = (f"{prefix}/{model.id}" for model in provider.models)
+                yield from (key for key in keys if _list_price(key) is not None)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
