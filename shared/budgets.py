@@ -16,56 +16,82 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-from typing import TYPE_CHECKING, Any, Final, Literal
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.clock import utcnow
 from shared.models import BudgetLimits, ScopeLimits
+from shared.models.budgets import (
+    METRICS,
+    NANOS_PER_USD,
+    PERIODS,
+    SCOPES,
+    Bucket,
+    BudgetCharge,
+    BudgetDecision,
+    BudgetUsage,
+    Counters,
+    Exhausted,
+    Metric,
+    Period,
+    Scope,
+    as_utc,
+)
+from shared.ports import BudgetStore
 
 if TYPE_CHECKING:
-    # The port's module imports this one for its types; at run time the store is only called.
-    from shared.ports import BudgetStore
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo
+
+# The budget values cross the ports, so they live in the floor (shared.models.budgets); they are
+# exported here too, so that callers find the whole budget vocabulary in one place.
+__all__ = [
+    "BUCKET_RETENTION",
+    "DEFAULT_PRICES",
+    "DEFAULT_UNKNOWN_PRICE",
+    "METRICS",
+    "NANOS_PER_USD",
+    "PERIODS",
+    "SCOPES",
+    "Bucket",
+    "BudgetCharge",
+    "BudgetDecision",
+    "BudgetUsage",
+    "Counters",
+    "Exhausted",
+    "ListPrices",
+    "Metric",
+    "ModelPrice",
+    "Period",
+    "PriceTable",
+    "Scope",
+    "TurnBudget",
+    "as_utc",
+    "bucket_key",
+    "buckets",
+    "crossing",
+    "evaluate",
+    "period_label",
+    "period_reset",
+    "period_start",
+]
 
 log = logging.getLogger("sigil.budgets")
 
-Scope = Literal["workspace", "user"]
-Metric = Literal["tokens", "tool_calls", "usd"]
-Period = Literal["day", "month"]
-
-SCOPES: Final[tuple[Scope, ...]] = ("workspace", "user")
-METRICS: Final[tuple[Metric, ...]] = ("tokens", "tool_calls", "usd")
-PERIODS: Final[tuple[Period, ...]] = ("day", "month")
-
-NANOS_PER_USD: Final = 10**9
 # How long a counter is kept after its period ends (DynamoDB `ttl`, the SQLite sweep): long enough
 # to report on the previous month day by day; no decision ever reads a past period's counter.
 BUCKET_RETENTION: Final = timedelta(days=35)
 # A user id longer than this (in UTF-8) is replaced by a digest in a counter's key: DynamoDB sort
 # keys hold 1,024 bytes, and Identity.user_id may be 300 characters of up to 4 bytes each.
 _MAX_USER_KEY_BYTES: Final = 512
-
-_MONTHS: Final = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
 
 
 class _Frozen(BaseModel):
@@ -92,52 +118,47 @@ def _price(input_per_mtok: str, output_per_mtok: str) -> ModelPrice:
     return ModelPrice(input_per_mtok=Decimal(input_per_mtok), output_per_mtok=Decimal(output_per_mtok))
 
 
-# Published list prices (standard tier; no prompt-caching, batch or long-context rates), USD per
-# 1M tokens, as known in mid-2025. Prices change: override them with the PriceTable mapping
-# (SIGIL_MODEL_PRICES) rather than trusting this table for billing. Keys are "provider/model" as
-# the turn names them; dated snapshots and Bedrock version suffixes find their base entry (see
-# PriceTable.price), so only snapshots priced differently from their family are listed.
-_ANTHROPIC: Final = {
-    "claude-opus-4-1": _price("15", "75"),
-    "claude-opus-4": _price("15", "75"),
-    "claude-opus-4-0": _price("15", "75"),
-    "claude-sonnet-4-5": _price("3", "15"),
-    "claude-sonnet-4": _price("3", "15"),
-    "claude-sonnet-4-0": _price("3", "15"),
-    "claude-3-7-sonnet": _price("3", "15"),
-    "claude-3-5-sonnet": _price("3", "15"),
-    "claude-haiku-4-5": _price("1", "5"),
-    "claude-3-5-haiku": _price("0.80", "4"),
-    "claude-3-opus": _price("15", "75"),
-    "claude-3-haiku": _price("0.25", "1.25"),
-}
-DEFAULT_PRICES: Final[Mapping[str, ModelPrice]] = {
-    "openai/gpt-5": _price("1.25", "10"),
-    "openai/gpt-5-mini": _price("0.25", "2"),
-    "openai/gpt-5-nano": _price("0.05", "0.40"),
-    "openai/gpt-4.1": _price("2", "8"),
-    "openai/gpt-4.1-mini": _price("0.40", "1.60"),
-    "openai/gpt-4.1-nano": _price("0.10", "0.40"),
-    "openai/gpt-4o": _price("2.50", "10"),
-    "openai/gpt-4o-2024-05-13": _price("5", "15"),
-    "openai/gpt-4o-mini": _price("0.15", "0.60"),
-    "openai/o3": _price("2", "8"),
-    "openai/o3-pro": _price("20", "80"),
-    "openai/o3-mini": _price("1.10", "4.40"),
-    "openai/o4-mini": _price("1.10", "4.40"),
-    "openai/o1": _price("15", "60"),
-    "openai/o1-pro": _price("150", "600"),
-    "openai/gpt-4-turbo": _price("10", "30"),
-    "openai/gpt-4": _price("30", "60"),
-    "openai/gpt-3.5-turbo": _price("0.50", "1.50"),
-    **{f"anthropic/{name}": price for name, price in _ANTHROPIC.items()},
-    # Bedrock on-demand, us-east-1: Anthropic's models at Anthropic's prices, and Amazon Nova.
-    **{f"bedrock/anthropic.{name}": price for name, price in _ANTHROPIC.items()},
-    "bedrock/amazon.nova-micro": _price("0.035", "0.14"),
-    "bedrock/amazon.nova-lite": _price("0.06", "0.24"),
-    "bedrock/amazon.nova-pro": _price("0.80", "3.20"),
-    "bedrock/amazon.nova-premier": _price("2.50", "12.50"),
-}
+# The genai-prices provider that lists a Sigil provider's models, by the prefix of the model ref.
+# Other prefixes (the function provider of tests; any added later) have no list price until they
+# are mapped here or priced in SIGIL_MODEL_PRICES.
+_LISTED_PROVIDERS: Final = {"openai": "openai", "anthropic": "anthropic", "bedrock": "aws"}
+
+
+class ListPrices(Mapping[str, ModelPrice]):
+    """Published list prices by model ref, from the price data genai-prices ships in its package.
+
+    Standard tier only: a long-context tier's dearer rate, prompt caching and batch rates are not
+    applied, as a budget estimates rather than bills. The data is the package's own snapshot, read
+    offline: genai-prices can fetch newer prices in the background (UpdatePrices), which is never
+    started here, and a snapshot something else in the process fetched is ignored, so a price
+    changes only with the locked package version. Loaded on the first lookup (about half a second):
+    the webhook, which never prices a call, does not pay for it.
+
+    A key is "provider/model" as the turn names it; the model part is matched by genai-prices's
+    own rules, so "openai/gpt-4.1-mini-2025-04-14" finds gpt-4.1-mini. Iteration lists each model
+    priced by the token once, under its genai-prices id.
+    """
+
+    def __getitem__(self, model_ref: str) -> ModelPrice:
+        found = _list_price(model_ref.strip().lower())
+        if found is None:
+            raise KeyError(model_ref)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        prefixes = {provider_id: prefix for prefix, provider_id in _LISTED_PROVIDERS.items()}
+        for provider in _snapshot().providers:
+            prefix = prefixes.get(provider.id)
+            if prefix is not None:
+                # Only ids the lookup prices: not a model priced by the image or the second.
+                keys = (f"{prefix}/{model.id}" for model in provider.models)
+                yield from (key for key in keys if _list_price(key) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+DEFAULT_PRICES: Final[Mapping[str, ModelPrice]] = ListPrices()
 # For a model the table does not know: the price of the dearest mainstream models (Claude Opus),
 # so an unknown model uses a budget up early rather than late. Override with the key "*".
 DEFAULT_UNKNOWN_PRICE: Final = _price("15", "75")
@@ -171,6 +192,47 @@ def _lookup_keys(model_ref: str) -> Iterator[str]:
         yield ref
 
 
+@cache
+def _snapshot() -> DataSnapshot:
+    """genai-prices's bundled price data, built here rather than taken from get_snapshot(), which
+    answers with any snapshot an UpdatePrices fetched over the network."""
+    from genai_prices.data import providers
+    from genai_prices.data_snapshot import DataSnapshot
+
+    return DataSnapshot(providers=providers, from_auto_update=False)
+
+
+@lru_cache(maxsize=1024)
+def _listed_model(provider_id: str, model: str) -> ModelInfo | None:
+    try:
+        return _snapshot().find_provider_model(model, None, provider_id, None)[1]
+    except LookupError:
+        return None
+
+
+def _list_price(model_ref: str) -> ModelPrice | None:
+    prefix, slash, model = model_ref.partition("/")
+    provider_id = _LISTED_PROVIDERS.get(prefix)
+    if not slash or not model or provider_id is None:
+        return None
+    found = _listed_model(provider_id, model)
+    if found is None and prefix == "bedrock" and model.startswith("anthropic."):
+        # Bedrock lists Anthropic's models under their full version ids only; a family name
+        # ("anthropic.claude-3-5-sonnet") is priced as on Anthropic's own API, as Bedrock does.
+        found = _listed_model("anthropic", model.removeprefix("anthropic."))
+    if found is None:
+        return None
+    from genai_prices.types import TieredPrices
+
+    listed = found.get_prices(utcnow())
+    rates = [listed.input_mtok, listed.output_mtok]
+    # The base rate of a tiered price: the tiers start past 200k input tokens (see ListPrices).
+    base = [rate.base if isinstance(rate, TieredPrices) else rate for rate in rates]
+    if base[0] is None:
+        return None  # priced by something other than tokens (images, audio, requests)
+    return ModelPrice(input_per_mtok=base[0], output_per_mtok=base[1] or Decimal(0))
+
+
 class PriceTable:
     """USD per 1M tokens by model ref ("openai/gpt-4.1-mini"), and the cost of a call.
 
@@ -186,24 +248,29 @@ class PriceTable:
         *,
         defaults: Mapping[str, ModelPrice] = DEFAULT_PRICES,
     ) -> None:
-        table = {key.strip().lower(): price for key, price in defaults.items()}
+        overrides: dict[str, ModelPrice] = {}
         for key, value in (prices or {}).items():
             price = value if isinstance(value, ModelPrice) else ModelPrice.model_validate(value)
-            table[key.strip().lower()] = price
-        self.unknown_price = table.pop("*", DEFAULT_UNKNOWN_PRICE)
-        self._prices = table
+            overrides[key.strip().lower()] = price
+        self.unknown_price = overrides.pop("*", DEFAULT_UNKNOWN_PRICE)
+        self._overrides = overrides
+        # The list prices are looked up one ref at a time, not copied: there are hundreds.
+        self._defaults = (
+            defaults
+            if isinstance(defaults, ListPrices)
+            else {key.strip().lower(): price for key, price in defaults.items()}
+        )
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
     def known(self, model_ref: str) -> bool:
-        return any(key in self._prices for key in _lookup_keys(model_ref))
+        return self._find(model_ref) is not None
 
     def price(self, model_ref: str) -> ModelPrice:
         """The model's price; a dated snapshot or Bedrock version falls back to its family's."""
-        for key in _lookup_keys(model_ref):
-            found = self._prices.get(key)
-            if found is not None:
-                return found
+        found = self._find(model_ref)
+        if found is not None:
+            return found
         with self._lock:
             first = model_ref not in self._warned
             self._warned.add(model_ref)
@@ -216,6 +283,17 @@ class PriceTable:
                 self.unknown_price.output_per_mtok,
             )
         return self.unknown_price
+
+    def _find(self, model_ref: str) -> ModelPrice | None:
+        # Every override before any list price: genai-prices matches a dated snapshot itself, and
+        # an override of its family ("openai/gpt-4.1-mini") must still price it.
+        keys = list(_lookup_keys(model_ref))
+        for table in (self._overrides, self._defaults):
+            for key in keys:
+                found = table.get(key)
+                if found is not None:
+                    return found
+        return None
 
     def cost_nanos(self, model_ref: str, tokens_in: int, tokens_out: int) -> int:
         return self.price(model_ref).cost_nanos(tokens_in, tokens_out)
@@ -230,76 +308,7 @@ class PriceTable:
         )
 
 
-# ---------------------------------------------------------------- usage
-
-
-class BudgetUsage(_Frozen):
-    """What one charge adds to every bucket it touches.
-
-    Named apart from shared.providers.base.Usage (a provider's token report), which the turn
-    also holds: build this one with PriceTable.usage, or `BudgetUsage(tool_calls=1)` for a tool.
-    """
-
-    tokens_in: int = Field(default=0, ge=0)
-    tokens_out: int = Field(default=0, ge=0)
-    tool_calls: int = Field(default=0, ge=0)
-    usd_nanos: int = Field(default=0, ge=0)
-
-    @property
-    def tokens(self) -> int:
-        return self.tokens_in + self.tokens_out
-
-    @property
-    def usd(self) -> Decimal:
-        """The estimated cost in USD (AuditRecord.cost_usd takes float(usage.usd))."""
-        return Decimal(self.usd_nanos) / NANOS_PER_USD
-
-    @property
-    def counters(self) -> Counters:
-        return Counters(tokens=self.tokens, tool_calls=self.tool_calls, usd_nanos=self.usd_nanos)
-
-    def __add__(self, other: BudgetUsage) -> BudgetUsage:
-        return BudgetUsage(
-            tokens_in=self.tokens_in + other.tokens_in,
-            tokens_out=self.tokens_out + other.tokens_out,
-            tool_calls=self.tool_calls + other.tool_calls,
-            usd_nanos=self.usd_nanos + other.usd_nanos,
-        )
-
-
-@dataclass(frozen=True)
-class Counters:
-    """A bucket's totals (or a charge's amounts) in counting units: USD in nano-dollars."""
-
-    tokens: int = 0
-    tool_calls: int = 0
-    usd_nanos: int = 0
-
-    def get(self, metric: Metric) -> int:
-        if metric == "tokens":
-            return self.tokens
-        if metric == "tool_calls":
-            return self.tool_calls
-        return self.usd_nanos
-
-    @property
-    def empty(self) -> bool:
-        return not (self.tokens or self.tool_calls or self.usd_nanos)
-
-    def __add__(self, other: Counters) -> Counters:
-        return Counters(
-            tokens=self.tokens + other.tokens,
-            tool_calls=self.tool_calls + other.tool_calls,
-            usd_nanos=self.usd_nanos + other.usd_nanos,
-        )
-
-
 # ---------------------------------------------------------------- periods
-
-
-def as_utc(now: datetime) -> datetime:
-    """`now` in UTC; a naive datetime is taken as UTC, as the stores do with every timestamp."""
-    return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)
 
 
 def period_start(period: Period, now: datetime) -> datetime:
@@ -367,22 +376,6 @@ def _scope_limits(limits: ScopeLimits, period: Period) -> dict[Metric, int]:
     return found
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """One counter a call touches: a scope's totals for one period, and that scope's limits."""
-
-    scope: Scope
-    period: Period
-    key: str  # bucket_key(...)
-    resets_at: datetime
-    expires_at: datetime  # resets_at + BUCKET_RETENTION: when the counter may be deleted
-    limits: Mapping[Metric, int]  # the metrics with a limit, in counting units; empty: unlimited
-
-    @property
-    def limited(self) -> bool:
-        return bool(self.limits)
-
-
 def buckets(user_id: str | None, limits: BudgetLimits | None, now: datetime) -> list[Bucket]:
     """The buckets of a call at `now`: workspace/day, workspace/month, and with a user user/day and
     user/month. Without a user (a sender the channel does not identify) only the workspace's."""
@@ -412,53 +405,6 @@ def crossing(bucket: Bucket, amounts: Counters) -> bool:
 
 
 # ---------------------------------------------------------------- decisions
-
-
-class Exhausted(_Frozen):
-    """The limit that ran out: whose, which metric, over which period, and when it resets."""
-
-    scope: Scope
-    metric: Metric
-    period: Period
-    used: int  # in counting units: tokens, tool calls, or nano-dollars for "usd"
-    limit: int
-    resets_at: datetime
-
-    def message(self, now: datetime) -> str:
-        """What the user is told, e.g. "The daily token budget for this workspace is used up
-        (1,000,000 of 1,000,000). It resets at 00:00 UTC, in 3 h 12 min."
-        """
-        adjective = "daily" if self.period == "day" else "monthly"
-        what = {"tokens": "token", "tool_calls": "tool-call", "usd": "spending"}[self.metric]
-        amounts = f"({_amount(self.metric, self.used, self.limit)} of {_amount(self.metric, self.limit)})"
-        if self.scope == "workspace":
-            first = f"The {adjective} {what} budget for this workspace is used up {amounts}."
-        else:
-            first = f"Your {adjective} {what} budget is used up {amounts}."
-        resets = as_utc(self.resets_at)
-        when = "at 00:00 UTC" if self.period == "day" else f"on {_date(resets)} at 00:00 UTC"
-        return f"{first} It resets {when}, in {_duration(resets - as_utc(now))}."
-
-    @property
-    def summary(self) -> str:
-        """A short form for logs and the audit record: "workspace/day/tokens 1000000/1000000"."""
-        return f"{self.scope}/{self.period}/{self.metric} {self.used}/{self.limit}"
-
-
-class BudgetDecision(_Frozen):
-    """Allowed, or not: `exhausted` names the limit that ran out (the one resetting last, when
-    several did, since that is when the user can go on)."""
-
-    at: datetime
-    exhausted: Exhausted | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.exhausted is None
-
-    def message(self) -> str | None:
-        """The user-facing text of a denial (reset times counted from `at`); None when allowed."""
-        return None if self.exhausted is None else self.exhausted.message(self.at)
 
 
 _SCOPE_ORDER: Final = {scope: i for i, scope in enumerate(SCOPES)}
@@ -493,20 +439,6 @@ def evaluate(now: datetime, readings: Iterable[tuple[Bucket, Counters]]) -> Budg
 
 
 # ---------------------------------------------------------------- a turn's budget
-
-
-@dataclass(frozen=True)
-class BudgetCharge:
-    """What a turn spent, for its commit to add to its counters (SessionStore.save's `charge`).
-
-    `buckets` are all the turn's buckets, limited or not (every charge is recorded, so a limit set
-    later applies to the period so far); `at` is the turn's start, whose periods they are.
-    """
-
-    workspace_id: str
-    buckets: tuple[Bucket, ...]
-    amounts: Counters
-    at: datetime
 
 
 @dataclass
@@ -600,37 +532,3 @@ class TurnBudget:
         # What this turn spent is not in the store yet (it lands with the commit): add it here.
         mine = self.spent.counters
         return evaluate(now, [(b, self._totals[b.key] + mine) for b in limited])
-
-
-# ---------------------------------------------------------------- text
-
-
-def _amount(metric: Metric, value: int, limit: int | None = None) -> str:
-    if metric != "usd":
-        return f"{value:,}"
-    # Cents, unless the limit itself is finer than a cent (then up to six decimals).
-    scale = limit if limit is not None else value
-    places = 2 if scale % (NANOS_PER_USD // 100) == 0 else 6
-    return f"${Decimal(value) / NANOS_PER_USD:,.{places}f}"
-
-
-def _date(value: datetime) -> str:
-    # Month names from a tuple, not strftime("%B"), which follows the process's locale.
-    return f"{value.day} {_MONTHS[value.month - 1]} {value.year}"
-
-
-def _duration(delta: timedelta) -> str:
-    """ "45 min", "3 h 12 min", "12 days 3 h".
-
-    Rounded up to the last unit shown (the minute; the hour past a day), so the user is never
-    told a reset is nearer than it is, and never "0 min".
-    """
-    minutes = max(1, math.ceil(delta.total_seconds() / 60))
-    if minutes < 60:
-        return f"{minutes} min"
-    if minutes < 24 * 60:
-        hours, minutes = divmod(minutes, 60)
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(math.ceil(minutes / 60), 24)
-    text = f"{days} day" if days == 1 else f"{days} days"
-    return f"{text} {hours} h" if hours else text

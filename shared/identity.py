@@ -27,19 +27,20 @@ Nothing here logs, and nothing here reads the message's text.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
+from cachetools import TTLCache
 from pydantic import ValidationError
 
 from shared.clock import utcnow
 from shared.errors import BadRequest, NotFound, SigilError
 from shared.models import Identity, IdentityStatus, InboundMessage, WorkspaceConfig
 from shared.ports import IdentityStore
-from shared.ttl_cache import TtlCache
 
 # No 0/O or 1/I: a code read aloud or typed on a phone has one reading.
 PAIRING_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -270,27 +271,29 @@ class CachedIdentities:
     ) -> None:
         self.store = store
         self.ttl_s = ttl_s
-        # Pending answers are never kept: an approval must apply on the sender's next message.
-        self._cache: TtlCache[_Key, Identity] = TtlCache(
-            ttl_s=ttl_s,
-            clock=clock,
-            max_entries=max_entries,
-            keep=lambda found: found is None or found.status != "pending",
-        )
+        # None is an answer too (an unknown sender). Full, the least recently used goes.
+        self._cache: TTLCache[_Key, Identity | None] = TTLCache(max_entries, ttl_s, timer=clock)
+        # The local gateway's lane workers share one instance.
+        self._lock = threading.Lock()
 
     def get(self, workspace_id: str, channel: str, channel_user_id: str) -> Identity | None:
-        return self._cache.get(
-            (workspace_id, channel, channel_user_id),
-            lambda: self.store.get(workspace_id, channel, channel_user_id),
-        )
+        key = (workspace_id, channel, channel_user_id)
+        try:
+            with self._lock:
+                found = self._cache[key]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            found = self.store.get(workspace_id, channel, channel_user_id)
+            self._remember(key, found)
+        return _copy(found)
 
     def put(self, identity: Identity) -> None:
         self.store.put(identity)
-        self._cache.remember(_key(identity), identity)
+        self._remember(_key(identity), _copy(identity))
 
     def create(self, identity: Identity) -> Identity:
         stored = self.store.create(identity)
-        self._cache.remember(_key(stored), stored)
+        self._remember(_key(stored), _copy(stored))
         return stored
 
     def list_identities(self, workspace_id: str, *, status: IdentityStatus | None = None) -> list[Identity]:
@@ -302,8 +305,22 @@ class CachedIdentities:
 
     def delete(self, workspace_id: str, channel: str, channel_user_id: str) -> None:
         self.store.delete(workspace_id, channel, channel_user_id)
-        self._cache.forget((workspace_id, channel, channel_user_id))
+        with self._lock:
+            self._cache.pop((workspace_id, channel, channel_user_id), None)
+
+    def _remember(self, key: _Key, found: Identity | None) -> None:
+        with self._lock:
+            # Pending answers are never kept: an approval must apply on the sender's next message.
+            if found is not None and found.status == "pending":
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = found
 
 
 def _key(identity: Identity) -> _Key:
     return (identity.workspace_id, identity.channel, identity.channel_user_id)
+
+
+def _copy(identity: Identity | None) -> Identity | None:
+    # Identities are mutable: a caller changing what it got must not change the cached answer.
+    return None if identity is None else identity.model_copy(deep=True)

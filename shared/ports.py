@@ -14,7 +14,6 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from shared.budgets import BudgetCharge, BudgetDecision, BudgetUsage, Counters
 from shared.models import (
     AuditRecord,
     BudgetLimits,
@@ -34,6 +33,7 @@ from shared.models import (
     Triple,
     WorkspaceConfig,
 )
+from shared.models.budgets import BudgetCharge, BudgetDecision, BudgetUsage, Counters
 
 
 @runtime_checkable

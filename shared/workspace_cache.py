@@ -11,14 +11,16 @@ applies in this process at once.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from cachetools import TTLCache
+
 from shared.backend import Backend
 from shared.models import WorkspaceConfig
 from shared.ports import WorkspaceStore
-from shared.ttl_cache import TtlCache
 
 WORKSPACE_TTL_S = 60.0
 # Far more workspaces than one process serves at once; a bound, so a long-lived gateway's cache
@@ -39,16 +41,24 @@ class CachedWorkspaces:
     ) -> None:
         self.store = store
         self.ttl_s = ttl_s
-        self._cache: TtlCache[str, WorkspaceConfig] = TtlCache(
-            ttl_s=ttl_s, clock=clock, max_entries=max_entries
-        )
+        # None is an answer too (no config: the defaults). Full, the least recently used goes.
+        self._cache: TTLCache[str, WorkspaceConfig | None] = TTLCache(max_entries, ttl_s, timer=clock)
+        # The local gateway's lane workers share one instance.
+        self._lock = threading.Lock()
 
     def get(self, workspace_id: str) -> WorkspaceConfig | None:
-        return self._cache.get(workspace_id, lambda: self.store.get(workspace_id))
+        try:
+            with self._lock:
+                found = self._cache[workspace_id]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            found = self.store.get(workspace_id)
+            self._remember(workspace_id, found)
+        return _copy(found)
 
     def put(self, config: WorkspaceConfig) -> None:
         self.store.put(config)
-        self._cache.remember(config.id, config)
+        self._remember(config.id, _copy(config))
 
     def list_workspaces(self) -> list[WorkspaceConfig]:
         # An admin path: always the store's current list.
@@ -56,7 +66,20 @@ class CachedWorkspaces:
 
     def forget(self, workspace_id: str | None = None) -> None:
         """Drop one workspace's entry (or all), so the next get reads the store."""
-        self._cache.forget(workspace_id)
+        with self._lock:
+            if workspace_id is None:
+                self._cache.clear()
+            else:
+                self._cache.pop(workspace_id, None)
+
+    def _remember(self, workspace_id: str, config: WorkspaceConfig | None) -> None:
+        with self._lock:
+            self._cache[workspace_id] = config
+
+
+def _copy(config: WorkspaceConfig | None) -> WorkspaceConfig | None:
+    # Configs are mutable: a caller changing what it got must not change the cached answer.
+    return None if config is None else config.model_copy(deep=True)
 
 
 def with_workspace_cache(backend: Backend, *, ttl_s: float = WORKSPACE_TTL_S) -> Backend:

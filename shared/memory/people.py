@@ -12,25 +12,20 @@ per process, so a search adds no store call while the names are fresh.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
-from pydantic import BaseModel, ConfigDict
+from cachetools import TTLCache
 
 from shared.memory.search import name_words
 from shared.ports import IdentityStore
-from shared.ttl_cache import TtlCache
 
 logger = logging.getLogger(__name__)
 
 PEOPLE_TTL_S = 60.0
-
-
-class _Names(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    words: frozenset[str]
+MAX_ENTRIES = 1024  # workspaces; full, the least recently used goes
 
 
 class WorkspacePeople:
@@ -45,18 +40,27 @@ class WorkspacePeople:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._identities = identities
-        self._cache: TtlCache[str, _Names] = TtlCache(ttl_s=ttl_s, clock=clock)
+        self._cache: TTLCache[str, frozenset[str]] = TTLCache(MAX_ENTRIES, ttl_s, timer=clock)
+        # The tools' searches run on the local gateway's lane workers, sharing one instance.
+        self._lock = threading.Lock()
 
     def __call__(self, workspace_id: str) -> frozenset[str]:
-        found = self._cache.get(workspace_id, lambda: self._load(workspace_id))
-        return found.words if found is not None else frozenset()
+        try:
+            with self._lock:
+                return self._cache[workspace_id]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            words = self._load(workspace_id)
+            with self._lock:
+                self._cache[workspace_id] = words
+            return words
 
-    def _load(self, workspace_id: str) -> _Names:
+    def _load(self, workspace_id: str) -> frozenset[str]:
         words: set[str] = set()
         for identity in self._identities.list_identities(workspace_id):
             if identity.display_name:
                 words |= name_words(identity.display_name)
-        return _Names(words=frozenset(words))
+        return frozenset(words)
 
 
 # One per identity store, so the tools (which build a MemorySearch per call) share its cache.

@@ -4,29 +4,26 @@ Spec 000 keeps memory behind tools ("no automatic RAG injection burning tokens o
 the one exception is a small budget of facts about the person talking (spec 004's fact
 injection): the active Tier-3 triples whose subject is the sender's Sigil user id (merged and
 pruned ones stay in the store for provenance, never in a prompt). They are read once a minute per
-process (shared.ttl_cache), so a warm turn makes no extra store call, and trimmed to their token
+process, so a warm turn makes no extra store call, and trimmed to their token
 budget by the context assembler (shared.agent.context).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel, Field
+from cachetools import TTLCache
 
 from shared.models import Triple
 from shared.ports import MemoryStore
-from shared.ttl_cache import TtlCache
 
 FACTS_TTL_S = 60.0
 MAX_FACTS = 20  # more than the prompt's fact budget holds; the assembler keeps the most confident
 # Triples read to find MAX_FACTS active ones: maintenance leaves merged and pruned facts behind.
 READ_FACTOR = 3
-
-
-class _Facts(BaseModel):
-    facts: list[Triple] = Field(default_factory=list)
+MAX_ENTRIES = 1024  # (workspace, user) pairs; full, the least recently used goes
 
 
 class TacitFacts:
@@ -40,14 +37,22 @@ class TacitFacts:
     ) -> None:
         self.memory = memory
         self.limit = limit
-        self._cache: TtlCache[tuple[str, str], _Facts] = TtlCache(ttl_s=ttl_s, clock=clock)
+        self._cache: TTLCache[tuple[str, str], tuple[Triple, ...]] = TTLCache(MAX_ENTRIES, ttl_s, timer=clock)
+        # The local gateway's lane workers share one instance.
+        self._lock = threading.Lock()
 
     def __call__(self, workspace_id: str, user_id: str) -> list[Triple]:
-        found = self._cache.get(
-            (workspace_id, user_id),
-            lambda: _Facts(facts=self._active(workspace_id, user_id)),
-        )
-        return found.facts if found is not None else []
+        key = (workspace_id, user_id)
+        try:
+            with self._lock:
+                facts = self._cache[key]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            facts = tuple(self._active(workspace_id, user_id))
+            with self._lock:
+                self._cache[key] = facts
+        # Triples are mutable: a caller changing what it got must not change the cached answer.
+        return [fact.model_copy(deep=True) for fact in facts]
 
     def _active(self, workspace_id: str, user_id: str) -> list[Triple]:
         stored = self.memory.triples_by_subject(workspace_id, user_id, limit=self.limit * READ_FACTOR)

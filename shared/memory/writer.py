@@ -28,10 +28,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cachetools import TTLCache
 
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
@@ -203,35 +204,29 @@ class RecentTails:
     """
 
     def __init__(self, *, max_sessions: int = 4096, ttl_s: float = 900.0, keep: int = 2) -> None:
-        self._max = max_sessions
-        self._ttl_s = ttl_s
         self._keep = keep
         self._lock = threading.Lock()
-        self._tails: OrderedDict[tuple[str, str], tuple[float, tuple[MemoryRecord, ...]]] = OrderedDict()
+        # Full, the least recently used session goes.
+        self._tails: TTLCache[tuple[str, str], tuple[MemoryRecord, ...]] = TTLCache(
+            max_sessions, ttl_s, timer=time.monotonic
+        )
 
     def get(self, workspace_id: str, session_id: str, before_seq: int) -> list[MemoryRecord] | None:
         """The records just before `before_seq`, or None when this process does not know them."""
         with self._lock:
-            entry = self._tails.get((workspace_id, session_id))
-            if entry is None:
-                return None
-            at, records = entry
-            if time.monotonic() - at > self._ttl_s or not records or records[-1].seq != before_seq - 1:
-                return None
-            return list(records)
+            records = self._tails.get((workspace_id, session_id))
+        if not records or records[-1].seq != before_seq - 1:
+            return None
+        return list(records)
 
     def put(self, records: Sequence[MemoryRecord]) -> None:
         if not records:
             return
         last = records[-1]
-        key = (last.workspace_id, last.session_id)
         # Without the structured message: only the text, owner and position are ever used.
         kept = tuple(r.model_copy(update={"message": None}) for r in records[-self._keep :])
         with self._lock:
-            self._tails.pop(key, None)
-            self._tails[key] = (time.monotonic(), kept)
-            while len(self._tails) > self._max:
-                self._tails.popitem(last=False)
+            self._tails[(last.workspace_id, last.session_id)] = kept
 
     def forget(self, workspace_id: str) -> None:
         with self._lock:

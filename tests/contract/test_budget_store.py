@@ -21,16 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from shared.adapters.aws.budgets import DynamoBudgetStore
-from shared.budgets import (
-    NANOS_PER_USD,
-    BudgetDecision,
-    BudgetUsage,
-    Counters,
-    PriceTable,
-    bucket_key,
-    buckets,
-)
+from shared.budgets import PriceTable, bucket_key, buckets
 from shared.models import BudgetLimits, ScopeLimits
+from shared.models.budgets import NANOS_PER_USD, BudgetDecision, BudgetUsage, Counters
 from shared.ports import BudgetStore
 from tests.support import moto_aws
 

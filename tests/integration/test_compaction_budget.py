@@ -20,12 +20,13 @@ import pytest
 
 from shared.adapters.embedded import build_embedded_backend
 from shared.backend import Backend
-from shared.budgets import PERIODS, BudgetUsage, Counters, PriceTable, bucket_key
+from shared.budgets import PriceTable, bucket_key
 from shared.config import Settings
 from shared.consolidation.compaction import CompactionResult, ConsolidationModel, compact_session
 from shared.consolidation.runner import consolidate_workspace
 from shared.errors import ProviderError
 from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
+from shared.models.budgets import PERIODS, BudgetUsage, Counters
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, Usage
 from shared.providers.function import FunctionProvider
 from tests.contract.factories import BACKEND_FACTORIES

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
-from shared.budgets import Counters, buckets
+from shared.budgets import buckets
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import ProviderError
@@ -27,6 +27,7 @@ from shared.models import (
     ToolCall,
     WorkspaceConfig,
 )
+from shared.models.budgets import Counters
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, Usage
 from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext, default_registry, tool

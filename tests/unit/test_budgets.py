@@ -4,9 +4,12 @@ and TurnBudget over an in-memory stand-in of the port that notes every call."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -32,6 +35,8 @@ from shared.budgets import (
 )
 from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
 from shared.ports import BudgetStore
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------- prices and cost
 
@@ -142,6 +147,33 @@ def test_a_malformed_price_is_refused() -> None:
         PriceTable({"openai/x": {"input_per_mtok": -1, "output_per_mtok": 1}})
     with pytest.raises(ValidationError):
         PriceTable({"openai/x": {"input": 1}})
+
+
+def test_an_override_wins_over_the_list_price_of_a_snapshot() -> None:
+    # genai-prices finds gpt-4.1-mini from its dated snapshot by itself; the family's override
+    # must still price the snapshot.
+    table = PriceTable({"openai/gpt-4.1-mini": {"input_per_mtok": 0.5, "output_per_mtok": 2}})
+    assert table.cost_nanos("openai/gpt-4.1-mini-2025-04-14", 1_000_000, 0) == NANOS_PER_USD // 2
+
+
+def test_list_prices_come_from_the_bundled_data_never_a_fetched_snapshot() -> None:
+    # A snapshot an UpdatePrices fetched (here: an empty one) is what genai-prices would answer
+    # with; the price table keeps to the data shipped in the locked package.
+    from genai_prices import data_snapshot
+
+    data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers=[], from_auto_update=True))
+    try:
+        assert PriceTable().known("openai/gpt-4.1-mini")
+        assert "openai/gpt-4.1-mini" in DEFAULT_PRICES
+    finally:
+        data_snapshot.set_custom_snapshot(None)
+
+
+def test_the_price_data_is_loaded_on_the_first_lookup_only() -> None:
+    # About half a second to import: the webhook, which prices nothing, must never load it.
+    code = "import sys, shared.budgets, shared.agent.turn; print('genai_prices' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
 
 
 def test_usage_is_never_negative() -> None:

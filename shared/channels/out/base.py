@@ -23,10 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from cachetools import LRUCache
 
 from shared.channels.format import Dialect, split_for
 from shared.channels.ledger import digest
@@ -284,7 +286,7 @@ class PlatformSender:
         self._sleep = sleep
         # Platform limits are per chat, across replies: a warm process keeps each recent chat's
         # throttle (a bounded number; a chat quiet long enough to be dropped owes no wait).
-        self._throttles: OrderedDict[str, Throttle] = OrderedDict()
+        self._throttles: LRUCache[str, Throttle] = LRUCache(MAX_THROTTLED_CHATS)
         self._throttles_lock = threading.Lock()
 
     def send(self, message: OutboundMessage, *, context: Mapping[str, str] | None = None) -> None:
@@ -304,12 +306,11 @@ class PlatformSender:
 
     def _throttle(self, target: Target) -> Throttle:
         with self._throttles_lock:
-            throttle = self._throttles.pop(target.chat_id, None)
+            throttle = self._throttles.get(target.chat_id)
             if throttle is None:
-                throttle = Throttle(self.api.rate_windows(target), clock=self._clock, sleep=self._sleep)
-            self._throttles[target.chat_id] = throttle
-            while len(self._throttles) > MAX_THROTTLED_CHATS:
-                self._throttles.popitem(last=False)
+                throttle = self._throttles[target.chat_id] = Throttle(
+                    self.api.rate_windows(target), clock=self._clock, sleep=self._sleep
+                )
             return throttle
 
 

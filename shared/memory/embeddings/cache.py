@@ -13,8 +13,9 @@ import logging
 import math
 import struct
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+
+from cachetools import LRUCache
 
 from shared.errors import EmbeddingError
 from shared.ports import Embedder, EmbeddingCache
@@ -55,9 +56,8 @@ class InProcessEmbeddingCache:
     """
 
     def __init__(self, *, max_entries: int = 8192) -> None:
-        self._max = max_entries
         self._lock = threading.Lock()
-        self._vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._vectors: LRUCache[tuple[str, str], list[float]] = LRUCache(max_entries)
 
     def get_many(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
         found: dict[str, list[float]] = {}
@@ -65,7 +65,6 @@ class InProcessEmbeddingCache:
             for h in hashes:
                 vector = self._vectors.get((model_id, h))
                 if vector is not None:
-                    self._vectors.move_to_end((model_id, h))
                     found[h] = list(vector)
         return found
 
@@ -73,9 +72,6 @@ class InProcessEmbeddingCache:
         with self._lock:
             for h, vector in vectors.items():
                 self._vectors[(model_id, h)] = [float(x) for x in vector]
-                self._vectors.move_to_end((model_id, h))
-            while len(self._vectors) > self._max:
-                self._vectors.popitem(last=False)
 
 
 class CachedEmbedder:

@@ -2,6 +2,9 @@
 
 Messages are a discriminated union on `kind` (user / assistant / tool), serialised by the one
 codec in `shared.serde`, so the SQLite and DynamoDB stores write byte-identical documents.
+
+The budget values that cross the ports (usage, counters, buckets, decisions) are in
+`shared.models.budgets`; the limits a workspace configures are here, beside WorkspaceConfig.
 """
 
 from __future__ import annotations
