@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from shared.adapters.aws.dynamodb import DynamoMemoryStore
-from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
+from shared.adapters.aws.dynamodb.embedding_cache import DynamoEmbeddingCache
+from shared.adapters.aws.dynamodb.memory import DynamoMemoryStore
 from shared.adapters.embedded import Database, EmbeddedLaneRunner, SqliteLanes, build_embedded_backend
 from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
 from shared.backend import Backend

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.adapters.aws.budgets import DynamoBudgetStore
+from shared.adapters.aws.dynamodb.budgets import DynamoBudgetStore
 from shared.budgets import PriceTable, bucket_key, buckets
 from shared.models import BudgetLimits, ScopeLimits
 from shared.models.budgets import NANOS_PER_USD, BudgetDecision, BudgetUsage, Counters

@@ -11,13 +11,10 @@ import pytest
 from moto import mock_aws
 
 from shared.adapters.aws.dynamodb import TABLE_SCHEMAS
+from shared.adapters.aws.dynamodb.send_ledger import DynamoSendLedger
 from shared.adapters.embedded.db import Database
-from shared.channels.ledger import (
-    LEDGER_TTL_S,
-    DynamoSendLedger,
-    MemorySendLedger,
-    SqliteSendLedger,
-)
+from shared.adapters.embedded.send_ledger import SqliteSendLedger
+from shared.channels.ledger import LEDGER_TTL_S, MemorySendLedger
 from shared.ports import SendLedger, SentPiece
 
 REGION = "us-east-1"

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from shared.adapters.embedded.db import Database
-from shared.channels.ledger import MemorySendLedger, SqliteSendLedger
+from shared.adapters.embedded.send_ledger import SqliteSendLedger
+from shared.channels.ledger import MemorySendLedger
 from shared.channels.out import PlatformSender, build_senders
 from shared.models import OutboundMessage
 from shared.ports import SendLedger, SentPiece

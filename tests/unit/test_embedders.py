@@ -20,7 +20,7 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from shared.adapters.aws import build_aws_backend, clients
-from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
+from shared.adapters.aws.dynamodb.embedding_cache import DynamoEmbeddingCache
 from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.adapters.embedded.db import Database
 from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache

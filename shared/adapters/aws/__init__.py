@@ -27,13 +27,15 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
     container, while a pending sender's approval applies at once (pending answers are not kept).
     """
     # Deferred on purpose (see the module docstring).
-    from shared.adapters.aws.budgets import DynamoBudgetStore
-    from shared.adapters.aws.consolidation_state import DynamoConsolidationState
     from shared.adapters.aws.dynamodb import (
         DynamoAuditLog,
+        DynamoBudgetStore,
+        DynamoConsolidationState,
+        DynamoEmbeddingCache,
         DynamoIdentityStore,
         DynamoMemoryStore,
         DynamoOutbox,
+        DynamoSendLedger,
         DynamoSessionStore,
         DynamoWorkspaceStore,
     )
@@ -58,8 +60,6 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
     assert settings.sessions_table and settings.memory_table
     assert settings.queue_url and settings.event_bus_name
 
-    from shared.adapters.aws.embedding_cache import DynamoEmbeddingCache
-    from shared.channels.ledger import DynamoSendLedger
     from shared.memory.embeddings import build_embedder
     from shared.memory.embeddings.cache import CachedEmbedder, InProcessEmbeddingCache
 

@@ -20,10 +20,10 @@ from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, Sqlit
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.secrets import FileSecretStore
+from shared.adapters.embedded.send_ledger import SqliteSendLedger
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceStore
 from shared.backend import Backend
-from shared.channels.ledger import SqliteSendLedger
 from shared.config import Settings
 from shared.memory.embeddings import build_embedder
 from shared.memory.embeddings.cache import CachedEmbedder
@@ -45,6 +45,7 @@ __all__ = [
     "SqliteMemoryIndex",
     "SqliteMemoryStore",
     "SqliteOutbox",
+    "SqliteSendLedger",
     "SqliteSessionStore",
     "SqliteWorkspaceStore",
     "StoredEvent",

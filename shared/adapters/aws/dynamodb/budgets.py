@@ -24,7 +24,6 @@ built here (`counter_key`, `counters_of`, `charge_updates`), so a budget adds no
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -32,6 +31,13 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import ClientError
 
 from shared.adapters.aws import clients
+from shared.adapters.aws.dynamodb.retry import (
+    RETRIES,
+    Next,
+    cancellation_codes,
+    error_code,
+    until_done,
+)
 from shared.budgets import (
     METRICS,
     Bucket,
@@ -53,13 +59,6 @@ if TYPE_CHECKING:
 # Each metric's attribute, as an expression name (USD is counted in nano-dollars, an integer).
 _NAMES: Final = {"#t": "tokens", "#c": "tool_calls", "#u": "usd_nanos"}
 _REF: Final = {"tokens": "#t", "tool_calls": "#c", "usd": "#u"}
-# TransactionConflict (another transaction on a bucket at that moment) and throttling cancel a
-# transaction without applying it; both are retried here, since botocore does not retry them.
-_RETRIES: Final = 8
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _n(value: int) -> dict[str, str]:
@@ -153,19 +152,24 @@ class DynamoBudgetStore:
             "ExpressionAttributeNames": _NAMES,
         }
         found: dict[str, Counters] = {}
-        for attempt in range(_RETRIES):
+
+        def attempt() -> Next:
+            nonlocal request
             result = self.client.batch_get_item(RequestItems={self.table: request})
             for item in result.get("Responses", {}).get(self.table, []):
                 found[item["sk"]["S"]] = counters_of(item)
             unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
             if not unprocessed:
-                return found
+                return Next.DONE
             request = unprocessed
             # Unprocessed keys mean the partition is throttled: back off before asking again.
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise SigilError(
-            f"DynamoDB left budget keys unprocessed after {_RETRIES} attempts", code="store_unavailable"
-        )
+            return Next.BACK_OFF
+
+        if not until_done(attempt):
+            raise SigilError(
+                f"DynamoDB left budget keys unprocessed after {RETRIES} attempts", code="store_unavailable"
+            )
+        return found
 
     # ------------------------------------------------------------------ charge
 
@@ -195,18 +199,25 @@ class DynamoBudgetStore:
     ) -> bool:
         """Apply the charge to every bucket in one transaction; False when a condition failed."""
         actions = [charge_update(self.table, workspace_id, b, amounts, conditional=conditional) for b in plan]
-        for attempt in range(_RETRIES):
+        allowed = True
+
+        def attempt() -> Next:
+            nonlocal allowed
             try:
                 self.client.transact_write_items(TransactItems=actions)
-                return True
             except ClientError as exc:
-                if _error_code(exc) != "TransactionCanceledException":
+                if error_code(exc) != "TransactionCanceledException":
                     raise
-                reasons = [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", [])]
-                if "ConditionalCheckFailed" in reasons:
-                    return False
-                # A conflicting transaction on a bucket, or throttling: nothing was applied.
-                time.sleep(min(0.02 * 2**attempt, 1.0))
-        raise SigilError(
-            f"DynamoDB did not accept a budget charge after {_RETRIES} attempts", code="store_unavailable"
-        )
+                if "ConditionalCheckFailed" in cancellation_codes(exc):
+                    allowed = False
+                    return Next.DONE
+                # TransactionConflict (another transaction on a bucket at that moment) or
+                # throttling: nothing was applied, and botocore does not retry a cancellation.
+                return Next.BACK_OFF
+            return Next.DONE
+
+        if not until_done(attempt, wait_initial=0.02):
+            raise SigilError(
+                f"DynamoDB did not accept a budget charge after {RETRIES} attempts", code="store_unavailable"
+            )
+        return allowed

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from shared.adapters.aws import clients
+from shared.adapters.aws.dynamodb.retry import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -32,7 +33,7 @@ def _pk(workspace_id: str) -> dict[str, str]:
 
 
 def _failed_condition(exc: ClientError) -> bool:
-    return str(exc.response.get("Error", {}).get("Code", "")) == _CONDITION_FAILED
+    return error_code(exc) == _CONDITION_FAILED
 
 
 class DynamoConsolidationState:

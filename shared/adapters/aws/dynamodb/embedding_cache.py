@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.aws.dynamodb import TTL_ATTRIBUTE, _Table
+from shared.adapters.aws.dynamodb.table import TTL_ATTRIBUTE, Table
 from shared.memory.embeddings.cache import CACHE_TTL_DAYS, pack_vector, unpack_vector
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def cache_pk(model_id: str, content_hash: str) -> str:
     return f"EMBED#{model_id}#{content_hash}"
 
 
-class DynamoEmbeddingCache(_Table):
+class DynamoEmbeddingCache(Table):
     def __init__(
         self,
         table_name: str,

@@ -1,0 +1,271 @@
+"""Sessions in the sessions table, saved with their Tier-1 records, audit record and budget
+charge in one transaction (docs/dynamodb.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from shared import serde
+from shared.adapters.aws.dynamodb.audit import audit_item
+from shared.adapters.aws.dynamodb.budgets import charge_updates, counter_key, counters_of
+from shared.adapters.aws.dynamodb.memory import tier1_items
+from shared.adapters.aws.dynamodb.retry import RETRIES, Next, cancellation_codes, error_code, until_done
+from shared.adapters.aws.dynamodb.table import (
+    AUDIT_RETENTION_DAYS,
+    TRANSACT_MAX_BYTES,
+    TRANSACT_MAX_ITEMS,
+    Item,
+    Table,
+    approx_size,
+    check_workspace,
+    dump_doc,
+    item_key,
+    load_docs,
+    number,
+    string,
+    ts,
+    ws_prefix,
+)
+from shared.budgets import BudgetCharge, Counters
+from shared.errors import ConcurrencyConflict, SigilError
+from shared.models import AuditRecord, MemoryRecord, Session
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
+
+
+class DynamoSessionStore(Table):
+    """Sessions in the sessions table: pk `WS#{ws}`, sk `SESSION#{id}`, one item per session.
+
+    The workspace is the partition so that `list_sessions` is one Query on a table without
+    indexes; DynamoDB splits a hot item collection by sort key, so a busy workspace is not capped
+    at one partition's throughput. `get` and `save` are one request each.
+
+    A save that carries Tier-1 records or an audit record writes them with the session in one
+    TransactWriteItems across both tables, so the store needs the memory table's name too
+    (`memory_table`); the items are those DynamoMemoryStore and DynamoAuditLog write.
+
+    A turn's budget counters live in this table (DynamoBudgetStore's items, pk `WS#{ws}#BUDGET`):
+    `get_with_budget` reads them with the session in one BatchGetItem, and a save's `charge` adds
+    to them in its transaction, so a budgeted turn makes no more round trips than any other.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        memory_table: str | None = None,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+        audit_retention_days: int = AUDIT_RETENTION_DAYS,
+    ) -> None:
+        super().__init__(table_name, client, region)
+        # Same client: one connection pool, and the writes to both tables share a transaction.
+        self.memory = None if memory_table is None else Table(memory_table, self.client, region)
+        self.audit_retention = timedelta(days=audit_retention_days)
+
+    @staticmethod
+    def _key(workspace_id: str, session_id: str) -> Item:
+        return item_key(ws_prefix(workspace_id), f"SESSION#{session_id}")
+
+    def get(self, workspace_id: str, session_id: str) -> Session | None:
+        # Strongly consistent: a turn reads the version it will condition its save on.
+        result = self.client.get_item(
+            TableName=self.table, Key=self._key(workspace_id, session_id), ConsistentRead=True
+        )
+        item = result.get("Item")
+        return None if item is None else serde.loads(Session, item["doc"]["S"])
+
+    def get_with_budget(
+        self, workspace_id: str, session_id: str, counters: Sequence[str]
+    ) -> tuple[Session | None, dict[str, Counters]]:
+        if not counters:
+            return self.get(workspace_id, session_id), {}
+        # One strongly consistent BatchGetItem where `get` is one GetItem: the session (whose
+        # version the save is conditioned on) and the counters, for the turn's budget check.
+        session_key = self._key(workspace_id, session_id)
+        budget_pk = counter_key(workspace_id, "")["pk"]["S"]
+        keys = [session_key, *(counter_key(workspace_id, key) for key in dict.fromkeys(counters))]
+        session: Session | None = None
+        totals: dict[str, Counters] = {}
+        for item in self.batch_get(keys):
+            if item["pk"]["S"] == budget_pk:
+                totals[item["sk"]["S"]] = counters_of(item)
+            elif item["sk"] == session_key["sk"]:
+                session = serde.loads(Session, item["doc"]["S"])
+        return session, totals
+
+    def save(
+        self,
+        session: Session,
+        *,
+        expected_version: int,
+        archive: Sequence[MemoryRecord] = (),
+        audit: AuditRecord | None = None,
+        charge: BudgetCharge | None = None,
+    ) -> Session:
+        if expected_version < 0:
+            raise ValueError("expected_version must be >= 0")
+        if charge is not None:
+            check_workspace(session.workspace_id, charge.workspace_id, "a budget charge")
+        stored = session.model_copy(update={"version": expected_version + 1}, deep=True)
+        put: PutTypeDef = {
+            "TableName": self.table,
+            "Item": self._key(session.workspace_id, session.id)
+            | {
+                "doc": dump_doc(stored),
+                "version": number(stored.version),
+                "updated_at": string(ts(stored.updated_at)),
+            },
+        }
+        if expected_version == 0:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put["ConditionExpression"] = "#version = :expected"
+            put["ExpressionAttributeNames"] = {"#version": "version"}
+            put["ExpressionAttributeValues"] = {":expected": number(expected_version)}
+        # Unconditional ADDs on the counters: the spending is recorded whatever the limits (the
+        # check was made before the model calls), and it lands once, with the session's version.
+        updates = [] if charge is None else charge_updates(self.table, charge)
+        extras = self._extras(session, put, archive, audit, reserved=len(updates))
+        if not extras and not updates:
+            try:
+                self.client.put_item(**put)
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    raise self._conflict(session, expected_version) from exc
+                raise
+        else:
+            self._transact(session, expected_version, put, extras, updates)
+        return stored
+
+    def _extras(
+        self,
+        session: Session,
+        put: PutTypeDef,
+        archive: Sequence[MemoryRecord],
+        audit: AuditRecord | None,
+        *,
+        reserved: int = 0,
+    ) -> list[Item]:
+        """The memory-table items to write with the session, after any archive too large for that
+        (with `reserved` actions of the transaction taken by other writes: the budget updates)."""
+        if not archive and audit is None:
+            return []
+        if self.memory is None:
+            raise SigilError(
+                "this session store was built without the memory table, so it cannot archive or audit",
+                code="misconfigured",
+            )
+        tier1 = tier1_items(session.workspace_id, archive)
+        audits = [] if audit is None else [audit_item(session.workspace_id, audit, self.audit_retention)]
+        items = [put["Item"], *tier1, *audits]
+        if len(items) + reserved > TRANSACT_MAX_ITEMS or sum(map(approx_size, items)) > TRANSACT_MAX_BYTES:
+            # One transaction holds 100 items and 4 MB. A turn rolls out a few messages of a
+            # 20-message window, so only an unusual save gets here: its archive goes first, on its
+            # own (first write wins, as append_messages), then the session and audit together.
+            # A crash or conflict in between leaves records that the retry finds stored.
+            self.memory.put_new(tier1)
+            tier1 = []
+        return [*tier1, *audits]
+
+    def _transact(
+        self,
+        session: Session,
+        expected_version: int,
+        put: PutTypeDef,
+        extras: list[Item],
+        updates: Sequence[TransactWriteItemTypeDef] = (),
+    ) -> None:
+        """One TransactWriteItems: the session Put (with its version condition), `extras`, and
+        `updates` (a budget charge's unconditional ADDs), last.
+
+        Each extra is conditioned on `attribute_not_exists(pk)`: the first write of a Tier-1 or
+        audit record wins, as in their own stores. DynamoDB cannot skip one Put of a transaction,
+        so when only those conditions failed (the records are stored already) the transaction is
+        sent again without them; the session's condition failing is a ConcurrencyConflict. A
+        cancelled transaction applied nothing, so the budget updates count once, with the save
+        that lands.
+        """
+        memory_table = self.memory.table if self.memory is not None else None
+        pending = extras
+
+        def attempt() -> Next:
+            nonlocal pending
+            actions: list[TransactWriteItemTypeDef] = [{"Put": put}]
+            if pending:
+                assert memory_table is not None  # _extras returned items, so the table is known
+                actions += [
+                    {
+                        "Put": {
+                            "TableName": memory_table,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    }
+                    for item in pending
+                ]
+            actions += updates
+            try:
+                self.client.transact_write_items(TransactItems=actions)
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                codes = cancellation_codes(exc)
+                if codes and codes[0] == "ConditionalCheckFailed":
+                    raise self._conflict(session, expected_version) from exc
+                if len(codes) != len(actions):
+                    # No per-item reasons: send them all again.
+                    return Next.BACK_OFF
+                kept = [
+                    item
+                    for item, code in zip(pending, codes[1 : 1 + len(pending)], strict=True)
+                    if code != "ConditionalCheckFailed"
+                ]
+                if len(kept) == len(pending):
+                    # No condition failed: a conflicting transaction or throttling.
+                    return Next.BACK_OFF
+                pending = kept
+                return Next.AGAIN
+            return Next.DONE
+
+        if not until_done(attempt):
+            raise SigilError(
+                f"DynamoDB did not accept the save of session {session.id} after {RETRIES} attempts",
+                code="store_unavailable",
+            )
+
+    @staticmethod
+    def _conflict(session: Session, expected_version: int) -> ConcurrencyConflict:
+        return ConcurrencyConflict(f"session {session.id} is no longer at version {expected_version}")
+
+    def list_sessions(self, workspace_id: str, *, limit: int = 100) -> list[Session]:
+        """Most recently updated first (ties by id), like the embedded store.
+
+        The sort key is the session id, so the order is made here: one Query projecting only
+        (sk, updated_at) over the workspace's sessions, then one BatchGetItem for the `limit`
+        newest. Read capacity is charged on whole items either way; what the projection saves is
+        moving every session document into the function. An admin path, not a turn's.
+        """
+        if limit <= 0:
+            return []
+        heads = self.query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": string(ws_prefix(workspace_id)), ":prefix": string("SESSION#")},
+            ProjectionExpression="sk, updated_at",
+        )
+        # Stable sorts: by id, then by updated_at descending.
+        ordered = sorted(heads, key=lambda head: str(head["sk"]["S"]))
+        ordered.sort(key=lambda head: str(head["updated_at"]["S"]), reverse=True)
+        chosen = [item_key(ws_prefix(workspace_id), str(head["sk"]["S"])) for head in ordered[:limit]]
+        by_sk = {str(item["sk"]["S"]): item for item in self.batch_get(chosen)}
+        # A session deleted between the two requests is simply not listed.
+        return load_docs([by_sk[key["sk"]["S"]] for key in chosen if key["sk"]["S"] in by_sk], Session)
+
+    def delete(self, workspace_id: str, session_id: str) -> None:
+        self.client.delete_item(TableName=self.table, Key=self._key(workspace_id, session_id))
