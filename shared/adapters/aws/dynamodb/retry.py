@@ -13,7 +13,6 @@ import enum
 from collections.abc import Callable
 from typing import Any, Final
 
-import stamina
 from botocore.exceptions import ClientError
 
 RETRIES: Final = 8
@@ -58,6 +57,10 @@ def until_done(attempt: Callable[[], Next], *, wait_initial: float = 0.05) -> bo
 
     An exception `attempt` raises is not retried: it propagates at once.
     """
+    # Imported here: stamina and tenacity take ~60 ms to load, and the webhook's outbox reads never
+    # retry, so its cold start should not pay for them.
+    import stamina
+
     try:
         for retrying in stamina.retry_context(
             on=_retry_on,
