@@ -30,8 +30,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The dev kit's extra and both groups: a developer's venv holds everything (the layer has its own lock).
 lock:
-	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --group dev --group local \
+	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --extra local --group dev --group local \
 		--override overrides.txt pyproject.toml -o requirements.lock
 
 clean:

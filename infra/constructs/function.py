@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, ILocalBundling
@@ -34,6 +34,31 @@ FUNCTIONS_DIR = ROOT / "functions"
 SHARED_DIR = ROOT / "shared"
 LAYER_MANIFEST = "sigil-layer.json"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache")
+
+# The dev kit: the local gateway and runtimes, the CLI, the embedded SQLite adapters and the local
+# scheduler's consolidation jobs. Their third-party packages are pyproject.toml's `local` extra,
+# which the layer leaves out, so bundling them would ship code that cannot import on Lambda.
+# Prefixes (a module, or a package with everything under it) relative to the repository root, so a
+# module added inside one of these packages is left out too. shared/memory/embeddings/minilm.py is
+# not here: build_embedder imports it on the cloud path when SIGIL_EMBEDDING_MODEL=local, to
+# answer with a misconfiguration error (its packages are not in the layer) instead of crashing.
+DEV_KIT = (
+    PurePosixPath("shared/local"),
+    PurePosixPath("shared/cli.py"),
+    PurePosixPath("shared/adapters/embedded"),
+    PurePosixPath("shared/consolidation/local.py"),
+)
+
+
+def is_dev_kit(relative: PurePosixPath) -> bool:
+    """Whether a path relative to the repository root is, or lies under, one of DEV_KIT."""
+    return any(relative == prefix or prefix in relative.parents for prefix in DEV_KIT)
+
+
+def _ignore_dev_kit(directory: str, names: list[str]) -> set[str]:
+    ignored = set(_IGNORE(directory, names))
+    base = Path(directory).resolve().relative_to(ROOT)
+    return ignored | {name for name in names if is_dev_kit(PurePosixPath(base.as_posix(), name))}
 
 
 class DependencyLayer(Construct):
@@ -69,7 +94,8 @@ def _read_manifest(layer_dir: Path) -> dict[str, object]:
 
 @jsii.implements(ILocalBundling)
 class _HandlerWithShared:
-    """Bundles a function's code on this machine: its handler folder, with `shared/` beside it.
+    """Bundles a function's code on this machine: its handler folder, with `shared/` beside it
+    less the dev kit (DEV_KIT).
 
     CDK calls this instead of starting a container, so synth needs no Docker. The result is
     plain source; the dependencies come from the layer.
@@ -81,7 +107,7 @@ class _HandlerWithShared:
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
         out = Path(output_dir)
         shutil.copytree(self._handler_dir, out, ignore=_IGNORE, dirs_exist_ok=True)
-        shutil.copytree(SHARED_DIR, out / "shared", ignore=_IGNORE, dirs_exist_ok=True)
+        shutil.copytree(SHARED_DIR, out / "shared", ignore=_ignore_dev_kit, dirs_exist_ok=True)
         # Returning False would make CDK fall back to Docker; copying either works or raises.
         return True
 

@@ -8,7 +8,7 @@ import importlib.util
 import json
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 
 import pytest
@@ -19,7 +19,7 @@ from cfnlint.api import lint
 from cfnlint.config import ManualArgs
 
 from infra.config import ROOT
-from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION, RUNTIME, DependencyLayer
+from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION, RUNTIME, DependencyLayer, is_dev_kit
 from tests.infra.helpers import Synth
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,6 @@ def test_every_locked_requirement_is_pinned_with_hashes() -> None:
     assert {"pydantic", "aws-lambda-powertools", "boto3", "openai", "opensearch-py"} <= set(names)
 
 
-LOCAL_ONLY = ROOT / "shared" / "local"
 # The offline embedding model imports these on its first embedding only, and never on Lambda (the
 # aws backend embeds with Bedrock or OpenAI; "auto" means none there). The layer leaves them out on
 # purpose; the module itself imports without them. Nothing else may import them.
@@ -135,8 +134,8 @@ def _runtime_imports(*folders: Path, skip: Path | None = None) -> set[str]:
     """Top-level modules imported by these folders' code, leaving out `if TYPE_CHECKING:` blocks."""
     modules: set[str] = set()
     for path in (p for folder in folders for p in folder.rglob("*.py")):
-        # The local runtimes (`sigil dev`, `sigil dev --aws` over moto) never run on Lambda.
-        if LOCAL_ONLY in path.parents or path == skip:
+        # The dev kit (the local runtimes, the CLI, the embedded backend) never runs on Lambda.
+        if is_dev_kit(PurePosixPath(path.relative_to(ROOT).as_posix())) or path == skip:
             continue
         tree = ast.parse(path.read_text())
         type_only = {
