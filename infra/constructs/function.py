@@ -35,19 +35,17 @@ SHARED_DIR = ROOT / "shared"
 LAYER_MANIFEST = "sigil-layer.json"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache")
 
-# The dev kit: the local gateway and runtimes, the CLI, the embedded SQLite adapters and the local
-# scheduler's consolidation jobs. Their third-party packages are pyproject.toml's `local` extra,
-# which the layer leaves out, so bundling them would ship code that cannot import on Lambda.
-# Prefixes (a module, or a package with everything under it) relative to the repository root, so a
-# module added inside one of these packages is left out too. shared/memory/embeddings/minilm.py is
-# not here: build_embedder imports it on the cloud path when SIGIL_EMBEDDING_MODEL=local, to
-# answer with a misconfiguration error (its packages are not in the layer) instead of crashing.
+# The dev kit: the local gateway, its scheduler and runtimes, the CLI, the embedded SQLite adapters
+# and the local embedding model. Their third-party packages are pyproject.toml's `local` extra (and
+# dev group), which the layer leaves out, so bundling them would ship code that cannot import on
+# Lambda. Prefixes (a module, or a package with everything under it) relative to the repository
+# root, so a module added inside one of these packages is left out too.
 DEV_KIT = (
     PurePosixPath("shared/local"),
     PurePosixPath("shared/cli.py"),
     PurePosixPath("shared/adapters/embedded"),
-    PurePosixPath("shared/consolidation/local.py"),
-    # Loaded only for SIGIL_EMBEDDING_MODEL=local, which the cloud refuses as misconfigured.
+    # build_embedder answers SIGIL_EMBEDDING_MODEL=local without it as misconfigured, as it does
+    # without its packages.
     PurePosixPath("shared/memory/embeddings/minilm.py"),
 )
 

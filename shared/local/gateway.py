@@ -33,10 +33,10 @@ from shared.channels import web
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.consolidation.compaction import consolidation_model
-from shared.consolidation.local import register_consolidation
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
+from shared.local.consolidation import register_consolidation
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory

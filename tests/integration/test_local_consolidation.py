@@ -1,5 +1,5 @@
 """Consolidation on one machine: real turns publish CompactionDue into the SQLite bus and the local
-scheduler compacts (shared.consolidation.local, as the gateway registers it); and `sigil
+scheduler compacts (shared.local.consolidation, as the gateway registers it); and `sigil
 consolidate` runs the same code once against a data dir (typer's CliRunner, the real openai SDK
 against the local OpenAI stand-in as the consolidation model).
 """
@@ -19,7 +19,7 @@ from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.cli import app
 from shared.config import Settings
-from shared.consolidation.local import HOURLY_JOB, register_consolidation
+from shared.local.consolidation import HOURLY_JOB, register_consolidation
 from shared.models import InboundMessage, LaneItem, Sender, UserMessage
 from shared.providers.base import ChatRequest
 from shared.providers.function import FunctionProvider
