@@ -246,7 +246,7 @@ class Outbox(Protocol):
     """Replies of the web channel, readable in order of seq. Also the send ledger.
 
     A message carries its own position, `message.seq`, which the turn derives from the session's
-    message count and the part (shared.agent.turn.reply_seq): the same on every retry of a turn,
+    message count and the part (shared.agent.reply.reply_seq): the same on every retry of a turn,
     larger for every later turn. So the outbox needs no counter: a part is stored at its seq by
     one conditional write, and finding its own (turn_id, part) there means a retried turn.
 

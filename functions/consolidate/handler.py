@@ -24,7 +24,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     deadline = Deadline.before_timeout(context, MARGIN_S)
     received = receive(parse(event=event, model=ConsolidateEvent))
     publish(received.metrics())
-    # The detail holds sequence numbers only (shared.agent.turn._announce_compaction), no text.
+    # The detail holds sequence numbers only (shared.agent.window.announce_compaction), no text.
     logger.info("consolidation requested", extra=received.model_dump(mode="json"))
     done = consolidate(*cloud.consolidator(), received, deadline=deadline)
     publish(done.metrics())

@@ -21,7 +21,7 @@ from constructs import Construct
 from infra.constructs.function import SigilFunction
 from infra.constructs.nag import acknowledge
 
-# (method, path). The web channel posts per workspace (shared/ingress.py `accept_web`) and reads
+# (method, path). The web channel posts per workspace (shared/ingress/ `accept_web`) and reads
 # its replies from the outbox; WhatsApp's GET is Meta's hub.challenge handshake.
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/webhooks/web/{workspace}"),

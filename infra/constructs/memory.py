@@ -1,6 +1,6 @@
 """Memory: the sessions and memory tables (DynamoDB) and the search domain (OpenSearch).
 
-The key schema is the one shared/adapters/aws/dynamodb.py declares in TABLE_SCHEMAS (tests/infra
+The key schema is the one shared/adapters/aws/dynamodb/ declares in TABLE_SCHEMAS (tests/infra
 compares the two). The search domain accepts only SigV4-signed requests from the roles given to
 `grant_index_read_write`, over HTTPS with TLS 1.2 or later.
 """

@@ -16,7 +16,7 @@ class OutboxSender:
     """The web channel's sender: replies go to the session's outbox, where clients read them.
 
     One outbox write per part (a DynamoDB PutItem in the cloud): the message already carries its
-    position, `seq`, which the turn derived from the session (shared.agent.turn.reply_seq).
+    position, `seq`, which the turn derived from the session (shared.agent.reply.reply_seq).
     """
 
     def __init__(self, outbox: Outbox) -> None:

@@ -108,7 +108,7 @@ class Session(Model):
     message_count: int = 0
     rolled_out_count: int = 0
     # Platform event ids of the turns committed lately, oldest first, and when each committed
-    # (epoch seconds, same order). The turn keeps a day of them (shared.agent.turn.EVENT_ID_TTL),
+    # (epoch seconds, same order). The turn keeps a day of them (shared.agent.commit.EVENT_ID_TTL),
     # so a redelivered event that already ran is skipped however late the platform retries.
     recent_event_ids: list[str] = Field(default_factory=list)
     recent_event_times: list[int] = Field(default_factory=list)
@@ -182,7 +182,7 @@ class InboundMessage(Model):
 class OutboundMessage(Model):
     """One part of a reply, and its position in the session's outbox.
 
-    The sender sets `seq` from the turn (shared.agent.turn.reply_seq), so every retry of a turn
+    The sender sets `seq` from the turn (shared.agent.reply.reply_seq), so every retry of a turn
     asks for the same position: the outbox stores a part at its seq once, which makes (turn_id,
     part) ↔ seq the send ledger without a counter to read. Seqs increase from turn to turn but
     are not contiguous.

@@ -120,7 +120,7 @@ def test_the_consolidator_rewrites_memory_and_session_summaries(dev: Synth) -> N
 
     assert "dynamodb:PutItem" in _actions_on(dev, stack.consolidation, stack.memory.memory)
     # The sessions table holds the rolling summary it saves and its leases and checkpoints
-    # (shared.adapters.aws.consolidation_state): conditional puts and deletes.
+    # (shared.adapters.aws.dynamodb.consolidation_state): conditional puts and deletes.
     sessions = _actions_on(dev, stack.consolidation, stack.memory.sessions)
     assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"} <= sessions
     assert "es:ESHttpPost" in _actions_on(dev, stack.consolidation, stack.memory.domain)
