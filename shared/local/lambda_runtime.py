@@ -39,6 +39,8 @@ ACCOUNT_ID: Final = "123456789012"  # moto's default account
 _INIT_TIMEOUT_S: Final = 60.0
 # Time for a container to answer after its deadline before it is treated as timed out.
 _DEADLINE_GRACE_S: Final = 1.0
+# How soon an orphaned process notices its parent is gone.
+_PARENT_POLL_S: Final = 0.5
 
 
 class InvocationError(Exception):
@@ -86,10 +88,33 @@ class InvocationContext:
 # ---------------------------------------------------------------- inside a container
 
 
-def _container_main(conn: Connection, spec: FunctionSpec) -> None:
+def watch_parent(on_orphaned: Callable[[], None], *, parent: int | None = None) -> threading.Thread:
+    """Call `on_orphaned` once the parent process (`parent`, by default the current one) has died.
+
+    Polled, not PR_SET_PDEATHSIG: that signal fires when the *thread* that started the child
+    exits, and containers are started from request and poller threads that come and go.
+    """
+    expected = os.getppid() if parent is None else parent
+
+    def watch() -> None:
+        # An orphan is adopted by init or a subreaper, so its parent pid changes.
+        while os.getppid() == expected:
+            time.sleep(_PARENT_POLL_S)
+        on_orphaned()
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _container_main(conn: Connection, spec: FunctionSpec, gateway_pid: int) -> None:
     """The child process: init (import the handler), then invoke once per request until told to stop."""
     # Ctrl-C in a terminal reaches the whole process group; the gateway decides when containers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A gateway that was killed outright cannot stop its containers; one mid-invocation would not
+    # notice the closed pipe until its handler returned, so it watches for its parent's death too.
+    # The gateway's pid is passed in: it may already be gone by the time this line runs.
+    watch_parent(lambda: os._exit(1), parent=gateway_pid)
     os.environ.update(spec.env)
     try:
         module_name, _, attribute = spec.handler.rpartition(".")
@@ -274,7 +299,10 @@ class Container:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         process = ctx.Process(
-            target=_container_main, args=(child, self.spec), name=f"lambda:{self.spec.name}", daemon=True
+            target=_container_main,
+            args=(child, self.spec, os.getpid()),
+            name=f"lambda:{self.spec.name}",
+            daemon=True,
         )
         process.start()
         child.close()  # the child holds its own copy; ours would keep the pipe open after it dies

@@ -1,0 +1,274 @@
+"""The whole mode: the stand-ins started in order, wired to the functions' containers, and stopped.
+
+`serve` is the `sigil dev --aws` command. The mode's child processes (the containers and
+osmem-server) end with it: on Ctrl-C or SIGTERM it stops them itself, and if it is killed
+outright each of them notices that its parent is gone and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.applications import Starlette
+
+from shared.config import Settings
+from shared.local.aws_mode.event_source import FifoPoller, PollerThread
+from shared.local.aws_mode.http_front import HttpFront
+from shared.local.aws_mode.resources import (
+    DEFAULT_REGION,
+    NAME_PREFIX,
+    TURNS_DLQ,
+    TURNS_QUEUE,
+    LocalResources,
+    aws_client,
+    container_environment,
+    function_env,
+    provision,
+)
+from shared.local.aws_mode.schedule import ConsolidationFeed
+from shared.local.aws_mode.servers import fifo_redelivery_in_order, start_moto, start_osmem
+from shared.local.lambda_runtime import FunctionPool, FunctionSpec, watch_parent
+
+log = logging.getLogger("sigil.aws_mode")
+
+
+class AwsModeOptions(BaseSettings):
+    """The stand-ins' own knobs (SIGIL_AWS_MODE_*); the functions read the usual SIGIL_* settings."""
+
+    model_config = SettingsConfigDict(env_prefix="SIGIL_AWS_MODE_", extra="ignore")
+
+    # Short, so a failed turn is retried within seconds. One poller handles one batch at a time,
+    # so a batch that outlasts it is never received twice (see FifoPoller).
+    visibility_timeout_s: int = Field(default=2, ge=1, le=43_200)
+    # EventBridge's rate(1 hour) by default; the first tick comes one interval after start, as a
+    # new scheduled rule's does.
+    schedule_interval_s: float = Field(default=3600.0, gt=0)
+    batch_size: int = Field(default=10, ge=1, le=10)
+    # How many webhook containers concurrent requests may scale out to (each is a process).
+    webhook_containers: int = Field(default=2, ge=1, le=16)
+    # The pollers' pause after an empty receive. Short polling: moto handles one request at a
+    # time here (see _Serialised), so a long poll would hold every other caller up.
+    idle_poll_s: float = Field(default=0.05, gt=0, le=5)
+
+
+class AwsModeGateway:
+    """moto, osmem-server, the three functions' containers, the HTTP front and the pollers."""
+
+    def __init__(self, settings: Settings, options: AwsModeOptions | None = None) -> None:
+        self.settings = settings
+        self.options = options if options is not None else AwsModeOptions()
+        self.region = settings.aws_region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        self._stack = contextlib.ExitStack()
+        self._pollers: list[PollerThread] = []
+        self._pools: list[FunctionPool] = []
+        self.resources: LocalResources | None = None
+        self.web_secret: str | None = None
+        self.model_problem: str | None = None
+        self.webhook: FunctionPool | None = None
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        try:
+            from moto.sqs.models import SQSBackend  # noqa: F401 - only to fail early with a clear message
+        except ImportError:
+            raise SystemExit(
+                "sigil dev --aws needs moto[server] (a dev dependency): run `make dev`"
+            ) from None
+        self._stack.enter_context(fifo_redelivery_in_order())
+        # Loopback whatever --host says: moto accepts any credentials, so it must not be reachable
+        # from the network even when the gateway's front is.
+        moto = start_moto("127.0.0.1")
+        self._stack.callback(moto.stop)
+        host, port = moto.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        osmem = start_osmem()
+        self._stack.callback(osmem.close)
+
+        self.resources = resources = provision(
+            endpoint,
+            self.region,
+            opensearch_endpoint=osmem.url,
+            secrets_prefix=self.settings.secrets_prefix,
+            max_receive_count=self.settings.lane_max_attempts,
+            visibility_timeout_s=self.options.visibility_timeout_s,
+        )
+
+        specs = {
+            # Timeouts and memory sizes of infra/constructs (ingress, agent, consolidation).
+            "webhook": (
+                "functions.webhook.handler.lambda_handler",
+                10.0,
+                512,
+                self.options.webhook_containers,
+            ),
+            "agent": ("functions.agent.handler.lambda_handler", 600.0, 1024, 1),
+            "consolidate": ("functions.consolidate.handler.lambda_handler", 900.0, 1024, 1),
+        }
+        pools: dict[str, FunctionPool] = {}
+        for function, (handler, timeout_s, memory_mb, containers) in specs.items():
+            spec = FunctionSpec(
+                name=f"{NAME_PREFIX}-{function}",
+                handler=handler,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                env=container_environment(function_env(resources, function, self.settings)),
+                region=self.region,
+            )
+            pools[function] = FunctionPool(spec, max_containers=containers)
+        self._pools = list(pools.values())
+        self._stack.callback(self._stop_pools)
+        # Started together so the three imports overlap with each other and with the rest of the
+        # setup, then awaited: a handler that cannot be imported stops the gateway here rather
+        # than failing its first request.
+        for pool in self._pools:
+            pool.start()
+        self.web_secret = self._ensure_workspace(resources)
+        self._check_model()  # imports the model's SDK (~0.5 s) while the containers import theirs
+        for pool in self._pools:
+            pool.wait_ready()
+        self.webhook = pools["webhook"]
+
+        sqs = aws_client("sqs", endpoint, self.region)
+        turns = FifoPoller(
+            sqs,
+            queue_url=resources.queue_url,
+            queue_arn=resources.queue_arn,
+            region=self.region,
+            invoke=pools["agent"].invoke,
+            batch_size=self.options.batch_size,
+        )
+        feed = ConsolidationFeed(
+            sqs,
+            queue_url=resources.events_queue_url,
+            region=self.region,
+            invoke=pools["consolidate"].invoke,
+            interval_s=self.options.schedule_interval_s,
+        )
+        self._pollers = [
+            PollerThread("sqs-esm:agent", lambda: turns.poll_once() > 0, self.options.idle_poll_s),
+            PollerThread("events:consolidate", feed.poll_once, self.options.idle_poll_s),
+        ]
+        for poller in self._pollers:
+            poller.start()
+
+    def stop(self) -> None:
+        # Pollers first, each given time to finish its batch; then the containers and servers.
+        for poller in self._pollers:
+            poller.stop(timeout_s=5.0)
+        self._pollers = []
+        self._stack.close()
+
+    def _stop_pools(self) -> None:
+        for pool in self._pools:
+            pool.kill()  # a batch still running after the pollers' grace is abandoned, as on shutdown
+            pool.stop(timeout_s=2.0)
+        self._pools = []
+
+    # -- setup helpers
+
+    def _ensure_workspace(self, resources: LocalResources) -> str:
+        """The workspace's config and web signing secret, in moto and in the local secret file.
+
+        The secret is kept in the data directory, so it survives restarts (moto does not) and
+        `sigil send` / `sigil replies` find it where the embedded gateway keeps it.
+        """
+        from shared.adapters.aws.dynamodb import DynamoWorkspaceStore
+        from shared.adapters.embedded import FileSecretStore
+        from shared.adapters.embedded import open_data_dir as _open_data_dir
+        from shared.channels import web
+        from shared.models import WorkspaceConfig
+
+        workspace = self.settings.default_workspace
+        data_dir = _open_data_dir(self.settings.data_dir)
+        secret = FileSecretStore(data_dir / "secrets.json").ensure(web.secret_name(workspace))
+        aws_client("secretsmanager", resources.endpoint, resources.region).create_secret(
+            Name=resources.secrets_prefix + web.secret_name(workspace), SecretString=secret
+        )
+        DynamoWorkspaceStore(
+            resources.memory_table, client=aws_client("dynamodb", resources.endpoint, resources.region)
+        ).put(WorkspaceConfig(id=workspace, name=workspace))
+        return secret
+
+    def _check_model(self) -> None:
+        """Sets `model_problem`: None when a model is usable, else what every reply will say."""
+        from shared.errors import ModelNotConfigured
+        from shared.providers import build_provider
+
+        try:
+            build_provider(self.settings, self.settings.resolved_model())
+        except ModelNotConfigured as exc:
+            self.model_problem = exc.message
+
+    # -- HTTP
+
+    def app(self) -> Starlette:
+        assert self.webhook is not None, "start() the gateway first"
+        return HttpFront(self.webhook, health=self._health).app()
+
+    def _health(self) -> dict[str, Any]:
+        return {"status": "ok", "model_configured": self.model_problem is None, "mode": "aws"}
+
+    def banner(self) -> str:
+        assert self.resources is not None  # started
+        s, r = self.settings, self.resources
+        base = f"http://{s.host}:{s.port}"
+        ws = s.default_workspace
+        model_line = (
+            s.resolved_model() if self.model_problem is None else f"NOT CONFIGURED. {self.model_problem}"
+        )
+        return "\n".join(
+            [
+                f"Sigil local gateway on {base}   state: {s.data_dir.resolve()} (the signing secret only)",
+                "  mode:     AWS handlers over moto (webhook, agent, consolidate; docs/local-aws-mode.md)",
+                f"  model:    {model_line}",
+                f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
+                "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
+                f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
+                f"  aws:      moto on {r.endpoint} (region {r.region}): queue {TURNS_QUEUE}, "
+                f"DLQ {TURNS_DLQ}, bus {r.event_bus_name}, tables {r.sessions_table} {r.memory_table}",
+                f"  index:    osmem-server on {r.opensearch_endpoint} (BM25 only, no k-NN)",
+                "  state:    in memory: a restart starts from empty tables and queues",
+                '  try:      sigil send "hello" --session demo --wait',
+            ]
+        )
+
+
+def serve(settings: Settings) -> None:
+    """Run the mode until interrupted (the `sigil dev --aws` command)."""
+    import uvicorn
+
+    # Left at its default, SIGTERM would end the process on the spot (uvicorn re-raises it once it
+    # has shut down), skipping the `finally` that stops the containers and osmem-server.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A parent that dies without signalling (a killed test run, a closed terminal's supervisor)
+    # ends the mode as SIGTERM would, rather than leaving it serving with no one to stop it.
+    watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    gateway = AwsModeGateway(settings)
+    gateway.start()
+    try:
+        print(gateway.banner(), file=sys.stderr, flush=True)
+        uvicorn.run(gateway.app(), host=settings.host, port=settings.port, log_config=None)
+    finally:
+        # Once stopping has begun, a second SIGTERM must not cut it short and orphan what is left.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        gateway.stop()
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,180 @@
+"""The stack's resources on moto, and each function's environment pointing at them.
+
+Everything is created from the definitions the adapters themselves use (the DynamoDB tables from
+TABLE_SCHEMAS, the domain event types from the model), so the stand-in cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, get_args
+
+from shared.config import Settings
+
+NAME_PREFIX: Final = "sigil-local"
+TURNS_QUEUE: Final = "turns.fifo"
+TURNS_DLQ: Final = "turns-dlq.fifo"
+EVENTS_QUEUE: Final = "consolidation-events"
+EVENTS_DLQ: Final = "consolidation-events-dlq"
+COMPACTION_RULE: Final = "compaction-due"
+DEFAULT_REGION: Final = "us-east-1"
+# The consolidation rule's Lambda target retries twice (infra/constructs/consolidation.py): three
+# deliveries in all before the event is dropped, here kept in a dead-letter queue instead.
+EVENT_DELIVERIES: Final = 3
+
+
+def aws_client(service: str, endpoint: str, region: str) -> Any:
+    """A boto3 client on moto for the gateway's own calls (provisioning and the pollers)."""
+    import boto3
+    from botocore.config import Config
+
+    # The gateway's process keeps the user's environment as it is: endpoint, region and dummy
+    # credentials are passed here, and set only in the functions' environments.
+    build: Any = boto3.session.Session().client
+    return build(
+        service,
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # noqa: S106 - moto accepts any credentials
+        config=Config(retries={"mode": "standard", "max_attempts": 4}),
+    )
+
+
+@dataclass(frozen=True)
+class LocalResources:
+    """Where each stand-in lives: what the stack's outputs would say."""
+
+    endpoint: str
+    region: str
+    sessions_table: str
+    memory_table: str
+    queue_url: str
+    queue_arn: str
+    dlq_url: str
+    event_bus_name: str
+    events_queue_url: str
+    events_dlq_url: str
+    opensearch_endpoint: str
+    secrets_prefix: str
+
+
+def provision(
+    endpoint: str,
+    region: str,
+    *,
+    opensearch_endpoint: str,
+    secrets_prefix: str,
+    max_receive_count: int,
+    visibility_timeout_s: int,
+) -> LocalResources:
+    """Create the stack's resources on moto, from the same definitions the adapters use."""
+    from shared.adapters.aws.dynamodb import create_tables
+    from shared.adapters.aws.events import SOURCE
+    from shared.models import DomainEvent
+
+    sessions_table, memory_table = f"{NAME_PREFIX}-sessions", f"{NAME_PREFIX}-memory"
+    create_tables(
+        aws_client("dynamodb", endpoint, region), sessions_table=sessions_table, memory_table=memory_table
+    )
+
+    sqs = aws_client("sqs", endpoint, region)
+
+    def queue(name: str, attributes: dict[str, str]) -> tuple[str, str]:
+        url: str = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        arn: str = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        return url, arn
+
+    # As infra/constructs/lanes.py: dedup ids are the platforms' event ids, never the content.
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    dlq_url, dlq_arn = queue(TURNS_DLQ, {**fifo, "MessageRetentionPeriod": str(14 * 24 * 3600)})
+    queue_url, queue_arn = queue(
+        TURNS_QUEUE,
+        {
+            **fifo,
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+            "VisibilityTimeout": str(visibility_timeout_s),
+            # The agent apologises on a record's last delivery, judged against the same setting.
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )
+
+    events_dlq_url, events_dlq_arn = queue(EVENTS_DLQ, {})
+    events_queue_url, events_queue_arn = queue(
+        EVENTS_QUEUE,
+        {
+            "VisibilityTimeout": str(visibility_timeout_s),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": events_dlq_arn, "maxReceiveCount": EVENT_DELIVERIES}
+            ),
+        },
+    )
+    events = aws_client("events", endpoint, region)
+    bus = f"{NAME_PREFIX}-events"
+    events.create_event_bus(Name=bus)
+    # The pattern of infra/constructs/consolidation.py: every domain event type, from Sigil.
+    pattern = {"source": [SOURCE], "detail-type": list(get_args(DomainEvent.model_fields["type"].annotation))}
+    events.put_rule(Name=COMPACTION_RULE, EventBusName=bus, EventPattern=json.dumps(pattern))
+    events.put_targets(
+        Rule=COMPACTION_RULE, EventBusName=bus, Targets=[{"Id": "consolidate", "Arn": events_queue_arn}]
+    )
+    return LocalResources(
+        endpoint=endpoint,
+        region=region,
+        sessions_table=sessions_table,
+        memory_table=memory_table,
+        queue_url=queue_url,
+        queue_arn=queue_arn,
+        dlq_url=dlq_url,
+        event_bus_name=bus,
+        events_queue_url=events_queue_url,
+        events_dlq_url=events_dlq_url,
+        opensearch_endpoint=opensearch_endpoint,
+        secrets_prefix=secrets_prefix,
+    )
+
+
+def function_env(resources: LocalResources, function: str, settings: Settings) -> dict[str, str]:
+    """A function's environment: what infra/stack.py gives it, pointed at the stand-ins."""
+    env = {
+        # What a Lambda sandbox sets, with moto's endpoint and credentials it accepts.
+        "AWS_ENDPOINT_URL": resources.endpoint,
+        "AWS_REGION": resources.region,
+        "AWS_DEFAULT_REGION": resources.region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_LAMBDA_FUNCTION_NAME": f"{NAME_PREFIX}-{function}",
+        # No X-Ray daemon here. Metrics are off unless asked for: every invocation would print a
+        # CloudWatch EMF line (POWERTOOLS_METRICS_DISABLED=false in the environment brings them).
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
+        "SIGIL_BACKEND": "aws",
+        "SIGIL_SECRETS_PREFIX": resources.secrets_prefix,
+        "SIGIL_QUEUE_URL": resources.queue_url,
+        "SIGIL_SESSIONS_TABLE": resources.sessions_table,
+    }
+    if function != "webhook":
+        env |= {
+            "SIGIL_MEMORY_TABLE": resources.memory_table,
+            "SIGIL_EVENT_BUS_NAME": resources.event_bus_name,
+            "SIGIL_OPENSEARCH_ENDPOINT": resources.opensearch_endpoint,
+            # Must equal the queue's maxReceiveCount: the agent apologises on the last delivery.
+            "SIGIL_LANE_MAX_ATTEMPTS": str(settings.lane_max_attempts),
+        }
+    return env
+
+
+def container_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    # The user's environment carries the model settings (SIGIL_MODEL, OPENAI_*); a profile would
+    # take precedence over the dummy credentials, and a missing one would fail every client.
+    base = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")}
+    return base | dict(extra)
