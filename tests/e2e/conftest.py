@@ -1,7 +1,14 @@
-"""The real `sigil dev` process, talked to over HTTP, with a local OpenAI-wire server as its model."""
+"""The real `sigil dev` process, talked to over HTTP, with a local OpenAI-wire server as its model.
+
+Waits are for conditions, polled, with deadlines generous enough for a loaded two-core machine:
+a deadline is a safety net, never the thing a test measures. Every process a test starts dies
+with the test, pass, fail or Ctrl-C; the session's last check fails the run if one is left.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,9 +25,39 @@ import httpx
 import pytest
 
 from shared.channels import web
+from tests.e2e.processes import Proc, in_groups, kill_group, live_processes
 from tests.support.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
+# A cold `sigil dev --aws` imports three handlers in three processes and starts two servers; on a
+# busy two-core machine that has taken over a minute.
+START_TIMEOUT_S = 180.0
+# How long a stopped gateway's children are given to exit before the group is killed.
+STOP_GRACE_S = 30.0
+REPLY_TIMEOUT_S = 120.0
+
+# Every process group a test started (each `sigil dev` leads its own), for the session's last check.
+STARTED_GROUPS: set[int] = set()
+
+
+def _kill_started_groups() -> None:
+    for pgid in STARTED_GROUPS:
+        kill_group(pgid)
+
+
+# A run that ends without tearing its fixtures down (an error in pytest itself) still kills them.
+atexit.register(_kill_started_groups)
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, interval: float = 0.2) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -39,50 +76,77 @@ class DevGateway:
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     extra_args: list[str] = field(default_factory=list)  # more `sigil dev` options, e.g. ["--aws"]
+    launcher: list[str] = field(default_factory=list)  # a command that runs `sigil dev` as its child
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> DevGateway:
-        log = (self.data_dir.parent / f"gateway-{len(self.output)}.log").open("w")
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "sigil"),
-                "dev",
-                "--data-dir",
-                str(self.data_dir),
-                "--port",
-                str(self.port),
-                *self.extra_args,
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        with (self.data_dir.parent / f"gateway-{len(self.output)}.log").open("w") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *self.launcher,
+                    str(Path(sys.executable).parent / "sigil"),
+                    "dev",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--port",
+                    str(self.port),
+                    *self.extra_args,
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                # Its own session and process group: everything it starts can be killed as one,
+                # and a Ctrl-C in pytest's terminal does not reach it before its teardown does.
+                start_new_session=True,
+            )
+        STARTED_GROUPS.add(self.proc.pid)
         self.output.append(log.name)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sigil dev exited: {Path(log.name).read_text()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("sigil dev did not become healthy")
+        try:
+            if not wait_until(self._healthy, timeout=START_TIMEOUT_S, interval=0.1):
+                raise RuntimeError(f"sigil dev did not become healthy: {self.log_text()}")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"sigil dev exited: {self.log_text()}")
+        try:
+            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        """Ctrl-C, as a developer would stop it; then whatever is left of its group is killed."""
+        if self.proc is None:
+            return
+        group = self.proc.pid
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=STOP_GRACE_S)
+            # Its children normally exit with it; any that have not are stopped here.
+            wait_until(lambda: not in_groups({group}), timeout=STOP_GRACE_S)
+        finally:
+            kill_group(group)
+            self.proc.wait()
+            self.proc = None
+        # Forgotten once empty: the atexit net must not signal a later process given its number.
+        if wait_until(lambda: not in_groups({group}), timeout=10):
+            STARTED_GROUPS.discard(group)
+
+    def processes(self) -> list[Proc]:
+        """The live processes of this gateway's group: itself and everything it started."""
+        assert self.proc is not None
+        return in_groups({self.proc.pid})
 
     def log_text(self) -> str:
         return "".join(Path(p).read_text() for p in self.output)
@@ -127,12 +191,17 @@ class DevGateway:
         assert isinstance(replies, list)
         return replies
 
-    def wait_replies(self, n: int, session: str = "s1", timeout: float = 30) -> list[dict[str, object]]:
-        deadline = time.monotonic() + timeout
+    def wait_replies(
+        self, n: int, session: str = "s1", timeout: float = REPLY_TIMEOUT_S
+    ) -> list[dict[str, object]]:
         replies = self.outbox(session)
-        while len(replies) < n and time.monotonic() < deadline:
-            time.sleep(0.1)
+
+        def arrived() -> bool:
+            nonlocal replies
             replies = self.outbox(session)
+            return len(replies) >= n
+
+        wait_until(arrived, timeout=timeout, interval=0.1)
         return replies
 
 
@@ -161,3 +230,43 @@ def gateway(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[DevGateway]:
         yield gw
     finally:
         gw.stop()
+
+
+def _descendants(root: int, processes: list[Proc]) -> list[Proc]:
+    children: dict[int, list[Proc]] = {}
+    for p in processes:
+        children.setdefault(p.ppid, []).append(p)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """After the e2e tests, no process they started is alive: a leak fails the run.
+
+    Two nets: the process groups the gateways led (which keep their orphans), and any new
+    descendant of this pytest process.
+    """
+    before = {p.pid for p in _descendants(os.getpid(), live_processes())}
+    yield
+
+    def leftovers() -> list[Proc]:
+        processes = live_processes()
+        new = [p for p in _descendants(os.getpid(), processes) if p.pid not in before]
+        grouped = [p for p in processes if p.pgid in STARTED_GROUPS]
+        return list({p.pid: p for p in new + grouped}.values())
+
+    # A process killed a moment ago may still be on its way out.
+    wait_until(lambda: not leftovers(), timeout=10)
+    left = leftovers()
+    _kill_started_groups()
+    for p in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+    assert not left, "processes outlived the e2e tests:\n" + "\n".join(
+        f"  {p.pid} (group {p.pgid}): {p.args}" for p in left
+    )

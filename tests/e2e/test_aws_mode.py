@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +29,8 @@ import pytest
 
 from shared.agent.turn import APOLOGY
 from tests.e2e import test_web_gateway as embedded
-from tests.e2e.conftest import DevGateway, gateway_env
+from tests.e2e.conftest import REPLY_TIMEOUT_S, DevGateway, gateway_env, wait_until
+from tests.e2e.processes import in_groups
 from tests.support.fake_openai import FakeOpenAI, _Failure, _Response, echo_last_user
 
 AWS = ["--aws"]
@@ -170,19 +172,64 @@ def test_consolidate_runs_on_the_schedule_and_on_compaction_due(
         )
         assert answer["FailedEntryCount"] == 0
         # Then the rule's queue delivers it to consolidate, and the hourly timer ticks too
-        deadline = time.monotonic() + 20
         lines: list[str] = []
-        while time.monotonic() < deadline:
+
+        def both_triggered() -> bool:
+            nonlocal lines
             lines = [line for line in gw.log_text().splitlines() if "consolidation requested" in line]
-            if any("trigger=CompactionDue" in line for line in lines) and any(
+            return any("trigger=CompactionDue" in line for line in lines) and any(
                 "trigger=schedule" in line for line in lines
-            ):
-                break
-            time.sleep(0.2)
+            )
+
+        wait_until(both_triggered, timeout=REPLY_TIMEOUT_S)
         compaction = [line for line in lines if "trigger=CompactionDue" in line]
         assert len(compaction) == 1 and "session_id=web.s1" in compaction[0]
         assert any("trigger=schedule" in line for line in lines)
         assert all("function_name=sigil-local-consolidate" in line for line in lines)
+    finally:
+        gw.stop()
+
+
+# ---------------------------------------------------------------- the mode's processes end with it
+
+
+def test_sigterm_stops_the_mode_and_every_process_it_started(tmp_path: Path) -> None:
+    gw = DevGateway(tmp_path / "state", aws_env(None), extra_args=AWS).start()
+    try:
+        assert gw.proc is not None
+        leader = gw.proc.pid
+        # Given the gateway with osmem-server and the three functions' containers running
+        started = gw.processes()
+        assert any("osmem-server" in p.args for p in started)
+        assert sum("multiprocessing.spawn" in p.args for p in started) >= 3
+        # When it is sent SIGTERM, as a service manager stops it
+        gw.proc.terminate()
+        gw.proc.wait(timeout=REPLY_TIMEOUT_S)
+        # Then it has stopped them itself: nothing of its process group is left
+        assert wait_until(lambda: not in_groups({leader}), timeout=REPLY_TIMEOUT_S), in_groups({leader})
+        assert "osmem-server: exiting" in gw.log_text()
+    finally:
+        gw.stop()
+
+
+# Starts its argument as a child, then waits to be killed.
+PARENT = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(3600)"
+
+
+def test_when_its_parent_dies_the_mode_stops_and_leaves_nothing(tmp_path: Path) -> None:
+    gw = DevGateway(
+        tmp_path / "state", aws_env(None), extra_args=AWS, launcher=[sys.executable, "-c", PARENT]
+    ).start()
+    try:
+        assert gw.proc is not None
+        group = gw.proc.pid
+        assert any(p.ppid == group and " dev " in p.args for p in gw.processes())
+        # When its parent is killed outright, with no chance to stop it
+        gw.proc.kill()
+        gw.proc.wait()
+        # Then the orphaned mode notices, stops its children and exits: nothing is left
+        assert wait_until(lambda: not in_groups({group}), timeout=REPLY_TIMEOUT_S), in_groups({group})
+        assert "Finished server process" in gw.log_text()
     finally:
         gw.stop()
 
@@ -193,6 +240,8 @@ SESSIONS, MESSAGES = 20, 10
 POISONED = {3, 8, 13, 18}  # message 4 of these sessions fails on every delivery
 FLAKY = {1, 6, 11, 16}  # message 2 of these sessions fails on its first delivery only
 POISON_AT, FLAKY_AT = 4, 2
+# 200 turns and twelve retried deliveries through one poller: a minute when the machine is quiet.
+LANES_TIMEOUT_S = 300.0
 
 
 def text_for(s: int, m: int) -> str:
@@ -254,7 +303,7 @@ def test_each_session_keeps_its_order_through_failures_and_poison_ends_in_the_dl
             if s not in POISONED:
                 return [send(s, m) for m in range(MESSAGES)]
             statuses = [send(s, m) for m in range(POISON_AT + 1)]
-            replies = gw.wait_replies(POISON_AT + 1, session=f"sess{s:02d}", timeout=60)
+            replies = gw.wait_replies(POISON_AT + 1, session=f"sess{s:02d}", timeout=LANES_TIMEOUT_S)
             assert replies[-1]["text"] == APOLOGY, f"session {s} got no apology for its poisoned message"
             return statuses + [send(s, m) for m in range(POISON_AT + 1, MESSAGES)]
 
@@ -265,7 +314,7 @@ def test_each_session_keeps_its_order_through_failures_and_poison_ends_in_the_dl
         # Then every message has exactly one answer, in the order sent: the model's reply, or
         # the apology for a poisoned one; nothing is lost
         for s in range(SESSIONS):
-            replies = gw.wait_replies(MESSAGES, session=f"sess{s:02d}", timeout=90)
+            replies = gw.wait_replies(MESSAGES, session=f"sess{s:02d}", timeout=LANES_TIMEOUT_S)
             assert [r["in_reply_to"] for r in replies] == [f"e-{s:02d}-{m:02d}" for m in range(MESSAGES)]
             expected = [
                 APOLOGY if s in POISONED and m == POISON_AT else text_for(s, m) for m in range(MESSAGES)
