@@ -66,7 +66,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # AWS calls per webhook event and per turn, cold imports (on moto, ~30 s); the loop's own overhead;
 # LoCoMo retrieval from ../shared/bench (read there, never copied; the first run embeds ~4,000
 # texts, later runs use .benchmarks/); search latency at 1k/10k/100k memories; MiniLM throughput;
-# maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run. ~15 min in all.
+# maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run; the layer, bundles and
+# cold imports before the house (deeb990) and now (~3 min). ~18 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -74,3 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/memory_scale.py
 	$(BIN)/python bench/embed_minilm.py
 	$(BIN)/python bench/consolidation.py
+	$(BIN)/python bench/bundle.py
