@@ -74,6 +74,10 @@ def ingress() -> Ingress:
         signature_window_s=s.signature_window_s,
         max_body_bytes=s.max_body_bytes,
         clock=_seed.clock,
+        # A workspace whose secret can't be read (unknown, or outside the function's policy) costs
+        # one Secrets Manager call a minute however often it is probed; found secrets are cached
+        # by the store for its own max age.
+        secret_miss_ttl_s=60.0,
     )
 
 

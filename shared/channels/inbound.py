@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared.errors import BadRequest, Unauthorized
+from shared.errors import BadRequest, SigilError, Unauthorized
 from shared.models import Attachment, InboundMessage, Sender
 from shared.ports import SecretStore
 
@@ -200,6 +200,11 @@ def session_id(channel: ChannelName, chat_id: str, thread_id: str | None) -> str
 
 
 def clean(text: str) -> str:
+    """`text` with every character SQS refuses in a message body replaced by U+FFFD.
+
+    Every channel's user text and names go through this (the platforms' in `message`, the web
+    channel's in shared.channels.web.parse), so no message can fail its lane's SendMessage.
+    """
     return _NOT_SQS_CHAR.sub("\ufffd", text)
 
 
@@ -249,13 +254,38 @@ def message(
 # ---------------------------------------------------------------- verification helpers
 
 
+# The largest value of a signed 64-bit column (SQLite's INTEGER, a DynamoDB number read as int64).
+MAX_INT63: Final = 2**63 - 1
+# Unix seconds up to the year 33658: any genuine timestamp, and small enough for float arithmetic.
+MAX_UNIX_SECONDS: Final = 10**12 - 1
+
+
+def bounded_int(raw: str, *, what: str, hi: int, error: type[SigilError] = BadRequest) -> int:
+    """`raw` as a non-negative decimal integer of at most `hi`, else `error` naming `what`.
+
+    The one parser of the numbers a request carries in its headers and query (signing timestamps,
+    outbox positions): the length is checked before int() runs, so a 400-digit value can neither
+    cost a big-number conversion nor reach float arithmetic (OverflowError) or a 64-bit database
+    column. ASCII digits only: int() would also take "+1", " 1", "1_0" and full-width digits.
+    The reason never repeats the value.
+    """
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(hi))):
+        raise error(f"{what} must be an integer from 0 to {hi}")
+    value = int(raw)
+    if value > hi:
+        raise error(f"{what} must be an integer from 0 to {hi}")
+    return value
+
+
 def fresh_timestamp(raw: str | None, *, now: float, window_s: int, header: str) -> str:
     """A signing timestamp of unix seconds within `window_s` of now, so a capture can't be replayed."""
     if raw is None or not raw:
         raise Unauthorized(f"missing {header} header")
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
-        raise Unauthorized(f"{header} is not a unix timestamp")
-    if abs(now - int(raw)) > window_s:
+    try:
+        ts = bounded_int(raw, what=header, hi=MAX_UNIX_SECONDS, error=Unauthorized)
+    except Unauthorized:
+        raise Unauthorized(f"{header} is not a unix timestamp") from None
+    if abs(now - ts) > window_s:
         raise Unauthorized(f"timestamp more than {window_s} seconds from the gateway's clock")
     return raw
 

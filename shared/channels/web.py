@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 
 from pydantic import Field, ValidationError
 
+from shared.channels.inbound import MAX_UNIX_SECONDS, bounded_int, clean
 from shared.errors import BadRequest, Unauthorized
 from shared.models import Identifier, InboundMessage, Model, Sender
 
@@ -25,6 +27,7 @@ TIMESTAMP_HEADER = "x-sigil-timestamp"
 SIGNATURE_HEADER = "x-sigil-signature"
 SIGNATURE_VERSION = "v1"
 MAX_TEXT_CHARS = 32_000
+_SIGNATURE = re.compile(rf"{SIGNATURE_VERSION}=[0-9a-f]{{64}}")
 
 
 def secret_name(workspace_id: str) -> str:
@@ -47,6 +50,38 @@ def signed_headers(secret: str, payload: bytes, *, now: float | None = None) -> 
     return {"X-Sigil-Timestamp": str(ts), "X-Sigil-Signature": sign(secret, ts, payload)}
 
 
+def signed_parts(headers: dict[str, str], *, now: float, window_s: int = 300) -> tuple[int, str]:
+    """The request's timestamp and signature, once both are present, fresh and well-formed.
+
+    Checked before the workspace's secret is read, so an unsigned or stale request costs no
+    secret read and its answer can't depend on the workspace. `headers` has lower-case names.
+    """
+    ts_raw = headers.get(TIMESTAMP_HEADER)
+    sig = headers.get(SIGNATURE_HEADER)
+    if not ts_raw or not sig:
+        raise Unauthorized("missing X-Sigil-Timestamp or X-Sigil-Signature header")
+    try:
+        ts = bounded_int(ts_raw, what="X-Sigil-Timestamp", hi=MAX_UNIX_SECONDS, error=Unauthorized)
+    except Unauthorized:
+        raise Unauthorized("X-Sigil-Timestamp is not a unix timestamp") from None
+    if abs(now - ts) > window_s:
+        raise Unauthorized("timestamp outside the 5-minute window")
+    sig = sig.strip()
+    if not _SIGNATURE.fullmatch(sig):
+        raise Unauthorized(f"X-Sigil-Signature is not {SIGNATURE_VERSION}=<64 hex digits>")
+    return ts, sig
+
+
+def check_signature(secret: str | None, ts: int, sig: str, payload: bytes) -> None:
+    """Raise Unauthorized unless `sig` (from `signed_parts`) signs `payload` under `secret`."""
+    if secret is None:
+        # Same answer as a wrong signature: an unknown workspace must not be distinguishable.
+        raise Unauthorized("signature mismatch")
+    expected = sign(secret, ts, payload)
+    if not hmac.compare_digest(expected.encode(), sig.encode()):
+        raise Unauthorized("signature mismatch")
+
+
 def verify(
     secret: str | None,
     headers: dict[str, str],
@@ -59,22 +94,8 @@ def verify(
 
     `headers` must have lower-case names. The reason in the error never echoes the body.
     """
-    ts_raw = headers.get(TIMESTAMP_HEADER)
-    sig = headers.get(SIGNATURE_HEADER)
-    if not ts_raw or not sig:
-        raise Unauthorized("missing X-Sigil-Timestamp or X-Sigil-Signature header")
-    try:
-        ts = int(ts_raw)
-    except ValueError:
-        raise Unauthorized("X-Sigil-Timestamp is not a unix timestamp") from None
-    if abs(now - ts) > window_s:
-        raise Unauthorized("timestamp outside the 5-minute window")
-    if secret is None:
-        # Same answer as a wrong signature: an unknown workspace must not be distinguishable.
-        raise Unauthorized("signature mismatch")
-    expected = sign(secret, ts, payload)
-    if not hmac.compare_digest(expected.encode(), sig.strip().encode()):
-        raise Unauthorized("signature mismatch")
+    ts, sig = signed_parts(headers, now=now, window_s=window_s)
+    check_signature(secret, ts, sig, payload)
 
 
 class WebInbound(Model):
@@ -108,8 +129,10 @@ def parse(workspace_id: str, body: bytes) -> InboundMessage:
         channel="web",
         workspace_id=workspace_id,
         session_id=session_id_for(msg.session),
-        sender=Sender(id=msg.user, name=msg.user_name),
+        # Cleaned as the platforms' text is (shared.channels.inbound.clean): a character SQS
+        # refuses (U+0000, U+FFFE...) would fail the lane's SendMessage.
+        sender=Sender(id=msg.user, name=None if msg.user_name is None else clean(msg.user_name)),
         chat_id=msg.session,
         chat_type="dm",
-        text=msg.text,
+        text=clean(msg.text),
     )

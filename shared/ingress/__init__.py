@@ -10,14 +10,23 @@ SigilError to a status code, once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
 from shared.channels import web
-from shared.channels.inbound import Accepted, InboundChannel, IngressOutcome, WebhookRequest
+from shared.channels.inbound import (
+    MAX_INT63,
+    Accepted,
+    InboundChannel,
+    IngressOutcome,
+    WebhookRequest,
+    bounded_int,
+)
 from shared.errors import BadRequest
 from shared.models import Identifier, LaneItem, OutboxEntry
 from shared.ports import Lanes, Outbox, SecretStore, SubmitResult
@@ -25,6 +34,10 @@ from shared.serde import to_jsonable
 
 # WebhookRequest lives with the channels (they read it); importers of this module still find it here.
 __all__ = ["Ingress", "WebhookRequest", "outbox_json", "parse_after"]
+
+log = logging.getLogger("sigil.ingress")
+
+MAX_REMEMBERED_MISSES: Final = 4096
 
 
 @dataclass
@@ -35,19 +48,17 @@ class Ingress:
     signature_window_s: int = 300
     max_body_bytes: int = 256 * 1024
     clock: Callable[[], float] = time.time
+    # How long a workspace whose web secret could not be read answers 401 without reading again.
+    # 0 (the local gateway's file store is cheap to read, and a secret created there works at once).
+    secret_miss_ttl_s: float = 0.0
+    _misses: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def accept_web(self, workspace_id: str, request: WebhookRequest) -> tuple[SubmitResult, LaneItem]:
         """POST /webhooks/web/{workspace}: a signed message becomes one item on its session's lane."""
         _check_id(workspace_id, "workspace")
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
-        web.verify(
-            self.secrets.get(web.secret_name(workspace_id)),
-            request.headers,
-            request.body,
-            now=self.clock(),
-            window_s=self.signature_window_s,
-        )
+        self._verify_web(workspace_id, request, request.body)
         inbound = web.parse(workspace_id, request.body)
         item = LaneItem(inbound=inbound)
         return self.lanes.submit(item), item
@@ -73,13 +84,48 @@ class Ingress:
     def authorise_read(self, workspace_id: str, request: WebhookRequest) -> None:
         """GETs on the outbox carry the same signature, over the request target instead of a body."""
         _check_id(workspace_id, "workspace")
-        web.verify(
-            self.secrets.get(web.secret_name(workspace_id)),
-            request.headers,
-            request.target.encode(),
-            now=self.clock(),
-            window_s=self.signature_window_s,
-        )
+        self._verify_web(workspace_id, request, request.target.encode())
+
+    def _verify_web(self, workspace_id: str, request: WebhookRequest, payload: bytes) -> None:
+        # The headers first: an unsigned, stale or malformed request is refused before any secret
+        # read, so it costs no Secrets Manager call and its answer can't tell workspaces apart.
+        ts, sig = web.signed_parts(request.headers, now=self.clock(), window_s=self.signature_window_s)
+        web.check_signature(self._web_secret(workspace_id), ts, sig, payload)
+
+    def _web_secret(self, workspace_id: str) -> str | None:
+        """The workspace's signing secret; None, answered like a wrong signature, when unreadable.
+
+        Any failure counts, not only "not found": a workspace outside the function's secret
+        policy (AccessDenied), a throttle or an outage must answer as an unknown workspace does,
+        never with a 500 that tells a probe the workspace exists. A miss is remembered for
+        `secret_miss_ttl_s`, so a probe repeating a request costs one read per interval (the
+        store caches the secrets it finds).
+        """
+        name = web.secret_name(workspace_id)
+        now = time.monotonic()
+        if self._misses.get(name, 0.0) > now:
+            return None
+        try:
+            secret = self.secrets.get(name)
+        # Broad on purpose: each store raises its own SDK's errors (powertools' GetParameterError
+        # around botocore's, OSError from the local file), and every one means "can't verify".
+        except Exception as exc:  # noqa: BLE001 -- fails closed: a 401, logged for the operator
+            log.warning(
+                "web signing secret unreadable",
+                extra={"workspace_id": workspace_id, "error": type(exc).__name__, "reason": str(exc)},
+            )
+            secret = None
+        else:
+            if secret is None:
+                log.info("no web signing secret", extra={"workspace_id": workspace_id})
+        if secret is None and self.secret_miss_ttl_s > 0:
+            if len(self._misses) >= MAX_REMEMBERED_MISSES:
+                # Bounded: a probe over many workspace ids can't grow the container's memory.
+                self._misses = {k: t for k, t in self._misses.items() if t > now}
+                if len(self._misses) >= MAX_REMEMBERED_MISSES:
+                    self._misses.clear()
+            self._misses[name] = now + self.secret_miss_ttl_s
+        return secret
 
     def read_outbox(self, workspace_id: str, session: str, request: WebhookRequest) -> list[OutboxEntry]:
         self.authorise_read(workspace_id, request)
@@ -89,15 +135,14 @@ class Ingress:
 
 
 def parse_after(raw: str | None) -> int:
+    """The outbox position to read after (`?after=` or SSE's Last-Event-ID); BadRequest if unusable.
+
+    Bounded to a 63-bit non-negative integer, the widest an outbox stores, so a 20-digit value is
+    a 400 here rather than an OverflowError binding it to SQLite.
+    """
     if raw is None or raw == "":
         return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest("'after' must be an integer") from None
-    if value < 0:
-        raise BadRequest("'after' must not be negative")
-    return value
+    return bounded_int(raw, what="'after'", hi=MAX_INT63)
 
 
 def outbox_json(entries: list[OutboxEntry]) -> dict[str, object]:
