@@ -446,8 +446,8 @@ class EmbeddedLaneRunner:
                 continue
             claim = self.lanes._claim(head.seq, self.max_attempts)
             if claim is None:
-                # Undecodable, dead-lettered at claim time: that group has a new head, look again
-                # at once.
+                # Not claimable after all, or undecodable and dead-lettered: that group may have a
+                # new head, look again at once.
                 delay = 0.0
                 continue
             with self._cond:
@@ -457,10 +457,10 @@ class EmbeddedLaneRunner:
             assert self._pool is not None
             # A buried claim still takes its group's turn on a worker: the user hears the
             # callback's apology before the group's next item runs, as after a last attempt.
-            self._pool.submit(self._bury_told if claim.buried else self._work, claim)
+            self._pool.submit(self._tell_buried if claim.buried else self._work, claim)
         return max(0.0, delay)
 
-    def _bury_told(self, claim: _Claim) -> None:
+    def _tell_buried(self, claim: _Claim) -> None:
         try:
             self._tell_dead_letter(claim)
         finally:
