@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,6 +53,7 @@ def dev(
     import uvicorn
 
     from shared.local import logs
+    from shared.local.datadir_lock import DataDirInUse
     from shared.local.gateway import LocalGateway
 
     logs.configure()
@@ -62,6 +64,15 @@ def dev(
         serve(settings)
         return
     gateway = LocalGateway(settings)
+    # The data directory and the port are taken before start() puts in-flight items back on
+    # their lanes: an instance that cannot serve must not run (again) another one's turns.
+    try:
+        gateway.lock_data_dir()
+        listener = _listen(settings.host, settings.port)
+    except (DataDirInUse, OSError) as exc:
+        gateway.stop()
+        typer.echo(f"sigil dev: {exc}", err=True)
+        raise typer.Exit(1) from None
     gateway.start()
     base = f"http://{settings.host}:{settings.port}"
     ws = settings.default_workspace
@@ -82,9 +93,24 @@ def dev(
         err=True,
     )
     try:
-        uvicorn.run(gateway.app(), host=settings.host, port=settings.port, log_config=None)
+        uvicorn.Server(uvicorn.Config(gateway.app(), log_config=None)).run(sockets=[listener])
     finally:
+        listener.close()
         gateway.stop()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The gateway's bound socket (uvicorn listens on it); OSError names the address if taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As uvicorn binds: a restart may reuse the port while old connections sit in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 def _secret(settings: Settings, workspace: str) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -37,8 +39,9 @@ from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
+from shared.local.datadir_lock import DataDirLock
 from shared.memory.tacit import TacitFacts
-from shared.models import LaneItem, WorkspaceConfig
+from shared.models import ID_PATTERN, LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
 from shared.skills import local_skills
@@ -58,9 +61,11 @@ class LocalGateway:
     front: WebhookFront = field(init=False)
     runner: EmbeddedLaneRunner = field(init=False)
     scheduler: LocalScheduler = field(init=False)
+    data_dir_lock: DataDirLock = field(init=False)
 
     def __post_init__(self) -> None:
         self.backend = with_workspace_cache(build_embedded_backend(self.settings))
+        self.data_dir_lock = DataDirLock(Path(self.settings.data_dir).expanduser())
         lanes, events = self.backend.lanes, self.backend.events
         # The embedded backend always builds these; the runner needs their consumer side.
         assert isinstance(lanes, SqliteLanes) and isinstance(events, SqliteEventBus)
@@ -121,7 +126,17 @@ class LocalGateway:
             return exc.message
         return None
 
+    def lock_data_dir(self) -> None:
+        """Make this the data directory's only gateway; raises DataDirInUse naming the other.
+
+        start() takes it too; `sigil dev` takes it first, so a second instance says so before
+        it tries the port.
+        """
+        self.data_dir_lock.acquire()
+
     def start(self) -> None:
+        # Before anything is recovered: the in-flight items may be another gateway's running turns.
+        self.lock_data_dir()
         self.ensure_workspace(self.settings.default_workspace)
         self.scheduler.start()
         self.runner.start()
@@ -130,6 +145,7 @@ class LocalGateway:
         self.runner.stop()
         self.scheduler.stop()
         self.backend.close()
+        self.data_dir_lock.release()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -176,7 +192,11 @@ class LocalGateway:
         req = await _to_webhook_request(request, b"")
         workspace, session = request.path_params["workspace"], request.path_params["session"]
         await run_in_threadpool(self.ingress.authorise_read, workspace, req)
-        after = parse_after(request.headers.get("last-event-id") or request.query_params.get("after"))
+        if not _is_identifier(session):
+            raise BadRequest("invalid session id")
+        after = _resume_after(
+            parse_after(request.query_params.get("after")), request.headers.get("last-event-id")
+        )
         timeout = _parse_timeout(request.query_params.get("timeout"))
         session_id = web.session_id_for(session)
 
@@ -213,6 +233,25 @@ async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:
         path_params=dict(request.path_params),
         query=dict(request.query_params),
     )
+
+
+def _is_identifier(value: str) -> bool:
+    # The same rule as the outbox's session (and every id of the models): checked before the
+    # value becomes part of a store key.
+    return re.fullmatch(ID_PATTERN, value) is not None
+
+
+def _resume_after(signed_after: int, last_event_id: str | None) -> int:
+    """Where a stream starts: the signed `after`, or the client's Last-Event-ID when it is later.
+
+    Last-Event-ID is not covered by the signature (EventSource sends it by itself on reconnect),
+    so it may only move the start forward: a request signed for `after=N` never reads at or
+    below N. It is parsed as `after` is (BadRequest unless a seq): EventSource only ever sends
+    back an id this stream gave it.
+    """
+    if last_event_id is None:
+        return signed_after
+    return max(signed_after, parse_after(last_event_id.strip()))
 
 
 def _parse_timeout(raw: str | None) -> float:

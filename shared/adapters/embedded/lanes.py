@@ -62,7 +62,27 @@ _MIGRATIONS = [
         failed_at REAL NOT NULL
     );
     """,
+    # Deduplicated per lane (session), as SQS FIFO with DeduplicationScope=messageGroup: one
+    # client's event id must not drop another session's message. Rows seen before this step do
+    # not know their lane; they keep the empty group_id, which still matches in every lane (as
+    # they did) until the window expires them.
+    """
+    CREATE TABLE lane_dedup_by_group (
+        group_id TEXT NOT NULL,
+        dedup_id TEXT NOT NULL,
+        seen_at REAL NOT NULL,
+        PRIMARY KEY (group_id, dedup_id)
+    ) WITHOUT ROWID;
+    INSERT INTO lane_dedup_by_group (group_id, dedup_id, seen_at)
+        SELECT '', dedup_id, seen_at FROM lane_dedup;
+    DROP TABLE lane_dedup;
+    ALTER TABLE lane_dedup_by_group RENAME TO lane_dedup;
+    CREATE INDEX lane_dedup_by_time ON lane_dedup (seen_at);
+    """,
 ]
+
+# The group_id of dedup rows written before dedup was per lane: they match in any lane.
+_ANY_LANE = ""
 
 _MAX_ERROR_CHARS = 2000
 
@@ -103,6 +123,8 @@ class _Claim:
     dedup_id: str
     attempts: int
     item: LaneItem
+    # Dead-lettered as it was claimed: its attempts were used up by runs that never returned.
+    buried: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -134,12 +156,17 @@ class SqliteLanes:
         now = self.clock()
         with self._db.transaction() as conn:
             conn.execute("DELETE FROM lane_dedup WHERE seen_at < ?", (now - self._dedup_window_s,))
-            conn.execute(
-                "INSERT INTO lane_dedup (dedup_id, seen_at) VALUES (?, ?) ON CONFLICT (dedup_id) DO NOTHING",
-                (item.dedup_id, now),
+            seen = first(
+                conn,
+                "SELECT 1 FROM lane_dedup WHERE dedup_id = ? AND group_id IN (?, ?)",
+                (item.dedup_id, item.group_id, _ANY_LANE),
             )
-            if conn.changes() == 0:
+            if seen is not None:
                 return SubmitResult(status="duplicate")
+            conn.execute(
+                "INSERT INTO lane_dedup (group_id, dedup_id, seen_at) VALUES (?, ?, ?)",
+                (item.group_id, item.dedup_id, now),
+            )
             conn.execute(
                 "INSERT INTO lane_items (group_id, dedup_id, body, enqueued_at) VALUES (?, ?, ?, ?)",
                 (item.group_id, item.dedup_id, serde.dumps(item), now),
@@ -221,7 +248,9 @@ class SqliteLanes:
         """Mark a pending item in flight and count the attempt; None if it is no longer claimable.
 
         The attempt is counted before the handler runs, as SQS counts receives, so an item that
-        kills the process every time it runs still reaches the dead-letter table.
+        kills the process every time it runs still reaches the dead-letter table: the claim that
+        finds its attempts used up buries it and returns it with `buried` set, so the runner
+        tells the dead-letter callback as it does for an item whose last attempt raised.
         """
         now = self.clock()
         with self._db.transaction() as conn:
@@ -237,17 +266,17 @@ class SqliteLanes:
             if row is None:
                 return None
             group_id, dedup_id, body, attempts = str(row[0]), str(row[1]), str(row[2]), int(row[3])
-            if attempts >= max_attempts:
-                reason = f"interrupted after {attempts} attempt(s); last error: {row[4] or 'none recorded'}"
-                self._bury(conn, seq, attempts, reason, now)
-                logger.error("lanes: item %s of group %s dead-lettered: %s", dedup_id, group_id, reason)
-                return None
             try:
                 item: LaneItem = serde.loads(LaneItem, body)
             except pydantic.ValidationError as exc:
                 self._bury(conn, seq, attempts, f"undecodable item: {_describe(exc)}", now)
                 logger.error("lanes: item %s of group %s does not decode; dead-lettered", dedup_id, group_id)
                 return None
+            if attempts >= max_attempts:
+                reason = f"interrupted after {attempts} attempt(s); last error: {row[4] or 'none recorded'}"
+                self._bury(conn, seq, attempts, reason, now)
+                logger.error("lanes: item %s of group %s dead-lettered: %s", dedup_id, group_id, reason)
+                return _Claim(seq, group_id, dedup_id, attempts, item, buried=True)
             conn.execute(
                 "UPDATE lane_items SET status = 'inflight', attempts = attempts + 1, claimed_at = ? "
                 "WHERE seq = ?",
@@ -417,7 +446,8 @@ class EmbeddedLaneRunner:
                 continue
             claim = self.lanes._claim(head.seq, self.max_attempts)
             if claim is None:
-                # Dead-lettered at claim time: that group has a new head, look again at once.
+                # Not claimable after all, or undecodable and dead-lettered: that group may have a
+                # new head, look again at once.
                 delay = 0.0
                 continue
             with self._cond:
@@ -425,8 +455,18 @@ class EmbeddedLaneRunner:
             active.add(claim.group_id)
             free -= 1
             assert self._pool is not None
-            self._pool.submit(self._work, claim)
+            # A buried claim still takes its group's turn on a worker: the user hears the
+            # callback's apology before the group's next item runs, as after a last attempt.
+            self._pool.submit(self._tell_buried if claim.buried else self._work, claim)
         return max(0.0, delay)
+
+    def _tell_buried(self, claim: _Claim) -> None:
+        try:
+            self._tell_dead_letter(claim)
+        finally:
+            with self._cond:
+                self._active.discard(claim.group_id)
+            self.lanes.notify()
 
     def _tell_dead_letter(self, claim: _Claim) -> None:
         if self.on_dead_letter is None:
