@@ -106,6 +106,8 @@ class SigilStack(Stack):
         memory.grant_memory_read_write(turn_runner)
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
+        # Both LLM keys whatever `model` names: a workspace may set its own model of either
+        # provider, and shared.cloud.with_provider_keys reads both at start (a denied read fails).
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
