@@ -75,7 +75,9 @@ class AppContext:
     # Each workspace that talks over the web channel has its own signing secret (sigil/web/{id}).
     web_workspaces: tuple[str, ...]
     # SIGIL_MODEL for the agent and the consolidator; None leaves the model unset, and the agent
-    # then answers that no model is configured instead of inventing a reply.
+    # then answers that no model is configured instead of inventing a reply. A "bedrock/<model>"
+    # value also gives both functions InvokeModelWithResponseStream on that model alone
+    # (infra.constructs.bedrock).
     model: str | None
     # Where the functions look up secrets (SIGIL_SECRETS_PREFIX). Secret names are per account and
     # region, so a second stage in the same account and region needs its own, e.g. "sigil/dev/".

@@ -1,9 +1,11 @@
 """The Sigil stack: composes the constructs, then wires configuration and grants in one place.
 
 Each function gets the SIGIL_* settings shared.config.Settings reads, and exactly the grants its
-work needs (grant_* only: no IAM policy is written by hand; the one statement CDK has no grant
-for, bedrock:InvokeModel on the embedding model, is made by Memory.grant_embedding_model). The
-constructs acknowledge their own cdk-nag findings (docs/cdk-nag.md lists them).
+work needs: CDK's grant_* where it has one, and, where it has none, a statement naming one
+resource, made by a construct's own grant method (Memory.grant_embedding_model and
+infra.constructs.bedrock.grant_chat_model for Bedrock models, Memory.grant_outbox_read for the
+webhook's outbox partitions). The constructs acknowledge their own cdk-nag findings
+(docs/cdk-nag.md lists them).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from constructs import Construct
 from infra.config import AppContext
 from infra.constructs.agent import TIMEOUT as AGENT_TIMEOUT
 from infra.constructs.agent import Agent
+from infra.constructs.bedrock import grant_chat_model
 from infra.constructs.consolidation import Consolidation
 from infra.constructs.function import DependencyLayer
 from infra.constructs.ingress import Ingress
@@ -97,12 +100,14 @@ class SigilStack(Stack):
         # webhook: verify with the channel secrets, queue the turn, serve the web outbox.
         secrets.grant_read(webhook, [s.key for s in INGRESS_SECRETS] + list(secrets.web_keys))
         lanes.turns.grant_send_messages(webhook)
-        memory.sessions.grant_read_data(webhook)
+        memory.grant_outbox_read(webhook, context.web_workspaces)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
         memory.sessions.grant_read_write_data(turn_runner)
         memory.grant_memory_read_write(turn_runner)
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
+        # Both LLM keys whatever `model` names: a workspace may set its own model of either
+        # provider, and shared.cloud.with_provider_keys reads both at start (a denied read fails).
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
@@ -116,6 +121,13 @@ class SigilStack(Stack):
         if provider == "bedrock" and embedding_model_id:
             memory.grant_embedding_model(turn_runner, embedding_model_id)
             memory.grant_embedding_model(consolidate, embedding_model_id)
+        # agent and consolidate: stream from the chat model when it is a Bedrock one (the
+        # consolidator uses SIGIL_MODEL too: the stack sets no SIGIL_CONSOLIDATION_MODEL). An
+        # OpenAI or Anthropic model needs no AWS grant: its key is among the LLM keys above.
+        chat_provider, _, chat_model_id = (context.model or "").partition("/")
+        if chat_provider == "bedrock" and chat_model_id:
+            grant_chat_model(turn_runner, chat_model_id)
+            grant_chat_model(consolidate, chat_model_id)
 
         CfnOutput(self, "ApiUrl", value=ingress.stage.url, description="Base URL of the webhooks")
         CfnOutput(self, "TurnsQueueUrl", value=lanes.turns.queue_url)

@@ -7,6 +7,7 @@ compares the two). The search domain accepts only SigV4-signed requests from the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import jsii
@@ -33,6 +34,18 @@ INDEX_ACTIONS = [
     "es:ESHttpPatch",
 ]
 STRING = dynamodb.AttributeType.STRING
+
+
+def outbox_partitions(workspace_id: str) -> str:
+    """The web outbox's partition keys of one workspace, as an IAM StringLike pattern.
+
+    shared.adapters.aws.dynamodb.outbox keys a session's replies `WS#{workspace}#OUTBOX#{session}`,
+    and the web channel's sessions are `web.{session}` (shared.channels.web.session_id_for);
+    tests/infra checks this pattern against the keys those helpers build. Naming the workspace
+    (ids hold no "#", "*" or "?") keeps every other partition out, even one whose free-text part
+    happens to contain "#OUTBOX#" (a send ledger's turn id).
+    """
+    return f"WS#{workspace_id}#OUTBOX#web.*"
 
 
 class Memory(Construct):
@@ -183,6 +196,30 @@ class Memory(Construct):
             f"AwsSolutions-IAM5[Resource::<{_logical_id(self.memory)}.Arn>/index/*]",
             "DynamoDB grants name a table's indexes as table/index/*; the only indexes under this "
             "table are GSI1 and GSI2, which the memory store queries for triples.",
+        )
+
+    def grant_outbox_read(self, function: lambda_.Function, workspaces: Iterable[str]) -> None:
+        """dynamodb:Query on the sessions table, only in these web workspaces' outbox partitions.
+
+        The webhook reads a session's replies (DynamoOutbox.read, a Query) and nothing else of the
+        table, which also holds sessions, identities, budgets and the audit log. grant_read_data
+        would give it GetItem, Scan and BatchGetItem over all of that; this statement gives the
+        one action, and dynamodb:LeadingKeys pins every partition key it may name to the outbox
+        of a workspace that has a web signing secret (the only ones whose outbox it serves).
+        """
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Query"],
+                resources=[self.sessions.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {
+                        "dynamodb:LeadingKeys": [outbox_partitions(w) for w in workspaces]
+                    },
+                    # ForAllValues holds for a request with no partition key at all; a Query always
+                    # names one, and this keeps the statement from ever matching one that does not.
+                    "Null": {"dynamodb:LeadingKeys": "false"},
+                },
+            )
         )
 
     def grant_embedding_model(self, function: lambda_.Function, model_id: str) -> None:

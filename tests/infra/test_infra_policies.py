@@ -125,3 +125,28 @@ def test_the_consolidator_rewrites_memory_and_session_summaries(dev: Synth) -> N
     assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"} <= sessions
     assert "es:ESHttpPost" in _actions_on(dev, stack.consolidation, stack.memory.domain)
     assert _actions_on(dev, stack.consolidation, stack.lanes.turns) == set()
+
+
+def _statements_on(synth: Synth, role_owner: Any, resource: Any) -> list[dict[str, Any]]:
+    target = logical_id(resource)
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id(role_owner.handler.role)} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if target in json.dumps(statement["Resource"])
+    ]
+
+
+def test_the_webhook_may_query_only_the_web_outbox_partitions(dev: Synth) -> None:
+    # The sessions table also holds sessions, identities, budgets and the audit log: the webhook,
+    # which only pages a web session's replies, may name no other partition and may not Scan.
+    stack = dev.stack
+
+    [statement] = _statements_on(dev, stack.ingress, stack.memory.sessions)
+    assert statement["Action"] == "dynamodb:Query"
+    assert statement["Resource"] == {"Fn::GetAtt": [logical_id(stack.memory.sessions), "Arn"]}
+    assert statement["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["WS#default#OUTBOX#web.*"]},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }

@@ -1,0 +1,181 @@
+"""The chat model (`-c model=...`): each provider choice gets the grants it needs, and no more.
+
+An OpenAI or Anthropic model is reached with its API key (the LLM keys, as without a model) and
+needs no Bedrock grant; a Bedrock model needs bedrock:InvokeModelWithResponseStream (ConverseStream)
+on exactly that model, or, for a cross-Region inference profile, on the profile and on the model
+it routes to, only through that profile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from infra.app import build_app
+from infra.config import ROOT
+from infra.constructs.bedrock import PROFILE_REASON
+from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS
+from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
+
+pytestmark = pytest.mark.slow
+
+TITAN_V2 = "amazon.titan-embed-text-v2:0"
+EMBEDDING_ARN = f"arn:${{AWS::Partition}}:bedrock:${{AWS::Region}}::foundation-model/{TITAN_V2}"
+CLAUDE = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+STREAM = "bedrock:InvokeModelWithResponseStream"
+
+
+@pytest.fixture(scope="module")
+def with_model(
+    tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path
+) -> Iterator[Callable[[str], Synth]]:
+    cache: dict[str, Synth] = {}
+    cdk_context = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+    def get(model: str) -> Synth:
+        if model not in cache:
+            outdir = tmp_path_factory.mktemp("cdk-model")
+            context = {
+                **cdk_context,
+                "stage": "dev",
+                "model": model,
+                "layer_dir": str(stand_in_layer),
+                "@aws-cdk/core:failSynthOnValidationErrors": False,
+            }
+            app, stack = build_app(context, outdir=str(outdir))
+            app.synth()
+            template = Template.from_stack(stack)
+            cache[model] = Synth("dev", app, stack, outdir, template, template.to_json())
+        return cache[model]
+
+    yield get
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _render(value: Any) -> str:
+    """An ARN as text: {"Ref": "AWS::Region"} becomes ${AWS::Region}, joins are joined."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return f"${{{value['Ref']}}}"
+    if "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(_render(p) for p in parts)
+    raise AssertionError(f"unexpected ARN shape {value!r}")
+
+
+def _statements(synth: Synth, role_owner: Any) -> list[dict[str, Any]]:
+    role = {"Ref": logical_id(role_owner.handler.role)}
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if role in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _bedrock_grants(synth: Synth, role_owner: Any) -> list[tuple[frozenset[str], frozenset[str], str]]:
+    """(actions, resources, condition as JSON) of each statement with a bedrock: action."""
+    grants = []
+    for statement in _statements(synth, role_owner):
+        actions = frozenset(_as_list(statement["Action"]))
+        if any(a.startswith("bedrock:") for a in actions):
+            assert statement["Effect"] == "Allow"
+            resources = frozenset(_render(r) for r in _as_list(statement["Resource"]))
+            condition = statement.get("Condition", {})
+            rendered = {op: {k: _render(v) for k, v in keys.items()} for op, keys in condition.items()}
+            grants.append((actions, resources, json.dumps(rendered, sort_keys=True)))
+    return sorted(grants, key=repr)
+
+
+def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
+    secret_ids = {logical_id(s): key for key, s in synth.stack.secrets.secrets.items()}
+    return {
+        secret_ids[ref_or_getatt_target(r)]
+        for statement in _statements(synth, role_owner)
+        if "secretsmanager:GetSecretValue" in _as_list(statement["Action"])
+        for r in _as_list(statement["Resource"])
+    }
+
+
+EMBEDDING = (frozenset({"bedrock:InvokeModel"}), frozenset({EMBEDDING_ARN}), "{}")
+
+
+def _expected_chat_grants(model: str) -> list[tuple[frozenset[str], frozenset[str], str]]:
+    provider, _, model_id = model.partition("/")
+    if provider != "bedrock":
+        return []
+    geography, _, routed = model_id.partition(".")
+    if geography not in {"us", "global"}:
+        arn = f"arn:${{AWS::Partition}}:bedrock:${{AWS::Region}}::foundation-model/{model_id}"
+        return [(frozenset({STREAM}), frozenset({arn}), "{}")]
+    region = "arn:${AWS::Partition}:bedrock:${AWS::Region}"
+    profile = f"{region}:${{AWS::AccountId}}:inference-profile/{model_id}"
+    models = {f"arn:${{AWS::Partition}}:bedrock:*::foundation-model/{routed}"}
+    if geography == "global":
+        models.add(f"arn:${{AWS::Partition}}:bedrock:::foundation-model/{routed}")
+    condition = json.dumps({"StringEquals": {"bedrock:InferenceProfileArn": profile}}, sort_keys=True)
+    return [
+        (frozenset({STREAM}), frozenset({profile}), "{}"),
+        (frozenset({STREAM}), frozenset(models), condition),
+    ]
+
+
+MODELS = (
+    "openai/gpt-4.1-mini",
+    "anthropic/claude-sonnet-4-5",
+    f"bedrock/{CLAUDE}",
+    f"bedrock/us.{CLAUDE}",
+    f"bedrock/global.{CLAUDE}",
+)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_model_choice_gets_exactly_its_grants(with_model: Callable[[str], Synth], model: str) -> None:
+    synth = with_model(model)
+    stack = synth.stack
+
+    # The agent runs turns and the consolidator summarises with SIGIL_MODEL: both stream from it.
+    for owner in (stack.agent, stack.consolidation):
+        expected = sorted([EMBEDDING, *_expected_chat_grants(model)], key=repr)
+        assert _bedrock_grants(synth, owner) == expected, owner.node.path
+    assert _bedrock_grants(synth, stack.ingress) == []
+    # The choice adds no secret: each function reads what it read without a model.
+    assert _granted_secrets(synth, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
+    assert _granted_secrets(synth, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)}
+    assert _granted_secrets(synth, stack.consolidation) == {s.key for s in LLM_KEYS}
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m.startswith("bedrock/")])
+def test_a_bedrock_model_synthesises_with_nothing_unacknowledged(
+    with_model: Callable[[str], Synth], model: str
+) -> None:
+    report = with_model(model).validation_report()
+
+    findings = [v["ruleName"] for plugin in report["pluginReports"] for v in plugin["violations"]]
+    assert findings == []
+
+
+def test_the_inference_profile_acknowledgement_is_documented() -> None:
+    # It is recorded only when the model is an inference profile, so the list that the default
+    # stages are checked against leaves it out; docs/cdk-nag.md still gives it word for word.
+    lines = (ROOT / "docs" / "cdk-nag.md").read_text().splitlines()
+    # Quoted there as a block quote: without its ">" markers and line breaks.
+    text = " ".join(" ".join(line.removeprefix(">") for line in lines).split())
+
+    assert PROFILE_REASON in text
+
+
+def test_an_arn_for_a_model_is_refused(stand_in_layer: Path) -> None:
+    context = {"stage": "dev", "model": f"bedrock/arn:aws:bedrock:us-east-1:1:inference-profile/us.{CLAUDE}"}
+
+    with pytest.raises(ValueError, match="not an ARN"):
+        build_app({**context, "layer_dir": str(stand_in_layer)})
