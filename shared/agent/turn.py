@@ -246,6 +246,7 @@ def _record(
         model=model,
         loop=loop,
         budget=budget,
+        safety=turn.safety,
         error=error,
     )
 
