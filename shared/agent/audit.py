@@ -28,6 +28,8 @@ Outcome = Literal[
     "pairing_required",
     "sender_refused",
     "budget_denied",  # a workspace or user budget ran out (before the turn, or between its calls)
+    "refused",  # the model, or its provider's safety filter, declined to answer (Done.refused)
+    "given_up",  # dead-lettered after the last attempt: the apology, delivered or not (give_up_turn)
 ]
 
 
@@ -41,11 +43,14 @@ def audit_record(
     model: str | None = None,
     loop: LoopResult | None = None,
     budget: TurnBudget | None = None,
+    safety: Safety | None = None,
     error: str | None = None,
 ) -> AuditRecord:
     # A committing turn's record travels in its commit, so its duration stops short of the save.
     # `user_id` is the Sigil user the sender resolved to (for a refused sender, who they claim to be).
+    # `safety` (the loop's, when not given) puts the filters' findings on the record: names only.
     usage = loop.usage if loop else Usage()
+    safety = safety if safety is not None else (loop.safety if loop else None)
     if loop and loop.stopped:
         error = loop.stopped.message
     if loop and loop.budget_denied:
@@ -64,6 +69,8 @@ def audit_record(
         cost_usd=float(budget.spent.usd) if budget else 0.0,
         outcome=outcome,
         error=error,
+        quoted=list(safety.quoted) if safety else [],
+        injection_rules={source: list(rules) for source, rules in safety.findings.items()} if safety else {},
     )
 
 
@@ -76,7 +83,8 @@ def audit_alone(audit: AuditLog, record: AuditRecord) -> AuditRecord:
 
 def log_turn(record: AuditRecord, safety: Safety | None = None) -> AuditRecord:
     # One line per turn, never the message text: logs outlive the memory retention rules. The
-    # safety findings ride on it (AuditRecord has no field for them): rule and kind names, counts.
+    # safety findings ride on it as on the record, with the redaction counts the record leaves out:
+    # rule and kind names, counts.
     findings = {
         "injection_rules": safety.findings if safety else {},
         "quoted": safety.quoted if safety else [],
@@ -84,7 +92,7 @@ def log_turn(record: AuditRecord, safety: Safety | None = None) -> AuditRecord:
     }
     log.log(
         # A limited turn is worth a look too: a model that loops on tools, or a limit set too low.
-        logging.WARNING if record.outcome in {"error", "limited"} else logging.INFO,
+        logging.WARNING if record.outcome in {"error", "limited", "given_up"} else logging.INFO,
         "turn",
         extra={
             "workspace_id": record.workspace_id,

@@ -5,7 +5,9 @@ session's turns never run out of order, while the other sessions in the batch ca
 queue's last delivery of a record (ApproximateReceiveCount has reached maxReceiveCount, which
 SIGIL_LANE_MAX_ATTEMPTS must match), the user gets `give_up_turn`'s apology before SQS moves the
 record to the dead-letter queue, rather than silence. That covers the records skipped behind a
-failed one too: they reach their last delivery alongside it and are dead-lettered with it.
+failed one too: they reach their last delivery alongside it and are dead-lettered with it. An
+apology the platform will not take either is counted (ApologiesUndelivered) and noted on the
+turn's "given_up" audit record; the other records still get theirs.
 
 With SIGIL_COALESCE_BURST, a session's consecutive records from one sender run as one turn
 (shared.agent.coalesce): the first record of the burst runs the merged turn and the others ride
@@ -131,11 +133,17 @@ def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receive
         item = record.body
         context = {"message_id": record.messageId, "session_id": item.inbound.session_id}
         try:
-            give_up_turn(deps(), item)
+            # An apology the platform refuses (often the very failure that dead-lettered the
+            # record) is no error here: give_up_turn logs it in one line and notes it on the
+            # record it audits as "given_up".
+            given_up = give_up_turn(deps(), item)
         except Exception:
             # Best effort: the record goes to the dead-letter queue whatever happens here, and the
             # other records of the batch still deserve their apology.
             log.exception("could not apologise for a dead-lettered turn", extra=context)
             continue
-        log.warning("turn given up on its last delivery", extra=context)
+        apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
+        log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
         metrics.add_metric(name="TurnsGivenUp", unit=MetricUnit.Count, value=1)
+        if apology == "undelivered":
+            metrics.add_metric(name="ApologiesUndelivered", unit=MetricUnit.Count, value=1)

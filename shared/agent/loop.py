@@ -19,7 +19,10 @@ from "tool <name>" before the next model call sees it or the turn stores it. Eve
 writes is redacted (secrets always, PII per the workspace) where its AssistantMessages are built:
 the text, and the stored copy of each tool call's arguments, while the tool itself runs with the
 arguments as the model wrote them. What the filters found is kept on `Safety`, as rule and kind
-names only, for the turn's log line.
+names only, for the turn's log line and its audit record.
+
+A model that declines to answer (Done.refused, whichever provider said so) still ends the turn
+with its text or explanation as the reply, and the turn is audited as "refused".
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ LIMIT_REPLY = (
 
 @dataclass
 class Safety:
-    """What the safety filters did in one turn, for its log line: names and counts, never text."""
+    """What the safety filters did in one turn, for its log line and audit record: names and
+    counts, never text."""
 
     pii: bool = False  # the workspace's pii_redaction
     findings: dict[str, list[str]] = field(default_factory=dict)  # source -> injection rules fired
@@ -94,6 +98,7 @@ class LoopResult:
     tools_used: list[str] = field(default_factory=list)  # one name per call run, in order
     stopped: ToolCallLimitExceeded | None = None  # set when the tool-call limit ended the turn
     budget_denied: str | None = None  # what ran out, when a budget ended the turn between calls
+    refused: bool = False  # the model (or its provider's filter) declined to answer
     safety: Safety = field(default_factory=Safety)
 
     @property
@@ -103,10 +108,12 @@ class LoopResult:
         return last
 
     @property
-    def outcome(self) -> Literal["ok", "limited", "budget_denied"]:
+    def outcome(self) -> Literal["ok", "limited", "budget_denied", "refused"]:
         if self.budget_denied is not None:
             return "budget_denied"
-        return "ok" if self.stopped is None else "limited"
+        if self.stopped is not None:
+            return "limited"
+        return "refused" if self.refused else "ok"
 
 
 def run_loop(
@@ -152,6 +159,7 @@ def run_loop(
                 model_ref, tokens_in=answer.usage.input_tokens, tokens_out=answer.usage.output_tokens
             )
         if not answer.tool_calls:
+            result.refused = answer.done.refused
             return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
         step_id = f"{ctx.turn_id}.a{step}"
         stored_calls = [safety.redact_call(call) for call in answer.tool_calls]

@@ -23,8 +23,9 @@ Failure policy, decided once here:
   message is kept in the session, and the turn ends "model_not_configured". Retrying can't help.
 - The provider fails after the SDK's own retries (ProviderError): the attempt is audited as
   "error" and the error is raised, so the lane retries the item and dead-letters it after its last
-  attempt; the dead-letter path calls `give_up_turn` to tell the user. Nothing is committed by a
-  failed attempt, and the turn id is derived from the event, so a retry that succeeds posts once.
+  attempt; the dead-letter path calls `give_up_turn` to tell the user, and audits "given_up" (with
+  a note when the apology could not be sent either). Nothing is committed by a failed attempt,
+  and the turn id is derived from the event, so a retry that succeeds posts once.
 - The reply is sent before the commit: a crash in between re-runs the turn, which asks for the
   same outbox position (reply_seq: the session's message count is unchanged until the commit),
   and the outbox, for which that position is the send ledger, drops the second post.
@@ -57,6 +58,7 @@ Failure policy, decided once here:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,7 +86,7 @@ from shared.agent.reply import outbound, redacted, send
 from shared.agent.window import split_window
 from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
-from shared.channels.out import progressive_reply
+from shared.channels.out import ChannelError, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
@@ -96,6 +98,10 @@ from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
 
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
+# The note on a given-up turn's audit record when the apology itself could not be sent.
+UNDELIVERED = "the apology could not be delivered"
+
+log = logging.getLogger("sigil.turn")
 
 
 @dataclass
@@ -160,23 +166,52 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     return log_turn(end.record, turn.safety)
 
 
-def give_up_turn(deps: TurnDeps, item: LaneItem) -> None:
-    """For the lane, when it dead-letters an item: apologise once and keep what the user said."""
+def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
+    """For the lane, when it dead-letters an item: apologise once, keep what the user said, and
+    audit the turn as "given_up". None when there was nothing to do (a sender not admitted, a turn
+    already committed).
+
+    The apology must survive the failure that dead-lettered the item, which is often the platform
+    itself (no route to it, a revoked token): a ChannelError from its send is one line in the log
+    and a note on the audit record (UNDELIVERED), and the user's message is committed all the same,
+    so the lane dead-letters the item normally and goes on to the next.
+    """
+    started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
     workspace, sender = resolve(deps.backend, inbound, deps.clock())
     if not sender.admitted:
         # What failed was the policy's reply; a sender not admitted has nothing kept, apology
         # included.
-        return
+        return None
     session = load_session(deps.backend.sessions, inbound, sender.user_id)
     if inbound.event_id in session.recent_event_ids:
-        return
+        return None
     # The failed attempts sent nothing (a provider error comes before the send), so the apology
     # takes the reply's position; had one of them sent, the user has the reply and the outbox
     # drops the apology as that part, sent again.
-    send(deps.senders, inbound, session, turn, APOLOGY)
-    user = user_message(inbound, turn, Safety(pii=workspace.pii_redaction), sender.user_id)
-    commit(deps.backend, workspace, session, inbound, [user], clock=deps.clock)
+    error = None
+    try:
+        send(deps.senders, inbound, session, turn, APOLOGY)
+    except ChannelError as exc:
+        # No traceback: the cause is the platform's, already logged with the attempts that failed.
+        error = f"{UNDELIVERED}: {exc.message}"
+        log.warning(
+            "apology not delivered",
+            extra={
+                "workspace_id": inbound.workspace_id,
+                "session_id": inbound.session_id,
+                "event_id": inbound.event_id,
+                "platform": exc.platform,
+                "code": exc.code,
+            },
+        )
+    safety = Safety(pii=workspace.pii_redaction)
+    user = user_message(inbound, turn, safety, sender.user_id)
+    record = audit_record(
+        inbound, turn, started, "given_up", user_id=sender.user_id, safety=safety, error=error
+    )
+    commit(deps.backend, workspace, session, inbound, [user], clock=deps.clock, audit=record)
+    return log_turn(record, safety)
 
 
 def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
@@ -246,6 +281,7 @@ def _record(
         model=model,
         loop=loop,
         budget=budget,
+        safety=turn.safety,
         error=error,
     )
 

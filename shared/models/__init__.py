@@ -509,8 +509,16 @@ class AuditRecord(Model):
         "limited",
         "pairing_required",  # an unknown sender under the pairing policy was given a code
         "sender_refused",  # not on the allow list, blocked, or a bot: no model call, nothing kept
+        "refused",  # the model, or its provider's safety filter, declined to answer
+        "given_up",  # dead-lettered after its last attempt: the user was sent an apology
     ]
     error: str | None = None
+    # What the safety filters found (docs/safety.md), as names only, never the text: the sources
+    # that went to the model quoted as untrusted data ("the user", "tool fetch_page"), and per
+    # source the injection rules that fired. Empty by default, so records stored before these
+    # fields existed still load.
+    quoted: list[str] = Field(default_factory=list)
+    injection_rules: dict[str, list[str]] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
 
     def anonymised(self) -> AuditRecord:

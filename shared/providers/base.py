@@ -49,10 +49,23 @@ class Usage(BaseModel):
     output_tokens: int = 0
 
 
+# The finish reasons of a model that declined to answer, however its provider says so: Anthropic's
+# stop_reason "refusal" and an OpenAI message's `refusal` field come as "refusal"; OpenAI's
+# finish_reason "content_filter" and Bedrock's "content_filtered" and "guardrail_intervened" come
+# as "content_filter" (each provider maps its own words onto these).
+REFUSALS = frozenset({"refusal", "content_filter"})
+
+
 class Done(BaseModel):
     type: Literal["done"] = "done"
     finish_reason: str = "stop"  # stop | tool_calls | length | refusal | content_filter
-    refusal: str | None = None
+    refusal: str | None = None  # the model's explanation, when it gave one
+
+    @property
+    def refused(self) -> bool:
+        """The model, or the provider's filter in front of it, declined to answer: the turn is
+        audited as "refused" rather than "ok", whichever provider said so."""
+        return self.finish_reason in REFUSALS
 
 
 ProviderEvent = Annotated[TextDelta | ToolCallEvent | Usage | Done, Field(discriminator="type")]

@@ -41,10 +41,13 @@ from shared.providers import NOT_CONFIGURED, build_provider
 from shared.providers.base import ChatRequest, Done, Provider
 from shared.providers.function import FunctionProvider
 from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeReply as OpenAIReply
 
 WS = "ws1"
 SESSION = "web.s1"
+ANTHROPIC_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
 
 
 @pytest.fixture(autouse=True)
@@ -387,6 +390,63 @@ def test_a_provider_error_is_audited_and_raised_for_the_lane_to_retry(
         assert run_turn(deps, item("e1", "hi")).outcome == "ok"
     assert replies(backend) == ["hi"]
     assert [a.outcome for a in backend.audit.list_records(WS)] == ["ok", "error"]
+
+
+def test_an_anthropic_refusal_is_audited_as_refused(backend: Backend, settings: Settings) -> None:
+    # Given the gateway's own Anthropic provider, and a model that refuses (the API's own capture:
+    # stop_reason "refusal" with an explanation)
+    with FakeAnthropic() as fake:
+        settings = Settings(
+            data_dir=settings.data_dir,
+            model="anthropic/claude-sonnet-4-6",
+            ANTHROPIC_API_KEY="sk-ant-test",
+            ANTHROPIC_BASE_URL=fake.base_url,
+        )
+        deps = TurnDeps(
+            backend=backend,
+            settings=settings,
+            senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+            provider_factory=lambda ref: build_provider(settings, ref),
+        )
+        fake.replay(ANTHROPIC_FIXTURES / "messages_stream_refusal_response.sse")
+        record = run_turn(deps, item("e1", "hello"))
+    # Then the user gets the explanation, and the audit says the model refused, not "ok"
+    assert replies(backend) == ["This request was refused due to policy."]
+    assert record.outcome == "refused"
+    assert [a.outcome for a in backend.audit.list_records(WS)] == ["refused"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [OpenAIReply(refusal="I can't help with that."), OpenAIReply(finish_reason="content_filter")],
+    ids=["refusal-field", "content-filter"],
+)
+def test_an_openai_refusal_is_audited_as_refused(
+    backend: Backend, settings: Settings, reply: OpenAIReply
+) -> None:
+    with FakeOpenAI() as fake:
+        settings = Settings(
+            data_dir=settings.data_dir, model="openai/fake-model", OPENAI_BASE_URL=fake.base_url
+        )
+        deps = TurnDeps(
+            backend=backend,
+            settings=settings,
+            senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+            provider_factory=lambda ref: build_provider(settings, ref),
+        )
+        fake.respond(reply)
+        record = run_turn(deps, item("e1", "hello"))
+    assert record.outcome == "refused"
+    assert [a.outcome for a in backend.audit.list_records(WS)] == ["refused"]
+
+
+def test_an_audit_record_stored_before_the_safety_fields_still_loads() -> None:
+    # A record as stored before `quoted` and `injection_rules` existed
+    old = AuditRecord(workspace_id=WS, session_id=SESSION, turn_id="t1", outcome="ok").model_dump(
+        mode="json", exclude={"quoted", "injection_rules"}
+    )
+    loaded = AuditRecord.model_validate(old)
+    assert (loaded.quoted, loaded.injection_rules) == ([], {})
 
 
 def test_giving_up_apologises_once_and_keeps_the_message(backend: Backend, settings: Settings) -> None:

@@ -221,6 +221,23 @@ def test_an_injection_in_a_tool_result_reaches_the_model_quoted_and_the_turn_ans
     assert "starter" not in caplog.text and "ignore all" not in caplog.text
 
 
+def test_the_audit_record_names_the_quoted_tool_and_the_rules_it_tripped(
+    backend: Backend, settings: Settings
+) -> None:
+    # When the model fetches a page that carries an instruction for it
+    run_turn(
+        deps_for(backend, settings, FunctionProvider(reads_the_page)),
+        item("e1", "What does the sourdough page say?"),
+    )
+    # Then the stored audit record, which an operator and the right-to-know read, says the tool's
+    # result went in quoted and which injection rules fired: names only, never the page's text
+    [record] = backend.audit.list_records(WS)
+    assert record.outcome == "ok"
+    assert record.quoted == ["tool fetch_page"]
+    assert "ignore_instructions" in record.injection_rules["tool fetch_page"]
+    assert "starter" not in record.model_dump_json() and "ignore all" not in record.model_dump_json()
+
+
 def test_a_benign_tool_result_is_passed_as_it_is(backend: Backend, settings: Settings) -> None:
     def model(request: ChatRequest) -> str | list[ProviderEvent]:
         return fetch("https://bread.example/rye") if not results_since_user(request) else "Warmer."

@@ -331,7 +331,7 @@ class EmbeddedLaneRunner:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         poll_interval_s: float = 1.0,
-        on_dead_letter: Callable[[LaneItem], None] | None = None,
+        on_dead_letter: Callable[[LaneItem], object] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -344,6 +344,7 @@ class EmbeddedLaneRunner:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         # Told when a handler's item is dead-lettered, so the user hears something, not silence.
+        # What it returns (give_up_turn's audit record) is the application's, not the lane's.
         self.on_dead_letter = on_dead_letter
         # Submits in this process wake the dispatcher at once; the poll only catches items
         # queued by another process (a CLI command) and retries coming due.
