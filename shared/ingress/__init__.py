@@ -55,7 +55,7 @@ class Ingress:
 
     def accept_web(self, workspace_id: str, request: WebhookRequest) -> tuple[SubmitResult, LaneItem]:
         """POST /webhooks/web/{workspace}: a signed message becomes one item on its session's lane."""
-        _check_id(workspace_id, "workspace")
+        check_id(workspace_id, "workspace")
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
@@ -83,7 +83,7 @@ class Ingress:
 
     def authorise_read(self, workspace_id: str, request: WebhookRequest) -> None:
         """GETs on the outbox carry the same signature, over the request target instead of a body."""
-        _check_id(workspace_id, "workspace")
+        check_id(workspace_id, "workspace")
         self._verify_web(workspace_id, request, request.target.encode())
 
     def _verify_web(self, workspace_id: str, request: WebhookRequest, payload: bytes) -> None:
@@ -129,7 +129,7 @@ class Ingress:
 
     def read_outbox(self, workspace_id: str, session: str, request: WebhookRequest) -> list[OutboxEntry]:
         self.authorise_read(workspace_id, request)
-        _check_id(session, "session")
+        check_id(session, "session")
         after = parse_after(request.query.get("after"))
         return self.outbox.read(workspace_id, web.session_id_for(session), after_seq=after)
 
@@ -155,7 +155,7 @@ def outbox_json(entries: list[OutboxEntry]) -> dict[str, object]:
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
 
-def _check_id(value: str, what: str) -> None:
+def check_id(value: str, what: str) -> None:
     try:
         _IDENTIFIER.validate_python(value)
     except ValidationError:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +35,12 @@ from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
-from shared.ingress import Ingress, WebhookRequest, parse_after
+from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.memory.tacit import TacitFacts
-from shared.models import ID_PATTERN, LaneItem, WorkspaceConfig
+from shared.models import LaneItem, WorkspaceConfig
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
 from shared.skills import local_skills
@@ -192,8 +191,7 @@ class LocalGateway:
         req = await _to_webhook_request(request, b"")
         workspace, session = request.path_params["workspace"], request.path_params["session"]
         await run_in_threadpool(self.ingress.authorise_read, workspace, req)
-        if not _is_identifier(session):
-            raise BadRequest("invalid session id")
+        check_id(session, "session")
         after = _resume_after(
             parse_after(request.query_params.get("after")), request.headers.get("last-event-id")
         )
@@ -233,12 +231,6 @@ async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:
         path_params=dict(request.path_params),
         query=dict(request.query_params),
     )
-
-
-def _is_identifier(value: str) -> bool:
-    # The same rule as the outbox's session (and every id of the models): checked before the
-    # value becomes part of a store key.
-    return re.fullmatch(ID_PATTERN, value) is not None
 
 
 def _resume_after(signed_after: int, last_event_id: str | None) -> int:

@@ -26,6 +26,7 @@ from shared.backend import Backend
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.models import InboundMessage, LaneItem, Sender
+from shared.observability import metrics
 from shared.providers.function import FunctionProvider
 from tests.support.fake_platforms import DictSecrets
 
@@ -150,8 +151,11 @@ def last_delivery(item: LaneItem, raw: dict[str, Any]) -> TurnRecord:
 
 
 def test_the_cloud_batch_gives_up_on_every_record_when_the_apology_cannot_be_sent(
-    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
+    # The batch adds to the process's powertools metrics, which no handler flushes here: left
+    # behind, they would be published by the next test's handler.
+    request.addfinalizer(metrics.clear_metrics)
     raw = json.loads((EVENTS / "agent_sqs_fifo_batch.json").read_text())["Records"]
     items = [telegram("e1", "first"), telegram("e2", "second")]
     records = [last_delivery(item, record) for item, record in zip(items, raw, strict=False)]
