@@ -80,7 +80,8 @@ class CallLog:
 # A call is attributed to the outermost adapter frame (the port's method, not its helpers) and to
 # the innermost frame of the code that drives the adapters.
 _ADAPTERS = f"{os.sep}shared{os.sep}adapters{os.sep}aws{os.sep}"
-_DRIVERS = (f"shared{os.sep}agent{os.sep}turn.py", f"shared{os.sep}ingress.py", f"shared{os.sep}cloud.py")
+# The steps a call is attributed to: the turn's modules, the ingress and the composition root.
+_DRIVERS = (f"shared{os.sep}agent{os.sep}", f"shared{os.sep}ingress{os.sep}", f"shared{os.sep}cloud.py")
 
 
 def _caller(frame: FrameType | None) -> str:
@@ -89,8 +90,10 @@ def _caller(frame: FrameType | None) -> str:
         path, code = frame.f_code.co_filename, frame.f_code
         if _ADAPTERS in path:
             adapter = code.co_qualname
-        elif step is None and path.endswith(_DRIVERS):
-            step = f"{Path(path).stem}.{code.co_qualname}"
+        elif step is None and any(driver in path for driver in _DRIVERS):
+            module = Path(path)
+            name = module.parent.name if module.name == "__init__.py" else module.stem
+            step = f"{name}.{code.co_qualname}"
         frame = frame.f_back
     return " <- ".join(part for part in (adapter, step) if part) or "?"
 
