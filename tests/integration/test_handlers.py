@@ -14,7 +14,6 @@ import logging
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from shared.channels import web
 from shared.config import Settings
 from shared.models import DomainEvent, LaneItem
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,17 +49,7 @@ def load(name: str) -> dict[str, Any]:
     return event
 
 
-@dataclass
-class Context:
-    """The attributes of the Lambda context that powertools' logger reads."""
-
-    function_name: str = "sigil-test"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sigil-test"
-    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
-
-
-CONTEXT: Any = Context()
+CONTEXT: Any = context_for("sigil-test")
 
 
 @pytest.fixture

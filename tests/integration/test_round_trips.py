@@ -29,6 +29,7 @@ from shared.adapters.embedded import Database, SqliteMemoryIndex
 from shared.budgets import BudgetUsage, Counters, buckets
 from shared.models import BudgetLimits, InboundMessage, LaneItem, ScopeLimits, Sender, WorkspaceConfig
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,15 +43,7 @@ class Call:
     tables: list[str] = field(default_factory=list)  # the table, or each action's in a transaction
 
 
-@dataclass
-class Context:
-    function_name: str = "sigil-test"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sigil-test"
-    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
-
-
-CONTEXT: Any = Context()
+CONTEXT: Any = context_for("sigil-test")
 
 
 @pytest.fixture

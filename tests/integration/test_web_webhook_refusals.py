@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from shared.channels import web
 from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import LaneItem
+from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -38,17 +38,7 @@ UNKNOWN = "nobody"  # no secret at all
 BODY = json.dumps({"event_id": "evt-0100", "session": "demo", "user": "alice", "text": "hi"})
 
 
-@dataclass
-class Context:
-    """The attributes of the Lambda context that powertools' logger reads."""
-
-    function_name: str = "sigil-test"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sigil-test"
-    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
-
-
-CONTEXT: Any = Context()
+CONTEXT: Any = context_for("sigil-test")
 
 
 @pytest.fixture

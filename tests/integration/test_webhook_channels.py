@@ -41,6 +41,7 @@ from shared import cloud, serde
 from shared.adapters.aws import clients
 from shared.models import LaneItem
 from shared.observability import metrics
+from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, moto_like_aws, provision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,17 +66,7 @@ SECRETS = {
 }
 
 
-@dataclass
-class Context:
-    """The attributes of the Lambda context that powertools' logger reads."""
-
-    function_name: str = "sigil-webhook"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sigil-webhook"
-    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
-
-
-CONTEXT: Any = Context()
+CONTEXT: Any = context_for("sigil-webhook")
 
 
 # ---------------------------------------------------------------- signing, as each platform does
