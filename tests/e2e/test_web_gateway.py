@@ -8,7 +8,7 @@ import time
 import httpx
 
 from shared.channels import web
-from tests.e2e.conftest import DevGateway, gateway_env
+from tests.e2e.conftest import DevGateway, gateway_env, wait_until
 from tests.support.fake_openai import FakeOpenAI
 
 
@@ -26,8 +26,14 @@ def test_a_signed_post_yields_the_models_reply(gateway: DevGateway, fake_openai:
     assert request["model"] == "fake-model"
     assert request["messages"][0]["role"] == "system"
     assert request["messages"][-1] == {"role": "user", "content": "hello there"}
-    # and the turn was logged in one line, without the message text
-    turn_lines = [line for line in gateway.log_text().splitlines() if "sigil.turn" in line]
+
+    # and the turn was logged in one line, without the message text (the line follows the commit,
+    # which follows the reply: wait for it rather than read the log at once)
+    def logged_turns() -> list[str]:
+        return [line for line in gateway.log_text().splitlines() if "sigil.turn" in line]
+
+    wait_until(lambda: bool(logged_turns()), timeout=120)
+    turn_lines = logged_turns()
     assert len(turn_lines) == 1
     assert "outcome=ok" in turn_lines[0] and "hello there" not in turn_lines[0]
 
