@@ -50,22 +50,19 @@ from tests.integration.test_webhook_channels import (
     SECRETS,
     SIGNED_AT,
     Case,
-    Context,
     api_event,
     compact,
 )
 from tests.support import fake_openai
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_platforms import DISCORD_APPLICATION, PLATFORMS, FakeClock, FakePlatforms, Recorded
+from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, moto_like_aws, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 WS = "default"
-WEBHOOK_CONTEXT: Any = Context()
-AGENT_CONTEXT: Any = Context(
-    function_name="sigil-agent",
-    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:sigil-agent",
-)
+WEBHOOK_CONTEXT: Any = context_for("sigil-webhook")
+AGENT_CONTEXT: Any = context_for("sigil-agent")
 # One record of the sample batch: the fields and attribute names Lambda's SQS event carries.
 RECORD_TEMPLATE: dict[str, Any] = json.loads((ROOT / "events" / "agent_sqs_fifo_batch.json").read_text())[
     "Records"
