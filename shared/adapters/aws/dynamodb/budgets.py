@@ -38,6 +38,7 @@ from shared.adapters.aws.dynamodb.retry import (
     error_code,
     until_done,
 )
+from shared.adapters.aws.dynamodb.table import batch_get
 from shared.budgets import (
     METRICS,
     Bucket,
@@ -145,31 +146,14 @@ class DynamoBudgetStore:
             return {}
         # Consistent: a check right after a charge (another Lambda's) must see it. At most four
         # keys, far under BatchGetItem's hundred.
-        request: Any = {
-            "Keys": [counter_key(workspace_id, key) for key in counters],
-            "ConsistentRead": True,
-            "ProjectionExpression": "sk, #t, #c, #u",
-            "ExpressionAttributeNames": _NAMES,
-        }
-        found: dict[str, Counters] = {}
-
-        def attempt() -> Next:
-            nonlocal request
-            result = self.client.batch_get_item(RequestItems={self.table: request})
-            for item in result.get("Responses", {}).get(self.table, []):
-                found[item["sk"]["S"]] = counters_of(item)
-            unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
-            if not unprocessed:
-                return Next.DONE
-            request = unprocessed
-            # Unprocessed keys mean the partition is throttled: back off before asking again.
-            return Next.BACK_OFF
-
-        if not until_done(attempt):
-            raise SigilError(
-                f"DynamoDB left budget keys unprocessed after {RETRIES} attempts", code="store_unavailable"
-            )
-        return found
+        items = batch_get(
+            self.client,
+            self.table,
+            [counter_key(workspace_id, key) for key in counters],
+            ProjectionExpression="sk, #t, #c, #u",
+            ExpressionAttributeNames=_NAMES,
+        )
+        return {item["sk"]["S"]: counters_of(item) for item in items}
 
     # ------------------------------------------------------------------ charge
 

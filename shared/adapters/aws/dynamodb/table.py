@@ -291,23 +291,29 @@ class Table:
 
     def batch_get(self, keys: Sequence[Item]) -> list[Item]:
         """BatchGetItem in chunks of 100 (consistent reads), resubmitting UnprocessedKeys."""
-        found: list[Item] = []
-        for start in range(0, len(keys), _BATCH_GET_MAX):
-            request: Any = {"Keys": list(keys[start : start + _BATCH_GET_MAX]), "ConsistentRead": True}
+        return batch_get(self.client, self.table, keys)
 
-            def attempt() -> Next:
-                nonlocal request
-                result = self.client.batch_get_item(RequestItems={self.table: request})
-                found.extend(result.get("Responses", {}).get(self.table, []))
-                unprocessed = result.get("UnprocessedKeys", {}).get(self.table)
-                if not unprocessed:
-                    return Next.DONE
-                request = unprocessed
-                # Unprocessed keys mean the partition is throttled: back off before asking again.
-                return Next.BACK_OFF
 
-            if not until_done(attempt):
-                raise SigilError(
-                    f"DynamoDB left keys unprocessed after {RETRIES} attempts", code="store_unavailable"
-                )
-        return found
+def batch_get(client: DynamoDBClient, table: str, keys: Sequence[Item], **request: Any) -> list[Item]:
+    """BatchGetItem of `keys` on `table` in chunks of 100, consistent reads, resubmitting
+    UnprocessedKeys; `request` adds to each chunk's request (a ProjectionExpression, say)."""
+    found: list[Item] = []
+    for start in range(0, len(keys), _BATCH_GET_MAX):
+        pending: Any = {"Keys": list(keys[start : start + _BATCH_GET_MAX]), "ConsistentRead": True, **request}
+
+        def attempt() -> Next:
+            nonlocal pending
+            result = client.batch_get_item(RequestItems={table: pending})
+            found.extend(result.get("Responses", {}).get(table, []))
+            unprocessed = result.get("UnprocessedKeys", {}).get(table)
+            if not unprocessed:
+                return Next.DONE
+            pending = unprocessed
+            # Unprocessed keys mean the partition is throttled: back off before asking again.
+            return Next.BACK_OFF
+
+        if not until_done(attempt):
+            raise SigilError(
+                f"DynamoDB left keys unprocessed after {RETRIES} attempts", code="store_unavailable"
+            )
+    return found
