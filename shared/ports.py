@@ -25,9 +25,11 @@ from shared.models import (
     IndexResult,
     LaneItem,
     MemoryRecord,
+    MemoryScope,
     MemoryTier,
     OutboundMessage,
     OutboxEntry,
+    RecallScope,
     Session,
     Summary,
     Triple,
@@ -85,7 +87,12 @@ class SessionStore(Protocol):
 
 @runtime_checkable
 class MemoryStore(Protocol):
-    """Tier 1 (rolled-out messages), Tier 2 (summaries) and Tier 3 (triples)."""
+    """Tier 1 (rolled-out messages), Tier 2 (summaries) and Tier 3 (triples).
+
+    Reads across sessions take a RecallScope as well as the workspace id, and the adapter applies
+    it in its own query (shared.memory.scope.visible states the rule). A session's own reads
+    (get_messages, recent_messages, count_messages) are inside every scope of that session.
+    """
 
     def append_messages(self, workspace_id: str, records: Sequence[MemoryRecord]) -> None:
         """Idempotent by record id: appending the same record twice stores it once."""
@@ -109,12 +116,13 @@ class MemoryStore(Protocol):
         self,
         workspace_id: str,
         *,
+        scope: RecallScope,
         session_id: str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
         limit: int = 50,
     ) -> list[Summary]:
-        """Summaries overlapping [start, end], oldest first."""
+        """The summaries visible under `scope` overlapping [start, end], oldest first."""
         ...
 
     def delete_summaries(self, workspace_id: str, ids: Sequence[str]) -> None:
@@ -146,30 +154,49 @@ class MemoryStore(Protocol):
         """
         ...
 
-    def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
-        """Every triple of the workspace, whatever its status, in id order, ids > `after`.
+    def list_triples(
+        self, workspace_id: str, *, scope: RecallScope, after: str | None = None, limit: int = 500
+    ) -> list[Triple]:
+        """Every triple visible under `scope`, whatever its status, in id order, ids > `after`.
 
         Stable paging for maintenance, erasure and `sigil memory list`: pass the last id of a
         page as `after` to get the next one.
         """
         ...
 
-    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
-        """The ACTIVE triples with this subject (normalised key), newest first.
+    def triples_by_subject(
+        self, workspace_id: str, subject: str, *, scope: RecallScope, limit: int = 50
+    ) -> list[Triple]:
+        """The ACTIVE triples with this subject (normalised key) visible under `scope`, newest first.
+
+        `limit` counts visible triples: an adapter whose store filters after reading (a DynamoDB
+        FilterExpression) reads on until it has `limit` or the key is exhausted.
 
         Merged and pruned triples stay in the store for provenance and rollback but are never
         recalled; `list_triples` is the way to see them.
         """
         ...
 
-    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
-        """The ACTIVE triples with this object (normalised key), newest first."""
+    def triples_by_object(
+        self, workspace_id: str, obj: str, *, scope: RecallScope, limit: int = 50
+    ) -> list[Triple]:
+        """The ACTIVE triples with this object (normalised key) visible under `scope`, newest first."""
         ...
 
     def delete_triple(self, workspace_id: str, triple_id: str) -> None: ...
 
     def delete_triples(self, workspace_id: str, ids: Sequence[str]) -> None:
         """Delete many by id; unknown ids are ignored."""
+        ...
+
+    def unscoped(self, workspace_id: str, *, limit: int = 200) -> list[MemoryRecord | Summary | Triple]:
+        """Records of any tier written before scopes existed (scope None): what maintenance's
+        backfill stamps (shared.memory.scope.legacy_scope), a page at a time."""
+        ...
+
+    def stamp_scopes(self, workspace_id: str, scopes: Mapping[str, tuple[MemoryTier, MemoryScope]]) -> int:
+        """Set the scope of records by id (record id -> its tier and scope); unknown ids are
+        ignored. Returns how many were stamped."""
         ...
 
 
@@ -182,11 +209,18 @@ class MemoryIndex(Protocol):
     def delete(self, workspace_id: str, ids: Sequence[str]) -> None: ...
 
     def search(self, workspace_id: str, query: IndexQuery) -> IndexResult:
-        """Both rankings in one round trip: BM25 for query.text, k-NN for query.vector."""
+        """Both rankings in one round trip: BM25 for query.text, k-NN for query.vector, each over
+        the documents visible under query.scope only (a filter inside the query, so k hits come
+        back even when most of the workspace is out of scope)."""
         # Either part may be None: a text-only or vector-only query returns just that ranking.
         ...
 
     def count(self, workspace_id: str) -> int: ...
+
+    def stamp_scopes(self, workspace_id: str, scopes: Mapping[str, MemoryScope]) -> int:
+        """Set the scope of every document of these records (record id -> scope): the document
+        with that id and its chunks (metadata "record_id"). Returns how many documents changed."""
+        ...
 
 
 @runtime_checkable

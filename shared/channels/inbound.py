@@ -199,6 +199,13 @@ def session_id(channel: ChannelName, chat_id: str, thread_id: str | None) -> str
     return identifier(f"{channel}.{chat_id}" + (f".{thread_id}" if thread_id else ""))
 
 
+def conversation_key(channel: str, chat_id: str) -> str:
+    """The channel conversation a message came from, without its thread (MemoryScope.conversation):
+    a Slack channel, a Telegram group, a Discord channel or a DM. A Slack thread is a session of
+    its own, but its memories belong to its channel's conversation."""
+    return identifier(f"{channel}.{chat_id}")
+
+
 def clean(text: str) -> str:
     """`text` with every character SQS refuses in a message body replaced by U+FFFD.
 

@@ -258,6 +258,26 @@ class BudgetLimits(Model):
     user: ScopeLimits = Field(default_factory=ScopeLimits)
 
 
+# How far a turn's memory reads reach (WorkspaceConfig.memory.recall, docs/privacy.md):
+# "personal" (the default): in a direct conversation the asker's own conversations on every
+# channel plus shared facts; in a group, the group's own conversation plus shared facts.
+# "workspace": everything in the workspace (a team knowledge base). "conversation": the current
+# conversation only.
+RecallPolicy = Literal["personal", "workspace", "conversation"]
+# Spec 001's four scopes, narrowest first: what a memory's decay rate is chosen by
+# (shared.memory.scope.scope_level).
+ScopeLevel = Literal["conversation", "channel", "workspace", "account"]
+
+
+class MemoryConfig(Model):
+    """A workspace's memory policy (docs/privacy.md): who recalls what, and how fast facts fade."""
+
+    recall: RecallPolicy = "personal"
+    # Spec 001's DecayConfig: a factor on a fact's lifetime for each scope (2.0 fades half as
+    # fast). A scope not listed keeps factor 1.0, today's rates.
+    decay: dict[ScopeLevel, Annotated[float, Field(gt=0, le=1000)]] = Field(default_factory=dict)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -274,6 +294,7 @@ class WorkspaceConfig(Model):
     # None: budgets off, nothing counted (no request on the turn path). An empty BudgetLimits()
     # counts usage without limiting it, so limits set later apply to the period so far.
     budget: BudgetLimits | None = None
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
 
 
 # ---------------------------------------------------------------- identities
@@ -311,6 +332,51 @@ class Identity(Model):
 MemoryTier = Literal["message", "summary", "fact"]
 
 
+class MemoryScope(Model):
+    """Who a memory belongs to: stamped on every record, summary, fact and index document when it
+    is written, and matched by every adapter's query against the reader's RecallScope.
+
+    None in place of a MemoryScope marks a record written before scopes existed: it is visible in
+    its own session and under the workspace-wide policy only, until maintenance backfills it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The channel conversation it came from, without the thread: identifier(f"{channel}.{chat_id}")
+    # (a Slack channel, a Telegram group, a Discord channel, a DM). See shared.memory.scope.
+    conversation: str | None = None
+    # The Sigil users it belongs to: its writer, and in a direct conversation the person the reply
+    # answered. Sorted and distinct.
+    users: tuple[str, ...] = ()
+    # Said in a group conversation (several people), not a direct one.
+    group: bool = False
+    # Marked by the workspace as shared: visible to everyone under the personal policy.
+    shared: bool = False
+
+
+class RecallScope(Model):
+    """What a reader may recall: built from the turn (shared.memory.scope.recall_scope), never
+    from a model's arguments, and passed to every memory read beside the workspace id.
+
+    A record is visible when any clause holds (shared.memory.scope.visible is the reference that
+    each adapter's own query reproduces): `workspace_wide`; its session is `session_id`; its
+    conversation is `conversation`; one of its users is in `users`; `shared` and it is shared.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workspace_wide: bool = False
+    session_id: str | None = None
+    conversation: str | None = None
+    users: tuple[str, ...] = ()
+    shared: bool = False
+
+
+# Internal reads (maintenance, consolidation, export, erasure) that work on the whole workspace
+# say so explicitly with this scope.
+WORKSPACE_WIDE: Final = RecallScope(workspace_wide=True)
+
+
 class MemoryRecord(Model):
     """A Tier-1 message: full text of a message that rolled out of a session's window."""
 
@@ -328,6 +394,7 @@ class MemoryRecord(Model):
     # The name the writer of a user message goes by (their display name): a query that names them
     # ranks their own words higher (shared.memory.search, AUTHOR_BOOST).
     author: str | None = None
+    scope: MemoryScope | None = None  # None: written before scopes existed
 
 
 class Summary(Model):
@@ -346,6 +413,7 @@ class Summary(Model):
     # summary, rewritten by each compaction.
     kind: Literal["batch", "rolling"] = "batch"
     user_id: str | None = None
+    scope: MemoryScope | None = None  # the union of its messages' users; None: before scopes
     # The consolidation run that wrote it: provenance that lets a run be rolled back.
     run_id: str | None = None
 
@@ -389,6 +457,7 @@ class Triple(Model):
     updated_at: datetime = Field(default_factory=utcnow)
     # Whose fact it is (for the right to erasure); None for workspace-wide knowledge.
     user_id: str | None = None
+    scope: MemoryScope | None = None  # None: written before scopes existed
     # Spec 003's five extraction categories, or "fact" for anything stored by hand.
     category: FactCategory = "fact"
     # Who wrote it: the memory_store tool, a consolidation run (run_id says which), or an import.
@@ -430,6 +499,9 @@ class IndexDoc(Model):
     vector: list[float] | None = None
     created_at: datetime = Field(default_factory=utcnow)
     metadata: dict[str, str] = Field(default_factory=dict)
+    # The scope of the record it indexes (a message, summary or fact): what each adapter's search
+    # filters on. None: written before scopes existed.
+    scope: MemoryScope | None = None
 
 
 class IndexQuery(Model):
@@ -438,6 +510,8 @@ class IndexQuery(Model):
     k: int = Field(default=10, ge=1, le=1000)
     tiers: list[MemoryTier] | None = None
     session_id: str | None = None
+    # Required: every search says whose memory it may reach (WORKSPACE_WIDE for internal reads).
+    scope: RecallScope
     # False: the hits' documents may come back without their vectors (vector None), which an
     # adapter can then skip reading. Memory search only ranks; it never looks at them.
     with_vectors: bool = True
