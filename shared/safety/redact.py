@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import re
 from collections import Counter
@@ -103,7 +104,8 @@ def _discord_token(token: str) -> bool:
 # ---- AWS secret access keys: 40 characters of base64, with no prefix of their own.
 _AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])|\[REDACTED:aws_access_key\]")
 _AWS_LABEL = re.compile(r"aws|secret|credential|access[\s_-]?key")
-_AWS_WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{3,}(?![a-z])")
+# Words of an identifier: Title-case, lower case, upper case, and the hex suffix CDK adds to ids.
+_AWS_WORDS = re.compile(r"[A-Z][a-z]{2,}|[a-z]{4,}|[A-Z]{4,}(?![a-z])|[0-9A-F]{6,}$")
 # How far from a secret its key id or its label may be: a credentials file, a CSV row, a JSON
 # object or a sentence keeps them this close.
 _ID_REACH, _LABEL_BEFORE, _LABEL_AFTER = 300, 80, 40
@@ -118,11 +120,11 @@ def _aws_secret_shape(value: str) -> bool:
 def _written(value: str) -> bool:
     """Whether 40 characters read as written rather than drawn at random: mostly words
     (CamelCase identifiers, CDK logical ids) or few changes between character classes. A random
-    key is taken for written about once in 1,500 draws; see docs/safety.md."""
+    key is taken for written about once in 3,000 draws (bench/redaction.py measures it)."""
     words = sum(len(m.group()) for m in _AWS_WORDS.finditer(value))
     classes = ["u" if c.isupper() else "l" if c.islower() else "d" for c in value]
-    changes = sum(a != b for a, b in zip(classes, classes[1:], strict=False))
-    return words >= 0.7 * len(value) or changes < 14
+    changes = sum(a != b for a, b in itertools.pairwise(classes))
+    return words > 0.8 * len(value) or changes < 14
 
 
 def _aws_secret(text: str, start: int, end: int) -> bool:
@@ -170,7 +172,9 @@ _SECRETS: tuple[_Pattern, ...] = (
         _Pattern("stripe_key", re.compile(_token(prefix, r"[A-Za-z0-9]{20,247}")), (prefix,))
         for prefix in ("sk_live_", "rk_live_", "sk_test_", "rk_test_", "whsec_")
     ),
-    _Pattern("huggingface_token", re.compile(_token("hf_", r"[A-Za-z0-9]{30,40}")), ("hf_",), check=_mixed_case),
+    _Pattern(
+        "huggingface_token", re.compile(_token("hf_", r"[A-Za-z0-9]{30,40}")), ("hf_",), check=_mixed_case
+    ),
     _Pattern("npm_token", re.compile(_token("npm_", r"[A-Za-z0-9]{36}")), ("npm_",), check=_mixed_case),
     _Pattern("groq_key", re.compile(_token("gsk_", r"[A-Za-z0-9]{48,64}")), ("gsk_",), check=_mixed_case),
     *(
@@ -183,12 +187,17 @@ _SECRETS: tuple[_Pattern, ...] = (
         for prefix in ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glft-", "glimt-")
     ),
     # Meta's Graph API tokens (WhatsApp Cloud API, the gateway's own): "EAA" and base62.
-    _Pattern("meta_access_token", re.compile(_token("EAA", r"[A-Za-z0-9]{40,1024}")), ("EAA",), check=_random_looking),
+    _Pattern(
+        "meta_access_token",
+        re.compile(_token("EAA", r"[A-Za-z0-9]{40,1024}")),
+        ("EAA",),
+        check=_random_looking,
+    ),
     _Pattern(
         # <the bot's id in base64>.<timestamp>.<HMAC>; the check decodes the id.
         "discord_bot_token",
         re.compile(
-            r"[MNO](?<![A-Za-z0-9_.-][MNO])[A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"
+            r"[MNO](?<![A-Za-z0-9_.-][MNO])[A-Za-z0-9_-]{22,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"
             r"(?![A-Za-z0-9_-])"
         ),
         (".",),
@@ -278,7 +287,8 @@ _KEY_KINDS = (
         ("secret", "token", "key"),
     ),
 )
-_VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;]+)"
+# A value: quoted, a <placeholder> (which may hold spaces), or a bare run.
+_VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|<[^<>\n]{1,64}>|[^\s\"',;]+)"
 _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     _Pattern(
         kind,
