@@ -17,10 +17,10 @@ Message ids come from the turn id and the step, so a retried turn writes the sam
 Safety (docs/safety.md): every tool result is scanned, redacted and quoted as data from
 "tool <name>" before the next model call sees it or the turn stores it: always, for a tool that
 declares third-party output (Tool.untrusted_output: memory, web pages), and if flagged otherwise.
-Everything the model writes is redacted (secrets always, PII per the workspace) where its AssistantMessages are built:
-the text, and the stored copy of each tool call's arguments, while the tool itself runs with the
-arguments as the model wrote them. What the filters found is kept on `Safety`, as rule and kind
-names only, for the turn's log line and its audit record.
+Everything the model writes is redacted (secrets always, PII per the workspace) where its
+AssistantMessages are built: the text, and the stored copy of each tool call's arguments, while
+the tool itself runs with the arguments as the model wrote them. What the filters found is kept
+on `Safety`, as rule and kind names only, for the turn's log line and its audit record.
 
 A model that declines to answer (Done.refused, whichever provider said so) still ends the turn
 with its text or explanation as the reply, and the turn is audited as "refused".
