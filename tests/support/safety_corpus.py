@@ -447,7 +447,7 @@ BENIGN = [
     # Role prefixes and spaced-out letters, in their everyday uses.
     "System: Ubuntu 22.04 LTS, 16 GB RAM, kernel 6.5",
     "System: your disk is almost full (2 GB left).",
-    "User: alice@example.com\nRole: admin\nLast login: yesterday",
+    "User: alice\nRole: admin\nLast login: yesterday",
     "Assistant: Dr. Patel's office, Monday to Friday.",
     "S A L E  -  5 0 %  O F F  this weekend only",
     "The acronym is spelled U N E S C O, one letter at a time.",
