@@ -224,7 +224,10 @@ _SECRETS: tuple[_Pattern, ...] = (
         "telegram_bot_token",
         # Also right after "bot", as in the Bot API's URLs (https://api.telegram.org/bot<token>/),
         # and after a colon ("token:<token>"), but not inside a longer run of numbers and colons.
-        re.compile(r"(?:(?<=bot)|(?<![\w:])|(?<=[^\W\d]:))\d{5,12}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+        # The lookbehinds follow the first digit (as in _token), so the engine skips to digits.
+        re.compile(
+            r"\d(?<!\d\d)(?:(?<![\w:]\d)|(?<=bot\d)|(?<=[^\W\d]:\d))\d{4,11}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
+        ),
         (":",),
     ),
     _Pattern(
@@ -256,7 +259,7 @@ _SECRETS: tuple[_Pattern, ...] = (
         # the original. A run of exactly 40: part of a longer base64 run is something else.
         "aws_secret_key",
         re.compile(r"[a-z0-9/+](?<![a-z0-9/+][a-z0-9/+])[a-z0-9/+]{39}(?![a-z0-9/+=])"),
-        ("akia", "asia", "aws", "secret", "credential", "access"),
+        ("akia", "asia", "aws", "secret", "credential", *(f"access{gap}key" for gap in ("", " ", "_", "-"))),
         caseless=True,
         check=_aws_secret_shape,
         near=_aws_secret,
