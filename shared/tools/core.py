@@ -58,6 +58,10 @@ class Tool(Generic[A]):
     description: str
     args: type[A]
     fn: ToolFunction[A]
+    # Whether the result carries text a person or a web page wrote (memory, a fetched page, a
+    # search): the turn then always passes it to the model quoted as untrusted data, not only
+    # when the injection scan flags it (docs/safety.md). False: the gateway wrote all of it.
+    untrusted_output: bool = False
     parameters: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,7 +88,7 @@ def tool(fn: ToolFunction[A], /) -> Tool[A]: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, untrusted_output: bool = False
 ) -> Callable[[ToolFunction[A]], Tool[A]]: ...
 
 
@@ -94,17 +98,25 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    untrusted_output: bool = False,
 ) -> Tool[A] | Callable[[ToolFunction[A]], Tool[A]]:
     """Build a Tool from `def name(args: SomeModel, ctx: ToolContext) -> str | BaseModel`.
 
     The function's name is the tool's name and its docstring the description; the annotation of
-    its first parameter is the arguments model. `@tool(name=..., description=...)` overrides them.
+    its first parameter is the arguments model. `@tool(name=..., description=...)` overrides them;
+    `@tool(untrusted_output=True)` declares that its results carry third-party text.
     """
 
     def build(f: ToolFunction[A]) -> Tool[A]:
         # Docstring lines are wrapped for the source, not for the model: each paragraph becomes one line.
         doc = "\n\n".join(" ".join(p.split()) for p in (inspect.getdoc(f) or "").split("\n\n"))
-        return Tool(name=name or f.__name__, description=description or doc, args=_args_model(f), fn=f)
+        return Tool(
+            name=name or f.__name__,
+            description=description or doc,
+            args=_args_model(f),
+            fn=f,
+            untrusted_output=untrusted_output,
+        )
 
     return build if fn is None else build(fn)
 

@@ -127,7 +127,7 @@ class MemoryStoreArgs(_Args):
 # ---------------------------------------------------------------- the tools
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
     """Search earlier messages of all conversations in this workspace (older ones are not in your
     context). Use it when the user refers to something said before.
@@ -140,7 +140,7 @@ def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
     return _render(f"memory_search: {len(entries)} messages", _mode_line(outcome), entries, "messages")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_summary(args: MemorySummaryArgs, ctx: ToolContext) -> str:
     """Read summaries of earlier conversation, optionally between two dates. Use it for "what did we
     talk about last week" questions."""
@@ -162,7 +162,7 @@ def memory_summary(args: MemorySummaryArgs, ctx: ToolContext) -> str:
     return _render(header, None, entries, "summaries")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     """Recall stored facts about a person, thing or topic (knowledge learnt in earlier
     conversations), with where each was learnt."""
@@ -194,7 +194,7 @@ def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     return text
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     """Search all memory (messages, summaries, facts) by meaning rather than exact words. Use it
     when memory_search finds nothing or the wording may differ."""
@@ -208,7 +208,7 @@ def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     return _render(f"memory_semantic: {len(entries)} memories", _mode_line(outcome), entries, "memories")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_store(args: MemoryStoreArgs, ctx: ToolContext) -> str:
     """Remember a fact for later conversations, as subject / predicate / object (e.g. the user /
     favourite drink / green tea).

@@ -704,9 +704,12 @@ def test_a_fact_stored_in_one_session_is_recalled_in_a_later_one(
     # The fact, with where and when it was learnt
     assert "found by search] u1 (the user) favourite-drink green tea" in recall.content
     assert "[fact · preference · stored 2025-03-10 09:30 UTC · session web.s1" in recall.content
-    # The message it came from, from Tier 1 of the first session
-    assert search.content.splitlines()[0].endswith("(search: hybrid (BM25 + vectors))")
-    first = search.content.splitlines()[1]
+    # The message it came from, from Tier 1 of the first session, inside the block that quotes
+    # memory to the model as untrusted data (header, BEGIN line, the tool's lines, END line)
+    header, _begin, *lines, _end = search.content.splitlines()
+    assert header.startswith('[Untrusted data from "tool memory_search"')
+    assert lines[0].endswith("(search: hybrid (BM25 + vectors))")
+    first = lines[1]
     assert "session web.s1 · user" in first and first.endswith(
         "Remember that my favourite drink is green tea"
     )
