@@ -125,11 +125,12 @@ class AppContext:
         return provider if slash and provider and model_id else None
 
     def model_providers(self) -> frozenset[str]:
-        """The providers of the models the stack configures: the chat model and the embeddings.
-
-        What the consolidator uses (it summarises with SIGIL_MODEL, never a workspace's model).
-        """
-        return frozenset(p for p in map(self.provider_of, (self.model, self.embedding_model)) if p)
+        """The providers the configured models need: the chat model's, and the embedding model's
+        when it is reached with a key (OpenAI's). A Bedrock embedding model is granted on its own
+        and leaves Bedrock chat models out. What the consolidator uses (it summarises with
+        SIGIL_MODEL, never a workspace's model)."""
+        chat, embedding = self.provider_of(self.model), self.provider_of(self.embedding_model)
+        return frozenset(p for p in (chat, embedding if embedding in KEY_PROVIDERS else None) if p)
 
     def agent_providers(self) -> frozenset[str]:
         """What the agent may use: the configured models' providers and the `providers` context."""
