@@ -15,6 +15,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 from constructs import Node
 
+from shared.config import KEY_PROVIDERS as SETTINGS_KEY_PROVIDERS
 from shared.models import ID_PATTERN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +23,7 @@ DEFAULT_LAYER_DIR = ROOT / "layers" / "build"
 # Titan Text Embeddings v2 (1024 dimensions): in the stack's region, no key to manage.
 DEFAULT_EMBEDDING_MODEL = "bedrock/amazon.titan-embed-text-v2:0"
 # The providers reached with an API key (a secret under llm/); Bedrock is granted per model instead.
-KEY_PROVIDERS = ("openai", "anthropic")
+KEY_PROVIDERS = tuple(SETTINGS_KEY_PROVIDERS)
 
 
 @dataclass(frozen=True)
