@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     # "provider/model" for consolidation's summaries and fact extraction (a cheap model does);
     # None: the gateway's default model.
     consolidation_model: str | None = None
+    # The model providers this process may use, comma-separated ("openai,anthropic"); the stack
+    # sets it to the providers whose keys (or Bedrock grant) the function's role holds. A model of
+    # another provider (a workspace's own, say) is then refused with a message naming the grant it
+    # lacks, and only these providers' keys are read from the secret store. None: no restriction,
+    # and the keys read are those of the configured models (key_providers).
+    providers: str | None = None
     # Text embeddings for memory (shared.memory.embeddings, docs/memory.md): "auto" (the offline
     # MiniLM on the embedded backend when its packages are installed; none on aws), "none",
     # "local", "openai/<model>" or "bedrock/<model>". None of them is loaded until first used.
@@ -92,6 +98,25 @@ class Settings(BaseSettings):
             return self.model
         return None
 
+    def allowed_providers(self) -> frozenset[str] | None:
+        """SIGIL_PROVIDERS as a set, or None when unset (every provider allowed)."""
+        if self.providers is None:
+            return None
+        return frozenset(p.strip() for p in self.providers.split(",") if p.strip())
+
+    def key_providers(self) -> frozenset[str]:
+        """The providers whose API keys this process needs from the secret store.
+
+        SIGIL_PROVIDERS when set; otherwise the providers of the configured models: the default,
+        the fallback and the consolidation model, and OpenAI for OpenAI embeddings. Only providers
+        with a key (PROVIDER_KEY_SECRETS) are returned; Bedrock authorises through the role.
+        """
+        allowed = self.allowed_providers()
+        if allowed is None:
+            refs = (self.model, self.fallback_model, self.consolidation_model, self.embedding_model)
+            allowed = frozenset(ref.partition("/")[0] for ref in refs if ref and "/" in ref)
+        return allowed & KEY_PROVIDERS.keys()
+
 
 @cache
 def settings() -> Settings:
@@ -104,3 +129,6 @@ PROVIDER_KEY_SECRETS = {
     "anthropic_api_key": "llm/anthropic-api-key",
 }
 OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]
+# The providers reached with an API key, and the Settings field that holds it. The stack grants
+# each function the secrets of these it may use (infra/stack.py), nothing else.
+KEY_PROVIDERS = {"openai": "openai_api_key", "anthropic": "anthropic_api_key"}

@@ -57,7 +57,15 @@ from shared.consolidation.extraction import (
     parse_extraction,
 )
 from shared.errors import ConcurrencyConflict, SigilError
-from shared.models import IndexDoc, MemoryRecord, Session, Summary, UserMessage, WorkspaceConfig
+from shared.models import (
+    IndexDoc,
+    MemoryRecord,
+    Session,
+    Summary,
+    UserMessage,
+    WorkspaceConfig,
+    new_workspace,
+)
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, Usage
 from shared.safety.injection import quote_untrusted, scan
 from shared.safety.redact import redact
@@ -256,7 +264,7 @@ class _Compaction:
 
     def run(self, batch: int | None) -> None:
         backend, ws, sid = self.backend, self.workspace_id, self.session_id
-        workspace = backend.workspaces.get(ws) or WorkspaceConfig(id=ws)
+        workspace = backend.workspaces.get(ws) or new_workspace(ws)
         size = batch or workspace.summary_batch
         session = backend.sessions.get(ws, sid)
         checkpoint = summarised_until(backend, ws, sid)

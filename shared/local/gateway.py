@@ -40,7 +40,7 @@ from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.memory.tacit import TacitFacts
-from shared.models import LaneItem, WorkspaceConfig
+from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
 from shared.serde import to_jsonable
 from shared.skills import local_skills
@@ -109,7 +109,7 @@ class LocalGateway:
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
         if self.backend.workspaces.get(workspace_id) is None:
-            self.backend.workspaces.put(WorkspaceConfig(id=workspace_id, name=workspace_id))
+            self.backend.workspaces.put(new_workspace(workspace_id, name=workspace_id))
         secrets = self.backend.secrets
         ensure = getattr(secrets, "ensure", None)
         if ensure is None:

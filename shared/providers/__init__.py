@@ -120,6 +120,17 @@ def _build(settings: Settings, ref: str, fix: str) -> tuple[Provider, str]:
         raise ModelNotConfigured(
             f"Unknown model provider {prefix!r} in {ref!r}; known providers: {known}. {fix}"
         )
+    allowed = settings.allowed_providers()
+    if allowed is not None and prefix not in allowed:
+        # The function's role holds no grant for this provider (its key secret, or Bedrock), so
+        # the call would fail with AccessDenied: say which grant is missing instead.
+        listed = ",".join(sorted(allowed)) or "none"
+        raise ModelNotConfigured(
+            f"The model {ref!r} uses the {prefix} provider, which this deployment is not granted "
+            f"(SIGIL_PROVIDERS={listed}): its API key or Bedrock grant is not in the role. Redeploy "
+            f"allowing it (docs/deploy.md: -c providers=..., or -c model=... for Bedrock), or "
+            f"{fix[0].lower()}{fix[1:]}"
+        )
     return builder(settings), model
 
 
