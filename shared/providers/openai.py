@@ -79,7 +79,8 @@ class OpenAIProvider:
             with response as chunks:
                 yield from _translate_stream(bounded(at, iter(chunks)))
         except DeadlineExceeded:
-            raise
+            # The transport's is also the SDK's own error type (so the SDK does not retry it).
+            raise DeadlineExceeded() from None
         except (self._sdk_error, self._transport_error) as exc:
             if cut_by(at):
                 raise DeadlineExceeded() from None
