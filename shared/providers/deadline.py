@@ -85,13 +85,19 @@ def bounded(at: float | None, items: Iterator[T]) -> Iterator[T]:
     cut to the time left; DeadlineExceeded instead of the next item once `at` has passed.
 
     The scope is entered and left around each pull, never held across a `yield`: the consumer's
-    own work between items is not the model's.
+    own work between items is not the model's. However it ends, `items` is closed (a provider's
+    stream closes its HTTP response then), not left to the garbage collector.
     """
-    while True:
-        check(at)
-        with deadline(at):
-            try:
-                item = next(items)
-            except StopIteration:
-                return
-        yield item
+    try:
+        while True:
+            check(at)
+            with deadline(at):
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
