@@ -80,7 +80,7 @@ class AnthropicProvider:
         import anthropic
         import httpx2
 
-        from shared.providers.http_deadline import deadline_transport
+        from shared.providers.http_deadline import deadline_client_options
 
         self.base_url = base_url
         self.default_max_tokens = default_max_tokens
@@ -93,7 +93,7 @@ class AnthropicProvider:
             base_url=base_url,
             timeout=timeout_s,
             max_retries=max_retries,
-            http_client=anthropic.DefaultHttpxClient(transport=deadline_transport(anthropic.AnthropicError)),
+            http_client=anthropic.DefaultHttpxClient(**deadline_client_options(anthropic.AnthropicError)),
         )
         self._sdk_error: type[anthropic.AnthropicError] = anthropic.AnthropicError
         self._connection_error: type[anthropic.APIConnectionError] = anthropic.APIConnectionError

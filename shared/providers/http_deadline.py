@@ -1,4 +1,4 @@
-"""An HTTP client for the OpenAI and Anthropic SDKs whose every network wait ends by the deadline.
+"""HTTP clients for the OpenAI and Anthropic SDKs whose every network wait ends by the deadline.
 
 The SDKs talk through httpx2 over httpcore2, which hands each socket operation (connect, TLS
 handshake, write, one read) the request's timeout. The network backend here cuts that timeout to
@@ -25,6 +25,7 @@ from typing import Any, TypeVar, cast
 
 import httpcore2
 import httpx2
+from httpx2._utils import get_environment_proxies
 
 from shared.errors import DeadlineExceeded
 from shared.providers.deadline import current, cut_by, remaining
@@ -140,8 +141,10 @@ def _keepalive() -> list[Any]:
 
 
 class _DeadlineTransport(httpx2.HTTPTransport):
-    def __init__(self, stop: type[DeadlineExceeded], limits: httpx2.Limits) -> None:
-        super().__init__(limits=limits, socket_options=_keepalive())
+    def __init__(
+        self, stop: type[DeadlineExceeded], limits: httpx2.Limits, proxy: httpx2.Proxy | None = None
+    ) -> None:
+        super().__init__(limits=limits, socket_options=_keepalive(), proxy=proxy)
         pool = self._pool
         # httpx2 builds its pool with no way to pass a network backend; connections take the
         # pool's when they are made, so swapping it before the first request covers every one.
@@ -158,13 +161,18 @@ class _DeadlineTransport(httpx2.HTTPTransport):
         return response
 
 
-def deadline_transport(
-    sdk_error: type[Exception], limits: httpx2.Limits | None = None
-) -> httpx2.HTTPTransport:
-    """httpx2's own transport, its every network wait ending by the deadline in scope.
+def deadline_client_options(sdk_error: type[Exception]) -> dict[str, Any]:
+    """The `transport` and `mounts` of an SDK's DefaultHttpxClient whose every network wait ends
+    by the deadline in scope. `sdk_error` is the SDK's base error class (openai.OpenAIError,
+    anthropic.AnthropicError).
 
-    `sdk_error` is the SDK's base error class (openai.OpenAIError, anthropic.AnthropicError)."""
-    return _DeadlineTransport(
-        stop_error(sdk_error),
-        limits or httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
-    )
+    Given a transport, httpx2 no longer reads the proxy variables (HTTPS_PROXY, NO_PROXY...) by
+    itself, so their mounts are built here, on the same deadline-cutting transport.
+    """
+    stop = stop_error(sdk_error)
+    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+    mounts: dict[str, httpx2.BaseTransport | None] = {
+        pattern: None if url is None else _DeadlineTransport(stop, limits, httpx2.Proxy(url))
+        for pattern, url in get_environment_proxies().items()
+    }
+    return {"transport": _DeadlineTransport(stop, limits), "mounts": mounts}

@@ -52,7 +52,7 @@ class OpenAIProvider:
         import httpx2
         import openai
 
-        from shared.providers.http_deadline import deadline_transport
+        from shared.providers.http_deadline import deadline_client_options
 
         self.base_url = base_url
         self.deadline_s = deadline_s
@@ -62,7 +62,7 @@ class OpenAIProvider:
             base_url=base_url,
             timeout=timeout_s,
             max_retries=max_retries,
-            http_client=openai.DefaultHttpxClient(transport=deadline_transport(openai.OpenAIError)),
+            http_client=openai.DefaultHttpxClient(**deadline_client_options(openai.OpenAIError)),
         )
         self._sdk_error: type[openai.OpenAIError] = openai.OpenAIError
         self._connection_error: type[openai.APIConnectionError] = openai.APIConnectionError

@@ -117,6 +117,29 @@ def test_an_anthropic_stream_of_a_chunk_a_second_is_cut_at_the_calls_deadline(
     assert_cut(fake_anthropic.streams[0])
 
 
+def test_the_deadline_holds_through_the_environments_proxy(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model host that only the proxy named in the environment reaches (the fake answers
+    # the absolute-form requests a forward proxy receives), sending a chunk a second
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTP_PROXY", fake_openai.base_url.removesuffix("/v1"))
+    fake_openai.pace(1.0, FIFTEEN)
+    settings = Settings(
+        OPENAI_BASE_URL="http://model.invalid/v1",
+        provider_timeout_s=2,
+        provider_max_retries=0,
+        provider_deadline_s=3,
+    )
+    events, error = run_until_error(settings, "openai/gpt-4.1-mini")
+    # Then the call went through the proxy, and was cut at its deadline all the same
+    assert error.code == "deadline_exceeded"
+    assert texts(events) < 8
+    assert_cut(fake_openai.streams[0])
+
+
 # ---------------------------------------------------------------- a server that hangs
 
 
