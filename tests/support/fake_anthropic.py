@@ -4,8 +4,9 @@ The twin of tests.support.fake_openai. It replays captured .sse fixtures byte fo
 a reply computed from the request in the event format of those captures (message_start, content
 blocks with text_delta / input_json_delta, message_delta with the stop reason and usage,
 message_stop), or answers with Anthropic's HTTP errors (429, 500, 529 ... with retry-after), or
-starts a stream and breaks it with an `event: error`. Every request body and its headers are
-recorded.
+starts a stream and breaks it with an `event: error`, or is slow on the wire: a paced or hanging
+stream (`pace`, `hang`, a request header or a marker in the message: tests.support.slow_streams;
+what each such stream saw is in `streams`). Every request body and its headers are recorded.
 
     with FakeAnthropic() as fake:                   # echoes the last user text by default
         fake.fail(529).replay(FIXTURES / "messages_stream_basic_response.sse")

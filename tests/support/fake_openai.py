@@ -2,8 +2,10 @@
 
 It replays captured .sse fixtures byte for byte, or streams a reply computed from the request in
 the same chunk format as those captures (chat.completion.chunk objects, a usage chunk when asked,
-then `data: [DONE]`), or answers with HTTP errors to exercise the SDK's retries. Every request
-body is recorded.
+then `data: [DONE]`), or answers with HTTP errors to exercise the SDK's retries. It can also be
+slow on the wire: a stream paced at one event per interval, or one that hangs (`pace`, `hang`, a
+request header or a marker in the message: tests.support.slow_streams; what each such stream saw
+is in `streams`). Every request body is recorded.
 
     with FakeOpenAI() as fake:                      # echoes the last user message by default
         fake.fail(500).replay(FIXTURES / "chat_stream_text_with_usage.sse")
