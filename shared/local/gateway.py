@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from shared.local.datadir_lock import DataDirLock
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
+from shared.providers.deadline import deadline
 from shared.serde import to_jsonable
 from shared.skills import local_skills
 from shared.workspace_cache import with_workspace_cache
@@ -104,7 +106,9 @@ class LocalGateway:
         register_consolidation(self.scheduler, self.backend, lambda: consolidation_model(self.settings))
 
     def _handle(self, item: LaneItem) -> None:
-        run_turn(self.deps, item)
+        # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
+        with deadline(time.monotonic() + self.settings.turn_timeout_s):
+            run_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
