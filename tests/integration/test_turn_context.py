@@ -89,7 +89,7 @@ def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(
     backend: Backend, settings: Settings
 ) -> None:
     from shared.memory.tacit import TacitFacts
-    from shared.models import Triple
+    from shared.models import RecallScope, Triple
 
     # Given a Tier-3 fact about the web sender "u1" (their Sigil user id) and one about someone else
     backend.memory.put_triple(
@@ -102,9 +102,11 @@ def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(
     memory = backend.memory
 
     class Counting:
-        def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+        def triples_by_subject(
+            self, workspace_id: str, subject: str, *, scope: RecallScope, limit: int = 50
+        ) -> list[Triple]:
             reads.append(subject)
-            return memory.triples_by_subject(workspace_id, subject, limit=limit)
+            return memory.triples_by_subject(workspace_id, subject, scope=scope, limit=limit)
 
     now = [0.0]
     provider = FunctionProvider(lambda request: "ok")
