@@ -200,7 +200,9 @@ def test_store_writes_a_normalised_fact_for_the_user_and_indexes_it(
 
     assert out.startswith("Stored: u1 (the user) favourite-drink green tea [fact f_")
     (fact,) = facts_of(backend)
-    assert fact.id == fact_id(WS, "U1", "favourite  drink", "Green Tea")  # retries land on this id
+    # The owner is the user, in this conversation; retries land on this id, which names the owner
+    assert fact.scope == owner_scope(S1, ["u1"], group=False)
+    assert fact.id == fact_id(WS, "U1", "favourite  drink", "Green Tea", fact.scope)
     assert (fact.subject, fact.predicate, fact.object) == ("u1", "favourite-drink", "green tea")
     assert (fact.source, fact.category, fact.status, fact.user_id) == ("tool", "fact", "active", "u1")
     assert fact.session_id == S1 and fact.message_ids == ["t1.u"]
@@ -580,7 +582,7 @@ def test_summary_by_date_range_and_scope(backend: Backend) -> None:
     backend.memory.put_summary(_summary("c", S1, jan + timedelta(days=20), 1, "Budget review."))
 
     every = ok(run(backend, "memory_summary", {}))
-    assert every.splitlines()[0] == "memory_summary: 3 summaries of this workspace"
+    assert every.splitlines()[0] == "memory_summary: 3 summaries of the conversations you may recall"
     assert every.splitlines()[1] == (
         "1. [summary (batch) · 2025-01-10 08:00 UTC to 2025-01-10 10:00 UTC · session web.s1 · "
         "messages 0 to 49] "
@@ -589,7 +591,7 @@ def test_summary_by_date_range_and_scope(backend: Backend) -> None:
     ranged = ok(run(backend, "memory_summary", {"start_date": "2025-01-15", "end_date": "2025-01-20"}))
     assert (
         ranged.splitlines()[0]
-        == "memory_summary: 1 summaries of this workspace from 2025-01-15 to 2025-01-20"
+        == "memory_summary: 1 summaries of the conversations you may recall from 2025-01-15 to 2025-01-20"
     )
     assert "garden" in ranged and "kayak" not in ranged
     # An end date includes its whole day; a date-time is taken as UTC when it names no zone
