@@ -30,6 +30,7 @@ from shared.consolidation.compaction import (
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.extraction import ExtractedFact, FactOutcome, FactWriter
 from shared.errors import ProviderError
+from shared.memory.scope import owner_scope
 from shared.models import WORKSPACE_WIDE, FactCategory
 from tests.contract.factories import BACKEND_FACTORIES
 from tests.support.consolidation import RUN_AT, SID, T0, USER, WS, FakeConsolidator
@@ -314,6 +315,7 @@ def write_facts(
         workspace_id=WS,
         session_id=SID,
         user_id=USER,
+        scope=owner_scope(SID, [USER], group=False),  # a direct conversation's batch
         run_id="run-1",
         marker=marker,
         provenance=[marker],
