@@ -181,7 +181,10 @@ def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     conversations), with where each was learnt."""
     topic = _checked(args.topic, "topic")
     memory, ws = ctx.backend.memory, ctx.workspace_id
-    subjects = [topic] + ([ctx.user_id] if topic.casefold() in _SELF_TOPICS else [])
+    # "me": the user under every id they wrote as (their linked identities' older ids, when the
+    # turn's scope names them), so facts learnt before a `sigil identity link` are theirs too.
+    mine = [ctx.user_id, *ctx.scope.users] if topic.casefold() in _SELF_TOPICS else []
+    subjects = list(dict.fromkeys([topic, *mine]))
     found: dict[str, tuple[Triple, str]] = {}  # id -> (fact, how it was found), in order found
     for subject in subjects:
         for t in memory.triples_by_subject(ws, subject, scope=ctx.scope):

@@ -447,3 +447,52 @@ def test_backfill_stamps_records_written_before_scopes_and_counts_them(backend: 
     assert found() == {"old-m", "old-f"}
     # Nothing left: the next run stamps nothing
     assert run_maintenance(backend, WS, run_id="maint-2", clock=lambda: NOW).scopes_backfilled == 0
+
+
+def test_recalling_me_after_a_link_finds_what_was_learnt_under_the_older_id(backend: Backend) -> None:
+    # Learnt from Ann's Telegram DM before an admin linked her identities to "ann"
+    dm = conversation_key("telegram", "111")
+    backend.memory.put_triple(
+        Triple(
+            id="before-link",
+            workspace_id=WS,
+            subject=ANN,
+            predicate="home-city",
+            object="Lyon",
+            session_id=dm,
+            user_id=ANN,
+            scope=owner_scope(dm, [ANN], group=False),
+        )  # fmt: skip
+    )
+    for channel, channel_user in (("telegram", "111"), ("slack", "U9")):
+        backend.identities.create(
+            Identity(workspace_id=WS, channel=channel, channel_user_id=channel_user, user_id="ann")
+        )
+    # Now she asks from her Slack DM
+    message = inbound("U9", chat="D9", channel="slack")
+    ctx = ToolContext(
+        workspace_id=WS,
+        session_id=message.session_id,
+        user_id="ann",
+        turn_id="t1",
+        backend=backend,
+        scope=recall_scope_for(backend, workspace(), message, "ann"),
+        owner=owner_for(message, "ann"),
+    )
+    result = agent_registry().execute(
+        ToolCall(id="c", name="memory_recall", arguments=json.dumps({"topic": "me"})), ctx, workspace()
+    )
+    assert not result.is_error and "home-city Lyon" in result.content
+    # Bob asking about himself in his DM does not get it
+    bob = inbound("222")
+    bobs = replace(
+        ctx,
+        session_id=bob.session_id,
+        user_id=BOB,
+        scope=recall_scope_for(backend, workspace(), bob, BOB),
+        owner=owner_for(bob, BOB),
+    )
+    theirs = agent_registry().execute(
+        ToolCall(id="c", name="memory_recall", arguments=json.dumps({"topic": ANN})), bobs, workspace()
+    )
+    assert "Lyon" not in theirs.content
