@@ -462,7 +462,7 @@ def test_recalling_me_after_a_link_finds_what_was_learnt_under_the_older_id(back
             session_id=dm,
             user_id=ANN,
             scope=owner_scope(dm, [ANN], group=False),
-        )  # fmt: skip
+        )
     )
     for channel, channel_user in (("telegram", "111"), ("slack", "U9")):
         backend.identities.create(
