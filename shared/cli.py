@@ -386,6 +386,7 @@ def memory_list(
     """List facts (Tier 3) and summaries (Tier 2) with where they came from: session, messages,
     source, consolidation run, when, status and relevance."""
     from shared.memory.keys import normalize_key
+    from shared.models import WORKSPACE_WIDE  # an admin's read: the whole workspace
 
     if status not in ("active", "all"):
         typer.echo("--status is active or all", err=True)
@@ -393,7 +394,9 @@ def memory_list(
     with _memory_backend(data_dir, workspace) as (backend, ws):
         facts: list[Triple] = []
         after: str | None = None
-        while len(facts) < limit and (page := backend.memory.list_triples(ws, after=after, limit=500)):
+        while len(facts) < limit and (
+            page := backend.memory.list_triples(ws, scope=WORKSPACE_WIDE, after=after, limit=500)
+        ):
             after = page[-1].id
             facts += [
                 t
@@ -408,7 +411,7 @@ def memory_list(
         )
         summaries = [
             s
-            for s in backend.memory.list_summaries(ws, limit=1_000_000)
+            for s in backend.memory.list_summaries(ws, scope=WORKSPACE_WIDE, limit=1_000_000)
             if user is None or s.user_id == user or s.session_id in owned
         ]
     facts, summaries = facts[:limit], summaries[-limit:]

@@ -29,10 +29,11 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
+from weakref import WeakKeyDictionary
 
 from cachetools import TTLCache
 from pydantic import ValidationError
@@ -84,6 +85,68 @@ def derived_user_id(channel: str, channel_user_id: str) -> str:
     """The Sigil user of a sender nobody named: the web client's user id as it is (the signed web
     client speaks for its users), `{channel}:{id}` for a platform user."""
     return channel_user_id if channel == "web" else f"{channel}:{channel_user_id}"
+
+
+def user_aliases(identities: Iterable[Identity], user_id: str) -> tuple[str, ...]:
+    """Every id `user_id`'s memories may have been written under: the id itself, and the derived
+    id of each identity that is this user (`derived_user_id`). Identities linked to one Sigil user
+    wrote under their derived ids before they were linked; with these, "my memory" finds them
+    (shared.memory.scope.recall_scope). Sorted and distinct."""
+    derived = (derived_user_id(i.channel, i.channel_user_id) for i in identities if i.user_id == user_id)
+    return tuple(sorted({user_id, *derived}))
+
+
+ALIASES_TTL_S: Final = 60.0
+_MAX_ALIAS_WORKSPACES: Final = 1024
+
+
+class UserAliases:
+    """`aliases(workspace_id, user_id)`: `user_aliases` over the workspace's identities, read at
+    most once a minute per workspace and process, so a warm turn adds no store call. An identity
+    linked or renamed through another process applies here within the minute."""
+
+    def __init__(
+        self,
+        identities: IdentityStore,
+        *,
+        ttl_s: float = ALIASES_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._identities = identities
+        # workspace -> user id -> that user's aliases (only users with an identity are listed).
+        self._cache: TTLCache[str, dict[str, tuple[str, ...]]] = TTLCache(
+            _MAX_ALIAS_WORKSPACES, ttl_s, timer=clock
+        )
+        # The local gateway's lane workers share one instance.
+        self._lock = threading.Lock()
+
+    def __call__(self, workspace_id: str, user_id: str) -> tuple[str, ...]:
+        try:
+            with self._lock:
+                by_user = self._cache[workspace_id]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            grouped: dict[str, list[Identity]] = {}
+            for identity in self._identities.list_identities(workspace_id):
+                grouped.setdefault(identity.user_id, []).append(identity)
+            by_user = {u: user_aliases(mine, u) for u, mine in grouped.items()}
+            with self._lock:
+                self._cache[workspace_id] = by_user
+        return by_user.get(user_id, (user_id,))
+
+
+# One per identity store, so every turn of a process shares its cache.
+_ALIASES_BY_STORE: WeakKeyDictionary[IdentityStore, UserAliases] = WeakKeyDictionary()
+
+
+def aliases_of(identities: IdentityStore) -> UserAliases:
+    try:
+        aliases = _ALIASES_BY_STORE.get(identities)
+        if aliases is None:
+            aliases = _ALIASES_BY_STORE[identities] = UserAliases(identities)
+    except TypeError:  # a store that can't be weakly referenced or hashed: no shared cache
+        aliases = UserAliases(identities)
+    return aliases
 
 
 def on_allow_list(workspace: WorkspaceConfig, channel: str, channel_user_id: str) -> bool:

@@ -1,9 +1,10 @@
 """A tool: a typed function the model may call, and the context it runs in.
 
 A tool takes one pydantic model of arguments, validated from the JSON the model wrote, and a
-ToolContext that says whose turn it is. The model never names the workspace: the context does,
-and an arguments model may not even declare a `workspace_id` field, so no tool can be talked into
-reading another workspace's data.
+ToolContext that says whose turn it is. The model never names the workspace, the session, the
+user or the reach of a memory read: the context does (its RecallScope is the turn's, built from
+the workspace's memory policy), and an arguments model may not even declare those fields, so no
+tool can be talked into reading another workspace's data or another person's memory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import BaseModel
 
 from shared.backend import Backend
 from shared.clock import utcnow
+from shared.models import MemoryScope, RecallScope
 from shared.providers.base import ToolSpec
 
 A = TypeVar("A", bound=BaseModel)
@@ -28,7 +30,7 @@ ToolOutput = str | BaseModel
 # OpenAI's rule for function names, the strictest of the providers'.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Arguments the model must never supply: these come from the turn (ToolContext).
-RESERVED_ARGUMENTS = frozenset({"workspace_id"})
+RESERVED_ARGUMENTS = frozenset({"workspace_id", "session_id", "user_id", "recall_scope"})
 
 
 @dataclass(frozen=True, kw_only=True)  # by name only: a swapped id here would cross workspaces
@@ -40,6 +42,10 @@ class ToolContext:
     user_id: str
     turn_id: str
     backend: Backend
+    # What the turn's memory reads may reach (shared.memory.scope.recall_scope under the
+    # workspace's policy), and the scope its memory writes carry (a stored fact's owner).
+    scope: RecallScope
+    owner: MemoryScope
     now: Callable[[], datetime] = utcnow
     # Changes to the session a tool asks for (e.g. the active-task pin). A tool must not save the
     # session itself (the turn commits it, under optimistic concurrency): the turn applies these

@@ -31,6 +31,7 @@ from shared.channels.out import build_senders
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.models import (
+    WORKSPACE_WIDE,
     AssistantMessage,
     InboundMessage,
     IndexQuery,
@@ -301,9 +302,9 @@ def test_a_secret_in_the_output_is_redacted_before_the_outbox_and_every_store(
     # And the index has no document with a key, whichever way it is searched
     assert backend.index.count(WS) == 2
     for query in (AWS_KEY, OPENAI_KEY, "Q3ZV7TLM2XB4RN8D", "REDACTED"):
-        hits = backend.index.search(WS, IndexQuery(text=query, k=10)).text_hits
+        hits = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text=query, k=10)).text_hits
         assert_no_secret([h.doc.text for h in hits])
-    found = backend.index.search(WS, IndexQuery(text="access key id", k=10)).text_hits
+    found = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="access key id", k=10)).text_hits
     assert any("[REDACTED:aws_access_key]" in h.doc.text for h in found)
 
 
