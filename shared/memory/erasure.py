@@ -322,17 +322,20 @@ class _SessionPlan:
         gone = {r.id for r in self.gone}
         return [self.rewritten.get(r.id, r) for r in self.records if r.id not in gone]
 
-    def to_reindex(self, reach: int) -> list[list[MemoryRecord]]:
+    def to_reindex(self, before: int, after: int) -> list[list[MemoryRecord]]:
         """Runs of surviving records (consecutive among the survivors) whose index documents may
-        hold what changed: the changed records, and those within `reach` of a change, whose
-        neighbour text may have quoted it."""
+        hold what changed: the changed records, and those whose neighbour text took in a changed
+        one (the writer's rule: up to `before`/`after` records away, in the same session, each
+        record in between and the changed one of the same user)."""
         changed = {r.id for r in self.gone} | set(self.rewritten)
-        positions = [i for i, r in enumerate(self.records) if r.id in changed]
-        near = {
-            r.id
-            for i, r in enumerate(self.records)
-            if r.id in self.rewritten or any(abs(i - p) <= reach for p in positions)
-        }
+        near = set(self.rewritten)
+        for j, r in enumerate(self.records):
+            for step, reach in ((-1, before), (1, after)):
+                for k in range(j + step, j + step * (reach + 1), step):
+                    if not 0 <= k < len(self.records) or self.records[k].user_id != r.user_id:
+                        break
+                    if self.records[k].id in changed:
+                        near.add(r.id)
         runs: list[list[MemoryRecord]] = []
         current: list[MemoryRecord] = []
         for r in self.survivors():
@@ -513,13 +516,12 @@ def _reindex(
     triples: Sequence[Triple],
 ) -> int:
     writer = MemoryWriter(backend.index, backend.embedder)
-    reach = max(writer.context_before, writer.context_after)
     written = 0
     scopes: dict[str, MemoryScope] = {}
     for plan in plans.values():
         survivors = plan.survivors()
         position = {r.id: i for i, r in enumerate(survivors)}
-        for run in plan.to_reindex(reach):
+        for run in plan.to_reindex(writer.context_before, writer.context_after):
             lo, hi = position[run[0].id], position[run[-1].id] + 1
             written += writer.write_messages(
                 workspace_id,
