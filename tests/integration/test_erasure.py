@@ -226,7 +226,8 @@ def bobs_view(b: Backend, ws: str) -> dict[str, object]:
         "outbox": b.outbox.read(ws, "dm-bob"),
         "identity": b.identities.get(ws, "telegram", BOB_TG),
         "audit": [r for r in b.audit.list_records(ws) if r.user_id == BOB],
-        "search": {w: search(b, ws, w) for w in ("kilimanjaro", "timbuktu", "valparaiso")},
+        # Less her group message, whose context held Bob's words next to it.
+        "search": {w: search(b, ws, w) - {"group-r0"} for w in ("kilimanjaro", "timbuktu", "valparaiso")},
     }
 
 
