@@ -32,8 +32,8 @@ from shared.memory.facts import fact_index_doc
 from shared.memory.writer import RECENT_TAILS, MemoryWriter
 from shared.models import (
     WORKSPACE_WIDE,
-    IndexDoc,
     InboundMessage,
+    IndexDoc,
     LaneItem,
     MemoryScope,
     Sender,
@@ -123,7 +123,8 @@ def _dump_sqlite(data_dir: Path) -> str:
                 try:
                     rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
                 except sqlite3.OperationalError:
-                    continue  # a virtual table of a module not loaded here (sqlite-vec): its shadows are dumped
+                    # A virtual table of a module not loaded here (sqlite-vec): its shadow tables are dumped.
+                    continue
                 out += [f"{path.name}.{table}: {row!r}" for row in rows]
         finally:
             conn.close()
