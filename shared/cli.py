@@ -463,7 +463,7 @@ def memory_list(
     """List facts (Tier 3) and summaries (Tier 2) with where they came from: session, messages,
     source, consolidation run, when, status and relevance."""
     from shared.memory.keys import normalize_key
-    from shared.models import WORKSPACE_WIDE
+    from shared.models import WORKSPACE_WIDE  # an admin's read: the whole workspace
 
     if status not in ("active", "all"):
         typer.echo("--status is active or all", err=True)

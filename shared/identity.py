@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Literal, get_args
+from typing import Final, Literal
 
 from cachetools import TTLCache
 from pydantic import ValidationError
@@ -328,7 +328,14 @@ def _copy(identity: Identity | None) -> Identity | None:
 
 # ---------------------------------------------------------------- linking (`sigil identity ...`)
 
-CHANNELS: Final = frozenset(get_args(Channel))
+
+def _channels() -> frozenset[str]:
+    from typing import get_args  # here, not above: one import line fewer for the linking section
+
+    return frozenset(get_args(Channel))
+
+
+CHANNELS: Final = _channels()
 
 
 def parse_channel_user(who: str) -> tuple[str, str]:

@@ -20,8 +20,8 @@ from shared.identity import CachedIdentities, derived_user_id, resolve_sender
 from shared.memory.facts import fact_index_doc
 from shared.models import (
     WORKSPACE_WIDE,
-    IndexQuery,
     InboundMessage,
+    IndexQuery,
     MemoryScope,
     RecallScope,
     Sender,

@@ -201,7 +201,7 @@ def _doc(ws: str, doc_id: str, tier: str, text: str, session_id: str | None) -> 
 
 def search(b: Backend, ws: str, text: str) -> set[str]:
     return {
-        h.doc.id for h in b.index.search(ws, IndexQuery(text=text, k=100, scope=WORKSPACE_WIDE)).text_hits
+        h.doc.id for h in b.index.search(ws, IndexQuery(scope=WORKSPACE_WIDE, text=text, k=100)).text_hits
     }
 
 
@@ -329,7 +329,7 @@ def test_every_chunk_of_a_long_message_and_the_remembered_neighbours_go(backend:
     for word in ("quetzaltenango", "itinerary", "pastes"):
         assert search(backend, ws, word) == set(), word
     hits = backend.index.search(
-        ws, IndexQuery(text="alice pastes itinerary quetzaltenango", k=100, scope=WORKSPACE_WIDE)
+        ws, IndexQuery(scope=WORKSPACE_WIDE, text="alice pastes itinerary quetzaltenango", k=100)
     )
     assert not any(
         h.doc.id in doc_ids or h.doc.metadata.get("record_id") == record.id for h in hits.text_hits
