@@ -12,12 +12,12 @@ identity link`; and a summary and facts of the group as consolidation writes the
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from osmem_server import OsmemServer
 from typer.testing import CliRunner
@@ -113,16 +113,17 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _dump_sqlite(data_dir: Path) -> str:
     """Every row of every table of every SQLite file in the data dir (virtual tables through
-    their shadow tables, which hold what they store)."""
+    their shadow tables, which hold what they store). Read with apsw, the SQLite the adapters
+    use: a second SQLite library in one process would break the open connections' locks."""
     out: list[str] = []
     for path in sorted(data_dir.glob("*.db")):
-        conn = sqlite3.connect(path)
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             for table in tables:
                 try:
-                    rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
-                except sqlite3.OperationalError:
+                    rows = list(conn.execute(f'SELECT * FROM "{table}"'))
+                except apsw.SQLError:
                     # A virtual table of a module not loaded here (sqlite-vec): its shadow tables are dumped.
                     continue
                 out += [f"{path.name}.{table}: {row!r}" for row in rows]
