@@ -284,6 +284,23 @@ def group_scope(c: Conversation) -> RecallScope:
     return recall_scope("personal", session_id=last, conversation=c.conversation, group=True, user_aliases=())
 
 
+def check_scopes(conversations: list[Conversation], search: MemorySearch) -> int:
+    """Every conversation's questions asked from outside its group (another conversation, no
+    shared facts) find nothing: the scope filter is live, not just passed along. Returns how many
+    searches were checked."""
+    checked = 0
+    for c in conversations:
+        outsider = recall_scope(
+            "personal", session_id="elsewhere", conversation="web.elsewhere", group=True, user_aliases=()
+        )
+        for q in c.questions[:20]:
+            outcome = search.search(c.workspace_id, q.text, scope=outsider, k=max(KS), tiers=["message"])
+            if outcome.hits:
+                raise SystemExit(f"an outsider's search found {len(outcome.hits)} hits in {c.sample_id}")
+            checked += 1
+    return checked
+
+
 def evaluate(
     conversations: list[Conversation], search: MemorySearch, mode: SearchKind
 ) -> tuple[dict[int, Scores], list[float]]:
@@ -362,6 +379,7 @@ def run(args: argparse.Namespace) -> None:
                 people=built.people,
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
+        outsider_checks = check_scopes(conversations, search)
         ablations: list[tuple[str, dict[int, Scores]]] = []
         for label, writer_kwargs, search_kwargs in ABLATIONS if args.ablations else []:
             other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
@@ -375,6 +393,10 @@ def run(args: argparse.Namespace) -> None:
     throughput = measure_throughput(model, [r.text for r in conversations[0].sessions[0]][:64])
     report(
         Results(conversations, runs, scores, latencies, built.seconds, built.records, built.docs, throughput)
+    )
+    print(
+        f"\nScopes: each conversation's records belong to its group; {outsider_checks} of its "
+        "questions asked from outside the group found 0 hits."
     )
     if ablations:
         print("\n### Ablations (hybrid, recall@10)\n")
