@@ -99,6 +99,7 @@ class Deployment:
     settings: Settings
     data_dir: Path
     dump: Any  # () -> str: every store and index, as text
+    index_lines: str  # how the dump's lines of the memory index's documents begin
 
     def sigil(self, *args: str) -> tuple[int, str]:
         result = runner.invoke(app, [*args, "--data-dir", str(self.data_dir)])
@@ -142,7 +143,9 @@ def deployment(
         monkeypatch.setenv("SIGIL_EMBEDDING_MODEL", "none")
         backend = build_embedded_backend(settings)
         try:
-            yield Deployment(backend, settings, data_dir, lambda: _dump_sqlite(data_dir))
+            yield Deployment(
+                backend, settings, data_dir, lambda: _dump_sqlite(data_dir), "index.db.index_docs:"
+            )
         finally:
             backend.close()
         return
@@ -182,12 +185,12 @@ def deployment(
             search.indices.refresh(index="_all")
             for index in search.indices.get(index="*"):
                 hits = search.search(index=index, body={"query": {"match_all": {}}, "size": 10_000})
-                out += [f"{index}: {json.dumps(h['_source'])}" for h in hits["hits"]["hits"]]
+                out += [f"opensearch {index}: {json.dumps(h['_source'])}" for h in hits["hits"]["hits"]]
             return "\n".join(out)
 
         backend = build_aws_backend(settings)
         try:
-            yield Deployment(backend, settings, data_dir, dump)
+            yield Deployment(backend, settings, data_dir, dump, "opensearch ")
         finally:
             backend.close()
 
@@ -342,7 +345,10 @@ def test_a_dump_of_every_store_holds_nothing_of_her_after_the_erasure(deployment
     cached = " ".join(r.text for tail in RECENT_TAILS._tails.values() for r in tail).casefold()
     assert not any(needle.casefold() in cached for needle in NAMING_HER)
 
-    # The others' conversations are all still there
+    # The others' conversations are all still there, in the stores and in the index
+    indexed = [line for line in after.splitlines() if line.startswith(d.index_lines)]
+    assert any("harbour ferry" in line for line in indexed)
+    assert any("carol here, the offsite needs a venue" in line for line in indexed)
     assert "harbour ferry" in after and "the venue has parking for everyone" in after
     assert "carol here, the offsite needs a venue" in after
     assert "[erased], can you drive to the offsite?" in after
