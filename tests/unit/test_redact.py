@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import string
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +18,7 @@ from shared.providers.base import ChatRequest, TextDelta
 from shared.providers.function import FunctionProvider
 from shared.safety.redact import HOLD_BACK, StreamRedactor, redact, redact_json, redact_partial
 from tests.support.safety_corpus import ORDINARY
+from tests.support.scaling import growth
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -529,7 +529,7 @@ def test_a_generated_secret_never_survives(case: tuple[str, str, bool], before: 
         assert secret not in redact(text, pii=False).text
 
 
-def test_a_megabyte_redacts_in_bounded_time() -> None:
+def test_a_megabyte_redacts_in_linear_time() -> None:
     rng = random.Random(7)
     words: tuple[str, ...] = (
         "the",
@@ -544,6 +544,5 @@ def test_a_megabyte_redacts_in_bounded_time() -> None:
     )
     words += ("call", "@", "+1", "4111")
     text = " ".join(rng.choice(words) for _ in range(200_000))[:1_000_000]
-    started = time.perf_counter()
-    redact(text, pii=True)
-    assert time.perf_counter() - started < 3.0
+    # Per character, a megabyte costs about what 100 KB does (a quadratic pattern: ten times).
+    assert growth(lambda t: redact(t, pii=True), lambda size: text[:size], 100_000, 1_000_000) < 4.0
