@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-
 # Below this the big input's time is mostly timer and scheduler noise, and far too fast for any
 # super-linear cost at the sizes these checks use (a quadratic pass over a megabyte takes minutes).
 FAST_S = 0.05
