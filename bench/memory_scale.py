@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
 from shared.memory.search import CONTEXT_KEY, MemorySearch  # noqa: E402
-from shared.models import IndexDoc, IndexQuery  # noqa: E402
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery  # noqa: E402
 
 DIM = 384
 WORKSPACE = "bench-scale"
@@ -193,7 +193,7 @@ def measure(size: int, n_queries: int, batch: int) -> dict[str, float]:
         times = []
         for q, v in qs:
             t0 = time.perf_counter()
-            index.search(WORKSPACE, IndexQuery(text=q, vector=v, k=80))
+            index.search(WORKSPACE, IndexQuery(scope=WORKSPACE_WIDE, text=q, vector=v, k=80))
             times.append(time.perf_counter() - t0)
         out["index_p50"] = 1000 * pctl(times, 0.5)
         out["index_p95"] = 1000 * pctl(times, 0.95)

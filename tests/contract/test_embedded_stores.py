@@ -25,7 +25,15 @@ from shared.adapters.embedded import (
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.config import Settings
 from shared.memory.keys import normalize_key
-from shared.models import AuditRecord, IndexDoc, IndexQuery, OutboundMessage, Triple, WorkspaceConfig
+from shared.models import (
+    WORKSPACE_WIDE,
+    AuditRecord,
+    IndexDoc,
+    IndexQuery,
+    OutboundMessage,
+    Triple,
+    WorkspaceConfig,
+)
 
 from .builders import record, session, unit_vector
 
@@ -51,7 +59,7 @@ def test_everything_persists_across_a_restart(tmp_path: pathlib.Path) -> None:
     try:
         assert backend.sessions.get("w1", "s1") == stored
         assert backend.memory.count_messages("w1", "s1") == 1
-        result = backend.index.search("w1", IndexQuery(text="zebra", vector=[1.0, 1.0]))
+        result = backend.index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="zebra", vector=[1.0, 1.0]))
         assert [h.doc.id for h in result.text_hits] == [h.doc.id for h in result.vector_hits] == ["d1"]
         assert backend.outbox.read("w1", "s1") == [entry]
         assert backend.workspaces.get("w1") == WorkspaceConfig(id="w1")
@@ -174,16 +182,25 @@ def test_vectors_of_different_dimensions_live_side_by_side(index: SqliteMemoryIn
             IndexDoc(id="big", workspace_id="w1", tier="message", text="b", vector=unit_vector(0)),
         ],
     )
-    assert [h.doc.id for h in index.search("w1", IndexQuery(vector=[1.0, 0.0, 0.0])).vector_hits] == ["small"]
-    assert [h.doc.id for h in index.search("w1", IndexQuery(vector=unit_vector(0))).vector_hits] == ["big"]
-    assert index.search("w1", IndexQuery(vector=[1.0] * 5)).vector_hits == []
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0, 0.0])).vector_hits
+    ] == ["small"]
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(0))).vector_hits
+    ] == ["big"]
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0] * 5)).vector_hits == []
 
     # Re-embedding with another model moves the doc to the other dimension's table.
     index.upsert(
         "w1", [IndexDoc(id="small", workspace_id="w1", tier="message", text="a", vector=unit_vector(1))]
     )
-    assert index.search("w1", IndexQuery(vector=[1.0, 0.0, 0.0])).vector_hits == []
-    assert {h.doc.id for h in index.search("w1", IndexQuery(vector=unit_vector(1))).vector_hits} == {
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0, 0.0])).vector_hits == []
+    assert {
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(1))).vector_hits
+    } == {
         "small",
         "big",
     }
@@ -197,20 +214,25 @@ def test_a_zero_vector_is_indexed_for_text_only(
             "w1", [IndexDoc(id="z", workspace_id="w1", tier="message", text="zero", vector=[0.0, 0.0])]
         )
     assert "text only" in caplog.text
-    assert [h.doc.id for h in index.search("w1", IndexQuery(text="zero")).text_hits] == ["z"]
-    assert index.search("w1", IndexQuery(vector=[1.0, 0.0])).vector_hits == []
-    assert index.search("w1", IndexQuery(vector=[0.0, 0.0])).vector_hits == []
+    assert [
+        h.doc.id for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="zero")).text_hits
+    ] == ["z"]
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0])).vector_hits == []
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[0.0, 0.0])).vector_hits == []
 
 
 def test_an_empty_tier_list_matches_nothing(index: SqliteMemoryIndex) -> None:
     index.upsert("w1", [IndexDoc(id="d", workspace_id="w1", tier="fact", text="alpha", vector=[1.0, 0.0])])
-    result = index.search("w1", IndexQuery(text="alpha", vector=[1.0, 0.0], tiers=[]))
+    result = index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="alpha", vector=[1.0, 0.0], tiers=[]))
     assert result.text_hits == [] and result.vector_hits == []
 
 
 def test_accented_text_matches_without_accents(index: SqliteMemoryIndex) -> None:
     index.upsert("w1", [IndexDoc(id="d", workspace_id="w1", tier="message", text="Crème brûlée à Zürich")])
-    assert [h.doc.id for h in index.search("w1", IndexQuery(text="creme brulee zurich")).text_hits] == ["d"]
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="creme brulee zurich")).text_hits
+    ] == ["d"]
 
 
 def test_the_index_needs_the_vector_extension(tmp_path: pathlib.Path) -> None:
@@ -263,8 +285,10 @@ def test_triples_match_on_the_normalised_key(tmp_path: pathlib.Path) -> None:
         backend.memory.put_triple(
             Triple(id="t", workspace_id="w1", subject="code_style", predicate="is", object="tabs")
         )
-        assert [t.id for t in backend.memory.triples_by_subject("w1", "Code Style")] == ["t"]
-        assert backend.memory.triples_by_subject("w1", " _ ") == []
+        assert [
+            t.id for t in backend.memory.triples_by_subject("w1", "Code Style", scope=WORKSPACE_WIDE)
+        ] == ["t"]
+        assert backend.memory.triples_by_subject("w1", " _ ", scope=WORKSPACE_WIDE) == []
     finally:
         backend.close()
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from shared.backend import Backend
 from shared.clock import new_id
 from shared.memory.search import MemorySearch
-from shared.models import IndexDoc, MemoryRecord, Summary, ToolCall, WorkspaceConfig
+from shared.models import WORKSPACE_WIDE, IndexDoc, MemoryRecord, Summary, ToolCall, WorkspaceConfig
 from shared.tools import ToolContext
 from shared.tools.builtin import agent_registry
 from tests.support.hashing_embedder import HashingEmbedder
@@ -172,15 +172,18 @@ class World:
         workspace = self.workspaces[i]
         subject = "u1" if topic == "me" else topic
         for t in [
-            *self.backend.memory.triples_by_subject(workspace, subject),
-            *self.backend.memory.triples_by_object(workspace, topic),
+            *self.backend.memory.triples_by_subject(workspace, subject, scope=WORKSPACE_WIDE),
+            *self.backend.memory.triples_by_object(workspace, topic, scope=WORKSPACE_WIDE),
         ]:
             assert t.workspace_id == workspace and t.id in self.facts[i]
 
     def list_summaries(self, i: int) -> None:
         self.tool(i, "memory_summary", {})
         workspace = self.workspaces[i]
-        assert all(s.workspace_id == workspace for s in self.backend.memory.list_summaries(workspace))
+        assert all(
+            s.workspace_id == workspace
+            for s in self.backend.memory.list_summaries(workspace, scope=WORKSPACE_WIDE)
+        )
 
     def delete(self, i: int, n: int) -> None:
         """Delete the n-th live message document (and fact) of workspace i, if it has one."""
@@ -224,7 +227,7 @@ def test_no_result_ever_holds_another_workspaces_data(
         elif op == "recall":
             world.recall(i, rest[0])
         elif op == "list_summaries":
-            world.list_summaries(i)
+            world.list_summaries(i, scope=WORKSPACE_WIDE)
         else:
             world.delete(i, rest[0])
         world.check_counts()

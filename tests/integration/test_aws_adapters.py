@@ -36,6 +36,7 @@ from shared.adapters.aws.secrets import SecretsManagerStore
 from shared.adapters.aws.sqs import SqsLanes, fifo_id
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.models import (
+    WORKSPACE_WIDE,
     AuditRecord,
     DomainEvent,
     InboundMessage,
@@ -609,8 +610,8 @@ def test_triples_with_long_objects_use_a_digest_key(aws: AwsResources) -> None:
     memory.put_triple(
         Triple(id="k1", workspace_id="ws1", subject="alice", predicate="said", object=long_object)
     )
-    assert [t.id for t in memory.triples_by_object("ws1", long_object)] == ["k1"]
-    assert memory.triples_by_object("ws1", long_object[:-1]) == []
+    assert [t.id for t in memory.triples_by_object("ws1", long_object, scope=WORKSPACE_WIDE)] == ["k1"]
+    assert memory.triples_by_object("ws1", long_object[:-1], scope=WORKSPACE_WIDE) == []
 
 
 def test_tables_in_tests_are_built_from_the_adapters_schema(aws: AwsResources) -> None:

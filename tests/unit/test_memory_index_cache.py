@@ -12,7 +12,7 @@ import pytest
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex
 from shared.memory.search import CONTEXT_KEY
-from shared.models import IndexDoc, IndexQuery, MemoryTier
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryTier
 
 WS = "ws-cache"
 WORDS = ["kayak", "fjord", "pasta", "pesto", "garden", "basil", "budget", "meeting", "seal", "summer"]
@@ -50,11 +50,19 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 
 QUERIES = [
-    IndexQuery(text="kayak fjord seal", vector=corpus()[0].vector, k=8),
-    IndexQuery(text="pasta pesto basil", vector=corpus()[5].vector, k=5, tiers=["message", "fact"]),
-    IndexQuery(text="budget meeting winter", vector=corpus()[7].vector, k=6, session_id="s1"),
-    IndexQuery(text="garden tomato", k=20),
-    IndexQuery(vector=corpus()[9].vector, k=3, tiers=["summary"], session_id="s2"),
+    IndexQuery(scope=WORKSPACE_WIDE, text="kayak fjord seal", vector=corpus()[0].vector, k=8),
+    IndexQuery(
+        scope=WORKSPACE_WIDE,
+        text="pasta pesto basil",
+        vector=corpus()[5].vector,
+        k=5,
+        tiers=["message", "fact"],
+    ),
+    IndexQuery(
+        scope=WORKSPACE_WIDE, text="budget meeting winter", vector=corpus()[7].vector, k=6, session_id="s1"
+    ),
+    IndexQuery(scope=WORKSPACE_WIDE, text="garden tomato", k=20),
+    IndexQuery(scope=WORKSPACE_WIDE, vector=corpus()[9].vector, k=3, tiers=["summary"], session_id="s2"),
 ]
 
 
@@ -84,15 +92,19 @@ def test_a_write_by_another_index_on_the_same_file_is_seen(db: Database, tmp_pat
     try:
         mine, theirs = SqliteMemoryIndex(db), SqliteMemoryIndex(other_db)
         mine.upsert(WS, corpus(10))
-        assert mine.search(WS, IndexQuery(text="zeppelin")).text_hits == []  # the copy is built
+        assert (
+            mine.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits == []
+        )  # the copy is built
 
         theirs.upsert(
             WS, [IndexDoc(id="z", workspace_id=WS, tier="message", text="a zeppelin over the fjord")]
         )
-        assert [h.doc.id for h in mine.search(WS, IndexQuery(text="zeppelin")).text_hits] == ["z"]
+        assert [
+            h.doc.id for h in mine.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits
+        ] == ["z"]
 
         theirs.delete(WS, ["z"])
-        assert mine.search(WS, IndexQuery(text="zeppelin")).text_hits == []
+        assert mine.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits == []
     finally:
         other_db.close()
 
@@ -100,13 +112,18 @@ def test_a_write_by_another_index_on_the_same_file_is_seen(db: Database, tmp_pat
 def test_own_writes_replace_and_delete_in_the_copy(db: Database) -> None:
     index = SqliteMemoryIndex(db)
     index.upsert(WS, corpus(10))
-    index.search(WS, IndexQuery(text="kayak"))  # built
+    index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="kayak"))  # built
 
     index.upsert(WS, [IndexDoc(id="d1", workspace_id=WS, tier="message", text="now about a zeppelin")])
     index.delete(WS, ["d2"])
 
-    assert [h.doc.id for h in index.search(WS, IndexQuery(text="zeppelin")).text_hits] == ["d1"]
-    found = {h.doc.id for h in index.search(WS, IndexQuery(text=" ".join(WORDS), k=100)).text_hits}
+    assert [
+        h.doc.id for h in index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits
+    ] == ["d1"]
+    found = {
+        h.doc.id
+        for h in index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text=" ".join(WORDS), k=100)).text_hits
+    }
     assert "d2" not in found and "d1" not in found
     assert index.count(WS) == 9
 
@@ -114,13 +131,13 @@ def test_own_writes_replace_and_delete_in_the_copy(db: Database) -> None:
 def test_a_write_rolled_back_with_its_callers_transaction_is_never_found(db: Database) -> None:
     index = SqliteMemoryIndex(db)
     index.upsert(WS, corpus(10))
-    index.search(WS, IndexQuery(text="kayak"))  # built
+    index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="kayak"))  # built
 
     with pytest.raises(RuntimeError), db.transaction():
         index.upsert(WS, [IndexDoc(id="ghost", workspace_id=WS, tier="message", text="ghost zeppelin")])
         raise RuntimeError("the caller's transaction fails after the upsert")
 
-    assert index.search(WS, IndexQuery(text="zeppelin")).text_hits == []
+    assert index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits == []
     assert index.count(WS) == 10
 
 
@@ -129,9 +146,11 @@ def test_a_workspace_larger_than_the_cache_is_searched_in_sql(db: Database) -> N
     index.upsert(WS, corpus(10))
     index.upsert("ws-small", [IndexDoc(id="s", workspace_id="ws-small", tier="message", text="small kayak")])
 
-    big = index.search(WS, IndexQuery(text="kayak", k=100))
+    big = index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="kayak", k=100))
     assert big.text_hits and all(h.doc.workspace_id == WS for h in big.text_hits)
-    assert [h.doc.id for h in index.search("ws-small", IndexQuery(text="kayak")).text_hits] == ["s"]
+    assert [
+        h.doc.id for h in index.search("ws-small", IndexQuery(scope=WORKSPACE_WIDE, text="kayak")).text_hits
+    ] == ["s"]
 
 
 def test_workspaces_keep_their_own_statistics_and_documents(db: Database) -> None:
@@ -139,8 +158,12 @@ def test_workspaces_keep_their_own_statistics_and_documents(db: Database) -> Non
     index.upsert(WS, corpus(20))
     index.upsert("ws-b", [IndexDoc(id="b1", workspace_id="ws-b", tier="message", text="kayak kayak kayak")])
 
-    assert {h.doc.id for h in index.search("ws-b", IndexQuery(text="kayak", k=50)).text_hits} == {"b1"}
-    assert "b1" not in {h.doc.id for h in index.search(WS, IndexQuery(text="kayak", k=50)).text_hits}
+    assert {
+        h.doc.id for h in index.search("ws-b", IndexQuery(scope=WORKSPACE_WIDE, text="kayak", k=50)).text_hits
+    } == {"b1"}
+    assert "b1" not in {
+        h.doc.id for h in index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="kayak", k=50)).text_hits
+    }
 
 
 def test_the_sign_bit_prefilter_of_a_large_workspace_finds_the_near_neighbours(db: Database) -> None:
@@ -158,7 +181,9 @@ def test_the_sign_bit_prefilter_of_a_large_workspace_finds_the_near_neighbours(d
     exact = SqliteMemoryIndex(db)  # the same file, exact k-NN
 
     for i in rng.integers(0, 5000, size=20):
-        query = IndexQuery(vector=(vectors[i] + 0.01 * rng.standard_normal(32)).tolist(), k=5)
+        query = IndexQuery(
+            scope=WORKSPACE_WIDE, vector=(vectors[i] + 0.01 * rng.standard_normal(32)).tolist(), k=5
+        )
         fast = prefiltered.search(WS, query).vector_hits
         truth = exact.search(WS, query).vector_hits
         assert fast[0].doc.id == f"v{i}"
@@ -171,7 +196,7 @@ def test_hits_can_come_without_their_vectors(db: Database, cache_max_docs: int) 
     index = SqliteMemoryIndex(db, cache_max_docs=cache_max_docs)
     docs = corpus(10)
     index.upsert(WS, docs)
-    query = IndexQuery(text="kayak pasta budget", vector=docs[0].vector, k=5)
+    query = IndexQuery(scope=WORKSPACE_WIDE, text="kayak pasta budget", vector=docs[0].vector, k=5)
 
     full = index.search(WS, query)
     light = index.search(WS, query.model_copy(update={"with_vectors": False}))
