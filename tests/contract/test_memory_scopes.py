@@ -23,6 +23,7 @@ The number of workloads generated and reads checked is printed at the end of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections import Counter
@@ -42,8 +43,10 @@ from shared.adapters.aws.opensearch import OpenSearchIndex, OpenSearchIndexError
 from shared.adapters.embedded import Database, SqliteMemoryIndex
 from shared.memory.scope import owner_scope, recall_scope, visible
 from shared.models import (
+    WORKSPACE_WIDE,
     IndexDoc,
     IndexQuery,
+    IndexResult,
     MemoryRecord,
     MemoryScope,
     MemoryTier,
@@ -426,10 +429,9 @@ def test_opensearch_queries_admit_exactly_what_visible_admits(
     for seat in workload.seats():
         for policy, scope in scopes_of(seat):
             sent.bodies.clear()
-            try:
+            # OpenSearchIndexError: osmem's answer to any knn query; the request is what is checked.
+            with contextlib.suppress(OpenSearchIndexError):
                 index.search(ws, IndexQuery(vector=vector_of("r99"), k=1000, scope=scope))
-            except OpenSearchIndexError:
-                pass  # osmem's answer to any knn query; the request is what is checked
             want = expected(workload, scope)
             if not sent.bodies:
                 assert want == set(), (seat, policy)  # a scope admitting nothing sends nothing
@@ -448,3 +450,129 @@ def test_opensearch_queries_admit_exactly_what_visible_admits(
             knn_reads += 1
     COUNTS["index[opensearch-knn-filter] workloads"] += 1
     COUNTS["index[opensearch-knn-filter] reads"] += knn_reads
+
+
+# ---------------------------------------------------------------- the backfill: unscoped, stamp_scopes
+
+
+def test_unscoped_finds_records_written_before_scopes_and_stamping_scopes_them(
+    contract: ContractBackend,
+) -> None:
+    memory = contract.backend.memory
+    ws = f"backfill-{uuid.uuid4().hex[:8]}"
+    owner = owner_scope("telegram.dm-u1", ["u1"], group=False)
+
+    def message(record_id: str, seq: int, scope: MemoryScope | None) -> MemoryRecord:
+        return MemoryRecord(
+            id=record_id,
+            workspace_id=ws,
+            session_id="telegram.dm-u1",
+            role="user",
+            text="hello",
+            seq=seq,
+            created_at=T0,
+            user_id="u1",
+            scope=scope,
+        )
+
+    def summary(summary_id: str, scope: MemoryScope | None) -> Summary:
+        return Summary(
+            id=summary_id,
+            workspace_id=ws,
+            session_id="telegram.dm-u1",
+            text="a talk",
+            first_seq=0,
+            last_seq=1,
+            start_at=T0,
+            end_at=T0,
+            scope=scope,
+        )
+
+    def triple(triple_id: str, scope: MemoryScope | None) -> Triple:
+        return Triple(
+            id=triple_id,
+            workspace_id=ws,
+            subject="ada",
+            predicate="likes",
+            object="tea",
+            session_id="telegram.dm-u1",
+            user_id="u1",
+            scope=scope,
+        )
+
+    memory.append_messages(ws, [message("m-old", 0, None), message("m-new", 1, owner)])
+    memory.put_summary(summary("s-old", None))
+    memory.put_summary(summary("s-new", owner))
+    old_triple = triple("t-old", None)
+    memory.put_triples(ws, [old_triple, triple("t-new", owner)])
+
+    assert {r.id for r in memory.unscoped(ws)} == {"m-old", "s-old", "t-old"}
+    assert len(memory.unscoped(ws, limit=1)) == 1
+    # Before the backfill, u1 recalls the old records from their own session only.
+    elsewhere = recall_scope(
+        "personal", session_id="slack.dm-u1", conversation="slack.dm-u1", group=False, user_aliases=["u1"]
+    )
+    assert [s.id for s in memory.list_summaries(ws, scope=elsewhere)] == ["s-new"]
+    assert [t.id for t in memory.triples_by_subject(ws, "ada", scope=elsewhere)] == ["t-new"]
+
+    stamps: dict[str, tuple[MemoryTier, MemoryScope]] = {
+        "m-old": ("message", owner),
+        "s-old": ("summary", owner),
+        "t-old": ("fact", owner),
+        "unknown": ("fact", owner),
+    }
+    assert memory.stamp_scopes(ws, stamps) == 3
+    assert memory.unscoped(ws) == []
+    assert {s.id for s in memory.list_summaries(ws, scope=elsewhere)} == {"s-old", "s-new"}
+    assert {t.id for t in memory.triples_by_subject(ws, "ada", scope=elsewhere)} == {"t-old", "t-new"}
+    assert [r.scope for r in memory.get_messages(ws, "telegram.dm-u1")] == [owner, owner]
+    # Nothing else of the records changed.
+    stored = {t.id: t for t in memory.list_triples(ws, scope=WORKSPACE_WIDE)}
+    assert stored["t-old"] == old_triple.model_copy(update={"scope": owner})
+
+    # A message stamped by id without going through unscoped first (another process's backfill).
+    memory.append_messages(ws, [message("m-later", 2, None)])
+    assert memory.stamp_scopes(ws, {"m-later": ("message", owner)}) == 1
+    assert memory.unscoped(ws) == []
+
+
+@pytest.mark.parametrize("cache_max_docs", [100_000, 0], ids=["cached", "sql"])
+def test_sqlite_index_stamp_scopes_sets_a_record_and_its_chunks(tmp_path: Any, cache_max_docs: int) -> None:
+    db = Database(tmp_path / "index.db", load_vec=True)
+    try:
+        index = SqliteMemoryIndex(db, cache_max_docs=cache_max_docs)
+
+        def doc(doc_id: str, session_id: str, **kw: Any) -> IndexDoc:
+            return IndexDoc(
+                id=doc_id, workspace_id="w1", session_id=session_id, tier="message", text="note", **kw
+            )
+
+        index.upsert(
+            "w1",
+            [
+                doc("r1", "s1", vector=vector_of("r01")),
+                doc("r1#1", "s1", vector=vector_of("r02"), metadata={"record_id": "r1"}),
+                doc("r2", "s2", vector=vector_of("r03")),
+            ],
+        )
+        reader = RecallScope(session_id="s9", users=("u1",))
+        query = IndexQuery(text="note", vector=vector_of("r04"), k=10, scope=reader)
+        assert (
+            index.search("w1", query)
+            == index.search("w1", query.model_copy(update={"k": 1}))
+            == IndexResult()
+        )
+
+        owner = MemoryScope(conversation="s1", users=("u1",))
+        assert index.stamp_scopes("w1", {"r1": owner}) == 2
+        result = index.search("w1", query)
+        assert (
+            {h.doc.id for h in result.text_hits} == {h.doc.id for h in result.vector_hits} == {"r1", "r1#1"}
+        )
+        assert all(h.doc.scope == owner for h in result.text_hits)
+        assert index.stamp_scopes("w1", {"r1": owner, "unknown": owner}) == 0
+        # Another process's index over the same file sees the stamps too.
+        again = SqliteMemoryIndex(db, cache_max_docs=cache_max_docs)
+        assert {h.doc.id for h in again.search("w1", query).text_hits} == {"r1", "r1#1"}
+    finally:
+        db.close()

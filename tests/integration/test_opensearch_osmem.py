@@ -25,7 +25,7 @@ from shared.adapters.aws.opensearch import (
     opensearch_client,
 )
 from shared.memory.search import CONTEXT_KEY
-from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryScope, RecallScope
 
 DIM = 4
 
@@ -270,3 +270,83 @@ def test_missing_vectors_lists_a_tier_s_documents_without_a_vector_oldest_first(
     assert [d.id for d in index.missing_vectors("ws1", tier="fact")] == ["fact"]
     index.upsert("ws1", [_doc("ws1", "early", "text only", created_at=at(1), vector=[0, 1, 0, 0])])
     assert [d.id for d in index.missing_vectors("ws1")] == ["late"]
+
+
+# ---------------------------------------------------------------- scopes
+
+
+def test_search_returns_only_the_documents_the_scope_admits(index: OpenSearchIndex) -> None:
+    mine = MemoryScope(conversation="telegram.dm-u1", users=("u1",))
+    group = MemoryScope(conversation="slack.team", users=("u2",), group=True)
+    shared = MemoryScope(conversation="slack.team", users=("u2",), group=True, shared=True)
+    index.upsert(
+        "ws1",
+        [
+            _doc("ws1", "mine", "invoice one", session_id="telegram.dm-u1", scope=mine),
+            _doc("ws1", "group", "invoice two", session_id="slack.team", scope=group),
+            _doc("ws1", "shared", "invoice three", session_id="slack.team", scope=shared),
+            _doc("ws1", "legacy", "invoice four", session_id="telegram.dm-u1"),
+            _doc("ws1", "elsewhere", "invoice five", session_id="slack.other"),
+        ],
+    )
+
+    def found(scope: RecallScope, k: int = 10) -> set[str]:
+        return set(_ids(index.search("ws1", IndexQuery(text="invoice", k=k, scope=scope)).text_hits))
+
+    # u1 in another direct session: their own record and the shared one; not the group's, and
+    # not the record written before scopes (its own session only).
+    personal = RecallScope(session_id="telegram.dm-u1.new", users=("u1",), shared=True)
+    assert found(personal) == {"mine", "shared"}
+    # In their own session, the legacy record too.
+    assert found(RecallScope(session_id="telegram.dm-u1", users=("u1",), shared=True)) == {
+        "mine",
+        "shared",
+        "legacy",
+    }
+    assert found(RecallScope(session_id="slack.team.t1", conversation="slack.team", shared=True)) == {
+        "group",
+        "shared",
+    }
+    assert found(RecallScope(session_id="slack.other")) == {"elsewhere"}
+    assert len(found(WORKSPACE_WIDE)) == 5
+    # k smaller than the workspace: the k come from what is visible, not cut from all five.
+    assert len(found(personal, k=2)) == 2
+
+
+def test_stamp_scopes_sets_the_scope_of_a_record_and_its_chunks(index: OpenSearchIndex) -> None:
+    index.upsert(
+        "ws1",
+        [
+            _doc("ws1", "r1", "long note part one", session_id="s1"),
+            _doc("ws1", "r1#1", "long note part two", session_id="s1", metadata={"record_id": "r1"}),
+            _doc("ws1", "r2", "another note", session_id="s2"),
+        ],
+    )
+    index.upsert("ws2", [_doc("ws2", "r1", "note of another workspace", session_id="s1")])
+    reader = RecallScope(session_id="s9", users=("u1",))
+    assert index.search("ws1", IndexQuery(text="note", scope=reader)).text_hits == []
+
+    owner = MemoryScope(conversation="s1", users=("u1",))
+    assert index.stamp_scopes("ws1", {"r1": owner}) == 2
+    hits = index.search("ws1", IndexQuery(text="note", scope=reader)).text_hits
+    assert set(_ids(hits)) == {"r1", "r1#1"} and all(h.doc.scope == owner for h in hits)
+    assert hits[0].doc.text.startswith("long note")  # a partial update: the text is kept
+    # Already stamped: nothing changes. Another workspace's r1 is untouched.
+    assert index.stamp_scopes("ws1", {"r1": owner, "unknown": owner}) == 0
+    theirs = index.search("ws2", IndexQuery(text="note", scope=WORKSPACE_WIDE)).text_hits
+    assert [h.doc.scope for h in theirs] == [None]
+
+
+def test_an_index_made_before_scopes_gets_the_scope_fields(
+    index: OpenSearchIndex, client: OpenSearch
+) -> None:
+    body = index_body(dimension=DIM)
+    del body["mappings"]["properties"]["scope"]
+    client.indices.create(index=index.index, body=body)
+    scope = MemoryScope(conversation="c1", users=("u1",))
+    index.upsert("ws1", [_doc("ws1", "a", "tea", scope=scope)])
+    props = client.indices.get_mapping(index=index.index)[index.index]["mappings"]["properties"]
+    assert props["scope"]["properties"]["users"]["type"] == "keyword"
+    assert props["scope"]["properties"]["shared"]["type"] == "boolean"
+    hits = index.search("ws1", IndexQuery(text="tea", scope=RecallScope(users=("u1",)))).text_hits
+    assert _ids(hits) == ["a"] and hits[0].doc.scope == scope

@@ -45,7 +45,7 @@ from shared.adapters.aws.opensearch import (
     index_body,
     opensearch_client,
 )
-from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, IndexResult, RecallScope
 
 INDEX = "mem-test"
 DIM = 4
@@ -248,6 +248,62 @@ def test_tier_and_session_filters_reach_both_queries(fake: FakeOpenSearch) -> No
     assert knn["query"]["knn"]["vector"]["filter"] == {"bool": {"filter": expected}}
 
 
+def test_the_scope_is_one_filter_clause_in_both_queries_before_ranking(fake: FakeOpenSearch) -> None:
+    scope = RecallScope(session_id="s1", conversation="slack.team", users=("u1", "u2"), shared=True)
+    _adapter(fake).search("ws1", IndexQuery(scope=scope, text="x", vector=[1, 0, 0, 0], k=4))
+    _, bm25, _, knn = fake.of("POST", "/_msearch")[0].ndjson()
+    # shared.memory.scope.visible: any clause admits a document.
+    clause = {
+        "bool": {
+            "should": [
+                {"term": {"session_id": "s1"}},
+                {"term": {"scope.conversation": "slack.team"}},
+                {"terms": {"scope.users": ["u1", "u2"]}},
+                {"term": {"scope.shared": True}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    expected = [{"term": {"workspace_id": "ws1"}}, clause]
+    assert bm25["query"]["bool"]["filter"] == expected
+    # Inside the knn query's own filter (efficient filtering): the k nearest visible documents.
+    assert knn["query"]["knn"]["vector"] == {
+        "vector": [1, 0, 0, 0],
+        "k": 4,
+        "filter": {"bool": {"filter": expected}},
+    }
+
+
+def test_a_workspace_wide_read_adds_no_scope_clause_and_an_empty_scope_sends_nothing(
+    fake: FakeOpenSearch,
+) -> None:
+    index = _adapter(fake)
+    index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="x"))
+    _, bm25 = fake.of("POST", "/_msearch")[0].ndjson()
+    assert bm25["query"]["bool"]["filter"] == [{"term": {"workspace_id": "ws1"}}]
+    # A scope with no clause admits nothing: answered without a round trip.
+    assert (
+        index.search("ws1", IndexQuery(scope=RecallScope(), text="x", vector=[1, 0, 0, 0])) == IndexResult()
+    )
+    assert len(fake.of("POST", "/_msearch")) == 1
+
+
+def test_an_index_without_the_scope_fields_gets_them_by_put_mapping(fake: FakeOpenSearch) -> None:
+    old = index_body(dimension=DIM)["mappings"]
+    del old["properties"]["scope"]
+    fake.mappings[INDEX] = old
+    fake.override = lambda req: (200, {"acknowledged": True}) if req.method == "PUT" else None
+    _adapter(fake).count("ws1")
+    (put,) = fake.of("PUT", f"/{INDEX}/_mapping")
+    assert put.json() == {
+        "properties": {"scope": index_body(dimension=DIM)["mappings"]["properties"]["scope"]}
+    }
+    # An index that has them is left alone.
+    fake.mappings[INDEX] = index_body(dimension=DIM)["mappings"]
+    _adapter(fake).count("ws1")
+    assert len(fake.of("PUT", f"/{INDEX}/_mapping")) == 1
+
+
 def test_no_query_and_no_tiers_need_no_round_trip(fake: FakeOpenSearch) -> None:
     index = _adapter(fake)
     assert index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE)).text_hits == []
@@ -340,6 +396,14 @@ def test_index_is_created_once_with_the_knn_mapping(fake: FakeOpenSearch) -> Non
         assert props[keyword] == {"type": "keyword"}
     assert props["created_at"] == {"type": "date"}
     assert props["metadata"] == {"type": "object", "enabled": False}
+    assert props["scope"] == {
+        "properties": {
+            "conversation": {"type": "keyword"},
+            "users": {"type": "keyword"},
+            "group": {"type": "boolean"},
+            "shared": {"type": "boolean"},
+        }
+    }
     assert body["mappings"]["dynamic"] == "strict"
 
 
