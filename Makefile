@@ -76,3 +76,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/embed_minilm.py
 	$(BIN)/python bench/consolidation.py
 	$(BIN)/python bench/bundle.py
+	$(BIN)/python bench/redaction.py

@@ -216,7 +216,9 @@ def _stand_ins(stack: ExitStack) -> tuple[Any, Any]:
 
 
 def _configure_budget(resources: Any) -> None:
-    """BUDGETED's config: daily and monthly limits for the workspace and for each user."""
+    """BUDGETED's config: daily and monthly limits for the workspace and for each user; and
+    WORKSPACE's with budgets off (`budget: null`), since a workspace with no stored config now
+    gets the default budget (shared.models.DEFAULT_BUDGET)."""
     from shared.adapters.aws.dynamodb import DynamoWorkspaceStore
     from shared.local import aws_mode
     from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
@@ -226,9 +228,9 @@ def _configure_budget(resources: Any) -> None:
         user=ScopeLimits(tokens_per_day=1_000_000, tool_calls_per_day=500),
     )
     client = aws_mode.aws_client("dynamodb", resources.endpoint, resources.region)
-    DynamoWorkspaceStore(resources.memory_table, client=client).put(
-        WorkspaceConfig(id=BUDGETED, budget=limits)
-    )
+    store = DynamoWorkspaceStore(resources.memory_table, client=client)
+    store.put(WorkspaceConfig(id=BUDGETED, budget=limits))
+    store.put(WorkspaceConfig(id=WORKSPACE, budget=None))
 
 
 def _post_events(logs: CallLog, events: int, workspace: str = WORKSPACE) -> list[list[Call]]:

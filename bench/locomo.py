@@ -3,7 +3,10 @@
 Protocol: ../shared/bench/locomo/README.md. Each turn of a conversation is one Tier-1 memory
 record, "[<session date_time>] <speaker>: <text>" (+ " [shares <caption>]"), id = its dia_id, its
 author the speaker (as a channel's sender name becomes a record's author), in
-the conversation's own workspace, one Sigil session per LoCoMo session. Records are written as
+the conversation's own workspace, one Sigil session per LoCoMo session. The two speakers share
+one group conversation: each record is scoped to it (MemoryScope(conversation, its speaker,
+group=True)) and every question is asked with the group's RecallScope under the default
+(personal) policy, so the index's scope filter runs on every search. Records are written as
 the turn writes them: two at a time (a turn's exchange rolling out of the window), through
 shared.memory.writer.index_rolled_out (MemoryWriter: context, vectors, chunking; the context
 before a batch from RecentTails, after it from the messages still in the window), into a fresh
@@ -46,13 +49,15 @@ from bench.embedding_cache import FileEmbeddingCache  # noqa: E402
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
 from shared.adapters.embedded.identities import SqliteIdentityStore  # noqa: E402
 from shared.adapters.embedded.index import DEFAULT_CONTEXT_WEIGHT  # noqa: E402
+from shared.channels.inbound import conversation_key  # noqa: E402
 from shared.memory.embeddings.cache import CachedEmbedder  # noqa: E402
 from shared.memory.embeddings.minilm import PINNED_WEIGHTS_SHA256, LocalMiniLM  # noqa: E402
 from shared.memory.fusion import FusionMethod  # noqa: E402
 from shared.memory.people import WorkspacePeople  # noqa: E402
+from shared.memory.scope import owner_scope, recall_scope  # noqa: E402
 from shared.memory.search import DEFAULT_MIN_SCORE, STOP_WORDS, MemorySearch  # noqa: E402
 from shared.memory.writer import MemoryWriter, RecentTails, index_rolled_out  # noqa: E402
-from shared.models import Identity, MemoryRecord  # noqa: E402
+from shared.models import Identity, MemoryRecord, RecallScope  # noqa: E402
 from shared.ports import Embedder  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"
@@ -79,6 +84,7 @@ class Question:
 class Conversation:
     sample_id: str
     workspace_id: str
+    conversation: str  # the group conversation both speakers share (MemoryScope.conversation)
     sessions: list[list[MemoryRecord]]
     questions: list[Question]
     dropped_evidence: int = 0
@@ -119,6 +125,8 @@ def load(path: Path) -> list[Conversation]:
     for sample in data:
         sample_id = str(sample["sample_id"])
         workspace_id = "locomo-" + re.sub(r"[^A-Za-z0-9._-]", "-", sample_id)
+        # One group conversation for both speakers, as a channel's group chat would be.
+        conversation = conversation_key("web", workspace_id)
         conv = sample["conversation"]
         sessions: list[list[MemoryRecord]] = []
         seq = 0
@@ -142,13 +150,15 @@ def load(path: Path) -> list[Conversation]:
                         created_at=created,
                         # Who said it, as a channel's sender name reaches the turn's records.
                         author=str(turn["speaker"]),
+                        # Whose it is: the speaker's (their identity's user id), in the group.
+                        scope=owner_scope(conversation, [str(turn["speaker"]).casefold()], group=True),
                     )
                 )
                 seq += 1
             sessions.append(records)
             n += 1
         turn_ids = {r.id for s in sessions for r in s}
-        c = Conversation(sample_id, workspace_id, sessions, [])
+        c = Conversation(sample_id, workspace_id, conversation, sessions, [])
         for qa in sample["qa"]:
             ids = [e for raw in qa.get("evidence", []) for e in normalise_evidence(str(raw))]
             kept = list(dict.fromkeys(e for e in ids if e in turn_ids))
@@ -267,16 +277,43 @@ def build(
     return built
 
 
+def group_scope(c: Conversation) -> RecallScope:
+    """What a question asked in the conversation's group may recall under the default policy:
+    the group's conversation (every session of it) and shared facts."""
+    last = c.sessions[-1][0].session_id if c.sessions and c.sessions[-1] else "session-1"
+    return recall_scope("personal", session_id=last, conversation=c.conversation, group=True, user_aliases=())
+
+
+def check_scopes(conversations: list[Conversation], search: MemorySearch) -> int:
+    """Every conversation's questions asked from outside its group (another conversation, no
+    shared facts) find nothing: the scope filter is live, not just passed along. Returns how many
+    searches were checked."""
+    checked = 0
+    for c in conversations:
+        outsider = recall_scope(
+            "personal", session_id="elsewhere", conversation="web.elsewhere", group=True, user_aliases=()
+        )
+        for q in c.questions[:20]:
+            outcome = search.search(c.workspace_id, q.text, scope=outsider, k=max(KS), tiers=["message"])
+            if outcome.hits:
+                raise SystemExit(f"an outsider's search found {len(outcome.hits)} hits in {c.sample_id}")
+            checked += 1
+    return checked
+
+
 def evaluate(
     conversations: list[Conversation], search: MemorySearch, mode: SearchKind
 ) -> tuple[dict[int, Scores], list[float]]:
     scores: dict[int, Scores] = defaultdict(Scores)
     latencies: list[float] = []
     for c in conversations:
+        scope = group_scope(c)
         for q in c.questions:
             began = time.perf_counter()
-            # Over Tier 1, as memory_search asks.
-            outcome = search.search(c.workspace_id, q.text, k=max(KS), mode=mode, tiers=["message"])
+            # Over Tier 1, as memory_search asks, with the group's scope as a turn there builds it.
+            outcome = search.search(
+                c.workspace_id, q.text, scope=scope, k=max(KS), mode=mode, tiers=["message"]
+            )
             latencies.append(time.perf_counter() - began)
             if outcome.mode != mode:
                 raise SystemExit(f"{mode} answered as {outcome.mode}: {outcome.degraded}")
@@ -342,6 +379,7 @@ def run(args: argparse.Namespace) -> None:
                 people=built.people,
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
+        outsider_checks = check_scopes(conversations, search)
         ablations: list[tuple[str, dict[int, Scores]]] = []
         for label, writer_kwargs, search_kwargs in ABLATIONS if args.ablations else []:
             other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
@@ -355,6 +393,10 @@ def run(args: argparse.Namespace) -> None:
     throughput = measure_throughput(model, [r.text for r in conversations[0].sessions[0]][:64])
     report(
         Results(conversations, runs, scores, latencies, built.seconds, built.records, built.docs, throughput)
+    )
+    print(
+        f"\nScopes: each conversation's records belong to its group; {outsider_checks} of its "
+        "questions asked from outside the group found 0 hits."
     )
     if ablations:
         print("\n### Ablations (hybrid, recall@10)\n")

@@ -7,19 +7,50 @@ wiring as prod; only sizes, retention and what happens to data on stack deletion
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 from constructs import Node
 
+from shared.config import KEY_PROVIDERS as SETTINGS_KEY_PROVIDERS
 from shared.models import ID_PATTERN
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LAYER_DIR = ROOT / "layers" / "build"
 # Titan Text Embeddings v2 (1024 dimensions): in the stack's region, no key to manage.
 DEFAULT_EMBEDDING_MODEL = "bedrock/amazon.titan-embed-text-v2:0"
+# The providers reached with an API key (a secret under llm/); Bedrock is granted per model instead.
+KEY_PROVIDERS = tuple(SETTINGS_KEY_PROVIDERS)
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """An HTTP API route's steady rate (requests per second) and burst (its token bucket's size)."""
+
+    rate: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class Caps:
+    """How much the stack lets run at once: what bounds the spend when budgets do not
+    (docs/deploy.md#cost-caps gives what they cost at most per day)."""
+
+    # The agent's SQS event source runs at most this many batches at once (its maximum
+    # concurrency; 2 is the least Lambda allows). Each batch runs its turns one after another.
+    agent_concurrency: int = 5
+    # Reserved concurrency per function, None for none. The agent's, when set, equals its event
+    # source's maximum: less would throttle the event source, and each throttled delivery counts
+    # towards the lane's maxReceiveCount (a turn dead-lettered without having run).
+    agent_reserved: int | None = 5
+    webhook_reserved: int | None = 10
+    consolidate_reserved: int | None = 2
+    # Every route of the HTTP API, and, tighter, each POST route that queues a turn.
+    api: Throttle = Throttle(rate=50, burst=100)
+    turn_routes: Throttle = Throttle(rate=10, burst=20)
 
 
 @dataclass(frozen=True)
@@ -85,6 +116,26 @@ class AppContext:
     # SIGIL_EMBEDDING_MODEL for the agent and the consolidator (shared.memory.embeddings). A
     # "bedrock/<model>" value also gives both functions bedrock:InvokeModel on that model alone.
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    # Key providers (openai, anthropic) whose key the agent may read besides the one `model` and
+    # `embedding_model` use: for workspaces whose own model is of another provider.
+    providers: tuple[str, ...] = ()
+    caps: Caps = Caps()
+
+    def provider_of(self, ref: str | None) -> str | None:
+        provider, slash, model_id = (ref or "").partition("/")
+        return provider if slash and provider and model_id else None
+
+    def model_providers(self) -> frozenset[str]:
+        """The providers the configured models need: the chat model's, and the embedding model's
+        when it is reached with a key (OpenAI's). A Bedrock embedding model is granted on its own
+        and leaves Bedrock chat models out. What the consolidator uses (it summarises with
+        SIGIL_MODEL, never a workspace's model)."""
+        chat, embedding = self.provider_of(self.model), self.provider_of(self.embedding_model)
+        return frozenset(p for p in (chat, embedding if embedding in KEY_PROVIDERS else None) if p)
+
+    def agent_providers(self) -> frozenset[str]:
+        """What the agent may use: the configured models' providers and the `providers` context."""
+        return self.model_providers() | frozenset(self.providers)
 
 
 def read_context(node: Node) -> AppContext:
@@ -103,6 +154,16 @@ def read_context(node: Node) -> AppContext:
     secrets_prefix = str(node.try_get_context("secrets_prefix") or "sigil/")
     if not secrets_prefix.startswith("sigil/") or not secrets_prefix.endswith("/"):
         raise ValueError(f"secrets_prefix must start with 'sigil/' and end with '/', got {secrets_prefix!r}")
+    raw_providers = node.try_get_context("providers") or ()
+    if isinstance(raw_providers, str):
+        raw_providers = raw_providers.split(",")
+    providers = tuple(sorted({str(p).strip() for p in raw_providers if str(p).strip()}))
+    unknown = [p for p in providers if p not in KEY_PROVIDERS]
+    if unknown:
+        raise ValueError(
+            f"providers takes {', '.join(KEY_PROVIDERS)} (the providers reached with an API key), "
+            f"got {unknown}: a Bedrock model is granted by -c model=bedrock/<model>"
+        )
     return AppContext(
         stage=STAGES[stage_name],
         layer_dir=layer_dir if layer_dir.is_absolute() else ROOT / layer_dir,
@@ -110,4 +171,65 @@ def read_context(node: Node) -> AppContext:
         model=str(model) if model else None,
         secrets_prefix=secrets_prefix,
         embedding_model=str(node.try_get_context("embedding_model") or DEFAULT_EMBEDDING_MODEL),
+        providers=providers,
+        caps=read_caps(node),
     )
+
+
+# What turns a reservation off: Lambda's own 0 would stop the function, which no one means here.
+_OFF = {"none", "off", "0", ""}
+
+
+def _int(name: str, value: Any, *, least: int, most: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    if not least <= number <= most:
+        raise ValueError(f"{name} must be between {least} and {most}, got {number}")
+    return number
+
+
+def _reserved(node: Node, name: str, default: int | None) -> int | None:
+    value = node.try_get_context(name)
+    if value is None:
+        return default
+    if str(value).strip().lower() in _OFF:
+        return None
+    return _int(name, value, least=1, most=10_000)
+
+
+def _throttle(node: Node, name: str, default: Throttle) -> Throttle:
+    rate, burst = node.try_get_context(f"{name}_rate"), node.try_get_context(f"{name}_burst")
+    return Throttle(
+        rate=default.rate if rate is None else float(_int(f"{name}_rate", rate, least=1, most=10_000)),
+        burst=default.burst if burst is None else _int(f"{name}_burst", burst, least=1, most=5_000),
+    )
+
+
+def read_caps(node: Node) -> Caps:
+    """The concurrency and throttling caps: Caps' defaults, each changed by its context value."""
+    default = Caps()
+    raw_agent = node.try_get_context("agent_concurrency")
+    # 2 is the least maximum concurrency an SQS event source takes; 1000 the most.
+    agent = (
+        default.agent_concurrency
+        if raw_agent is None
+        else _int("agent_concurrency", raw_agent, least=2, most=1000)
+    )
+    caps = Caps(
+        agent_concurrency=agent,
+        agent_reserved=agent,
+        webhook_reserved=_reserved(node, "webhook_concurrency", default.webhook_reserved),
+        consolidate_reserved=_reserved(node, "consolidate_concurrency", default.consolidate_reserved),
+        api=_throttle(node, "api", default.api),
+        turn_routes=_throttle(node, "webhook", default.turn_routes),
+    )
+    reserved = node.try_get_context("reserved_concurrency")
+    if reserved is not None and str(reserved).strip().lower() in _OFF:
+        # For an account without the headroom: Lambda keeps 100 executions unreserved, so the
+        # reservations need an account concurrency limit of at least 100 more than their sum.
+        caps = replace(caps, agent_reserved=None, webhook_reserved=None, consolidate_reserved=None)
+    elif reserved is not None:
+        raise ValueError(f"reserved_concurrency takes only none (no reservation at all), got {reserved!r}")
+    return caps

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from infra.config import AppContext
@@ -25,7 +26,7 @@ from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
-from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, Secrets
+from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, Secrets, llm_keys
 
 
 class SigilStack(Stack):
@@ -48,15 +49,23 @@ class SigilStack(Stack):
         memory = Memory(self, "Memory", stage=stage, domain_name=name_prefix, observability=observability)
         lanes = Lanes(self, "Lanes", name_prefix=name_prefix, consumer_timeout=AGENT_TIMEOUT)
         self.dead_letters_alarm = observability.alarm_on_dead_letters(lanes.dead_letters)
+        caps = context.caps
         consolidation = Consolidation(
             self,
             "Consolidation",
             name_prefix=name_prefix,
             layer=layer,
             log_group=observability.log_group("ConsolidateLogs"),
+            reserved_concurrency=caps.consolidate_reserved,
         )
         agent = Agent(
-            self, "Agent", turns=lanes.turns, layer=layer, log_group=observability.log_group("AgentLogs")
+            self,
+            "Agent",
+            turns=lanes.turns,
+            layer=layer,
+            log_group=observability.log_group("AgentLogs"),
+            max_concurrency=caps.agent_concurrency,
+            reserved_concurrency=caps.agent_reserved,
         )
         ingress = Ingress(
             self,
@@ -64,6 +73,9 @@ class SigilStack(Stack):
             layer=layer,
             log_group=observability.log_group("WebhookLogs"),
             access_log_group=observability.log_group("ApiAccessLogs"),
+            reserved_concurrency=caps.webhook_reserved,
+            api_throttle=caps.api,
+            turn_throttle=caps.turn_routes,
         )
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
@@ -87,12 +99,20 @@ class SigilStack(Stack):
         if context.model:
             backend_env["SIGIL_MODEL"] = context.model
         backend_env["SIGIL_EMBEDDING_MODEL"] = context.embedding_model
-        # The agent apologises on a turn's last delivery: it must know when SQS gives up.
-        agent_env = {**backend_env, "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT)}
+        # SIGIL_PROVIDERS: the providers each function is granted (_grant_models); it reads only
+        # their keys, and refuses a model of any other with a message naming the missing grant.
+        # SIGIL_LANE_MAX_ATTEMPTS: the agent apologises on a turn's last delivery, so it must know
+        # when SQS gives up.
+        agent_env = {
+            **backend_env,
+            "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
+            "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
+        }
+        consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
         for function, environment in (
             (webhook, webhook_env),
             (turn_runner, agent_env),
-            (consolidate, backend_env),
+            (consolidate, consolidate_env),
         ):
             for name, value in environment.items():
                 function.add_environment(name, value)
@@ -106,28 +126,13 @@ class SigilStack(Stack):
         memory.grant_memory_read_write(turn_runner)
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
-        # Both LLM keys whatever `model` names: a workspace may set its own model of either
-        # provider, and shared.cloud.with_provider_keys reads both at start (a denied read fails).
-        secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)])
+        secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
         memory.grant_memory_read_write(consolidate)
         memory.sessions.grant_read_write_data(consolidate)
         memory.grant_index_read_write(consolidate)
-        secrets.grant_read(consolidate, [s.key for s in LLM_KEYS])
-        # agent and consolidate: embed memories and queries with the Bedrock embedding model, if
-        # that is the one configured (an OpenAI one uses the LLM key both already read).
-        provider, _, embedding_model_id = context.embedding_model.partition("/")
-        if provider == "bedrock" and embedding_model_id:
-            memory.grant_embedding_model(turn_runner, embedding_model_id)
-            memory.grant_embedding_model(consolidate, embedding_model_id)
-        # agent and consolidate: stream from the chat model when it is a Bedrock one (the
-        # consolidator uses SIGIL_MODEL too: the stack sets no SIGIL_CONSOLIDATION_MODEL). An
-        # OpenAI or Anthropic model needs no AWS grant: its key is among the LLM keys above.
-        chat_provider, _, chat_model_id = (context.model or "").partition("/")
-        if chat_provider == "bedrock" and chat_model_id:
-            grant_chat_model(turn_runner, chat_model_id)
-            grant_chat_model(consolidate, chat_model_id)
+        self._grant_models(context, turn_runner, consolidate)
 
         CfnOutput(self, "ApiUrl", value=ingress.stage.url, description="Base URL of the webhooks")
         CfnOutput(self, "TurnsQueueUrl", value=lanes.turns.queue_url)
@@ -136,3 +141,26 @@ class SigilStack(Stack):
         CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
         CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
         CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
+
+    def _grant_models(
+        self, context: AppContext, turn_runner: lambda_.Function, consolidate: lambda_.Function
+    ) -> None:
+        """What reaching the models takes: the LLM keys of each function's providers only (the
+        agent's include those the `providers` context adds for workspaces with a model of their
+        own; the consolidator summarises with SIGIL_MODEL, never a workspace's model), and the
+        Bedrock grants of the configured Bedrock models."""
+        self.secrets.grant_read(turn_runner, llm_keys(context.agent_providers()))
+        self.secrets.grant_read(consolidate, llm_keys(context.model_providers()))
+        # agent and consolidate: embed memories and queries with the Bedrock embedding model, if
+        # that is the one configured (an OpenAI one uses the OpenAI key, granted above).
+        provider, _, embedding_model_id = context.embedding_model.partition("/")
+        if provider == "bedrock" and embedding_model_id:
+            self.memory.grant_embedding_model(turn_runner, embedding_model_id)
+            self.memory.grant_embedding_model(consolidate, embedding_model_id)
+        # agent and consolidate: stream from the chat model when it is a Bedrock one (the
+        # consolidator uses SIGIL_MODEL too: the stack sets no SIGIL_CONSOLIDATION_MODEL). An
+        # OpenAI or Anthropic model needs no Bedrock grant: its key is granted above.
+        chat_provider, _, chat_model_id = (context.model or "").partition("/")
+        if chat_provider == "bedrock" and chat_model_id:
+            grant_chat_model(turn_runner, chat_model_id)
+            grant_chat_model(consolidate, chat_model_id)

@@ -226,10 +226,20 @@ PairingWorkspace = Annotated[
 
 @contextmanager
 def _identities(data_dir: Path | None, workspace: str | None) -> Iterator[tuple[IdentityStore, str]]:
-    """The embedded identity store of the data dir (only sigil.db is opened), and the workspace."""
+    """The identity store SIGIL_BACKEND names (embedded: only the data dir's sigil.db is opened),
+    and the workspace."""
     from shared.adapters.embedded import Database, SqliteIdentityStore, open_data_dir
 
     settings = _settings(data_dir)
+    if settings.backend != "embedded":
+        from shared.adapters import build_backend
+
+        backend = build_backend(settings)
+        try:
+            yield backend.identities, workspace or settings.resolved_channel_workspace()
+        finally:
+            backend.close()
+        return
     db = Database(open_data_dir(settings.data_dir) / "sigil.db")
     try:
         yield SqliteIdentityStore(db), workspace or settings.resolved_channel_workspace()
@@ -300,6 +310,73 @@ def _admin(action: Callable[[], Identity]) -> Identity:
     except SigilError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(1) from exc
+
+
+# ---------------------------------------------------------------- identities
+
+identity_app = typer.Typer(
+    help="Who each channel user is: link a person's identities on several channels to one Sigil "
+    "user (one memory across channels, docs/privacy.md), list them, unlink.",
+    no_args_is_help=True,
+)
+app.add_typer(identity_app, name="identity")
+
+
+@identity_app.command("link")
+def identity_link(
+    who: Annotated[str, typer.Argument(help="CHANNEL:USER to link, e.g. slack:U0123ABC")],
+    to: Annotated[
+        str,
+        typer.Argument(
+            help="CHANNEL:USER of an identity they already have (its Sigil user), or a Sigil user id"
+        ),
+    ],
+    workspace: PairingWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Make WHO the Sigil user TO names: their conversations on both channels become one memory."""
+    from shared.identity import link_identity, link_target
+
+    with _identities(data_dir, workspace) as (store, ws):
+        linked = _admin(lambda: link_identity(store, ws, who, link_target(store, ws, to)))
+    typer.echo(f"linked {_describe(linked)}  ({linked.status})")
+
+
+@identity_app.command("unlink")
+def identity_unlink(
+    who: Annotated[str, typer.Argument(help="CHANNEL:USER to unlink, e.g. slack:U0123ABC")],
+    workspace: PairingWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Give WHO back their own Sigil user (the one derived from their channel id)."""
+    from shared.identity import unlink_identity
+
+    with _identities(data_dir, workspace) as (store, ws):
+        unlinked = _admin(lambda: unlink_identity(store, ws, who))
+    typer.echo(f"unlinked {_describe(unlinked)}")
+
+
+@identity_app.command("list")
+def identity_list(
+    workspace: PairingWorkspace = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="only this Sigil user")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Each Sigil user of the workspace with the channel identities that are them."""
+    with _identities(data_dir, workspace) as (store, ws):
+        found = store.list_identities(ws)
+    by_user: dict[str, list[Identity]] = {}
+    for identity in found:
+        if user is None or identity.user_id == user:
+            by_user.setdefault(identity.user_id, []).append(identity)
+    if not by_user:
+        typer.echo(f"no identities in workspace {ws!r}" + (f" for user {user!r}" if user else ""), err=True)
+        return
+    for user_id in sorted(by_user):
+        typer.echo(user_id)
+        for identity in by_user[user_id]:
+            name = f"  {identity.display_name}" if identity.display_name else ""
+            typer.echo(f"    {identity.channel}:{identity.channel_user_id}  {identity.status}{name}")
 
 
 secret_app = typer.Typer(
@@ -386,6 +463,7 @@ def memory_list(
     """List facts (Tier 3) and summaries (Tier 2) with where they came from: session, messages,
     source, consolidation run, when, status and relevance."""
     from shared.memory.keys import normalize_key
+    from shared.models import WORKSPACE_WIDE  # an admin's read: the whole workspace
 
     if status not in ("active", "all"):
         typer.echo("--status is active or all", err=True)
@@ -393,7 +471,9 @@ def memory_list(
     with _memory_backend(data_dir, workspace) as (backend, ws):
         facts: list[Triple] = []
         after: str | None = None
-        while len(facts) < limit and (page := backend.memory.list_triples(ws, after=after, limit=500)):
+        while len(facts) < limit and (
+            page := backend.memory.list_triples(ws, scope=WORKSPACE_WIDE, after=after, limit=500)
+        ):
             after = page[-1].id
             facts += [
                 t
@@ -408,7 +488,7 @@ def memory_list(
         )
         summaries = [
             s
-            for s in backend.memory.list_summaries(ws, limit=1_000_000)
+            for s in backend.memory.list_summaries(ws, scope=WORKSPACE_WIDE, limit=1_000_000)
             if user is None or s.user_id == user or s.session_id in owned
         ]
     facts, summaries = facts[:limit], summaries[-limit:]
@@ -441,6 +521,42 @@ def memory_list(
             f"    {_when(s.start_at)} .. {_when(s.end_at)}  run {s.run_id or '-'}  "
             f"created {_when(s.created_at)}  {' '.join(s.text.split())[:160]}"
         )
+
+
+@memory_app.command("share")
+def memory_share(
+    fact: Annotated[str, typer.Argument(help="the fact's id (see `sigil memory list`)")],
+    workspace: MemoryWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Mark a fact shared: everyone in the workspace recalls it under the personal policy."""
+    _set_shared(data_dir, workspace, fact, shared=True)
+
+
+@memory_app.command("unshare")
+def memory_unshare(
+    fact: Annotated[str, typer.Argument(help="the fact's id (see `sigil memory list`)")],
+    workspace: MemoryWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Take a fact's sharing back: only its own people and conversation recall it again."""
+    _set_shared(data_dir, workspace, fact, shared=False)
+
+
+def _set_shared(data_dir: Path | None, workspace: str | None, fact_id: str, *, shared: bool) -> None:
+    from shared.errors import SigilError
+    from shared.memory.sharing import set_shared
+
+    with _memory_backend(data_dir, workspace) as (backend, ws):
+        try:
+            triple = set_shared(backend.memory, backend.index, ws, fact_id, shared=shared)
+        except SigilError as exc:
+            typer.echo(exc.message, err=True)
+            raise typer.Exit(1) from exc
+    typer.echo(
+        f"{'shared' if shared else 'unshared'} fact {triple.id}  {triple.subject} | {triple.predicate} | "
+        f"{triple.object}"
+    )
 
 
 @memory_app.command("erase")

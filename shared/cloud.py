@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 
 from shared.adapters.aws import clients
-from shared.config import PROVIDER_KEY_SECRETS, Settings
+from shared.config import KEY_PROVIDERS, PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
 from shared.ingress import Ingress
 from shared.ports import SecretStore
@@ -144,11 +144,14 @@ def consolidator() -> tuple[Backend, Callable[[], ConsolidationModel]]:
 def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:
     """Settings with the LLM API keys from Secrets Manager: in the cloud keys never sit in env vars.
 
+    Only the keys of `s.key_providers()` are read: the stack grants a function exactly those
+    secrets, and Secrets Manager answers any other with AccessDenied, which the store raises.
     A key already set (e.g. by a local run's environment) wins; a secret that is absent is skipped.
     """
     found: dict[str, SecretStr] = {}
-    for field, name in PROVIDER_KEY_SECRETS.items():
-        if getattr(s, field) is None and (key := secrets.get(name)):
+    for provider in sorted(s.key_providers()):
+        field = KEY_PROVIDERS[provider]
+        if getattr(s, field) is None and (key := secrets.get(PROVIDER_KEY_SECRETS[field])):
             found[field] = SecretStr(key)
     return s.model_copy(update=found) if found else s
 

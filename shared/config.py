@@ -29,8 +29,12 @@ class Settings(BaseSettings):
     model: str | None = None
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    # The longest wait on the network within a model call (connect, the gap between two chunks).
     provider_timeout_s: float = 60.0
     provider_max_retries: int = 2
+    # The longest a whole model call may take, connect, every chunk, retries and fallback
+    # included (shared.providers.deadline); a stream still running then is cut (DeadlineExceeded).
+    provider_deadline_s: float = Field(default=180.0, gt=0)
     # Anthropic: the key (or a base URL for a proxy that holds it), and the max_tokens sent when a
     # request sets none (the Messages API requires one).
     anthropic_api_key: SecretStr | None = Field(default=None, validation_alias="ANTHROPIC_API_KEY")
@@ -48,6 +52,12 @@ class Settings(BaseSettings):
     # "provider/model" for consolidation's summaries and fact extraction (a cheap model does);
     # None: the gateway's default model.
     consolidation_model: str | None = None
+    # The model providers this process may use, comma-separated ("openai,anthropic"); the stack
+    # sets it to the providers whose keys (or Bedrock grant) the function's role holds. A model of
+    # another provider (a workspace's own, say) is then refused with a message naming the grant it
+    # lacks, and only these providers' keys are read from the secret store. None: no restriction,
+    # and the keys read are those of the configured models (key_providers).
+    providers: str | None = None
     # Text embeddings for memory (shared.memory.embeddings, docs/memory.md): "auto" (the offline
     # MiniLM on the embedded backend when its packages are installed; none on aws), "none",
     # "local", "openai/<model>" or "bedrock/<model>". None of them is loaded until first used.
@@ -68,6 +78,14 @@ class Settings(BaseSettings):
     port: int = 8787
     lane_workers: int = 8
     lane_max_attempts: int = 5
+    # The longest a local lane worker spends on one turn (its model calls are cut there); the
+    # cloud's turns are bounded by the agent function's remaining time instead.
+    turn_timeout_s: float = Field(default=600.0, gt=0)
+    # Agent function: the time kept back from the invocation's remaining time for the last turn's
+    # reply and commit and the batch's apologies, and the least time left worth starting a turn
+    # with; a turn that cannot start goes back to the queue on its own (shared.agent.batch).
+    turn_reserve_s: float = Field(default=20.0, ge=0)
+    turn_min_s: float = Field(default=10.0, ge=0)
     # Burst coalescing in the agent (shared.agent.coalesce): a session's consecutive records in
     # one SQS batch, from one sender, run as one turn (texts joined by blank lines).
     coalesce_burst: bool = False
@@ -92,6 +110,25 @@ class Settings(BaseSettings):
             return self.model
         return None
 
+    def allowed_providers(self) -> frozenset[str] | None:
+        """SIGIL_PROVIDERS as a set, or None when unset (every provider allowed)."""
+        if self.providers is None:
+            return None
+        return frozenset(p.strip() for p in self.providers.split(",") if p.strip())
+
+    def key_providers(self) -> frozenset[str]:
+        """The providers whose API keys this process needs from the secret store.
+
+        SIGIL_PROVIDERS when set; otherwise the providers of the configured models: the default,
+        the fallback and the consolidation model, and OpenAI for OpenAI embeddings. Only providers
+        with a key (PROVIDER_KEY_SECRETS) are returned; Bedrock authorises through the role.
+        """
+        allowed = self.allowed_providers()
+        if allowed is None:
+            refs = (self.model, self.fallback_model, self.consolidation_model, self.embedding_model)
+            allowed = frozenset(ref.partition("/")[0] for ref in refs if ref and "/" in ref)
+        return allowed & KEY_PROVIDERS.keys()
+
 
 @cache
 def settings() -> Settings:
@@ -104,3 +141,6 @@ PROVIDER_KEY_SECRETS = {
     "anthropic_api_key": "llm/anthropic-api-key",
 }
 OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]
+# The providers reached with an API key, and the Settings field that holds it. The stack grants
+# each function the secrets of these it may use (infra/stack.py), nothing else.
+KEY_PROVIDERS = {"openai": "openai_api_key", "anthropic": "anthropic_api_key"}

@@ -105,3 +105,26 @@ class IndexUnavailable(SigilError):
 
     code = "index_unavailable"
     http_status = 503
+
+
+class DeadlineExceeded(ProviderError):
+    """A model call (its connect, every chunk of its stream, its retries and fallback) did not end
+    by its deadline: the least of its own limit (SIGIL_PROVIDER_DEADLINE_S) and the turn's. The
+    stream is cut when it passes. A failure of the turn like any other provider error: the lane
+    retries the item, and apologises on its last delivery."""
+
+    code = "deadline_exceeded"
+    http_status = 504
+
+    def __init__(self, message: str = "the model call did not finish by its deadline") -> None:
+        # Retryable: a later delivery gets a fresh deadline. Within this one, nothing is retried
+        # past the deadline (shared.providers.resilient checks the time left).
+        super().__init__(message, retryable=True)
+
+
+class TurnNotStarted(SigilError):
+    """The agent function had too little time left to run this turn: the record goes back to the
+    queue as a failure of that record alone (the batch's partial response) and runs later."""
+
+    code = "turn_not_started"
+    http_status = 503

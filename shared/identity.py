@@ -29,17 +29,18 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
+from weakref import WeakKeyDictionary
 
 from cachetools import TTLCache
 from pydantic import ValidationError
 
 from shared.clock import utcnow
 from shared.errors import BadRequest, NotFound, SigilError
-from shared.models import Identity, IdentityStatus, InboundMessage, WorkspaceConfig
+from shared.models import Channel, Identity, IdentityStatus, InboundMessage, WorkspaceConfig
 from shared.ports import IdentityStore
 
 # No 0/O or 1/I: a code read aloud or typed on a phone has one reading.
@@ -84,6 +85,68 @@ def derived_user_id(channel: str, channel_user_id: str) -> str:
     """The Sigil user of a sender nobody named: the web client's user id as it is (the signed web
     client speaks for its users), `{channel}:{id}` for a platform user."""
     return channel_user_id if channel == "web" else f"{channel}:{channel_user_id}"
+
+
+def user_aliases(identities: Iterable[Identity], user_id: str) -> tuple[str, ...]:
+    """Every id `user_id`'s memories may have been written under: the id itself, and the derived
+    id of each identity that is this user (`derived_user_id`). Identities linked to one Sigil user
+    wrote under their derived ids before they were linked; with these, "my memory" finds them
+    (shared.memory.scope.recall_scope). Sorted and distinct."""
+    derived = (derived_user_id(i.channel, i.channel_user_id) for i in identities if i.user_id == user_id)
+    return tuple(sorted({user_id, *derived}))
+
+
+ALIASES_TTL_S: Final = 60.0
+_MAX_ALIAS_WORKSPACES: Final = 1024
+
+
+class UserAliases:
+    """`aliases(workspace_id, user_id)`: `user_aliases` over the workspace's identities, read at
+    most once a minute per workspace and process, so a warm turn adds no store call. An identity
+    linked or renamed through another process applies here within the minute."""
+
+    def __init__(
+        self,
+        identities: IdentityStore,
+        *,
+        ttl_s: float = ALIASES_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._identities = identities
+        # workspace -> user id -> that user's aliases (only users with an identity are listed).
+        self._cache: TTLCache[str, dict[str, tuple[str, ...]]] = TTLCache(
+            _MAX_ALIAS_WORKSPACES, ttl_s, timer=clock
+        )
+        # The local gateway's lane workers share one instance.
+        self._lock = threading.Lock()
+
+    def __call__(self, workspace_id: str, user_id: str) -> tuple[str, ...]:
+        try:
+            with self._lock:
+                by_user = self._cache[workspace_id]
+        except KeyError:
+            # Read outside the lock: two threads missing at once both read, which is harmless.
+            grouped: dict[str, list[Identity]] = {}
+            for identity in self._identities.list_identities(workspace_id):
+                grouped.setdefault(identity.user_id, []).append(identity)
+            by_user = {u: user_aliases(mine, u) for u, mine in grouped.items()}
+            with self._lock:
+                self._cache[workspace_id] = by_user
+        return by_user.get(user_id, (user_id,))
+
+
+# One per identity store, so every turn of a process shares its cache.
+_ALIASES_BY_STORE: WeakKeyDictionary[IdentityStore, UserAliases] = WeakKeyDictionary()
+
+
+def aliases_of(identities: IdentityStore) -> UserAliases:
+    try:
+        aliases = _ALIASES_BY_STORE.get(identities)
+        if aliases is None:
+            aliases = _ALIASES_BY_STORE[identities] = UserAliases(identities)
+    except TypeError:  # a store that can't be weakly referenced or hashed: no shared cache
+        aliases = UserAliases(identities)
+    return aliases
 
 
 def on_allow_list(workspace: WorkspaceConfig, channel: str, channel_user_id: str) -> bool:
@@ -324,3 +387,90 @@ def _key(identity: Identity) -> _Key:
 def _copy(identity: Identity | None) -> Identity | None:
     # Identities are mutable: a caller changing what it got must not change the cached answer.
     return None if identity is None else identity.model_copy(deep=True)
+
+
+# ---------------------------------------------------------------- linking (`sigil identity ...`)
+
+
+def _channels() -> frozenset[str]:
+    from typing import get_args  # here, not above: one import line fewer for the linking section
+
+    return frozenset(get_args(Channel))
+
+
+CHANNELS: Final = _channels()
+
+
+def parse_channel_user(who: str) -> tuple[str, str]:
+    """`{channel}:{channel user id}` as (channel, id); a BadRequest naming the problem otherwise."""
+    channel, sep, channel_user_id = who.strip().partition(":")
+    if not sep or channel not in CHANNELS or not channel_user_id:
+        raise BadRequest(
+            f"{who!r} is not CHANNEL:USER with CHANNEL one of {', '.join(sorted(CHANNELS))} "
+            "(e.g. telegram:12345, slack:U0123ABC)"
+        )
+    if len(channel_user_id) > MAX_CHANNEL_USER_ID:
+        raise BadRequest(f"a channel user id is at most {MAX_CHANNEL_USER_ID} characters")
+    return channel, channel_user_id
+
+
+def link_target(identities: IdentityStore, workspace_id: str, to: str) -> str:
+    """The Sigil user `to` names: the user of the identity `{channel}:{id}` (which must exist,
+    or the link would join a typo), or else `to` itself as a Sigil user id."""
+    channel, sep, _ = to.strip().partition(":")
+    if sep and channel in CHANNELS:
+        found = identities.get(workspace_id, *parse_channel_user(to))
+        if found is None:
+            raise NotFound(f"no identity {to!r} in workspace {workspace_id!r} (see `sigil identity list`)")
+        return found.user_id
+    if not to.strip():
+        raise BadRequest("the Sigil user to link to is empty")
+    return to.strip()
+
+
+def link_identity(
+    identities: IdentityStore,
+    workspace_id: str,
+    who: str,
+    to_user_id: str,
+    *,
+    now: datetime | None = None,
+) -> Identity:
+    """Make the channel user `who` (`{channel}:{id}`) the Sigil user `to_user_id`, so their
+    memory under the personal policy is one across channels (docs/privacy.md).
+
+    An identity not stored yet (a sender under the "allow" policy who has not written, or one to
+    be admitted in advance) is stored approved as that user; an existing one keeps its status (a
+    blocked sender stays blocked, a pending one still waits for `sigil pairing approve`).
+    """
+    channel, channel_user_id = parse_channel_user(who)
+    existing = identities.get(workspace_id, channel, channel_user_id)
+    stamp = now or utcnow()
+    if existing is None:
+        linked = _changed(
+            None,
+            workspace_id=workspace_id,
+            channel=channel,
+            channel_user_id=channel_user_id,
+            user_id=to_user_id,
+            status="approved",
+            created_at=stamp,
+            approved_at=stamp,
+        )
+    else:
+        linked = _changed(existing, user_id=to_user_id)
+    identities.put(linked)
+    return linked
+
+
+def unlink_identity(identities: IdentityStore, workspace_id: str, who: str) -> Identity:
+    """Give the channel user `who` back the Sigil user derived from it (`derived_user_id`): it
+    stops sharing memory with the user it was linked to. What it wrote while linked stays that
+    user's."""
+    channel, channel_user_id = parse_channel_user(who)
+    existing = identities.get(workspace_id, channel, channel_user_id)
+    if existing is None:
+        raise NotFound(f"no identity {who!r} in workspace {workspace_id!r} (see `sigil identity list`)")
+    unlinked = _changed(existing, user_id=derived_user_id(channel, channel_user_id))
+    identities.put(unlinked)
+    return unlinked

@@ -1,5 +1,6 @@
 """The agent: SQS FIFO batches of lane items to shared.agent.batch, one turn per item, in order
-within each session; the answer is the partial batch response (batchItemFailures)."""
+within each session, all within the invocation's remaining time (less SIGIL_TURN_RESERVE_S); the
+answer is the partial batch response (batchItemFailures)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud
-from shared.agent.batch import lane_processor, plan_batch, run_record, settle
+from shared.agent.batch import batch_deadline, lane_processor, plan_batch, run_record, settle
 from shared.observability import logger, metrics, tracer
 
 
@@ -18,13 +19,17 @@ from shared.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    settings = cloud.settings()
+    # Read first: the time the function has left bounds every turn and model call of the batch.
+    until = batch_deadline(context, settings.turn_reserve_s)
     records: list[dict[str, Any]] = event["Records"]
-    plan = plan_batch(records, cloud.settings().coalesce_burst)
+    plan = plan_batch(records, settings.coalesce_burst)
     processor = lane_processor()
+    handler = partial(run_record, plan, cloud.turn_deps, until=until, min_turn_s=settings.turn_min_s)
     try:
-        with processor(records, partial(run_record, plan, cloud.turn_deps), context):
+        with processor(records, handler, context):
             processor.process()
         return processor.response()
     finally:
         # In `finally`: when every record fails, the processor raises instead of answering.
-        settle(processor, cloud.turn_deps, cloud.settings().lane_max_attempts)
+        settle(processor, cloud.turn_deps, settings.lane_max_attempts)

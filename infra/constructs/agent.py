@@ -26,6 +26,8 @@ class Agent(Construct):
         turns: sqs.IQueue,
         layer: lambda_.ILayerVersion,
         log_group: logs.ILogGroup,
+        max_concurrency: int,
+        reserved_concurrency: int | None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = SigilFunction(
@@ -37,6 +39,7 @@ class Agent(Construct):
             memory_size=1024,
             layer=layer,
             log_group=log_group,
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         # Adds sqs:ReceiveMessage/DeleteMessage/ChangeMessageVisibility on this queue to the role.
@@ -47,5 +50,8 @@ class Agent(Construct):
                 # The handler reports the failed turns (and the rest of their session's group), so
                 # the other sessions' turns in the batch are not retried with them.
                 report_batch_item_failures=True,
+                # At most this many batches at once, however long the queue: with each batch's
+                # turns run in turn, it bounds how many model calls stream at a time.
+                max_concurrency=max_concurrency,
             )
         )

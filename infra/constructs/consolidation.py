@@ -31,6 +31,7 @@ class Consolidation(Construct):
         name_prefix: str,
         layer: lambda_.ILayerVersion,
         log_group: logs.ILogGroup,
+        reserved_concurrency: int | None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.bus = events.EventBus(self, "Bus", event_bus_name=f"{name_prefix}-events")
@@ -43,6 +44,8 @@ class Consolidation(Construct):
             memory_size=1024,
             layer=layer,
             log_group=log_group,
+            # A throttled event waits in Lambda's own retry queue; the hourly run catches up.
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         # Work is idempotent and the hourly run catches up on anything dropped, so a few

@@ -144,6 +144,7 @@ class SigilFunction(Construct):
         memory_size: int,
         layer: lambda_.ILayerVersion,
         log_group: logs.ILogGroup,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -165,6 +166,9 @@ class SigilFunction(Construct):
             description=description,
             timeout=timeout,
             memory_size=memory_size,
+            # A ceiling on what runs at once, and capacity no other function in the account can
+            # take (infra.config.Caps); None leaves the function on the account's shared pool.
+            reserved_concurrent_executions=reserved_concurrency,
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             application_log_level_v2=lambda_.ApplicationLogLevel.INFO,

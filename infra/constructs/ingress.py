@@ -18,6 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra.config import Throttle
 from infra.constructs.function import SigilFunction
 from infra.constructs.nag import acknowledge
 
@@ -32,6 +33,13 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/webhooks/whatsapp"),
     ("GET", "/sessions/{workspace}/{session}/outbox"),
 )
+# The routes whose requests may each become a turn, and so a model call: throttled tighter.
+TURN_ROUTES = tuple((m, p) for m, p in ROUTES if m == "POST")
+
+
+def route_key(method: str, path: str) -> str:
+    return f"{method} {path}"
+
 
 # The $context variables of an HTTP API access log; the request id ties a line to the function's.
 ACCESS_LOG_FORMAT = {
@@ -70,6 +78,9 @@ class Ingress(Construct):
         layer: lambda_.ILayerVersion,
         log_group: logs.ILogGroup,
         access_log_group: logs.ILogGroup,
+        reserved_concurrency: int | None,
+        api_throttle: Throttle,
+        turn_throttle: Throttle,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = SigilFunction(
@@ -83,6 +94,9 @@ class Ingress(Construct):
             memory_size=512,
             layer=layer,
             log_group=log_group,
+            # Tens of milliseconds a warm request: 10 at once answer some hundreds a second, more
+            # than the turn routes' throttles let through.
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         self.api = apigwv2.HttpApi(
@@ -98,12 +112,27 @@ class Ingress(Construct):
             stage_name="$default",
             auto_deploy=True,
             access_log_settings=_AccessLogs(access_log_group),
-            # A ceiling for floods and runaway retries: each request may become an LLM turn.
-            throttle=apigwv2.ThrottleSettings(rate_limit=50, burst_limit=100),
+            # A ceiling for floods and runaway retries, per route (the stage's default route
+            # settings apply to each route on its own, not to the API as a whole).
+            throttle=apigwv2.ThrottleSettings(rate_limit=api_throttle.rate, burst_limit=api_throttle.burst),
         )
         integration = integrations.HttpLambdaIntegration("Webhook", self.function)
         for method, path in ROUTES:
-            self.api.add_routes(path=path, methods=[apigwv2.HttpMethod(method)], integration=integration)
+            method_ = apigwv2.HttpMethod(method)
+            routes = self.api.add_routes(path=path, methods=[method_], integration=integration)
+            # The stage's route settings name routes by key; CloudFormation refuses a key that
+            # does not exist yet.
+            self.stage.node.add_dependency(*routes)
+        # Tighter on the routes that queue turns: each accepted request may become a model call.
+        cfn_stage = self.stage.node.default_child
+        assert isinstance(cfn_stage, apigwv2.CfnStage)
+        cfn_stage.route_settings = {
+            route_key(method, path): {
+                "ThrottlingRateLimit": turn_throttle.rate,
+                "ThrottlingBurstLimit": turn_throttle.burst,
+            }
+            for method, path in TURN_ROUTES
+        }
         acknowledge(
             self.api,
             "AwsSolutions-APIG4",

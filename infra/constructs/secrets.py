@@ -49,11 +49,18 @@ CHANNEL_TOKENS = (
     SecretSpec("discord/bot-token", "Discord: the bot token"),
     SecretSpec("whatsapp/access-token", "WhatsApp: the Cloud API access token"),
 )
-# Read by the agent and the consolidator: the LLM providers (and OpenAI's embeddings).
-LLM_KEYS = (
-    SecretSpec("llm/openai-api-key", "OpenAI (or an OpenAI-compatible endpoint): the API key"),
-    SecretSpec("llm/anthropic-api-key", "Anthropic: the API key"),
-)
+# Read by the agent and the consolidator, each only its providers' (shared.config.KEY_PROVIDERS):
+# the LLM providers reached with an API key (and OpenAI's embeddings).
+LLM_KEY_OF = {
+    "openai": SecretSpec("llm/openai-api-key", "OpenAI (or an OpenAI-compatible endpoint): the API key"),
+    "anthropic": SecretSpec("llm/anthropic-api-key", "Anthropic: the API key"),
+}
+LLM_KEYS = tuple(LLM_KEY_OF.values())
+
+
+def llm_keys(providers: Iterable[str]) -> list[str]:
+    """The keys of these providers' API key secrets; a provider without one (Bedrock) has none."""
+    return [LLM_KEY_OF[p].key for p in sorted(providers) if p in LLM_KEY_OF]
 
 
 def web_secret(workspace: str) -> SecretSpec:

@@ -14,16 +14,27 @@ With SIGIL_COALESCE_BURST, a session's consecutive records from one sender run a
 on it, succeeding with it, or failing with it through skip_group_on_error, so batchItemFailures
 names every record of a failed burst. A dead-lettered burst is apologised for record by record.
 
+The batch has a deadline: the Lambda's remaining time at its start, less SIGIL_TURN_RESERVE_S
+kept for the last turn's reply and commit and for the apologies (`batch_deadline`). Each turn runs
+inside it (shared.providers.deadline), so a model call that would outlast the function is cut
+(DeadlineExceeded, a provider failure like any other) rather than holding the batch until Lambda
+kills it, which would return every record, the finished ones too, with no apology for any. A turn
+with less than SIGIL_TURN_MIN_S left is not started: its record fails alone (TurnNotStarted; the
+rest of its session's follow through skip_group_on_error) and SQS delivers it again, while the
+records that ran are reported done. On its last delivery it is apologised for like any failure.
+
 Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
 and a count named Outcome_<outcome>), without user or session dimensions.
 
 The agent function drives it with powertools' processor as a context manager:
-`with processor(records, partial(run_record, plan, deps)): processor.process()`, then `settle`.
+`with processor(records, partial(run_record, plan, deps, until=..., min_turn_s=...)):
+processor.process()`, then `settle`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +47,10 @@ from pydantic import ConfigDict, Json, ValidationError
 
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
+from shared.errors import TurnNotStarted
 from shared.models import AuditRecord, LaneItem
 from shared.observability import metrics
+from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
 log = logging.getLogger("sigil.agent")
@@ -87,13 +100,33 @@ def plan_batch(records: Sequence[Mapping[str, Any]], enabled: bool) -> Plan:
     return bursts
 
 
-def run_record(plan: Plan, deps: Deps, record: TurnRecord) -> None:
-    """The processor's record handler (bind `plan` and `deps` with functools.partial)."""
+def batch_deadline(context: object, reserve_s: float) -> float | None:
+    """When the batch's turns must be done (time.monotonic()): the invocation's remaining time
+    less `reserve_s`; None for a caller with no Lambda context."""
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining_ms is None:
+        return None
+    return time.monotonic() + float(remaining_ms()) / 1000 - reserve_s
+
+
+def run_record(
+    plan: Plan, deps: Deps, record: TurnRecord, *, until: float | None = None, min_turn_s: float = 0.0
+) -> None:
+    """The processor's record handler (bind `plan`, `deps` and the batch's deadline with
+    functools.partial). A turn with less than `min_turn_s` before `until` is not started."""
     if record.messageId in plan.riders:
         return  # its text ran in its burst's turn; had that failed, the processor skips this
+    left = remaining(until)
+    if left is not None and left < min_turn_s:
+        metrics.add_metric(name="TurnsNotStarted", unit=MetricUnit.Count, value=1)
+        raise TurnNotStarted(
+            f"{max(left, 0.0):.1f}s left in the invocation, {min_turn_s:.1f}s needed: left to the "
+            "queue's next delivery"
+        )
     item = plan.leads.get(record.messageId, record.body)
     try:
-        audit = run_turn(deps(), item)
+        with deadline(until):
+            audit = run_turn(deps(), item)
     except Exception:
         metrics.add_metric(name="Outcome_error", unit=MetricUnit.Count, value=1)
         raise

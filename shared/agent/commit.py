@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.agent.preflight import load_session
-from shared.agent.window import announce_compaction, index_rolled, split_window, tier1_records
+from shared.agent.window import announce_compaction, index_rolled, origin_of, split_window, tier1_records
 from shared.backend import Backend
 from shared.budgets import TurnBudget
 from shared.errors import ConcurrencyConflict
@@ -51,13 +51,14 @@ def commit(
     `audit` in the same write; the overflow goes to the index first. `updates` are the session
     changes the turn's tools asked for (ToolContext.session_updates, e.g. the active-task pin).
     What `budget` spent is added to its counters in that write too."""
+    origin = origin_of(inbound)
     for _ in range(COMMIT_ATTEMPTS):
         rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
-        records = tier1_records(session, rolled)
+        records = tier1_records(session, rolled, origin)
         # The index is another store, outside the save's transaction, so it goes first: a crash
         # before the save leaves documents the retry rewrites in place (ids are message ids),
         # whereas the reverse order could leave Tier-1 records that search never finds.
-        index_rolled(backend, session, records, kept)
+        index_rolled(backend, session, records, kept, origin)
         now = clock()
         event_ids, event_times = recent_events(
             session, inbound.event_id, now, merged=inbound.merged_event_ids

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from shared.agent.window import announce_compaction, index_rolled, split_window, tier1_records
+from shared.agent.window import Origin, announce_compaction, index_rolled, split_window, tier1_records
 from shared.backend import Backend
 from shared.errors import ConcurrencyConflict, ProviderError
 from shared.models import MemoryRecord, Session, WorkspaceConfig
@@ -65,22 +65,26 @@ class Compacted:
     keep: int
     session: Session
     records: list[MemoryRecord]
+    origin: Origin
 
 
-def emergency_compact(session: Session, keep: Sequence[int] = KEEP_STAGES) -> Iterator[Compacted]:
+def emergency_compact(
+    session: Session, origin: Origin, keep: Sequence[int] = KEEP_STAGES
+) -> Iterator[Compacted]:
     """The successive stages for `session`: each keeps fewer messages in the window (stages that
     would keep as many as the one before are skipped). Each cut is the turn's own (split_window:
-    at a user message, never inside a turn). Nothing is stored here."""
+    at a user message, never inside a turn), its records scoped in `origin`'s conversation as the
+    commit's are. Nothing is stored here."""
     current = session
     for n in keep:
         rolled, kept = split_window(current.active_messages, n)
         if not rolled:
             continue
-        records = tier1_records(current, rolled)
+        records = tier1_records(current, rolled, origin)
         current = current.model_copy(
             update={"active_messages": kept, "rolled_out_count": current.rolled_out_count + len(rolled)}
         )
-        yield Compacted(n, current, records)
+        yield Compacted(n, current, records, origin)
 
 
 def persist(backend: Backend, workspace: WorkspaceConfig, before: Session, stage: Compacted) -> Session:
@@ -88,7 +92,7 @@ def persist(backend: Backend, workspace: WorkspaceConfig, before: Session, stage
     and announce the batches the roll-out completed. Returns the session as stored."""
     # Through the memory writer, as the turn's commit indexes its roll-out: vectors, chunks and
     # each message's neighbours as context, the next ones taken from the window that stays.
-    index_rolled(backend, before, stage.records, stage.session.active_messages)
+    index_rolled(backend, before, stage.records, stage.session.active_messages, stage.origin)
     saved = backend.sessions.save(stage.session, expected_version=before.version, archive=stage.records)
     announce_compaction(backend.events, workspace, before, saved, log=log)
     return saved
@@ -101,6 +105,7 @@ def with_emergency_compaction(
     request: ChatRequest,
     call: Callable[[ChatRequest], T],
     *,
+    origin: Origin,
     keep: Sequence[int] = KEEP_STAGES,
 ) -> tuple[T, Session]:
     """`call(request)`; on a context overflow, compact the window stage by stage and call again
@@ -113,7 +118,7 @@ def with_emergency_compaction(
             raise
         overflow = exc
     new = request.messages[-1:]
-    for stage in emergency_compact(session, keep):
+    for stage in emergency_compact(session, origin, keep):
         try:
             saved = persist(backend, workspace, session, stage)
         except ConcurrencyConflict:

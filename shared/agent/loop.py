@@ -14,12 +14,13 @@ ends, so such a preamble may show for a moment; the next step's text replaces it
 
 Message ids come from the turn id and the step, so a retried turn writes the same messages.
 
-Safety (docs/safety.md): every tool result is scanned, redacted and, if flagged, quoted as data
-from "tool <name>" before the next model call sees it or the turn stores it. Everything the model
-writes is redacted (secrets always, PII per the workspace) where its AssistantMessages are built:
-the text, and the stored copy of each tool call's arguments, while the tool itself runs with the
-arguments as the model wrote them. What the filters found is kept on `Safety`, as rule and kind
-names only, for the turn's log line and its audit record.
+Safety (docs/safety.md): every tool result is scanned, redacted and quoted as data from
+"tool <name>" before the next model call sees it or the turn stores it: always, for a tool that
+declares third-party output (Tool.untrusted_output: memory, web pages), and if flagged otherwise.
+Everything the model writes is redacted (secrets always, PII per the workspace) where its
+AssistantMessages are built: the text, and the stored copy of each tool call's arguments, while
+the tool itself runs with the arguments as the model wrote them. What the filters found is kept
+on `Safety`, as rule and kind names only, for the turn's log line and its audit record.
 
 A model that declines to answer (Done.refused, whichever provider said so) still ends the turn
 with its text or explanation as the reply, and the turn is audited as "refused".
@@ -57,9 +58,10 @@ class Safety:
     quoted: list[str] = field(default_factory=list)  # sources whose text went in quoted
     redacted: Counter[str] = field(default_factory=Counter)  # kind -> replaced, input and output
 
-    def guard(self, text: str, *, source: str) -> str:
-        """Untrusted text (the user's message, a tool result) as the model and the store get it."""
-        guarded = guard_untrusted(text, source=source, pii=self.pii)
+    def guard(self, text: str, *, source: str, quote_all: bool = False) -> str:
+        """Untrusted text (the user's message, a tool result) as the model and the store get it:
+        quoted as data if the scan flags it, or always with `quote_all`."""
+        guarded = guard_untrusted(text, source=source, pii=self.pii, quote_all=quote_all)
         if guarded.scan.findings:
             self.findings[source] = sorted({*self.findings.get(source, []), *guarded.scan.rules})
         if guarded.quoted and source not in self.quoted:
@@ -175,7 +177,11 @@ def run_loop(
                 outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
                 if budget is not None:
                     budget.charge_tool_call()
-                content = safety.guard(outcome.content, source=f"tool {call.name}")
+                # Third-party text (memory, a web page) is quoted always; the scan still runs,
+                # for the flag and the audit.
+                content = safety.guard(
+                    outcome.content, source=f"tool {call.name}", quote_all=tools.untrusted_output(call.name)
+                )
                 outcome = outcome.model_copy(update={"content": content})
                 if tools.permits(call.name, workspace):
                     result.tools_used.append(call.name)

@@ -30,7 +30,7 @@ from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
 from shared.errors import ModelNotConfigured
 from shared.identity import Resolution, resolve_sender
-from shared.models import InboundMessage, LaneItem, Session, UserMessage, WorkspaceConfig
+from shared.models import InboundMessage, LaneItem, Session, UserMessage, WorkspaceConfig, new_workspace
 from shared.ports import SessionStore
 from shared.providers.base import Provider
 
@@ -91,7 +91,7 @@ def turn_id_for(item: LaneItem) -> str:
 
 def resolve(backend: Backend, inbound: InboundMessage, now: datetime) -> tuple[WorkspaceConfig, Resolution]:
     """The inbound's workspace (its defaults when none is stored) and who its sender is there."""
-    workspace = backend.workspaces.get(inbound.workspace_id) or WorkspaceConfig(id=inbound.workspace_id)
+    workspace = backend.workspaces.get(inbound.workspace_id) or new_workspace(inbound.workspace_id)
     return workspace, resolve_sender(backend.identities, workspace, inbound, now=now)
 
 

@@ -54,6 +54,12 @@ Failure policy, decided once here:
   shared.agent.loop; the stream into the channel passes a StreamRedactor. So the channel, the
   session, Tier 1 and the index only ever get redacted text. What the filters found (rule and
   kind names, counts) goes on the turn's log line, never the text.
+- Memory (docs/privacy.md): the turn builds its RecallScope once (`recall_scope_for`) from the
+  workspace's memory policy, the conversation and the sender, and every memory read of the turn
+  (the tools, the prompt's tacit facts) passes it; its records are written with their
+  MemoryScope (shared.agent.window). Under the personal policy a direct conversation recalls the
+  sender's own records under every id they wrote as (shared.identity.user_aliases), read once a
+  minute per workspace and process (shared.identity.UserAliases): a warm turn adds no round trip.
 """
 
 from __future__ import annotations
@@ -83,15 +89,28 @@ from shared.agent.preflight import (
     user_message,
 )
 from shared.agent.reply import outbound, redacted, send
-from shared.agent.window import split_window
+from shared.agent.window import origin_of, split_window
 from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
+from shared.channels.inbound import conversation_key
 from shared.channels.out import ChannelError, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
 from shared.errors import ProviderError
-from shared.models import AuditRecord, InboundMessage, LaneItem, Message, Session, Triple, WorkspaceConfig
+from shared.identity import aliases_of
+from shared.memory.scope import is_group, owner_scope, recall_scope
+from shared.models import (
+    AuditRecord,
+    InboundMessage,
+    LaneItem,
+    MemoryScope,
+    Message,
+    RecallScope,
+    Session,
+    Triple,
+    WorkspaceConfig,
+)
 from shared.providers.base import ChatRequest, ToolSpec
 from shared.skills import Skill, select_skills
 from shared.tools import ToolContext, ToolRegistry
@@ -114,8 +133,9 @@ class TurnDeps:
     # Offered to the model on every turn; what a workspace may run is checked per call.
     tools: ToolRegistry = field(default_factory=agent_registry)  # built-ins and memory tools
     prices: PriceTable = field(default_factory=PriceTable)  # model ref -> USD per 1M tokens
-    # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit).
-    facts: Callable[[str, str], Sequence[Triple]] | None = None
+    # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit):
+    # (workspace id, user id, the turn's RecallScope) -> facts.
+    facts: Callable[[str, str, RecallScope], Sequence[Triple]] | None = None
     # A workspace's skills (shared.skills); the local gateway loads <data_dir>/workspaces/<ws>/skills.
     skills: Callable[[str], list[Skill]] = lambda workspace_id: []
 
@@ -227,13 +247,16 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     inbound, session = turn.inbound, turn.session
     _, window = split_window(session.active_messages, turn.workspace.active_window)
     tools = deps.tools.specs()
+    scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
     request = ChatRequest(
         model=step.model,
-        system=system_prompt(deps, turn.workspace, session, inbound, tools, user_id=turn.sender.user_id),
+        system=system_prompt(
+            deps, turn.workspace, session, inbound, tools, user_id=turn.sender.user_id, scope=scope
+        ),
         messages=[*window, step.user],
         tools=tools,
     )
-    ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id)
+    ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord); the web outbox and WhatsApp get the final text once.
     shown = progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, ""))
@@ -254,6 +277,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
             safety=turn.safety,
             budget=turn.budget,
         ),
+        origin=origin_of(inbound),
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
@@ -294,16 +318,18 @@ def system_prompt(
     tools: list[ToolSpec],
     *,
     user_id: str,
+    scope: RecallScope,
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
     the skills this message selects, the tools, the sender's tacit facts, the channel's hints, the
     time, the rolling summary and, last, the note that tells the model what a quoted block is.
-    `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it)."""
+    `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it);
+    the tacit facts are those the turn's `scope` reaches."""
     return assemble_system_prompt(
         workspace,
         skills=select_skills(deps.skills(workspace.id), inbound.text),
         tools=tools,
-        facts=deps.facts(workspace.id, user_id) if deps.facts is not None else (),
+        facts=deps.facts(workspace.id, user_id, scope) if deps.facts is not None else (),
         channel=inbound.channel,
         now=deps.clock(),
         active_task=session.active_task,
@@ -311,13 +337,42 @@ def system_prompt(
     ).text
 
 
-def _tool_context(deps: TurnDeps, inbound: InboundMessage, user_id: str, turn: str) -> ToolContext:
-    # The workspace and session a tool acts in are the inbound's, never anything the model wrote.
+def recall_scope_for(
+    backend: Backend, workspace: WorkspaceConfig, inbound: InboundMessage, user_id: str
+) -> RecallScope:
+    """What this turn's memory reads may reach, under the workspace's policy (docs/privacy.md).
+    The sender's aliases are read only where the policy uses them (a direct conversation under
+    the personal policy), from a per-process cache."""
+    policy, group = workspace.memory.recall, is_group(inbound)
+    personal = policy == "personal" and not group
+    return recall_scope(
+        policy,
+        session_id=inbound.session_id,
+        conversation=conversation_key(inbound.channel, inbound.chat_id),
+        group=group,
+        user_aliases=aliases_of(backend.identities)(inbound.workspace_id, user_id)
+        if personal
+        else (user_id,),
+    )
+
+
+def owner_for(inbound: InboundMessage, user_id: str) -> MemoryScope:
+    """The scope of what the turn's tools write (a stored fact): the sender's, in this conversation."""
+    return owner_scope(conversation_key(inbound.channel, inbound.chat_id), [user_id], group=is_group(inbound))
+
+
+def _tool_context(
+    deps: TurnDeps, inbound: InboundMessage, user_id: str, turn: str, scope: RecallScope
+) -> ToolContext:
+    # The workspace, session and memory scope a tool acts in are the turn's, never anything the
+    # model wrote.
     return ToolContext(
         workspace_id=inbound.workspace_id,
         session_id=inbound.session_id,
         user_id=user_id,
         turn_id=turn,
         backend=deps.backend,
+        scope=scope,
+        owner=owner_for(inbound, user_id),
         now=deps.clock,
     )

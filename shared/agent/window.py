@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from shared.backend import Backend
-from shared.memory.writer import index_rolled_out
+from shared.channels.inbound import conversation_key
+from shared.memory.scope import is_group
+from shared.memory.writer import index_rolled_out, message_scope
 from shared.models import (
     AssistantMessage,
     DomainEvent,
+    InboundMessage,
     MemoryRecord,
     Message,
     Session,
@@ -23,6 +27,20 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.ports import EventBus
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a session's messages come from, for the scope its Tier-1 records are written with:
+    the channel conversation (shared.channels.inbound.conversation_key: a Slack thread's is its
+    channel's) and whether several people talk there."""
+
+    conversation: str
+    group: bool
+
+
+def origin_of(inbound: InboundMessage) -> Origin:
+    return Origin(conversation_key(inbound.channel, inbound.chat_id), is_group(inbound))
 
 
 def split_window(messages: Sequence[Message], size: int) -> tuple[list[Message], list[Message]]:
@@ -53,10 +71,11 @@ def message_text(m: Message) -> str:
     return m.content
 
 
-def tier1_records(session: Session, rolled: Sequence[Message]) -> list[MemoryRecord]:
+def tier1_records(session: Session, rolled: Sequence[Message], origin: Origin) -> list[MemoryRecord]:
     """Each message as a Tier-1 record, owned by the user who wrote it or, for a reply or a tool
     result, the user it answered (the last user message before it); the session's owner when the
-    rolled run opens on a reply."""
+    rolled run opens on a reply. Each is stamped with its scope (shared.memory.writer.message_scope)
+    in `origin`'s conversation."""
     owners: list[str | None] = []
     owner = session.user_id
     for m in rolled:
@@ -76,13 +95,14 @@ def tier1_records(session: Session, rolled: Sequence[Message]) -> list[MemoryRec
             message=m,
             user_id=owners[i],
             author=m.sender_name if isinstance(m, UserMessage) else None,
+            scope=message_scope(m.kind, owners[i], conversation=origin.conversation, group=origin.group),
         )
         for i, m in enumerate(rolled)
     ]
 
 
 def index_rolled(
-    backend: Backend, session: Session, records: list[MemoryRecord], kept: list[Message]
+    backend: Backend, session: Session, records: list[MemoryRecord], kept: list[Message], origin: Origin
 ) -> None:
     """Index the rolled-out records through the memory writer: vectors (Tier 4) when there is an
     embedder, and each message's neighbours as context, the next ones taken from the window."""
@@ -90,7 +110,7 @@ def index_rolled(
         return
     rolled = [r.message for r in records if r.message is not None]
     # Built from rolled + kept together, so a kept reply gets the owner tier1_records gives it.
-    following = tier1_records(session, [*rolled, *kept])[len(rolled) :]
+    following = tier1_records(session, [*rolled, *kept], origin)[len(rolled) :]
     index_rolled_out(backend.index, backend.memory, backend.embedder, records, following)
 
 

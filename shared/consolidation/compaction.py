@@ -57,7 +57,18 @@ from shared.consolidation.extraction import (
     parse_extraction,
 )
 from shared.errors import ConcurrencyConflict, SigilError
-from shared.models import IndexDoc, MemoryRecord, Session, Summary, UserMessage, WorkspaceConfig
+from shared.memory.scope import legacy_scope, owner_scope
+from shared.models import (
+    WORKSPACE_WIDE,
+    IndexDoc,
+    MemoryRecord,
+    MemoryScope,
+    Session,
+    Summary,
+    UserMessage,
+    WorkspaceConfig,
+    new_workspace,
+)
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, Usage
 from shared.safety.injection import quote_untrusted, scan
 from shared.safety.redact import redact
@@ -256,7 +267,7 @@ class _Compaction:
 
     def run(self, batch: int | None) -> None:
         backend, ws, sid = self.backend, self.workspace_id, self.session_id
-        workspace = backend.workspaces.get(ws) or WorkspaceConfig(id=ws)
+        workspace = backend.workspaces.get(ws) or new_workspace(ws)
         size = batch or workspace.summary_batch
         session = backend.sessions.get(ws, sid)
         checkpoint = summarised_until(backend, ws, sid)
@@ -359,6 +370,7 @@ class _Compaction:
             raise SigilError(
                 f"the consolidation model gave no summary of messages {first}-{last}", code="empty_summary"
             )
+        scope = union_scope(records)
         summary = Summary(
             id=batch_summary_id(self.session_id, first),
             workspace_id=self.workspace_id,
@@ -371,18 +383,26 @@ class _Compaction:
             created_at=now,
             kind="batch",
             user_id=user_id,
+            scope=scope,
             run_id=self.run_id,
         )
         self.backend.memory.put_summary(summary)
         self._index_summary(summary)
-        self._facts(records, user_id, now, pii)
+        self._facts(records, user_id, scope, now, pii)
         if rolling is None or rolling.last_seq < last:
             rolling = self._fold(rolling, summary, now, pii)
         self._save_session_summary(rolling.text, now)
         self.result.summaries += 1
         return rolling
 
-    def _facts(self, records: list[MemoryRecord], user_id: str | None, now: datetime, pii: bool) -> None:
+    def _facts(
+        self,
+        records: list[MemoryRecord],
+        user_id: str | None,
+        scope: MemoryScope | None,
+        now: datetime,
+        pii: bool,
+    ) -> None:
         answer, usage = self.model.complete(EXTRACTION_SYSTEM, extraction_input(records))
         self._count(usage)
         writer = FactWriter(
@@ -392,6 +412,7 @@ class _Compaction:
             workspace_id=self.workspace_id,
             session_id=self.session_id,
             user_id=user_id,
+            scope=scope,
             run_id=self.run_id,
             marker=records[0].id,
             provenance=list(dict.fromkeys([records[0].id, records[-1].id])),
@@ -426,6 +447,8 @@ class _Compaction:
             created_at=now,
             kind="rolling",
             user_id=summary.user_id,
+            # What it folds in: everything the batches it summarises were said in and to.
+            scope=summary.scope if rolling is None else union_of([rolling.scope, summary.scope]),
             run_id=self.run_id,
         )
         self.backend.memory.put_summary(updated)
@@ -434,7 +457,9 @@ class _Compaction:
     def _rolling(self) -> Summary | None:
         # The rolling summary starts where the session's first batch does, so it is among the
         # first of the session's summaries in start order (only that batch's may tie with it).
-        found = self.backend.memory.list_summaries(self.workspace_id, session_id=self.session_id, limit=5)
+        found = self.backend.memory.list_summaries(
+            self.workspace_id, scope=WORKSPACE_WIDE, session_id=self.session_id, limit=5
+        )
         return next((s for s in found if s.kind == "rolling"), None)
 
     def _save_session_summary(self, text: str, now: datetime) -> None:
@@ -486,11 +511,32 @@ class _Compaction:
             vector=vector,
             created_at=summary.end_at,
             metadata={"first_seq": str(summary.first_seq), "last_seq": str(summary.last_seq)},
+            scope=summary.scope,
         )
         try:
             self.backend.index.upsert(summary.workspace_id, [doc])
         except Exception as exc:  # noqa: BLE001 -- memory_summary reads Tier 2 itself
             log.warning("summary not indexed", extra={"error_type": type(exc).__name__})
+
+
+def union_scope(records: Sequence[MemoryRecord]) -> MemoryScope | None:
+    """The scope of a summary of `records`: every person of every message, the session's
+    conversation, a group's if any message was said in one. A record from before scopes counts
+    with the scope the backfill will give it (shared.memory.scope.legacy_scope); a batch of such
+    records only stays unscoped (None) itself, and the backfill stamps it in turn."""
+    if all(r.scope is None for r in records):
+        return None
+    return union_of([r.scope or legacy_scope(r.session_id, r.user_id) for r in records])
+
+
+def union_of(scopes: Sequence[MemoryScope | None]) -> MemoryScope | None:
+    known = [s for s in scopes if s is not None]
+    if not known:
+        return None
+    # A session is one channel conversation: its records agree on it (a legacy one names the
+    # session, the same id for a conversation without threads), the first scoped one says it.
+    conversation = next((s.conversation for s in known if s.conversation), None)
+    return owner_scope(conversation, [u for s in known for u in s.users], group=any(s.group for s in known))
 
 
 def summary_input(records: Sequence[MemoryRecord]) -> str:

@@ -15,6 +15,11 @@ to 128 characters and values to 2,048, anything the injection scan flags dropped
    the existing fact is refreshed instead of storing a near-duplicate;
 4. otherwise a new fact.
 
+Dedup only ever joins facts of the same owner (shared.memory.facts.same_owner): the facts of a
+batch carry its messages' scope (the batch's union, shared.consolidation.compaction.union_scope),
+narrowed in a group to the speaker for facts about the speaker and to the group's conversation
+for the rest, so a fact learnt in one place is never shown where its words could not be.
+
 A style observation found again is reinforced (reinforced_count + 1) instead of duplicated.
 Every change a batch makes carries the batch's marker (its first Tier-1 message id) in
 `message_ids`, so a retried batch finds its marker and changes nothing twice: re-running a batch
@@ -32,9 +37,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from shared.memory.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, fact_id, fact_index_doc, fact_text
+from shared.memory.facts import (
+    MAX_KEY_CHARS,
+    MAX_VALUE_CHARS,
+    fact_id,
+    fact_index_doc,
+    fact_text,
+    may_join,
+)
 from shared.memory.keys import normalize_key
-from shared.models import FactCategory, MemoryRecord, Triple
+from shared.memory.scope import owner_scope
+from shared.models import WORKSPACE_WIDE, FactCategory, MemoryRecord, MemoryScope, Triple
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 from shared.safety.injection import scan
 from shared.safety.redact import redact
@@ -270,6 +283,8 @@ class FactWriter:
     workspace_id: str
     session_id: str
     user_id: str | None
+    # The batch's messages' scope (None: they were written before scopes existed).
+    scope: MemoryScope | None
     run_id: str
     marker: str
     provenance: list[str]
@@ -299,8 +314,23 @@ class FactWriter:
         outcome.written = list(written.values())
         return outcome
 
+    def owner(self, subject: str) -> MemoryScope | None:
+        """The scope of a fact about `subject` from this batch: the batch's; in a group, the
+        speaker's own when it is about the speaker (their words, theirs to recall everywhere),
+        else the group's conversation alone (not every member's, outside the group)."""
+        scope = self.scope
+        if scope is None or not scope.group:
+            return scope
+        about_speaker = self.user_id is not None and normalize_key(subject) == normalize_key(self.user_id)
+        return owner_scope(scope.conversation, [self.user_id] if about_speaker else [], group=True)
+
     def _store_one(self, c: _Candidate, vector: list[float] | None, outcome: FactOutcome) -> Triple | None:
-        active = self._active(c.subject)
+        owner = self.owner(c.subject)
+        active = [
+            t
+            for t in self._active(c.subject)
+            if may_join(t, owner, user_id=self.user_id, session_id=self.session_id)
+        ]
         same_key = [t for t in active if normalize_key(t.predicate) == c.predicate]
         exact = next((t for t in same_key if normalize_key(t.object) == normalize_key(c.object)), None)
         current = exact or (same_key[0] if same_key else None)
@@ -310,7 +340,7 @@ class FactWriter:
             near = current is not None
         if current is None:
             triple = Triple(
-                id=fact_id(self.workspace_id, c.subject, c.predicate, c.object),
+                id=fact_id(self.workspace_id, c.subject, c.predicate, c.object, owner),
                 workspace_id=self.workspace_id,
                 subject=c.subject,
                 predicate=c.predicate,
@@ -320,6 +350,7 @@ class FactWriter:
                 created_at=self.now,
                 updated_at=self.now,
                 user_id=self.user_id,
+                scope=owner,
                 category=c.category,
                 source="consolidation",
                 run_id=self.run_id,
@@ -343,6 +374,7 @@ class FactWriter:
                 *self.provenance,
             ][-MAX_PROVENANCE_IDS:],
             "reinforced_count": current.reinforced_count + (1 if reinforce else 0),
+            "scope": owner if owner is not None else current.scope,
         }
         if current is not exact and not near:
             # Same key, new value: the newer statement replaces the older one in place.
@@ -360,7 +392,10 @@ class FactWriter:
     def _active(self, subject: str) -> list[Triple]:
         key = normalize_key(subject)
         if key not in self._by_subject:
-            found = self.memory.triples_by_subject(self.workspace_id, subject, limit=SUBJECT_SCAN)
+            # Every owner's: which of them a fact may join is decided per fact (may_join).
+            found = self.memory.triples_by_subject(
+                self.workspace_id, subject, scope=WORKSPACE_WIDE, limit=SUBJECT_SCAN
+            )
             self._by_subject[key] = [t for t in found if t.status == "active"]
         return self._by_subject[key]
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from shared.clock import utcnow
 from shared.consolidation.maintenance import relevance
-from shared.models import Triple
+from shared.models import WORKSPACE_WIDE, Triple
 from shared.tools.memory import fact_index_doc
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def rollback_run(
     report = RollbackReport(workspace_id=workspace_id, run_id=run_id)
     memory, index = backend.memory, backend.index
     after: str | None = None
-    while page := memory.list_triples(workspace_id, after=after, limit=_PAGE):
+    while page := memory.list_triples(workspace_id, scope=WORKSPACE_WIDE, after=after, limit=_PAGE):
         after = page[-1].id
         written = [t.id for t in page if t.source == "consolidation" and t.run_id == run_id]
         restored: list[Triple] = []
@@ -105,7 +105,9 @@ def rollback_run(
         report.deleted_triples += len(written)
 
     summaries = [
-        s.id for s in memory.list_summaries(workspace_id, limit=_MAX_SUMMARIES) if s.run_id == run_id
+        s.id
+        for s in memory.list_summaries(workspace_id, scope=WORKSPACE_WIDE, limit=_MAX_SUMMARIES)
+        if s.run_id == run_id
     ]
     if summaries:
         index.delete(workspace_id, summaries)

@@ -41,7 +41,7 @@ from shared.consolidation.compaction import (
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.maintenance import MaintenanceReport
 from shared.errors import ModelNotConfigured
-from shared.models import DomainEvent, WorkspaceConfig
+from shared.models import DomainEvent, WorkspaceConfig, new_workspace
 
 log = logging.getLogger("sigil.consolidation")
 
@@ -250,7 +250,7 @@ def consolidate_workspace(
     """Catch up the workspace's compactions, then maintain its facts (module docstring)."""
     deadline = deadline or Deadline.never()
     report = WorkspaceReport(workspace_id=workspace_id)
-    workspace = backend.workspaces.get(workspace_id) or WorkspaceConfig(id=workspace_id)
+    workspace = backend.workspaces.get(workspace_id) or new_workspace(workspace_id)
     model = once(model)  # one provider client for all the workspace's sessions
     for session_id in pending_sessions(backend, workspace):
         if deadline.expired(UNIT_RESERVE_S):

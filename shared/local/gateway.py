@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +41,9 @@ from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.memory.tacit import TacitFacts
-from shared.models import LaneItem, WorkspaceConfig
+from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
+from shared.providers.deadline import deadline
 from shared.serde import to_jsonable
 from shared.skills import local_skills
 from shared.workspace_cache import with_workspace_cache
@@ -104,12 +106,14 @@ class LocalGateway:
         register_consolidation(self.scheduler, self.backend, lambda: consolidation_model(self.settings))
 
     def _handle(self, item: LaneItem) -> None:
-        run_turn(self.deps, item)
+        # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
+        with deadline(time.monotonic() + self.settings.turn_timeout_s):
+            run_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
         if self.backend.workspaces.get(workspace_id) is None:
-            self.backend.workspaces.put(WorkspaceConfig(id=workspace_id, name=workspace_id))
+            self.backend.workspaces.put(new_workspace(workspace_id, name=workspace_id))
         secrets = self.backend.secrets
         ensure = getattr(secrets, "ensure", None)
         if ensure is None:

@@ -1,20 +1,30 @@
 """The right to erasure: everything a workspace holds of one person, from every store.
 
-`erase_user(backend, workspace_id, user_id)` finds the person by their Sigil user id and by the
-channel user ids their identities map to (a group's messages carry the platform sender id), and:
+`erase_user(backend, workspace_id, user_id)` finds the person by their Sigil user id, the ids
+their identities wrote under before they were linked to it (shared.identity.derived_user_id),
+the channel user ids those identities map to (a group's messages carry the platform sender id),
+and the display names they went by (their identities', and the sender names on their messages),
+and:
 
 - sessions: the sessions they own (`Session.user_id`) are deleted. In sessions others own
-  (groups), their messages in the active window become "[erased]" without a sender id (deleting
-  them would break the window's turn structure);
+  (groups), their messages in the active window become "[erased]" with no sender id, user id or
+  sender name (deleting them would break the window's turn structure);
 - Tier 1: every message of their sessions; in other sessions, the messages with their user id
-  or sent from one of their channel ids;
-- Tier 2: the summaries of their sessions and those carrying their user id;
-- Tier 3: triples with their user id, about them (subject = their user id) or learnt in their
-  sessions, whatever the status;
-- the index: the documents of all of those messages, summaries and facts (ids are the records'),
-  every chunk document of a long message or summary (`record_doc_ids`), and the neighbour texts
-  this process remembers for the workspace's next roll-out (`RECENT_TAILS.forget`), so none of
-  their words comes back as another record's context;
+  (their own, and the replies that answered them) or sent from one of their channel ids;
+- Tier 2: the summaries of their sessions and those carrying their user id, or scoped to them
+  alone;
+- Tier 3: triples with their user id, about them (subject = one of their ids or names), learnt
+  in their sessions or from their messages, or scoped to them alone, whatever the status;
+- what is left and still names them is scrubbed, not deleted (it is other people's data): in
+  every other message, window, session summary, Tier-2 summary and fact of the workspace, their
+  names and ids, and the text of their erased messages where it is quoted, become "[erased]";
+  they leave the `users` of every scope and the `user_id` of every summary and fact; and the
+  index documents of what changed, and of every message whose neighbour text (metadata
+  "context") may have quoted them, are written again from the scrubbed records;
+- the index: the documents of all of the deleted messages, summaries and facts (ids are the
+  records'), every chunk document of a long message or summary (`record_doc_ids`), and the
+  neighbour texts this process remembers for the workspace's next roll-out
+  (`RECENT_TAILS.forget`), so none of their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
 - the audit log is anonymised, not deleted: records keep the workspace's accounting (time,
   model, tools, tokens, cost, outcome) and lose user, session, event id and error text
@@ -22,12 +32,18 @@ channel user ids their identities map to (a group's messages carry the platform 
 - identities mapping a channel user to them are deleted, last: an erasure cut short is finished
   by running it again, and that needs them to recognise group messages.
 
+A name or id shorter than MIN_SCRUB_CHARS is not scrubbed from text (it would also hit ordinary
+words), and a display name that is an ordinary word ("Will") is scrubbed wherever it stands as a
+word: erasure prefers losing a word of someone else's message to keeping a name. What others
+said in their own words about them without naming them (a summary's paraphrase of a group's
+exchange) is not recognisable, and stays.
+
 Left as they are, by design: the send ledger (platform message ids and text digests, expiring
 after 7 days), budget counters (numbers only, keyed by user id, expiring 35 days after their
-period), the embedding cache (vectors by content hash, no text, shared by every workspace), the
-lanes and events in flight (transient), consolidation checkpoints (sequence numbers), and what
-others wrote about them in their own words (another user's messages and the summaries of
-another's sessions are that user's data).
+period), consolidation leases and checkpoints (keyed by session id, which for a direct
+conversation holds the channel's chat id; sequence numbers only, and the ports have no delete),
+the embedding cache (vectors by content hash, no text, shared by every workspace), and the lanes
+and events in flight (transient).
 
 Listing and deleting read whole workspace partitions (sessions, summaries, triples, audit):
 an admin operation, not a turn's path. Every step is idempotent, so an erasure interrupted by a
@@ -38,22 +54,42 @@ a message arriving mid-erasure may survive it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from pydantic import BaseModel
 
 from shared.errors import ConcurrencyConflict
+from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
-from shared.memory.writer import RECENT_TAILS, record_doc_ids
-from shared.models import MemoryRecord, Session, UserMessage
+from shared.memory.writer import RECENT_TAILS, MemoryWriter, record_doc_ids
+from shared.models import (
+    WORKSPACE_WIDE,
+    AssistantMessage,
+    Identity,
+    IndexDoc,
+    MemoryRecord,
+    MemoryScope,
+    Message,
+    Session,
+    Summary,
+    ToolResultMessage,
+    Triple,
+    UserMessage,
+)
 
 if TYPE_CHECKING:
     from shared.backend import Backend
 
 log = logging.getLogger("sigil.memory.erasure")
 
-ERASED_TEXT = "[erased]"
+ERASED_TEXT: Final = "[erased]"
+# Names and ids shorter than this are not looked for in text; their erased messages' texts
+# shorter than QUOTE_MIN_CHARS neither ("ok" is quoted everywhere without being theirs).
+MIN_SCRUB_CHARS: Final = 3
+QUOTE_MIN_CHARS: Final = 12
 _ALL = 1_000_000
 _PAGE = 1_000
 _INDEX_CHUNK = 500
@@ -72,13 +108,136 @@ class ErasureReport(BaseModel):
     outbox_entries_deleted: int = 0
     audit_records_anonymised: int = 0
     identities_deleted: int = 0
+    # Others' data that named them, rewritten without it.
+    messages_scrubbed: int = 0
+    summaries_scrubbed: int = 0
+    triples_scrubbed: int = 0
+    index_docs_rewritten: int = 0
 
 
-def _theirs(record: MemoryRecord, user_id: str, sender_ids: set[str]) -> bool:
-    if record.user_id == user_id:
-        return True
-    message = record.message
-    return isinstance(message, UserMessage) and message.sender_id in sender_ids
+@dataclass
+class _Person:
+    """Everything that identifies the person, and the rules that recognise and scrub it."""
+
+    user_ids: set[str]
+    sender_ids: set[str]
+    names: set[str] = field(default_factory=set)
+    quotes: set[str] = field(default_factory=set)
+    _pattern: re.Pattern[str] | None = None
+
+    @classmethod
+    def of(cls, user_id: str, identities: Sequence[Identity]) -> _Person:
+        # The ids their identities wrote under before being linked: shared.identity.derived_user_id
+        # (memory may not import identity, a sibling).
+        derived = {
+            i.channel_user_id if i.channel == "web" else f"{i.channel}:{i.channel_user_id}"
+            for i in identities
+        }
+        user_ids = {user_id} | derived
+        person = cls(user_ids=user_ids, sender_ids={i.channel_user_id for i in identities} | {user_id})
+        person.names |= {i.display_name for i in identities if i.display_name}
+        return person
+
+    def wrote(self, message: Message | None) -> bool:
+        return isinstance(message, UserMessage) and (
+            message.sender_id in self.sender_ids or message.user_id in self.user_ids
+        )
+
+    def owns(self, record: MemoryRecord) -> bool:
+        return record.user_id in self.user_ids or self.wrote(record.message)
+
+    def learn(self, record: MemoryRecord | None = None, message: Message | None = None) -> None:
+        """Note the names they went by and the words they wrote, to find them elsewhere."""
+        if record is not None:
+            if record.author:
+                self.names.add(record.author)
+            message = record.message
+            theirs = self.wrote(message) or (record.role == "user" and record.user_id in self.user_ids)
+            if theirs and len(record.text.strip()) >= QUOTE_MIN_CHARS:
+                self.quotes.add(record.text.strip())
+        if isinstance(message, UserMessage) and self.wrote(message):
+            if message.sender_name:
+                self.names.add(message.sender_name)
+            if len(message.content.strip()) >= QUOTE_MIN_CHARS:
+                self.quotes.add(message.content.strip())
+        self._pattern = None
+
+    def keys(self) -> set[str]:
+        return {normalize_key(v) for v in self.user_ids | self.names}
+
+    def alone(self, scope: MemoryScope | None) -> bool:
+        """A scope that belongs to them and nobody else (their own memory, not a group's)."""
+        return (
+            scope is not None and bool(scope.users) and set(scope.users) <= self.user_ids and not scope.group
+        )
+
+    def scope(self, scope: MemoryScope | None) -> MemoryScope | None:
+        if scope is None or self.user_ids.isdisjoint(scope.users):
+            return scope
+        return scope.model_copy(update={"users": tuple(u for u in scope.users if u not in self.user_ids)})
+
+    def scrub(self, text: str) -> str:
+        if not text:
+            return text
+        # Whole quotes first: a quote holds their name, and would not be found once that is gone.
+        for quote in sorted(self.quotes, key=len, reverse=True):
+            if quote in text:
+                text = text.replace(quote, ERASED_TEXT)
+        if self._pattern is None:
+            terms = {t for t in self.names | self.user_ids | self.sender_ids if len(t) >= MIN_SCRUB_CHARS}
+            alternatives = "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True))
+            self._pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE) if terms else None
+        return self._pattern.sub(ERASED_TEXT, text) if self._pattern is not None else text
+
+    def scrub_opt(self, text: str | None) -> str | None:
+        return None if text is None else self.scrub(text)
+
+    def scrub_message(self, message: Message) -> Message:
+        if isinstance(message, UserMessage):
+            if self.wrote(message):
+                return message.model_copy(
+                    update={"content": ERASED_TEXT, "sender_id": None, "user_id": None, "sender_name": None}
+                )
+            return message.model_copy(update={"content": self.scrub(message.content)})
+        if isinstance(message, AssistantMessage):
+            calls = [c.model_copy(update={"arguments": self.scrub(c.arguments)}) for c in message.tool_calls]
+            return message.model_copy(update={"content": self.scrub(message.content), "tool_calls": calls})
+        assert isinstance(message, ToolResultMessage)
+        return message.model_copy(update={"content": self.scrub(message.content)})
+
+    def scrub_record(self, record: MemoryRecord) -> MemoryRecord:
+        author = record.author
+        if author is not None and (author in self.names or normalize_key(author) in self.keys()):
+            author = None
+        return record.model_copy(
+            update={
+                "text": self.scrub(record.text),
+                "message": None if record.message is None else self.scrub_message(record.message),
+                "author": author,
+                "user_id": None if record.user_id in self.user_ids else record.user_id,
+                "scope": self.scope(record.scope),
+            }
+        )
+
+    def scrub_summary(self, summary: Summary) -> Summary:
+        return summary.model_copy(
+            update={
+                "text": self.scrub(summary.text),
+                "user_id": None if summary.user_id in self.user_ids else summary.user_id,
+                "scope": self.scope(summary.scope),
+            }
+        )
+
+    def scrub_triple(self, triple: Triple) -> Triple:
+        return triple.model_copy(
+            update={
+                "subject": self.scrub(triple.subject),
+                "predicate": self.scrub(triple.predicate),
+                "object": self.scrub(triple.object),
+                "user_id": None if triple.user_id in self.user_ids else triple.user_id,
+                "scope": self.scope(triple.scope),
+            }
+        )
 
 
 def _all_messages(backend: Backend, workspace_id: str, session_id: str) -> list[MemoryRecord]:
@@ -92,25 +251,34 @@ def _all_messages(backend: Backend, workspace_id: str, session_id: str) -> list[
     return found
 
 
-def _redact_window(backend: Backend, session: Session, sender_ids: set[str]) -> bool:
-    """Replace the person's messages in another's session window; False when it held none."""
+def _all_triples(backend: Backend, workspace_id: str) -> list[Triple]:
+    found: list[Triple] = []
+    after: str | None = None
+    while page := backend.memory.list_triples(workspace_id, scope=WORKSPACE_WIDE, after=after, limit=_PAGE):
+        after = page[-1].id
+        found += page
+    return found
+
+
+def _scrub_session(session: Session, person: _Person) -> Session:
+    return session.model_copy(
+        update={
+            "active_messages": [person.scrub_message(m) for m in session.active_messages],
+            "summary": person.scrub(session.summary),
+            "active_task": person.scrub_opt(session.active_task),
+        }
+    )
+
+
+def _redact_window(backend: Backend, session: Session, person: _Person) -> bool:
+    """Erase their messages from another's session, and their names from the rest of it (its
+    window, running summary and task); False when it named them nowhere."""
     for _ in range(_SAVE_ATTEMPTS):
-        hits = [
-            i
-            for i, m in enumerate(session.active_messages)
-            if isinstance(m, UserMessage) and m.sender_id in sender_ids
-        ]
-        if not hits:
+        scrubbed = _scrub_session(session, person)
+        if scrubbed == session:
             return False
-        window = list(session.active_messages)
-        for i in hits:
-            message = window[i]
-            assert isinstance(message, UserMessage)
-            window[i] = message.model_copy(update={"content": ERASED_TEXT, "sender_id": None})
         try:
-            backend.sessions.save(
-                session.model_copy(update={"active_messages": window}), expected_version=session.version
-            )
+            backend.sessions.save(scrubbed, expected_version=session.version)
             return True
         except ConcurrencyConflict:
             # A turn committed meanwhile: redo it on the session as it now is.
@@ -121,80 +289,254 @@ def _redact_window(backend: Backend, session: Session, sender_ids: set[str]) -> 
     raise ConcurrencyConflict(f"session {session.id} kept changing; run the erasure again")
 
 
-def _unindex(backend: Backend, workspace_id: str, ids: Sequence[str]) -> int:
+def _unindex(backend: Backend, workspace_id: str, ids: Iterable[str]) -> int:
     unique = list(dict.fromkeys(ids))
     for lo in range(0, len(unique), _INDEX_CHUNK):
         backend.index.delete(workspace_id, unique[lo : lo + _INDEX_CHUNK])
     return len(unique)
 
 
-def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureReport:
-    """Erase `user_id` from `workspace_id` in every store; see the module docstring."""
-    report = ErasureReport(workspace_id=workspace_id, user_id=user_id)
-    identities = [i for i in backend.identities.list_identities(workspace_id) if i.user_id == user_id]
-    sender_ids = {i.channel_user_id for i in identities} | {user_id}
-    sessions = backend.sessions.list_sessions(workspace_id, limit=_ALL)
-    owned = {s.id for s in sessions if s.user_id == user_id}
+def _summary_doc(summary: Summary) -> IndexDoc:
+    # The document compaction writes for a summary (shared.consolidation.compaction).
+    return IndexDoc(
+        id=summary.id,
+        workspace_id=summary.workspace_id,
+        session_id=summary.session_id,
+        tier="summary",
+        text=summary.text,
+        created_at=summary.end_at,
+        metadata={"first_seq": str(summary.first_seq), "last_seq": str(summary.last_seq)},
+        scope=summary.scope,
+    )
 
-    # Find everything first, so the index goes before the stores (a search never returns a
-    # document whose record is gone for good, and a rerun finds what is left).
-    summaries = [
-        s
-        for s in backend.memory.list_summaries(workspace_id, limit=_ALL)
-        if s.session_id in owned or s.user_id == user_id
-    ]
-    subject = normalize_key(user_id)
-    triples = []
-    after: str | None = None
-    while page := backend.memory.list_triples(workspace_id, after=after, limit=_PAGE):
-        after = page[-1].id
-        triples += [
-            t
-            for t in page
-            if t.user_id == user_id or normalize_key(t.subject) == subject or t.session_id in owned
-        ]
+
+@dataclass
+class _SessionPlan:
+    """One session's Tier 1 as it was, and what erasure does to it."""
+
+    records: list[MemoryRecord]
+    gone: list[MemoryRecord] = field(default_factory=list)
+    rewritten: dict[str, MemoryRecord] = field(default_factory=dict)  # id -> the scrubbed record
+
+    def survivors(self) -> list[MemoryRecord]:
+        gone = {r.id for r in self.gone}
+        return [self.rewritten.get(r.id, r) for r in self.records if r.id not in gone]
+
+    def to_reindex(self, before: int, after: int) -> list[list[MemoryRecord]]:
+        """Runs of surviving records (consecutive among the survivors) whose index documents may
+        hold what changed: the changed records, and those whose neighbour text took in a changed
+        one (the writer's rule: up to `before`/`after` records away, in the same session, each
+        record in between and the changed one of the same user)."""
+        changed = {r.id for r in self.gone} | set(self.rewritten)
+        near = set(self.rewritten)
+        for j, r in enumerate(self.records):
+            for step, reach in ((-1, before), (1, after)):
+                for k in range(j + step, j + step * (reach + 1), step):
+                    if not 0 <= k < len(self.records) or self.records[k].user_id != r.user_id:
+                        break
+                    if self.records[k].id in changed:
+                        near.add(r.id)
+        runs: list[list[MemoryRecord]] = []
+        current: list[MemoryRecord] = []
+        for r in self.survivors():
+            if r.id in near:
+                current.append(r)
+            elif current:
+                runs.append(current)
+                current = []
+        if current:
+            runs.append(current)
+        return runs
+
+
+@dataclass
+class _Found:
+    """What erasure deletes and what it scrubs, found before anything is changed."""
+
+    sessions: list[Session]
+    owned: set[str]
+    plans: dict[str, _SessionPlan]
+    summaries: list[Summary]
+    summaries_gone: list[Summary]
+    summaries_scrubbed: list[Summary]
+    triples_gone: list[Triple]
+    triples_scrubbed: list[Triple]
+
+
+def _find(backend: Backend, workspace_id: str, person: _Person) -> _Found:
+    sessions = backend.sessions.list_sessions(workspace_id, limit=_ALL)
+    owned = {s.id for s in sessions if s.user_id in person.user_ids}
+    for session in sessions:
+        for message in session.active_messages:
+            person.learn(message=message)
+    summaries = backend.memory.list_summaries(workspace_id, scope=WORKSPACE_WIDE, limit=_ALL)
+    triples = _all_triples(backend, workspace_id)
     # Tier-1 partitions are per session: every session of the workspace is read, plus sessions
     # known only from Tier 2 and 3 (a session item deleted before its messages).
     session_ids = {s.id for s in sessions} | {s.session_id for s in summaries}
     session_ids |= {t.session_id for t in triples if t.session_id}
-    messages: dict[str, list[MemoryRecord]] = {}
+    plans: dict[str, _SessionPlan] = {}
     for session_id in sorted(session_ids):
-        records = _all_messages(backend, workspace_id, session_id)
-        if session_id not in owned:
-            records = [r for r in records if _theirs(r, user_id, sender_ids)]
-        if records:
-            messages[session_id] = records
+        plan = _SessionPlan(_all_messages(backend, workspace_id, session_id))
+        plan.gone = [r for r in plan.records if session_id in owned or person.owns(r)]
+        for r in plan.gone:
+            # Only from their own records: a session they own holds others' words too.
+            if person.owns(r):
+                person.learn(record=r)
+        plans[session_id] = plan
+    theirs = {r.id for plan in plans.values() for r in plan.gone}
+    theirs |= {m.id for s in sessions for m in s.active_messages if person.wrote(m)}
 
-    report.index_docs_deleted = _unindex(
-        backend,
-        workspace_id,
-        [doc_id for records in messages.values() for r in records for doc_id in record_doc_ids(r.id, r.text)]
-        + [doc_id for s in summaries for doc_id in record_doc_ids(s.id, s.text)]
-        + [t.id for t in triples],
+    keys = person.keys()
+    summaries_gone = [
+        s for s in summaries if s.session_id in owned or s.user_id in person.user_ids or person.alone(s.scope)
+    ]
+    triples_gone = [
+        t
+        for t in triples
+        if t.user_id in person.user_ids
+        or normalize_key(t.subject) in keys
+        or t.session_id in owned
+        or person.alone(t.scope)
+        or not theirs.isdisjoint(t.message_ids)
+    ]
+    # Everything else that names them, scrubbed (now that every name and quote is known).
+    gone_ids = {s.id for s in summaries_gone} | {t.id for t in triples_gone}
+    for plan in plans.values():
+        gone = {r.id for r in plan.gone}
+        for r in plan.records:
+            if r.id not in gone and (scrubbed := person.scrub_record(r)) != r:
+                plan.rewritten[r.id] = scrubbed
+    return _Found(
+        sessions=sessions,
+        owned=owned,
+        plans=plans,
+        summaries=summaries,
+        summaries_gone=summaries_gone,
+        summaries_scrubbed=[
+            new for s in summaries if s.id not in gone_ids and (new := person.scrub_summary(s)) != s
+        ],
+        triples_gone=triples_gone,
+        triples_scrubbed=[
+            fact for t in triples if t.id not in gone_ids and (fact := person.scrub_triple(t)) != t
+        ],
     )
-    RECENT_TAILS.forget(workspace_id)
-    for session_id, records in messages.items():
-        ids = None if session_id in owned else [r.id for r in records]
-        report.messages_deleted += backend.memory.delete_messages(workspace_id, session_id, ids)
-    backend.memory.delete_summaries(workspace_id, [s.id for s in summaries])
-    report.summaries_deleted = len(summaries)
-    for lo in range(0, len(triples), _PAGE):
-        backend.memory.delete_triples(workspace_id, [t.id for t in triples[lo : lo + _PAGE]])
-    report.triples_deleted = len(triples)
 
-    for session in sessions:
-        if session.id in owned:
+
+def _unindex_found(backend: Backend, workspace_id: str, found: _Found) -> int:
+    """Their documents, and the chunks a rewritten record's shorter text no longer has."""
+    stale = [
+        doc_id for plan in found.plans.values() for r in plan.gone for doc_id in record_doc_ids(r.id, r.text)
+    ]
+    stale += [doc_id for s in found.summaries_gone for doc_id in record_doc_ids(s.id, s.text)]
+    stale += [t.id for t in found.triples_gone]
+    deleted = _unindex(backend, workspace_id, stale)
+    shrunk = [
+        doc_id
+        for plan in found.plans.values()
+        for r in plan.records
+        if r.id in plan.rewritten
+        for doc_id in set(record_doc_ids(r.id, r.text)) - set(record_doc_ids(r.id, plan.rewritten[r.id].text))
+    ]
+    before = {s.id: s for s in found.summaries}
+    shrunk += [
+        doc_id
+        for s in found.summaries_scrubbed
+        for doc_id in set(record_doc_ids(s.id, before[s.id].text)) - set(record_doc_ids(s.id, s.text))
+    ]
+    _unindex(backend, workspace_id, shrunk)
+    return deleted
+
+
+def _write_memory(backend: Backend, workspace_id: str, found: _Found, report: ErasureReport) -> None:
+    for session_id, plan in found.plans.items():
+        if plan.gone:
+            ids = None if session_id in found.owned else [r.id for r in plan.gone]
+            report.messages_deleted += backend.memory.delete_messages(workspace_id, session_id, ids)
+        if plan.rewritten:
+            # Tier 1 keeps the first write of a record: a scrubbed one replaces it by delete and append.
+            backend.memory.delete_messages(workspace_id, session_id, list(plan.rewritten))
+            backend.memory.append_messages(workspace_id, list(plan.rewritten.values()))
+            report.messages_scrubbed += len(plan.rewritten)
+    backend.memory.delete_summaries(workspace_id, [s.id for s in found.summaries_gone])
+    report.summaries_deleted = len(found.summaries_gone)
+    for summary in found.summaries_scrubbed:
+        backend.memory.put_summary(summary)
+    report.summaries_scrubbed = len(found.summaries_scrubbed)
+    gone = found.triples_gone
+    for lo in range(0, len(gone), _PAGE):
+        backend.memory.delete_triples(workspace_id, [t.id for t in gone[lo : lo + _PAGE]])
+    report.triples_deleted = len(gone)
+    if found.triples_scrubbed:
+        backend.memory.put_triples(workspace_id, found.triples_scrubbed)
+    report.triples_scrubbed = len(found.triples_scrubbed)
+
+
+def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureReport:
+    """Erase `user_id` from `workspace_id` in every store; see the module docstring."""
+    report = ErasureReport(workspace_id=workspace_id, user_id=user_id)
+    identities = [i for i in backend.identities.list_identities(workspace_id) if i.user_id == user_id]
+    person = _Person.of(user_id, identities)
+    # Find everything first, so the index goes before the stores (a search never returns a
+    # document whose record is gone for good, and a rerun finds what is left).
+    found = _find(backend, workspace_id, person)
+    report.index_docs_deleted = _unindex_found(backend, workspace_id, found)
+    RECENT_TAILS.forget(workspace_id)
+    _write_memory(backend, workspace_id, found, report)
+    # The index again: what was scrubbed, and the neighbours whose context may have quoted them.
+    report.index_docs_rewritten = _reindex(
+        backend, workspace_id, found.plans, found.summaries_scrubbed, found.triples_scrubbed
+    )
+
+    for session in found.sessions:
+        if session.id in found.owned:
             report.outbox_entries_deleted += backend.outbox.delete_session(workspace_id, session.id)
             backend.sessions.delete(workspace_id, session.id)
             report.sessions_deleted += 1
-        elif _redact_window(backend, session, sender_ids):
+        elif _redact_window(backend, session, person):
             report.windows_redacted += 1
 
     report.audit_records_anonymised = backend.audit.anonymise(
-        workspace_id, user_id=user_id, session_ids=sorted(owned)
+        workspace_id, user_id=user_id, session_ids=sorted(found.owned)
     )
+    for alias in sorted(person.user_ids - {user_id}):
+        report.audit_records_anonymised += backend.audit.anonymise(workspace_id, user_id=alias)
     for identity in identities:
         backend.identities.delete(workspace_id, identity.channel, identity.channel_user_id)
     report.identities_deleted = len(identities)
     log.info("user erased", extra={"workspace_id": workspace_id, **report.model_dump(exclude={"user_id"})})
     return report
+
+
+def _reindex(
+    backend: Backend,
+    workspace_id: str,
+    plans: dict[str, _SessionPlan],
+    summaries: Sequence[Summary],
+    triples: Sequence[Triple],
+) -> int:
+    writer = MemoryWriter(backend.index, backend.embedder)
+    written = 0
+    scopes: dict[str, MemoryScope] = {}
+    for plan in plans.values():
+        survivors = plan.survivors()
+        position = {r.id: i for i, r in enumerate(survivors)}
+        for run in plan.to_reindex(writer.context_before, writer.context_after):
+            lo, hi = position[run[0].id], position[run[-1].id] + 1
+            written += writer.write_messages(
+                workspace_id,
+                run,
+                before=survivors[max(0, lo - writer.context_before) : lo],
+                after=survivors[hi : hi + writer.context_after],
+            ).docs
+            scopes |= {r.id: r.scope for r in run if r.scope is not None}
+    docs = [_summary_doc(s) for s in summaries]
+    docs += [fact_index_doc(t).model_copy(update={"scope": t.scope}) for t in triples]
+    if docs:
+        written += writer.write_docs(workspace_id, docs).docs
+        scopes |= {d.id: d.scope for d in docs if d.scope is not None}
+    if scopes:
+        # The writer copies a record's scope onto its documents; stamped again so every chunk
+        # carries the scrubbed one whatever the writer did.
+        backend.index.stamp_scopes(workspace_id, scopes)
+    return written

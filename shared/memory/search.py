@@ -7,6 +7,10 @@ several chunk documents, each naming its record in metadata "record_id").
 When a part fails the search degrades instead of failing, and says so in the outcome:
 hybrid -> BM25 only (no embedder, or the embedder raised) -> the session's recent messages from
 the MemoryStore (the index raised).
+
+Every search names the RecallScope it may reach (built by the turn, shared.memory.scope), and the
+index applies it inside its query. The recent-messages stand-in reads one session, and only one
+the scope includes (the reader's own session is in every scope).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.errors import BadRequest
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
-from shared.models import IndexQuery, MemoryTier
+from shared.memory.scope import visible
+from shared.models import IndexQuery, MemoryTier, RecallScope
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -167,15 +172,17 @@ class MemorySearch:
         workspace_id: str,
         query: str,
         *,
+        scope: RecallScope,
         k: int = 10,
         tiers: Sequence[MemoryTier] | None = None,
         session_id: str | None = None,
         mode: Literal["hybrid", "bm25", "vector"] = "hybrid",
         recent_from: str | None = None,
     ) -> SearchOutcome:
-        """`recent_from` names the session whose newest messages stand in when the index fails
-        and the search is not scoped to a session (`session_id` is None): a workspace-wide search
-        from a conversation falls back on that conversation."""
+        """The hits visible under `scope` (the index filters on it). `recent_from` names the
+        session whose newest messages stand in when the index fails and the search is not limited
+        to a session (`session_id` is None): a search from a conversation falls back on that
+        conversation. A session outside `scope` never stands in."""
         text = validate_query(query)
         if k < 1:
             raise BadRequest("k must be at least 1")
@@ -204,6 +211,7 @@ class MemorySearch:
             k=fetch,
             tiers=list(tiers) if tiers is not None else None,
             session_id=session_id,
+            scope=scope,
             with_vectors=False,  # hits are ranked and shown, never compared again
         )
         try:
@@ -216,6 +224,7 @@ class MemorySearch:
                 k,
                 tiers,
                 f"memory index unavailable: {type(exc).__name__}",
+                scope=scope,
             )
 
         fused = fuse(
@@ -249,8 +258,11 @@ class MemorySearch:
         k: int,
         tiers: Sequence[MemoryTier] | None,
         reason: str,
+        *,
+        scope: RecallScope,
     ) -> SearchOutcome:
-        if session_id is None:
+        # A session's own messages are visible whatever their scope, so the session alone decides.
+        if session_id is None or not visible(scope, session_id, None):
             return SearchOutcome(
                 hits=[], mode="recent", degraded=f"{reason}; no session to read recent messages from"
             )

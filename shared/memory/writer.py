@@ -13,7 +13,10 @@ question it answers. Per record:
   of those neighbours, re-normalised: the k-NN side sees the same context, and no extra text is
   embedded (the neighbours are embedded anyway, and the embedding cache returns them);
 - context never crosses sessions or users: a neighbour written by another user (a group chat) is
-  left out, so erasing a user's records erases every indexed copy of their words.
+  left out, so erasing a user's records erases every indexed copy of their words;
+- every document carries its record's MemoryScope (its chunks too): what the index's search
+  filters on, so a reader finds only what their RecallScope reaches (shared.memory.scope).
+  `message_scope` is the scope a rolled-out message is written with.
 
 A text longer than one chunk (shared.memory.embeddings.chunking, spec 003: 1600 characters with
 320 of overlap) is indexed as one document per chunk: the first under the record's id, the others
@@ -35,8 +38,9 @@ from typing import Any
 from cachetools import TTLCache
 
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
+from shared.memory.scope import owner_scope
 from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
-from shared.models import IndexDoc, MemoryRecord
+from shared.models import IndexDoc, MemoryRecord, MemoryScope
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -55,6 +59,15 @@ def chunk_doc_id(record_id: str, index: int) -> str:
 def record_doc_ids(record_id: str, text: str) -> list[str]:
     """Every document id the writer gives a record with this text (for deleting it)."""
     return [chunk_doc_id(record_id, c.index) for c in chunk_text(text)] or [record_id]
+
+
+def message_scope(role: str, user_id: str | None, *, conversation: str, group: bool) -> MemoryScope:
+    """The scope a Tier-1 message is written with: its channel conversation (without the thread),
+    and its people: the writer of a user message; for a reply or a tool result, the person it
+    answered in a direct conversation, nobody in a group (there the reply belongs to the group's
+    conversation, which every member recalls, not to the one who happened to ask)."""
+    users = (user_id,) if role == "user" or not group else ()
+    return owner_scope(conversation, users, group=group)
 
 
 @dataclass
@@ -326,6 +339,7 @@ class _Plan:
             text=src.text,
             created_at=src.created_at,
             metadata=metadata,
+            scope=src.scope,
         )
 
 

@@ -292,9 +292,25 @@ class WorkspaceConfig(Model):
     unknown_sender_policy: Literal["allow", "allow_list", "pairing"] = "allow"
     allowed_senders: list[str] = Field(default_factory=list)
     # None: budgets off, nothing counted (no request on the turn path). An empty BudgetLimits()
-    # counts usage without limiting it, so limits set later apply to the period so far.
+    # counts usage without limiting it, so limits set later apply to the period so far. A
+    # workspace Sigil creates itself starts with DEFAULT_BUDGET (new_workspace).
     budget: BudgetLimits | None = None
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+
+
+# What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
+# (issue 14): the first `sigil dev`'s workspace, and in the cloud every workspace with no stored
+# config. A stored config's own `budget` wins, `null` (budgets off) included. docs/budgets.md
+# and docs/deploy.md give what it comes to.
+DEFAULT_BUDGET = BudgetLimits(
+    workspace=ScopeLimits(tokens_per_day=5_000_000, usd_per_day=Decimal("10.00")),
+    user=ScopeLimits(tokens_per_day=1_000_000, usd_per_day=Decimal("2.00")),
+)
+
+
+def new_workspace(workspace_id: str, name: str = "") -> WorkspaceConfig:
+    """The config of a workspace nobody has configured: the defaults, with DEFAULT_BUDGET."""
+    return WorkspaceConfig(id=workspace_id, name=name, budget=DEFAULT_BUDGET.model_copy(deep=True))
 
 
 # ---------------------------------------------------------------- identities

@@ -6,6 +6,9 @@ gateway loads only the SDK of the provider it is configured for.
 With SIGIL_FALLBACK_MODEL set, build_provider wraps the model's provider and the fallback's in a
 ResilientProvider, which then makes every retry itself (the SDKs' own are turned off, so a call is
 never retried by both). Without it, each SDK retries on its own, provider_max_retries times.
+
+Either way a call ends by its deadline (shared.providers.deadline): provider_deadline_s from its
+start, or the turn's deadline in scope if that comes first.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def _openai(settings: Settings) -> Provider:
         base_url=settings.openai_base_url,
         timeout_s=settings.provider_timeout_s,
         max_retries=settings.provider_max_retries,
+        deadline_s=settings.provider_deadline_s,
     )
 
 
@@ -59,6 +63,7 @@ def _anthropic(settings: Settings) -> Provider:
         timeout_s=settings.provider_timeout_s,
         max_retries=settings.provider_max_retries,
         default_max_tokens=settings.anthropic_max_tokens,
+        deadline_s=settings.provider_deadline_s,
     )
 
 
@@ -74,6 +79,7 @@ def _bedrock(settings: Settings) -> Provider:
         region,
         max_attempts=settings.provider_max_retries + 1,
         timeout_s=settings.provider_timeout_s,
+        deadline_s=settings.provider_deadline_s,
     )
 
 
@@ -104,6 +110,7 @@ def build_provider(settings: Settings, model_ref: str | None) -> tuple[Provider,
         max_attempts=settings.provider_max_retries + 1,
         base_delay_s=settings.provider_retry_base_delay_s,
         max_delay_s=settings.provider_retry_max_delay_s,
+        deadline_s=settings.provider_deadline_s,
     )
     return resilient, model
 
@@ -119,6 +126,17 @@ def _build(settings: Settings, ref: str, fix: str) -> tuple[Provider, str]:
         known = ", ".join(PROVIDERS)  # registry order: the original provider first
         raise ModelNotConfigured(
             f"Unknown model provider {prefix!r} in {ref!r}; known providers: {known}. {fix}"
+        )
+    allowed = settings.allowed_providers()
+    if allowed is not None and prefix not in allowed:
+        # The function's role holds no grant for this provider (its key secret, or Bedrock), so
+        # the call would fail with AccessDenied: say which grant is missing instead.
+        listed = ",".join(sorted(allowed)) or "none"
+        raise ModelNotConfigured(
+            f"The model {ref!r} uses the {prefix} provider, which this deployment is not granted "
+            f"(SIGIL_PROVIDERS={listed}): its API key or Bedrock grant is not in the role. Redeploy "
+            f"allowing it (docs/deploy.md: -c providers=..., or -c model=... for Bedrock), or "
+            f"{fix[0].lower()}{fix[1:]}"
         )
     return builder(settings), model
 

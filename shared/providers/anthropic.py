@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ProviderError
+from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.base import (
     ChatRequest,
@@ -28,6 +28,7 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
 )
+from shared.providers.deadline import bounded, check, cut_by, deadline, within
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -72,26 +73,49 @@ class AnthropicProvider:
         max_retries: int = 2,
         *,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        deadline_s: float | None = None,
     ) -> None:
+        """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
+        the whole call, from its start to its last event (shared.providers.deadline)."""
         import anthropic
+        import httpx2
+
+        from shared.providers.http_deadline import deadline_client_options
 
         self.base_url = base_url
         self.default_max_tokens = default_max_tokens
+        self.deadline_s = deadline_s
         self._api_key = api_key or KEYLESS_PLACEHOLDER
         # An explicit key also stops the SDK from reading credentials from the environment or a
         # profile on disk: the gateway's configuration is the only source.
         self._client: anthropic.Anthropic = anthropic.Anthropic(
-            api_key=self._api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+            api_key=self._api_key,
+            base_url=base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+            http_client=anthropic.DefaultHttpxClient(**deadline_client_options(anthropic.AnthropicError)),
         )
         self._sdk_error: type[anthropic.AnthropicError] = anthropic.AnthropicError
         self._connection_error: type[anthropic.APIConnectionError] = anthropic.APIConnectionError
+        # The SDK's stream lets the transport's own errors through (a read timeout mid-stream).
+        self._transport_error: type[httpx2.TransportError] = httpx2.TransportError
 
     def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
+        at = within(self.deadline_s)
         try:
-            # `with` closes the HTTP response even when the caller stops reading early.
-            with self._client.messages.create(stream=True, **self._params(request)) as events:
-                yield from translate_stream(events)
-        except self._sdk_error as exc:
+            check(at)
+            with deadline(at):  # the connect and the wait for the headers
+                response = self._client.messages.create(stream=True, **self._params(request))
+            # `with` closes the HTTP response even when the caller stops reading early, or the
+            # deadline cuts the stream.
+            with response as events:
+                yield from translate_stream(bounded(at, iter(events)))
+        except DeadlineExceeded:
+            # The transport's is also the SDK's own error type (so the SDK does not retry it).
+            raise DeadlineExceeded() from None
+        except (self._sdk_error, self._transport_error) as exc:
+            if cut_by(at):
+                raise DeadlineExceeded() from None
             raise self._provider_error(exc) from None
         except json.JSONDecodeError:
             # A proxy that breaks the SSE framing: nothing useful to quote from it.
@@ -114,7 +138,7 @@ class AnthropicProvider:
         return params
 
     def _provider_error(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, self._connection_error):  # timeouts included
+        if isinstance(exc, self._connection_error | self._transport_error):  # timeouts included
             retryable, after = True, None
         else:
             retryable, after = http_error_retry(exc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from shared.errors import ProviderError
+from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.anthropic import tool_input  # cheap: that module imports its SDK only when built
 from shared.providers.base import (
@@ -28,6 +28,7 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
 )
+from shared.providers.deadline import bounded, check, cut_by, remaining, within
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
 Json = dict[str, Any]
@@ -96,8 +97,12 @@ class BedrockProvider:
         *,
         max_attempts: int = 3,
         timeout_s: float = 60.0,
+        deadline_s: float | None = None,
     ) -> None:
+        """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
+        the whole call, from its start to its last event (shared.providers.deadline)."""
         self.region = region
+        self.deadline_s = deadline_s
         self._client = client
         self._max_attempts = max_attempts
         self._timeout_s = timeout_s
@@ -110,22 +115,57 @@ class BedrockProvider:
 
     def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
         from botocore.exceptions import BotoCoreError, ClientError
+        from urllib3.exceptions import HTTPError
 
+        at = within(self.deadline_s)
         try:
+            check(at)
             response = self.client.converse_stream(**converse_params(request))
             stream = response.get("stream")
             if stream is None:
                 raise ProviderError("the model stream ended before the model finished", retryable=True)
             try:
-                yield from translate_stream(stream)
+                events = _cut_reads(at, stream, self.client.meta.config.read_timeout)
+                yield from translate_stream(bounded(at, events))
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:  # release the HTTP connection when the caller stops early
                     close()
+        except DeadlineExceeded:
+            raise
         except ClientError as exc:
-            raise _client_error(exc) from None
+            raise DeadlineExceeded() if cut_by(at) else _client_error(exc) from None
         except BotoCoreError as exc:
-            raise _botocore_error(exc) from None
+            raise DeadlineExceeded() if cut_by(at) else _botocore_error(exc) from None
+        except HTTPError as exc:
+            # botocore's event stream lets urllib3's own errors through (a read timeout, a
+            # connection dropped mid-stream).
+            if cut_by(at):
+                raise DeadlineExceeded() from None
+            raise ProviderError(f"the model provider failed ({type(exc).__name__})", retryable=True) from None
+
+
+def _cut_reads(at: float | None, stream: Any, read_timeout: float | None) -> Iterator[Mapping[str, Any]]:
+    """The event stream, its socket's timeout cut to the time left before each event is read.
+
+    botocore sets the socket's timeout once, to read_timeout, for every read of the response: a
+    read that starts just before the deadline would otherwise wait that long past it. The socket is
+    the one under the stream's urllib3 response (botocore keeps it as `_raw_stream`); a stream with
+    none (a test's stand-in body) is only checked between events, by `bounded`.
+    """
+    raw = getattr(stream, "_raw_stream", None)
+    connection = getattr(raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    events = iter(stream)
+    while True:
+        left = remaining(at)
+        if sock is not None and left is not None:
+            sock.settimeout(max(0.001, left if read_timeout is None else min(read_timeout, left)))
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        yield event
 
 
 # ---------------------------------------------------------------- request translation

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ProviderError
+from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
+from shared.providers.deadline import bounded, check, cut_by, deadline, within
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -43,27 +44,49 @@ class OpenAIProvider:
         base_url: str | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 2,
+        *,
+        deadline_s: float | None = None,
     ) -> None:
+        """`timeout_s` bounds each wait on the network (the gap between two chunks); `deadline_s`
+        the whole call, from its start to its last chunk (shared.providers.deadline)."""
+        import httpx2
         import openai
 
+        from shared.providers.http_deadline import deadline_client_options
+
         self.base_url = base_url
+        self.deadline_s = deadline_s
         self._api_key = api_key or KEYLESS_PLACEHOLDER
         self._client: openai.OpenAI = openai.OpenAI(
-            api_key=self._api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+            api_key=self._api_key,
+            base_url=base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+            http_client=openai.DefaultHttpxClient(**deadline_client_options(openai.OpenAIError)),
         )
         self._sdk_error: type[openai.OpenAIError] = openai.OpenAIError
         self._connection_error: type[openai.APIConnectionError] = openai.APIConnectionError
+        self._transport_error: type[httpx2.TransportError] = httpx2.TransportError
 
     def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
+        at = within(self.deadline_s)
         try:
-            # `with` closes the HTTP response even when the caller stops reading early.
-            with self._client.chat.completions.create(stream=True, **self._params(request)) as chunks:
-                yield from _translate_stream(chunks)
-        except self._sdk_error as exc:
+            check(at)
+            with deadline(at):  # the connect and the wait for the headers
+                response = self._client.chat.completions.create(stream=True, **self._params(request))
+            # `with` closes the HTTP response even when the caller stops reading early, or the
+            # deadline cuts the stream.
+            with response as chunks:
+                yield from _translate_stream(bounded(at, iter(chunks)))
+        except DeadlineExceeded:
+            # The transport's is also the SDK's own error type (so the SDK does not retry it).
+            raise DeadlineExceeded() from None
+        except (self._sdk_error, self._transport_error) as exc:
+            if cut_by(at):
+                raise DeadlineExceeded() from None
             # Timeouts are APIConnectionErrors too; both are worth another try.
-            retryable, after = (
-                (True, None) if isinstance(exc, self._connection_error) else http_error_retry(exc)
-            )
+            connection = isinstance(exc, self._connection_error | self._transport_error)
+            retryable, after = (True, None) if connection else http_error_retry(exc)
             raise ProviderError(self._safe_message(exc), retryable=retryable, retry_after_s=after) from None
         except json.JSONDecodeError:
             # A compatible server that breaks the SSE framing: nothing useful to quote from it.

@@ -8,6 +8,11 @@ attempt would show the answer twice, so the error goes up as it is. When the pri
 are used up, or it fails in a way no retry fixes, the fallback gets the same request under its own
 model name, with the same policy.
 
+The whole call, retries, waits and fallback included, ends by one deadline (shared.providers.
+deadline): `deadline_s` from the call's start, or the turn's deadline in scope if earlier. A retry
+or the fallback is not started unless its wait leaves at least `min_attempt_s` before it, and an
+attempt that reaches the deadline (DeadlineExceeded) is neither retried nor handed on.
+
 The helpers below turn an SDK's HTTP error into (retryable, retry-after) so every provider
 classifies failures the same way.
 """
@@ -21,8 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shared.errors import ProviderError
+from shared.errors import DeadlineExceeded, ProviderError
 from shared.providers.base import ChatRequest, Provider, ProviderEvent
+from shared.providers.deadline import bounded, remaining, within
 
 log = logging.getLogger("sigil.providers")
 
@@ -39,11 +45,17 @@ class ResilientProvider:
         sleep: Callable[[float], None] = time.sleep,
         fallback_model: str | None = None,
         jitter: Callable[[], float] = random.random,
+        deadline_s: float | None = None,
+        min_attempt_s: float = 2.0,
     ) -> None:
         """`max_attempts` counts calls per provider (1 means no retry). `fallback_model` replaces
-        the request's model name for the fallback (None keeps it). `jitter` returns [0, 1)."""
+        the request's model name for the fallback (None keeps it). `jitter` returns [0, 1).
+        `deadline_s` bounds the whole call; `min_attempt_s` is the least time left worth
+        starting another attempt with."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        self.deadline_s = deadline_s
+        self.min_attempt_s = min_attempt_s
         self.primary = primary
         self.fallback = fallback
         self.fallback_model = fallback_model
@@ -62,28 +74,35 @@ class ResilientProvider:
             if self.fallback_model:
                 fallback_request = request.model_copy(update={"model": self.fallback_model})
             plan.append((self.fallback, fallback_request))
+        at = within(self.deadline_s)
         failures: list[ProviderError] = []
         for index, (provider, attempt_request) in enumerate(plan):
             try:
-                yield from self._with_retries(provider, attempt_request)
+                yield from self._with_retries(provider, attempt_request, at)
                 return
             except _Unrecoverable as stop:
                 raise stop.error from None
             except ProviderError as exc:
                 failures.append(exc)
                 if index + 1 < len(plan):
+                    if isinstance(exc, DeadlineExceeded) or not self._time_for(0.0, at):
+                        break  # the fallback could not finish either
                     log.warning(
                         "model provider failed, using the fallback",
                         extra={"provider": provider.name, "error": exc.message},
                     )
         raise _combined(failures) from None
 
-    def _with_retries(self, provider: Provider, request: ChatRequest) -> Iterator[ProviderEvent]:
+    def _with_retries(
+        self, provider: Provider, request: ChatRequest, at: float | None
+    ) -> Iterator[ProviderEvent]:
         attempt = 1
         while True:
             started = False
             try:
-                for event in provider.stream(request):
+                # Each pull inside the call's deadline: the provider's own limit counts from its
+                # start, and the earlier of the two ends it.
+                for event in bounded(at, provider.stream(request)):
                     started = True
                     yield event
                 return
@@ -93,7 +112,7 @@ class ResilientProvider:
                     # repeat it.
                     raise _Unrecoverable(exc) from None
                 delay = self._delay(attempt, exc)
-                if delay is None:
+                if delay is None or isinstance(exc, DeadlineExceeded) or not self._time_for(delay, at):
                     raise
                 log.warning(
                     "model call failed, retrying",
@@ -106,6 +125,11 @@ class ResilientProvider:
                 )
                 self._sleep(delay)
                 attempt += 1
+
+    def _time_for(self, delay: float, at: float | None) -> bool:
+        """Whether an attempt after `delay` would still have `min_attempt_s` before the deadline."""
+        left = remaining(at)
+        return left is None or left - delay >= self.min_attempt_s
 
     def _delay(self, attempt: int, exc: ProviderError) -> float | None:
         """Seconds to wait before the next attempt, or None when this provider is done."""
@@ -135,6 +159,8 @@ def _combined(failures: list[ProviderError]) -> ProviderError:
     if len(failures) == 1:
         return last
     message = "; then the fallback: ".join(f.message for f in failures)
+    if isinstance(last, DeadlineExceeded):
+        return DeadlineExceeded(message)
     return ProviderError(message, retryable=last.retryable, retry_after_s=last.retry_after_s)
 
 

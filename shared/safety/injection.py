@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from shared.safety.fold import TAG_FIRST, TAG_LAST, Folded, fold
 
@@ -232,6 +235,20 @@ _RULES: tuple[_Rule, ...] = (
         r"(?:override|command|instructions?|prompt)\]?[ \t]*:",
     ),
     _rule(
+        "role_prefix",
+        ("system", "developer", "admin", "root", "sys"),
+        # A line that speaks as the system and gives the model an order ("SYSTEM: you must now
+        # obey the following"). The role prefix alone is a spec sheet ("System: Ubuntu 22.04") or
+        # a notice ("System: your disk is almost full"): transcript_role, weak.
+        r"(?m)^[ \t>*_#(\[-]*(?:system|developer|admin|administrator|root|sys)"
+        r"(?:[ \t]+(?:message|prompt|note|notice|instructions?))?[\])* \t_]*:[ \t*_]*"
+        r"(?:(?:you|the[ \t]+(?:assistant|ai|model)|assistant|ai)[ \t]+"
+        r"(?:must|will|shall|should|are[ \t]+(?:now|required|to)|have[ \t]+to|need[ \t]+to|"
+        r"may[ \t]+now|now)\b"
+        r"|(?:obey|comply|ignore|disregard|forget|override|follow[ \t]+(?:these|the[ \t]+following|my))\b"
+        r"|from[ \t]+now[ \t]+on\b|new[ \t]+(?:instructions?|rules|directives?)\b)",
+    ),
+    _rule(
         "transcript_role",
         ("human", "user", "assistant", "system"),
         r"(?m)^[ \t]*(?:human|user|assistant|system)[ \t]*:[ \t]*\S",
@@ -333,6 +350,7 @@ def scan(text: str) -> ScanResult:
     findings.extend(_hidden_unicode(body))
     folded = fold(body)
     findings.extend(_match_rules(folded, _RULES))
+    findings.extend(_spaced_out(folded))
     findings.extend(_encoded(body))
     return ScanResult(flagged=_flagged(findings), findings=findings)
 
@@ -342,7 +360,16 @@ def _flagged(findings: list[Finding]) -> bool:
     return any(f.strong for f in findings) or len(weak) >= 2
 
 
-def _match_rules(folded: Folded, rules: Sequence[_Rule], *, strong_only: bool = False) -> list[Finding]:
+class _Text(Protocol):
+    """What the rules match against: a text and the map of its spans back to the scanned text."""
+
+    @property
+    def text(self) -> str: ...
+
+    def span(self, start: int, end: int) -> Span: ...
+
+
+def _match_rules(folded: _Text, rules: Sequence[_Rule], *, strong_only: bool = False) -> list[Finding]:
     found: list[Finding] = []
     for rule in rules:
         if strong_only and not rule.strong:
@@ -416,6 +443,134 @@ def _decode(blob: str) -> str | None:
     if not plain or len(_PRINTABLE.findall(plain)) < 0.9 * len(plain):
         return None
     return plain
+
+
+# ---------------------------------------------------------------- letter-spaced text
+
+# Four or more single letters apart ("i g n o r e", "i.g.n.o.r.e", "I-G-N-O-R-E"), in the folded
+# text: a model reads them as the words, so the rules must see the words.
+_SPACED = re.compile(r"[a-z0-9](?<![a-z0-9][a-z0-9])(?:[ \t._*|/-]{1,3}[a-z0-9](?![a-z0-9])){3,}")
+_GAP = re.compile(r"[^a-z0-9]+")
+# A run spaced evenly throughout is split back into words in windows of _WINDOW letters that
+# overlap by _OVERLAP (longer than any phrase a rule needs), up to MAX_SEGMENTED letters a run.
+MAX_SEGMENTED, _WINDOW, _OVERLAP = 4_000, 200, 60
+MAX_SPACED_RUNS = 1_000  # letter-spaced runs read as words per text; more is not writing
+_FILLERS = ("a", "i", "me", "my", "to", "of", "and", "or", "is", "it", "this", "that", "what", "on")
+
+
+@dataclass(frozen=True)
+class _Unspaced:
+    """The folded text with each letter-spaced run written as words, and the map back."""
+
+    text: str
+    folded: Folded
+    # (view start, view end, folded start, folded end) of each run, in order
+    runs: tuple[tuple[int, int, int, int], ...]
+
+    def span(self, start: int, end: int) -> Span:
+        return self.folded.span(self._back(start, end=False), self._back(end, end=True))
+
+    def _back(self, index: int, *, end: bool) -> int:
+        shift = 0
+        for v_start, v_end, f_start, f_end in self.runs:
+            if index < v_start or (end and index == v_start):
+                break
+            if index < v_end or (end and index == v_end):
+                return f_end if end else f_start
+            shift = f_end - v_end
+        return index + shift
+
+    def touches_a_run(self, start: int, end: int) -> bool:
+        return any(start < v_end and v_start < end for v_start, v_end, _, _ in self.runs)
+
+
+def _spaced_out(folded: Folded) -> list[Finding]:
+    """The rules' findings in letter-spaced runs, once the runs read as words again."""
+    runs = list(itertools.islice(_SPACED.finditer(folded.text), MAX_SPACED_RUNS))
+    if not runs:
+        return []
+    pieces: list[str] = []
+    spans: list[tuple[int, int, int, int]] = []
+    last = size = 0
+    for m in runs:
+        pieces.append(folded.text[last : m.start()])
+        size += m.start() - last
+        words = _words(m.group())
+        pieces.append(words)
+        spans.append((size, size + len(words), m.start(), m.end()))
+        size += len(words)
+        last = m.end()
+    pieces.append(folded.text[last:])
+    view = _Unspaced("".join(pieces), folded, tuple(spans))
+    # Matches away from every run were found in the folded text already.
+    return [f for f in _match_rules(view, _RULES) if view.touches_a_run(*_view_span(view, f))]
+
+
+def _view_span(view: _Unspaced, finding: Finding) -> Span:
+    # _match_rules maps spans back; to ask whether a finding touched a run, map the run forward.
+    start, end = finding.span
+    for v_start, v_end, f_start, f_end in view.runs:
+        o_start, o_end = view.folded.span(f_start, f_end)
+        if start < o_end and o_start < end:
+            return v_start, v_end
+    return 0, 0
+
+
+def _words(run: str) -> str:
+    """A letter-spaced run as words: wider gaps part words ("i g n o r e   a l l" is two); a
+    run spaced evenly throughout is split where the rules' vocabulary can split it."""
+    letters = _GAP.sub("", run)
+    gaps = [len(g) for g in _GAP.findall(run)]
+    narrow = min(gaps)
+    if max(gaps) > narrow:
+        cuts = [0, *(i + 1 for i, gap in enumerate(gaps) if gap > narrow), len(letters)]
+        return " ".join(letters[a:b] for a, b in itertools.pairwise(cuts))
+    # Split in overlapping windows, so a phrase anywhere in a long run is inside one of them
+    # whole; bounded, so a megabyte of "a b a b" costs no more than a page.
+    glued = letters[:MAX_SEGMENTED]
+    windows = range(0, max(1, len(glued) - _OVERLAP), _WINDOW - _OVERLAP)
+    return " / ".join(_segment(glued[at : at + _WINDOW]) for at in windows)
+
+
+@functools.lru_cache(maxsize=4096)
+def _segment(glued: str) -> str:
+    """`glued` split into the vocabulary's words, leaving as few letters outside a word as
+    possible (then using as few words as possible); O(len * longest word)."""
+    n = len(glued)
+    # best[i]: (letters outside a word, words, where the last piece starts) for glued[:i]
+    best: list[tuple[int, int, int] | None] = [None] * (n + 1)
+    best[0] = (0, 0, 0)
+    for i in range(n):
+        here = best[i]
+        if here is None:
+            continue
+        outside, count, _ = here
+        options = [(i + 1, (outside + 1, count + 1, i))]
+        options += [
+            (i + size, (outside, count + 1, i))
+            for size in range(2, min(_LONGEST, n - i) + 1)
+            if glued[i : i + size] in _VOCABULARY
+        ]
+        for j, score in options:
+            current = best[j]
+            if current is None or score[:2] < current[:2]:
+                best[j] = score
+    pieces: list[str] = []
+    at = n
+    while at > 0:
+        step = best[at]
+        assert step is not None  # every prefix is reachable one letter at a time
+        pieces.append(glued[step[2] : at])
+        at = step[2]
+    return " ".join(reversed(pieces))
+
+
+# The words the rules are written in, read off their patterns: enough to split "ignoreall
+# previousinstructions" back into the phrase a rule knows.
+_VOCABULARY = frozenset(
+    {w for rule in _RULES for p in rule.patterns for w in re.findall(r"[a-z]{2,}", p.pattern)} | set(_FILLERS)
+)
+_LONGEST = max(len(w) for w in _VOCABULARY)
 
 
 # ---------------------------------------------------------------- quoting

@@ -7,8 +7,12 @@ could still turn into a secret as more text arrives.
 
 Choices, each for a reason:
 - Secrets are matched by shape (a provider's prefix and length) or by context (the key name in
-  `aws_secret_access_key = ...`, `password: ...`, an Authorization header). A shape with no prefix
-  (40 random characters) is too common to redact without its context.
+  `password: ...`, an Authorization header). A shape with no prefix (40 random characters) is too
+  common to redact without its context: an AWS secret access key is redacted where an access key
+  id is near it, or a label ("secret", "aws", "credential", "access key") is near it and the
+  characters look drawn at random rather than written (see _aws_secret).
+- One mechanism: each pattern has an optional `check` of the value it found and an optional
+  `near` check of the text around it; a finding either passes them or is left alone.
 - PII is conservative: a missed phone number is a policy miss, but eating dates, versions and
   order numbers would corrupt every technical answer. Card numbers need a card's grouping, a
   card network's first digit and a valid Luhn check digit; phone numbers need a leading `+`, a
@@ -28,6 +32,9 @@ Choices, each for a reason:
 
 from __future__ import annotations
 
+import base64
+import binascii
+import itertools
 import json
 import re
 from collections import Counter
@@ -56,7 +63,8 @@ class _Pattern:
     caseless: bool = False
     # The group to replace (0: the whole match); the rest (a key name, "Bearer ") is kept.
     group: int = 0
-    check: Callable[[str], bool] | None = None
+    check: Callable[[str], bool] | None = None  # of the value found
+    near: Callable[[str, int, int], bool] | None = None  # of the text around it: (text, start, end)
 
 
 def _token(prefix: str, body: str) -> str:
@@ -67,9 +75,64 @@ def _token(prefix: str, body: str) -> str:
 
 
 def _random_looking(token: str) -> bool:
-    # A generated key mixes classes; words glued by dashes ("sk-learn-tutorial-...") don't.
+    """A generated key mixes upper and lower case and digits, or is a long run of hex (DeepSeek's
+    `sk-<32 hex>`); words glued by dashes ("sk-learn-tutorial-...") are neither."""
     body = token.split("-", 2)[-1] if token.count("-") >= 2 else token
-    return all(any(test(c) for c in body) for test in (str.isupper, str.islower, str.isdigit))
+    if all(any(test(c) for c in body) for test in (str.isupper, str.islower, str.isdigit)):
+        return True
+    tail = token.rsplit("-", 1)[-1]
+    return len(tail) >= 32 and _HEX.fullmatch(tail) is not None and not tail.isdigit() and not tail.isalpha()
+
+
+def _mixed_case(token: str) -> bool:
+    return any(c.isupper() for c in token) and any(c.islower() for c in token)
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def _discord_token(token: str) -> bool:
+    # The first part is the bot's user id (a snowflake, 17 to 20 digits) in base64.
+    head = token.split(".", 1)[0]
+    try:
+        decoded = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return 17 <= len(decoded) <= 20 and decoded.isdigit()
+
+
+# ---- AWS secret access keys: 40 characters of base64, with no prefix of their own.
+_AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])|\[REDACTED:aws_access_key\]")
+_AWS_LABEL = re.compile(r"aws|secret|credential|access[\s_-]?key")
+# Words of an identifier: Title-case, lower case, upper case, and the hex suffix CDK adds to ids.
+_AWS_WORDS = re.compile(r"[A-Z][a-z]{2,}|[a-z]{4,}|[A-Z]{4,}(?![a-z])|[0-9A-F]{6,}$")
+# How far from a secret its key id or its label may be: a credentials file, a CSV row, a JSON
+# object or a sentence keeps them this close.
+_ID_REACH, _LABEL_BEFORE, _LABEL_AFTER = 300, 80, 40
+
+
+def _aws_secret_shape(value: str) -> bool:
+    # 30 random bytes in base64: both cases, and a digit, "/" or "+" (all three are missing from a
+    # random key about once in 4,000). Hex digests and all-lower or all-upper ids fail here.
+    return _mixed_case(value) and any(c.isdigit() or c in "/+" for c in value)
+
+
+def _written(value: str) -> bool:
+    """Whether 40 characters read as written rather than drawn at random: mostly words
+    (CamelCase identifiers, CDK logical ids) or few changes between character classes. A random
+    key is taken for written about once in 1,700 draws (bench/redaction.py measures it)."""
+    words = sum(len(m.group()) for m in _AWS_WORDS.finditer(value))
+    classes = ["u" if c.isupper() else "l" if c.islower() else "d" for c in value]
+    changes = sum(a != b for a, b in itertools.pairwise(classes))
+    return words > 0.8 * len(value) or changes < 14
+
+
+def _aws_secret(text: str, start: int, end: int) -> bool:
+    """An access key id near it is enough; a label near it is, unless the value reads as written."""
+    if _AWS_KEY_ID.search(text, max(0, start - _ID_REACH), end + _ID_REACH):
+        return True
+    around = _ascii_lower(text[max(0, start - _LABEL_BEFORE) : start] + " " + text[end : end + _LABEL_AFTER])
+    return _AWS_LABEL.search(around) is not None and not _written(text[start:end])
 
 
 def _not_placeholder(value: str) -> bool:
@@ -97,11 +160,48 @@ _SECRETS: tuple[_Pattern, ...] = (
         re.compile(_token("sk-ant-", r"(?:[a-z]{2,8}\d{2}-)?[A-Za-z0-9_-]{20,}")),
         ("sk-ant-",),
     ),
+    _Pattern("openrouter_key", re.compile(_token("sk-or-", r"v\d{1,2}-[0-9a-f]{64}")), ("sk-or-",)),
     _Pattern(
+        # OpenAI's keys and the OpenAI-compatible providers' (DeepSeek: sk-<32 hex>).
         "openai_key",
         re.compile(_token("sk-", r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9][A-Za-z0-9_-]{19,}")),
         ("sk-",),
         check=_random_looking,
+    ),
+    *(
+        _Pattern("stripe_key", re.compile(_token(prefix, r"[A-Za-z0-9]{20,247}")), (prefix,))
+        for prefix in ("sk_live_", "rk_live_", "sk_test_", "rk_test_", "whsec_")
+    ),
+    _Pattern(
+        "huggingface_token", re.compile(_token("hf_", r"[A-Za-z0-9]{30,40}")), ("hf_",), check=_mixed_case
+    ),
+    _Pattern("npm_token", re.compile(_token("npm_", r"[A-Za-z0-9]{36}")), ("npm_",), check=_mixed_case),
+    _Pattern("groq_key", re.compile(_token("gsk_", r"[A-Za-z0-9]{48,64}")), ("gsk_",), check=_mixed_case),
+    *(
+        # Legacy: the prefix and 20 characters; since GitLab 17: a longer body, a version and a CRC.
+        _Pattern(
+            "gitlab_token",
+            re.compile(_token(prefix, r"[A-Za-z0-9_-]{20,255}(?:\.[A-Za-z0-9]{1,4}\.[A-Za-z0-9]{5,12})?")),
+            (prefix,),
+        )
+        for prefix in ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glft-", "glimt-")
+    ),
+    # Meta's Graph API tokens (WhatsApp Cloud API, the gateway's own): "EAA" and base62.
+    _Pattern(
+        "meta_access_token",
+        re.compile(_token("EAA", r"[A-Za-z0-9]{40,1024}")),
+        ("EAA",),
+        check=_random_looking,
+    ),
+    _Pattern(
+        # <the bot's id in base64>.<timestamp>.<HMAC>; the check decodes the id.
+        "discord_bot_token",
+        re.compile(
+            r"[MNO](?<![A-Za-z0-9_.-][MNO])[A-Za-z0-9_-]{22,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"
+            r"(?![A-Za-z0-9_-])"
+        ),
+        (".",),
+        check=_discord_token,
     ),
     *(
         _Pattern("github_token", re.compile(_token(prefix, r"[A-Za-z0-9]{30,255}")), (prefix,))
@@ -122,8 +222,12 @@ _SECRETS: tuple[_Pattern, ...] = (
     ),
     _Pattern(
         "telegram_bot_token",
-        # Also right after "bot", as in the Bot API's URLs (https://api.telegram.org/bot<token>/).
-        re.compile(r"(?:(?<=bot)|(?<![\w:]))\d{5,12}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+        # Also right after "bot", as in the Bot API's URLs (https://api.telegram.org/bot<token>/),
+        # and after a colon ("token:<token>"), but not inside a longer run of numbers and colons.
+        # The lookbehinds follow the first digit (as in _token), so the engine skips to digits.
+        re.compile(
+            r"\d(?<!\d\d)(?:(?<![\w:]\d)|(?<=bot\d)|(?<=[^\W\d]:\d))\d{4,11}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
+        ),
         (":",),
     ),
     _Pattern(
@@ -151,14 +255,14 @@ _SECRETS: tuple[_Pattern, ...] = (
         group=1,
     ),
     _Pattern(
+        # Matched in the lowered text (so the keywords are found in any case); the checks read
+        # the original. A run of exactly 40: part of a longer base64 run is something else.
         "aws_secret_key",
-        re.compile(
-            r"secret_?(?:access_?)?key(?:_?id)?\b[\"']?\s{0,4}[:=>]{1,2}\s{0,4}[\"']?"
-            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
-        ),
-        ("secret",),
+        re.compile(r"[a-z0-9/+](?<![a-z0-9/+][a-z0-9/+])[a-z0-9/+]{39}(?![a-z0-9/+=])"),
+        ("akia", "asia", "aws", "secret", "credential", *(f"access{gap}key" for gap in ("", " ", "_", "-"))),
         caseless=True,
-        group=1,
+        check=_aws_secret_shape,
+        near=_aws_secret,
     ),
     _Pattern(
         "url_password",
@@ -179,12 +283,15 @@ _KEY_KINDS = (
     ("password", r"(?:password|passwd|passphrase|pwd)", ("pass", "pwd")),
     (
         "secret",
-        r"(?:secret_?key|client_?secret|app_?secret|api_?secret|(?:api|access|auth|refresh|session|bot)_?token|"
-        r"api_?key|apikey|private_?key)",
+        r"(?:secret_?key|secret_?access_?key|client_?secret|app_?secret|api_?secret|"
+        r"(?:api|access|auth|refresh|session|bot)_?token|api_?key|apikey|private_?key|"
+        # Azure: the storage account key and Service Bus / Event Hubs key in connection strings.
+        r"account_?key|shared_?access_?key)",
         ("secret", "token", "key"),
     ),
 )
-_VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;]+)"
+# A value: quoted, a <placeholder> (which may hold spaces), or a bare run.
+_VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|<[^<>\n]{1,64}>|[^\s\"',;]+)"
 _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     _Pattern(
         kind,
@@ -426,6 +533,8 @@ def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
         start, end = m.span(pattern.group)
         value = text[start:end]
         if value.startswith(_MARKER_PREFIX) or (pattern.check is not None and not pattern.check(value)):
+            continue
+        if pattern.near is not None and not pattern.near(text, start, end):
             continue
         marker = MARKER.format(pattern.kind)
         if value[:1] in ("'", '"'):

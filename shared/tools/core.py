@@ -1,9 +1,10 @@
 """A tool: a typed function the model may call, and the context it runs in.
 
 A tool takes one pydantic model of arguments, validated from the JSON the model wrote, and a
-ToolContext that says whose turn it is. The model never names the workspace: the context does,
-and an arguments model may not even declare a `workspace_id` field, so no tool can be talked into
-reading another workspace's data.
+ToolContext that says whose turn it is. The model never names the workspace, the session, the
+user or the reach of a memory read: the context does (its RecallScope is the turn's, built from
+the workspace's memory policy), and an arguments model may not even declare those fields, so no
+tool can be talked into reading another workspace's data or another person's memory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import BaseModel
 
 from shared.backend import Backend
 from shared.clock import utcnow
+from shared.models import MemoryScope, RecallScope
 from shared.providers.base import ToolSpec
 
 A = TypeVar("A", bound=BaseModel)
@@ -28,7 +30,7 @@ ToolOutput = str | BaseModel
 # OpenAI's rule for function names, the strictest of the providers'.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Arguments the model must never supply: these come from the turn (ToolContext).
-RESERVED_ARGUMENTS = frozenset({"workspace_id"})
+RESERVED_ARGUMENTS = frozenset({"workspace_id", "session_id", "user_id", "recall_scope"})
 
 
 @dataclass(frozen=True, kw_only=True)  # by name only: a swapped id here would cross workspaces
@@ -40,6 +42,10 @@ class ToolContext:
     user_id: str
     turn_id: str
     backend: Backend
+    # What the turn's memory reads may reach (shared.memory.scope.recall_scope under the
+    # workspace's policy), and the scope its memory writes carry (a stored fact's owner).
+    scope: RecallScope
+    owner: MemoryScope
     now: Callable[[], datetime] = utcnow
     # Changes to the session a tool asks for (e.g. the active-task pin). A tool must not save the
     # session itself (the turn commits it, under optimistic concurrency): the turn applies these
@@ -58,6 +64,10 @@ class Tool(Generic[A]):
     description: str
     args: type[A]
     fn: ToolFunction[A]
+    # Whether the result carries text a person or a web page wrote (memory, a fetched page, a
+    # search): the turn then always passes it to the model quoted as untrusted data, not only
+    # when the injection scan flags it (docs/safety.md). False: the gateway wrote all of it.
+    untrusted_output: bool = False
     parameters: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,7 +94,7 @@ def tool(fn: ToolFunction[A], /) -> Tool[A]: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, untrusted_output: bool = False
 ) -> Callable[[ToolFunction[A]], Tool[A]]: ...
 
 
@@ -94,17 +104,25 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    untrusted_output: bool = False,
 ) -> Tool[A] | Callable[[ToolFunction[A]], Tool[A]]:
     """Build a Tool from `def name(args: SomeModel, ctx: ToolContext) -> str | BaseModel`.
 
     The function's name is the tool's name and its docstring the description; the annotation of
-    its first parameter is the arguments model. `@tool(name=..., description=...)` overrides them.
+    its first parameter is the arguments model. `@tool(name=..., description=...)` overrides them;
+    `@tool(untrusted_output=True)` declares that its results carry third-party text.
     """
 
     def build(f: ToolFunction[A]) -> Tool[A]:
         # Docstring lines are wrapped for the source, not for the model: each paragraph becomes one line.
         doc = "\n\n".join(" ".join(p.split()) for p in (inspect.getdoc(f) or "").split("\n\n"))
-        return Tool(name=name or f.__name__, description=description or doc, args=_args_model(f), fn=f)
+        return Tool(
+            name=name or f.__name__,
+            description=description or doc,
+            args=_args_model(f),
+            fn=f,
+            untrusted_output=untrusted_output,
+        )
 
     return build if fn is None else build(fn)
 

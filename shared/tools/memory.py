@@ -8,8 +8,12 @@
 
 The model decides when to call them; nothing here is put into a prompt on its own (the small
 tacit-facts budget is shared.memory.tacit's). The workspace, session and user always come from
-the ToolContext; the arguments models forbid unknown fields, so a `workspace_id` the model
-invents is an argument error, never a scope.
+the ToolContext, and so does the reach of every read: the turn's RecallScope, built from the
+workspace's memory policy (docs/privacy.md), which each store and index applies in its own query.
+Under the default policy a person recalls their own conversations and shared facts in a direct
+conversation, and the group's conversation and shared facts in a group. The arguments models
+forbid unknown fields, so a `workspace_id`, `session_id` or `user_id` the model invents is an
+argument error, never a wider scope. A stored fact carries the turn's owner scope.
 
 Every result is text bounded in tokens (MAX_RESULT_TOKENS) that names, per hit, the tier, the
 date and the session it came from, and says how the search was answered: "hybrid", "bm25 only:
@@ -30,7 +34,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import BadRequest
-from shared.memory.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, fact_id, fact_index_doc, fact_text
+from shared.memory.facts import (
+    MAX_KEY_CHARS,
+    MAX_VALUE_CHARS,
+    fact_id,
+    fact_index_doc,
+    fact_text,
+    may_join,
+)
 from shared.memory.keys import normalize_key
 from shared.memory.people import people_of
 from shared.memory.search import MAX_QUERY_BYTES, MemoryHit, MemorySearch, SearchOutcome, validate_query
@@ -92,7 +103,8 @@ class MemorySummaryArgs(_Args):
         default=None, description="ISO date or date-time, inclusive; omitted: no upper bound."
     )
     scope: Literal["workspace", "session"] = Field(
-        default="workspace", description="'session': this conversation only; 'workspace': all of them."
+        default="workspace",
+        description="'session': this conversation only; 'workspace': every conversation you may recall.",
     )
 
 
@@ -127,20 +139,21 @@ class MemoryStoreArgs(_Args):
 # ---------------------------------------------------------------- the tools
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
-    """Search earlier messages of all conversations in this workspace (older ones are not in your
-    context). Use it when the user refers to something said before.
+    """Search earlier messages (older ones are not in your context) of the conversations you may
+    recall here: this one and, by the workspace's memory policy, the user's other conversations
+    or the group's. Use it when the user refers to something said before.
 
     Returns the best matching messages, each with its date and conversation."""
     outcome = _searcher(ctx).search(
-        ctx.workspace_id, args.query, k=args.k, tiers=["message"], recent_from=ctx.session_id
+        ctx.workspace_id, args.query, scope=ctx.scope, k=args.k, tiers=["message"], recent_from=ctx.session_id
     )
     entries = [_hit_entry(h, outcome) for h in outcome.hits]
     return _render(f"memory_search: {len(entries)} messages", _mode_line(outcome), entries, "messages")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_summary(args: MemorySummaryArgs, ctx: ToolContext) -> str:
     """Read summaries of earlier conversation, optionally between two dates. Use it for "what did we
     talk about last week" questions."""
@@ -150,36 +163,39 @@ def memory_summary(args: MemorySummaryArgs, ctx: ToolContext) -> str:
         raise BadRequest("start_date is after end_date")
     session = ctx.session_id if args.scope == "session" else None
     summaries = ctx.backend.memory.list_summaries(
-        ctx.workspace_id, session_id=session, start=start, end=end, limit=MAX_SUMMARIES
+        ctx.workspace_id, scope=ctx.scope, session_id=session, start=start, end=end, limit=MAX_SUMMARIES
     )
     entries = [_summary_entry(s) for s in summaries]
     span = f"from {start:%Y-%m-%d} " if start else ""
     span += f"to {end:%Y-%m-%d}" if end else ""
-    where = "this conversation" if session else "this workspace"
+    where = "this conversation" if session else "the conversations you may recall"
     header = f"memory_summary: {len(entries)} summaries of {where} {span}".rstrip()
     if len(summaries) == MAX_SUMMARIES:
         header += f" (the oldest {MAX_SUMMARIES}; a later start_date finds the rest)"
     return _render(header, None, entries, "summaries")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     """Recall stored facts about a person, thing or topic (knowledge learnt in earlier
     conversations), with where each was learnt."""
     topic = _checked(args.topic, "topic")
     memory, ws = ctx.backend.memory, ctx.workspace_id
-    subjects = [topic] + ([ctx.user_id] if topic.casefold() in _SELF_TOPICS else [])
+    # "me": the user under every id they wrote as (their linked identities' older ids, when the
+    # turn's scope names them), so facts learnt before a `sigil identity link` are theirs too.
+    mine = [ctx.user_id, *ctx.scope.users] if topic.casefold() in _SELF_TOPICS else []
+    subjects = list(dict.fromkeys([topic, *mine]))
     found: dict[str, tuple[Triple, str]] = {}  # id -> (fact, how it was found), in order found
     for subject in subjects:
-        for t in memory.triples_by_subject(ws, subject):
+        for t in memory.triples_by_subject(ws, subject, scope=ctx.scope):
             found.setdefault(t.id, (t, "subject"))
-    for t in memory.triples_by_object(ws, topic):
+    for t in memory.triples_by_object(ws, topic, scope=ctx.scope):
         found.setdefault(t.id, (t, "object"))
     direct = sorted(
         ((t, how) for t, how in found.values() if t.status == "active"),
         key=lambda pair: (-pair[0].confidence, -pair[0].updated_at.timestamp()),
     )
-    outcome = _searcher(ctx).search(ws, topic, k=RECALL_SEARCH_K, tiers=["fact"])
+    outcome = _searcher(ctx).search(ws, topic, scope=ctx.scope, k=RECALL_SEARCH_K, tiers=["fact"])
     searched = [(t, "search") for t in _active_facts(ctx, outcome.hits) if t.id not in found]
     facts = [*direct, *searched]
     entries = [_fact_entry(t, how, ctx.user_id) for t, how in facts]
@@ -194,12 +210,12 @@ def memory_recall(args: MemoryRecallArgs, ctx: ToolContext) -> str:
     return text
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
-    """Search all memory (messages, summaries, facts) by meaning rather than exact words. Use it
-    when memory_search finds nothing or the wording may differ."""
+    """Search the memory you may recall here (messages, summaries, facts) by meaning rather than
+    exact words. Use it when memory_search finds nothing or the wording may differ."""
     outcome = _searcher(ctx).search(
-        ctx.workspace_id, args.query, k=args.k, mode="vector", recent_from=ctx.session_id
+        ctx.workspace_id, args.query, scope=ctx.scope, k=args.k, mode="vector", recent_from=ctx.session_id
     )
     facts = [h for h in outcome.hits if h.tier == "fact"]
     active = {t.id for t in _active_facts(ctx, facts)}
@@ -208,7 +224,7 @@ def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     return _render(f"memory_semantic: {len(entries)} memories", _mode_line(outcome), entries, "memories")
 
 
-@tool
+@tool(untrusted_output=True)
 def memory_store(args: MemoryStoreArgs, ctx: ToolContext) -> str:
     """Remember a fact for later conversations, as subject / predicate / object (e.g. the user /
     favourite drink / green tea).
@@ -255,8 +271,13 @@ MEMORY_TOOLS: tuple[Tool[Any], ...] = (
 def _upsert_fact(
     ctx: ToolContext, subject: str, predicate: str, obj: str, category: FactCategory
 ) -> tuple[str, Triple]:
-    """Dedup (spec 003), then one put: (what happened, the fact as stored)."""
-    memory, ws, now = ctx.backend.memory, ctx.workspace_id, ctx.now()
+    """Dedup (spec 003), then one put: (what happened, the fact as stored).
+
+    Only the turn's owner's facts are candidates (shared.memory.facts.may_join; a fact from before
+    scopes counts when it is the user's own in this session, and takes the owner scope): a fact
+    someone else stated is theirs, never updated by this user, and the new fact's id includes its
+    owner, so it does not overwrite theirs either."""
+    memory, ws, now, owner = ctx.backend.memory, ctx.workspace_id, ctx.now(), ctx.owner
     # The turn's user message (shared.agent.turn names it "<turn>.u"): provenance, and what makes a
     # retried turn's second store of a style observation a no-op rather than a second reinforcement.
     marker = f"{ctx.turn_id}.u"
@@ -264,14 +285,16 @@ def _upsert_fact(
     # learnt again, under the same deterministic id when the tool stored it the first time.
     same_key = [
         t
-        for t in memory.triples_by_subject(ws, subject, limit=_SUBJECT_SCAN)
-        if normalize_key(t.predicate) == predicate and t.status == "active"
+        for t in memory.triples_by_subject(ws, subject, scope=ctx.scope, limit=_SUBJECT_SCAN)
+        if normalize_key(t.predicate) == predicate
+        and t.status == "active"
+        and may_join(t, owner, user_id=ctx.user_id, session_id=ctx.session_id)
     ]
     exact = next((t for t in same_key if normalize_key(t.object) == normalize_key(obj)), None)
     current = exact or next(iter(same_key), None)  # newest first
     if current is None:
         fact = Triple(
-            id=fact_id(ws, subject, predicate, obj),
+            id=fact_id(ws, subject, predicate, obj, owner),
             workspace_id=ws,
             subject=subject,
             predicate=predicate,
@@ -281,6 +304,7 @@ def _upsert_fact(
             created_at=now,
             updated_at=now,
             user_id=ctx.user_id,
+            scope=owner,
             category=category,
             source="tool",
         )
@@ -298,6 +322,9 @@ def _upsert_fact(
         "session_id": ctx.session_id,
         "message_ids": [*(m for m in current.message_ids if m != marker), marker][-_MAX_PROVENANCE_IDS:],
         "reinforced_count": current.reinforced_count + (1 if reinforce else 0),
+        # The owner's (a fact from before scopes takes it; the same person's from another of
+        # their conversations moves to this one, which the same people recall).
+        "scope": owner,
     }
     if changed:
         # A new value for the same key: the preference changed (style: the newest wording).
@@ -373,7 +400,9 @@ def _active_facts(ctx: ToolContext, hits: Sequence[MemoryHit]) -> list[Triple]:
     )
     stored: dict[str, Triple] = {}
     for subject in subjects[:_MAX_RESOLVED_SUBJECTS]:
-        for t in ctx.backend.memory.triples_by_subject(ctx.workspace_id, subject, limit=_SUBJECT_SCAN):
+        for t in ctx.backend.memory.triples_by_subject(
+            ctx.workspace_id, subject, scope=ctx.scope, limit=_SUBJECT_SCAN
+        ):
             stored[t.id] = t
     return [stored[h.id] for h in hits if h.id in stored and stored[h.id].status == "active"]
 

@@ -113,6 +113,12 @@ class ToolRegistry:
         """Every tool, whatever the workspace allows: the model sees them all (spec 002)."""
         return [t.spec for t in self._tools.values()]
 
+    def untrusted_output(self, name: str) -> bool:
+        """Whether `name`'s results carry third-party text (Tool.untrusted_output), to be quoted
+        as untrusted data always. An unknown tool's result is the registry's own error."""
+        t = self._tools.get(name)
+        return t is not None and t.untrusted_output
+
     def permits(self, name: str, workspace: WorkspaceConfig) -> bool:
         """Whether a call to `name` would run in `workspace`: the tool exists and is permitted."""
         return name in self._tools and permitted(workspace, name)

@@ -176,10 +176,9 @@ def test_a_submit_wakes_an_idle_runner_at_once(lanes: SqliteLanes) -> None:
     done = threading.Event()
     with _runner(lanes, lambda _: done.set(), poll_interval_s=30.0):
         time.sleep(0.05)  # let the dispatcher go to sleep on an empty queue
-        started = time.monotonic()
         lanes.submit(lane_item("w1", "s1"))
-        assert done.wait(5)
-        assert time.monotonic() - started < 2.0
+        # Well inside the 30 s poll interval: only the submit's wake-up can have run it.
+        assert done.wait(15)
 
 
 def test_wait_idle_is_false_while_an_item_is_running(lanes: SqliteLanes) -> None:

@@ -1,9 +1,10 @@
 """The chat model (`-c model=...`): each provider choice gets the grants it needs, and no more.
 
-An OpenAI or Anthropic model is reached with its API key (the LLM keys, as without a model) and
-needs no Bedrock grant; a Bedrock model needs bedrock:InvokeModelWithResponseStream (ConverseStream)
-on exactly that model, or, for a cross-Region inference profile, on the profile and on the model
-it routes to, only through that profile.
+An OpenAI or Anthropic model is reached with its API key (that provider's secret alone; the
+`providers` context adds others for the agent) and needs no Bedrock grant; a Bedrock model needs
+no key, and bedrock:InvokeModelWithResponseStream (ConverseStream) on exactly that model, or, for
+a cross-Region inference profile, on the profile and on the model it routes to, only through that
+profile.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from aws_cdk.assertions import Template
 from infra.app import build_app
 from infra.config import ROOT
 from infra.constructs.bedrock import PROFILE_REASON
-from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS
+from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
 
 pytestmark = pytest.mark.slow
@@ -31,29 +32,36 @@ STREAM = "bedrock:InvokeModelWithResponseStream"
 
 
 @pytest.fixture(scope="module")
-def with_model(
+def with_context(
     tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path
-) -> Iterator[Callable[[str], Synth]]:
-    cache: dict[str, Synth] = {}
+) -> Iterator[Callable[..., Synth]]:
+    """The dev stage synthesised with these context values (each set once per module)."""
+    cache: dict[tuple[tuple[str, str], ...], Synth] = {}
     cdk_context = json.loads((ROOT / "cdk.json").read_text())["context"]
 
-    def get(model: str) -> Synth:
-        if model not in cache:
+    def get(**values: str) -> Synth:
+        key = tuple(sorted(values.items()))
+        if key not in cache:
             outdir = tmp_path_factory.mktemp("cdk-model")
             context = {
                 **cdk_context,
                 "stage": "dev",
-                "model": model,
+                **values,
                 "layer_dir": str(stand_in_layer),
                 "@aws-cdk/core:failSynthOnValidationErrors": False,
             }
             app, stack = build_app(context, outdir=str(outdir))
             app.synth()
             template = Template.from_stack(stack)
-            cache[model] = Synth("dev", app, stack, outdir, template, template.to_json())
-        return cache[model]
+            cache[key] = Synth("dev", app, stack, outdir, template, template.to_json())
+        return cache[key]
 
     yield get
+
+
+@pytest.fixture(scope="module")
+def with_model(with_context: Callable[..., Synth]) -> Callable[[str], Synth]:
+    return lambda model: with_context(model=model)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -138,20 +146,67 @@ MODELS = (
 )
 
 
+def _environment(synth: Synth, role_owner: Any) -> dict[str, Any]:
+    function = synth.raw["Resources"][logical_id(role_owner.function)]
+    variables: dict[str, Any] = function["Properties"]["Environment"]["Variables"]
+    return variables
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_each_model_choice_gets_exactly_its_grants(with_model: Callable[[str], Synth], model: str) -> None:
     synth = with_model(model)
     stack = synth.stack
+    provider = model.partition("/")[0]
+    # The API key of an OpenAI or Anthropic model, and none for a Bedrock one (the role is its key).
+    keys = {LLM_KEY_OF[provider].key} if provider in LLM_KEY_OF else set()
 
     # The agent runs turns and the consolidator summarises with SIGIL_MODEL: both stream from it.
     for owner in (stack.agent, stack.consolidation):
         expected = sorted([EMBEDDING, *_expected_chat_grants(model)], key=repr)
         assert _bedrock_grants(synth, owner) == expected, owner.node.path
+        # And each is told it may use that provider alone, so it reads no other key.
+        assert _environment(synth, owner)["SIGIL_PROVIDERS"] == provider
     assert _bedrock_grants(synth, stack.ingress) == []
-    # The choice adds no secret: each function reads what it read without a model.
+    # Of the LLM keys, each reads its model's alone: OpenAI's and not Anthropic's, the reverse,
+    # or neither for Bedrock.
     assert _granted_secrets(synth, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
+    assert _granted_secrets(synth, stack.agent) == {s.key for s in CHANNEL_TOKENS} | keys
+    assert _granted_secrets(synth, stack.consolidation) == keys
+
+
+def test_the_providers_context_adds_keys_for_the_agent_alone(with_context: Callable[..., Synth]) -> None:
+    # Given an OpenAI model, and Anthropic allowed for workspaces whose own model is Anthropic's
+    synth = with_context(model="openai/gpt-4.1-mini", providers="anthropic")
+    stack = synth.stack
+
+    # The agent may read both keys and use both providers; the consolidator, which summarises
+    # with SIGIL_MODEL only, reads the OpenAI key alone.
     assert _granted_secrets(synth, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)}
-    assert _granted_secrets(synth, stack.consolidation) == {s.key for s in LLM_KEYS}
+    assert _environment(synth, stack.agent)["SIGIL_PROVIDERS"] == "anthropic,openai"
+    assert _granted_secrets(synth, stack.consolidation) == {LLM_KEY_OF["openai"].key}
+    assert _environment(synth, stack.consolidation)["SIGIL_PROVIDERS"] == "openai"
+    # Still no Bedrock chat model: the embedding model's grant alone.
+    for owner in (stack.agent, stack.consolidation):
+        assert _bedrock_grants(synth, owner) == [EMBEDDING]
+
+
+def test_openai_embeddings_bring_the_openai_key(with_context: Callable[..., Synth]) -> None:
+    synth = with_context(model="anthropic/claude-sonnet-4-5", embedding_model="openai/text-embedding-3-small")
+    stack = synth.stack
+
+    for owner in (stack.agent, stack.consolidation):
+        assert _granted_secrets(synth, owner) >= {s.key for s in LLM_KEYS}, owner.node.path
+        assert _environment(synth, owner)["SIGIL_PROVIDERS"] == "anthropic,openai"
+        # No Bedrock model at all: no bedrock: statement.
+        assert _bedrock_grants(synth, owner) == []
+
+
+@pytest.mark.parametrize("providers", ["bedrock", "openai,mistral"])
+def test_providers_names_only_key_providers(stand_in_layer: Path, providers: str) -> None:
+    context = {"stage": "dev", "providers": providers, "layer_dir": str(stand_in_layer)}
+
+    with pytest.raises(ValueError, match="providers takes openai, anthropic"):
+        build_app(context)
 
 
 @pytest.mark.parametrize("model", [m for m in MODELS if m.startswith("bedrock/")])

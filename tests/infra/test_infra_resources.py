@@ -128,9 +128,14 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         return dict(props["Environment"]["Variables"])
 
     assert variables(stack.ingress.function) == webhook
-    # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount.
-    assert variables(stack.agent.function) == {**backend, "SIGIL_LANE_MAX_ATTEMPTS": "5"}
-    assert variables(stack.consolidation.function) == backend
+    # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount. No
+    # model and Titan embeddings: no provider is granted, so none may be used (SIGIL_PROVIDERS).
+    assert variables(stack.agent.function) == {
+        **backend,
+        "SIGIL_LANE_MAX_ATTEMPTS": "5",
+        "SIGIL_PROVIDERS": "",
+    }
+    assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
 
 
 def test_the_agent_reads_the_lanes_in_batches_of_ten_reporting_item_failures(each_stage: Synth) -> None:

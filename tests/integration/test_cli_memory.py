@@ -15,7 +15,7 @@ from shared.backend import Backend
 from shared.cli import app
 from shared.config import Settings
 from shared.consolidation.maintenance.driver import run_maintenance
-from shared.models import Summary, Triple
+from shared.models import WORKSPACE_WIDE, Summary, Triple
 
 WS = "default"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -117,7 +117,7 @@ def test_list_shows_provenance_and_filters(backend: Backend, data_dir: Path) -> 
 def test_rollback_undoes_a_run(backend: Backend, data_dir: Path) -> None:
     _populate(backend)
     run_maintenance(backend, WS, run_id="maint-1", clock=lambda: NOW)
-    statuses = {t.id: t.status for t in backend.memory.list_triples(WS)}
+    statuses = {t.id: t.status for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE)}
     assert statuses["t1"] == "merged"  # t2, the more used, survived
 
     code, out = invoke(data_dir, "list")
@@ -125,12 +125,12 @@ def test_rollback_undoes_a_run(backend: Backend, data_dir: Path) -> None:
 
     code, out = invoke(data_dir, "rollback", "--run", "maint-1")
     assert code == 0 and json.loads(out)["restored"] == 2
-    assert {t.id: t.status for t in backend.memory.list_triples(WS)}["t1"] == "active"
+    assert {t.id: t.status for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE)}["t1"] == "active"
 
     code, out = invoke(data_dir, "rollback", "--run", "compact-1")
     report = json.loads(out)
     assert (report["deleted_triples"], report["deleted_summaries"]) == (1, 1)
-    assert "t1" not in {t.id for t in backend.memory.list_triples(WS)}
+    assert "t1" not in {t.id for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE)}
 
 
 def test_erase_asks_first_and_then_erases(backend: Backend, data_dir: Path) -> None:
@@ -138,7 +138,7 @@ def test_erase_asks_first_and_then_erases(backend: Backend, data_dir: Path) -> N
 
     code, _ = invoke(data_dir, "erase", "--user", "alice", input="n\n")
     assert code == 1
-    assert len(backend.memory.triples_by_subject(WS, "alice")) == 2
+    assert len(backend.memory.triples_by_subject(WS, "alice", scope=WORKSPACE_WIDE)) == 2
 
     code, out = invoke(data_dir, "erase", "--user", "alice", "--yes")
     assert code == 0 and json.loads(out)["triples_deleted"] == 2

@@ -30,7 +30,8 @@ from shared.consolidation.compaction import (
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.extraction import ExtractedFact, FactOutcome, FactWriter
 from shared.errors import ProviderError
-from shared.models import FactCategory
+from shared.memory.scope import owner_scope
+from shared.models import WORKSPACE_WIDE, FactCategory
 from tests.contract.factories import BACKEND_FACTORIES
 from tests.support.consolidation import RUN_AT, SID, T0, USER, WS, FakeConsolidator
 from tests.support.consolidation import seed as seed_conversation
@@ -63,8 +64,14 @@ def dump(backend: Backend) -> dict[str, Any]:
     return {
         "session": session.model_dump(mode="json") if session else None,
         "messages": [r.model_dump(mode="json") for r in backend.memory.get_messages(WS, SID, limit=1000)],
-        "summaries": [s.model_dump(mode="json") for s in backend.memory.list_summaries(WS, limit=1000)],
-        "triples": [t.model_dump(mode="json") for t in backend.memory.list_triples(WS, limit=1000)],
+        "summaries": [
+            s.model_dump(mode="json")
+            for s in backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, limit=1000)
+        ],
+        "triples": [
+            t.model_dump(mode="json")
+            for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE, limit=1000)
+        ],
         "checkpoint": backend.consolidation.get_checkpoint(WS, f"compact:{SID}"),
         "indexed": backend.index.count(WS),
     }
@@ -79,7 +86,7 @@ def run(backend: Backend, fake: FakeConsolidator, **kwargs: Any) -> CompactionRe
 def active(backend: Backend) -> dict[tuple[str, str], Any]:
     return {
         (t.subject, t.predicate): t
-        for t in backend.memory.list_triples(WS, limit=1000)
+        for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE, limit=1000)
         if t.status == "active"
     }
 
@@ -97,7 +104,7 @@ def test_120_messages_give_two_summaries_a_rolling_summary_and_the_expected_fact
 
         assert (result.status, result.summaries, result.checkpoint) == ("done", 2, 99)
         assert fake.calls == {"summary": 2, "rolling": 1, "extract": 2}
-        summaries = backend.memory.list_summaries(WS, session_id=SID, limit=100)
+        summaries = backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID, limit=100)
         batches = [s for s in summaries if s.kind == "batch"]
         [rolling] = [s for s in summaries if s.kind == "rolling"]
         assert [(s.id, s.first_seq, s.last_seq) for s in batches] == [
@@ -308,6 +315,7 @@ def write_facts(
         workspace_id=WS,
         session_id=SID,
         user_id=USER,
+        scope=owner_scope(SID, [USER], group=False),  # a direct conversation's batch
         run_id="run-1",
         marker=marker,
         provenance=[marker],

@@ -25,7 +25,7 @@ from shared.config import Settings
 from shared.consolidation.compaction import CompactionResult, ConsolidationModel, compact_session
 from shared.consolidation.runner import consolidate_workspace
 from shared.errors import ProviderError
-from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
+from shared.models import WORKSPACE_WIDE, BudgetLimits, ScopeLimits, WorkspaceConfig
 from shared.models.budgets import PERIODS, BudgetUsage, Counters
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, Usage
 from shared.providers.function import FunctionProvider
@@ -178,7 +178,7 @@ def test_a_used_up_budget_makes_no_model_call_and_keeps_tier_1(
     assert (model.built, model.calls) == (0, NO_CALLS)
     # The messages wait in Tier 1; nothing was summarised, checkpointed or charged.
     assert backend.memory.count_messages(WS, SID) == 100
-    assert backend.memory.list_summaries(WS, limit=100) == []
+    assert backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, limit=100) == []
     assert backend.consolidation.get_checkpoint(WS, f"compact:{SID}") is None
     assert backend.sessions.get(WS, SID) == before
     assert workspace_counters(backend, RUN_AT)["month"] == Counters(tokens=5_000)
@@ -222,7 +222,7 @@ def test_a_budget_used_up_by_a_batch_stops_the_run_and_the_catch_up_finishes_aft
     assert (done.status, done.summaries, done.checkpoint, report.totals.over_budget) == ("done", 1, 99, 0)
     assert next_day.calls == {"summary": 1, "rolling": 1, "extract": 1}
     assert workspace_counters(backend, tomorrow) == {"day": calls(3), "month": calls(5)}
-    summaries = backend.memory.list_summaries(WS, session_id=SID, limit=100)
+    summaries = backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID, limit=100)
     assert sorted((s.kind, s.first_seq, s.last_seq) for s in summaries) == [
         ("batch", 0, 49),
         ("batch", 50, 99),
@@ -256,7 +256,7 @@ def test_a_budget_store_failure_loses_nothing_the_compaction_wrote(
 
     assert (result.status, result.summaries, result.checkpoint) == ("done", 2, 99)
     assert (result.tokens_in, result.tokens_out) == (5 * CALL_IN, 5 * CALL_OUT)
-    assert len(backend.memory.list_summaries(WS, session_id=SID, limit=100)) == 3
+    assert len(backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID, limit=100)) == 3
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     # One per batch, with the tokens it could not charge and no memory text.
     assert [(r.getMessage(), r.__dict__["tokens_in"], r.__dict__["tokens_out"]) for r in warnings] == [

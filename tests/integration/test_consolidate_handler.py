@@ -27,7 +27,7 @@ from shared.config import Settings
 from shared.consolidation.compaction import batch_summary_id
 from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
-from shared.models import BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
+from shared.models import WORKSPACE_WIDE, BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
 from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.moto_aws import REGION, AwsResources, provision
@@ -173,7 +173,7 @@ def test_compaction_due_summarises_the_session_and_a_redelivery_changes_nothing(
     # Through the real SDK: two summaries, two extractions, one fold of the rolling summary
     assert consolidator.calls == {"summary": 2, "rolling": 1, "extract": 2}
     assert {body["model"] for body in fake.requests} == {"fake-model"}
-    summaries = backend().memory.list_summaries(WS, session_id=SID)
+    summaries = backend().memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID)
     assert [(s.kind, s.id) for s in summaries if s.kind == "batch"] == [
         ("batch", batch_summary_id(SID, 0)),
         ("batch", batch_summary_id(SID, 50)),
@@ -181,7 +181,9 @@ def test_compaction_due_summarises_the_session_and_a_redelivery_changes_nothing(
     session = backend().sessions.get(WS, SID)
     assert session is not None and session.summary.startswith("Messages 0-49")
     # And the summaries are in OpenSearch, found by their words
-    found = backend().index.search(WS, IndexQuery(text="PostgreSQL Sarah", tiers=["summary"]))
+    found = backend().index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, text="PostgreSQL Sarah", tiers=["summary"])
+    )
     assert {hit.doc.id for hit in found.text_hits} == {batch_summary_id(SID, 0)}
 
     # When EventBridge delivers the same event again
@@ -212,7 +214,7 @@ def test_a_model_failure_is_raised_for_a_retry_that_finishes_the_work(
         1,
         99,
     )
-    summaries = backend().memory.list_summaries(WS, session_id=SID)
+    summaries = backend().memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID)
     assert sorted((s.kind, s.first_seq) for s in summaries) == [("batch", 0), ("batch", 50), ("rolling", 0)]
     assert {s.run_id for s in summaries} == {f"run-{event['id']}"}
 
@@ -225,7 +227,7 @@ def test_without_a_model_a_compaction_due_is_skipped_not_retried(
     result = consolidate.lambda_handler(bus_event(aws, compaction_due()), Context())
     # Nothing raised (a retry cannot help), nothing written: the hourly run catches up later
     assert result["outcome"] is None
-    assert backend().memory.list_summaries(WS) == []
+    assert backend().memory.list_summaries(WS, scope=WORKSPACE_WIDE) == []
     assert backend().consolidation.get_checkpoint(WS, f"compact:{SID}") is None
 
 

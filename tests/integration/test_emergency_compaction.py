@@ -12,12 +12,21 @@ import pytest
 
 from shared.agent.emergency import emergency_compact, is_context_overflow
 from shared.agent.turn import TurnDeps, run_turn
-from shared.agent.window import tier1_records
+from shared.agent.window import Origin, tier1_records
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import ProviderError
-from shared.models import AssistantMessage, InboundMessage, IndexQuery, LaneItem, Sender, Session, UserMessage
+from shared.models import (
+    WORKSPACE_WIDE,
+    AssistantMessage,
+    InboundMessage,
+    IndexQuery,
+    LaneItem,
+    Sender,
+    Session,
+    UserMessage,
+)
 from shared.providers import build_provider
 from shared.providers.base import ChatRequest, Provider
 from shared.providers.function import FunctionProvider
@@ -110,7 +119,9 @@ def test_an_overflowing_turn_rolls_its_window_into_tier1_and_answers(backend: Ba
         (6, "message number 3"),
         (7, "re: message number 3"),
     ]
-    hits = backend.index.search(WS, IndexQuery(text="number 2", tiers=["message"], session_id=SID))
+    hits = backend.index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, text="number 2", tiers=["message"], session_id=SID)
+    )
     assert {h.doc.id for h in hits.text_hits} >= {tier1[4].id}
     # Indexed as the turn's commit indexes: owned by the user, with the neighbours as context
     assert {r.user_id for r in tier1} == {"alice"}
@@ -188,6 +199,9 @@ def test_through_the_openai_sdk_a_400_context_length_exceeded_compacts(tmp_path:
 # ---------------------------------------------------------------- the pieces
 
 
+ORIGIN = Origin(conversation=SID, group=False)
+
+
 def session_of(turns: int) -> Session:
     messages: list[UserMessage | AssistantMessage] = []
     for i in range(turns):
@@ -199,7 +213,7 @@ def session_of(turns: int) -> Session:
 
 def test_stages_keep_whole_turns_and_records_are_the_turns_own_shape() -> None:
     first = session_of(10)
-    stages = list(emergency_compact(first))
+    stages = list(emergency_compact(first, ORIGIN))
     assert [(s.keep, len(s.session.active_messages), len(s.records)) for s in stages] == [
         (10, 10, 10),
         # A window of 3 would open on an assistant reply: the cut moves on to the next user
@@ -209,7 +223,7 @@ def test_stages_keep_whole_turns_and_records_are_the_turns_own_shape() -> None:
     assert [r.seq for r in stages[0].records] == list(range(40, 50))
     assert stages[-1].session.rolled_out_count == 58
     # Exactly the records the turn's commit writes for the same roll-out
-    assert stages[0].records == tier1_records(first, first.active_messages[:10])
+    assert stages[0].records == tier1_records(first, first.active_messages[:10], ORIGIN)
 
 
 def test_overflow_detection() -> None:

@@ -13,8 +13,9 @@ from shared.backend import Backend
 from shared.clock import new_id
 from shared.memory.erasure import ERASED_TEXT, erase_user
 from shared.memory.keys import normalize_key
-from shared.memory.writer import RECENT_TAILS, RecentTails, index_rolled_out, record_doc_ids
+from shared.memory.writer import RECENT_TAILS, MemoryWriter, RecentTails, index_rolled_out, record_doc_ids
 from shared.models import (
+    WORKSPACE_WIDE,
     AssistantMessage,
     AuditRecord,
     Identity,
@@ -153,7 +154,8 @@ def populate(b: Backend, ws: str) -> None:
         b.sessions.save(_session(ws, session_id, user, window), expected_version=0)
         records = _records(ws, session_id, history)
         b.memory.append_messages(ws, records)
-        b.index.upsert(ws, [_doc(ws, r.id, "message", r.text, r.session_id) for r in records])
+        # Indexed as the turn indexes them: each with its neighbours' text as context.
+        MemoryWriter(b.index, None).write_messages(ws, records)
     summaries = [
         _summary(ws, "sum-alice", "dm-alice", "alice discussed zanzibar"),
         _summary(ws, "sum-bob", "dm-bob", "bob discussed kilimanjaro"),
@@ -198,7 +200,9 @@ def _doc(ws: str, doc_id: str, tier: str, text: str, session_id: str | None) -> 
 
 
 def search(b: Backend, ws: str, text: str) -> set[str]:
-    return {h.doc.id for h in b.index.search(ws, IndexQuery(text=text, k=100)).text_hits}
+    return {
+        h.doc.id for h in b.index.search(ws, IndexQuery(scope=WORKSPACE_WIDE, text=text, k=100)).text_hits
+    }
 
 
 def bobs_view(b: Backend, ws: str) -> dict[str, object]:
@@ -216,13 +220,14 @@ def bobs_view(b: Backend, ws: str) -> dict[str, object]:
         "group window of bob": [
             m for m in group.active_messages if isinstance(m, UserMessage) and m.sender_id == BOB_TG
         ],
-        "summaries": b.memory.list_summaries(ws, session_id="dm-bob"),
-        "triples": b.memory.triples_by_subject(ws, BOB),
-        "team": b.memory.triples_by_subject(ws, "the team"),
+        "summaries": b.memory.list_summaries(ws, scope=WORKSPACE_WIDE, session_id="dm-bob"),
+        "triples": b.memory.triples_by_subject(ws, BOB, scope=WORKSPACE_WIDE),
+        "team": b.memory.triples_by_subject(ws, "the team", scope=WORKSPACE_WIDE),
         "outbox": b.outbox.read(ws, "dm-bob"),
         "identity": b.identities.get(ws, "telegram", BOB_TG),
         "audit": [r for r in b.audit.list_records(ws) if r.user_id == BOB],
-        "search": {w: search(b, ws, w) for w in ("kilimanjaro", "timbuktu", "valparaiso")},
+        # Less her group message, whose context held Bob's words next to it.
+        "search": {w: search(b, ws, w) - {"group-r0"} for w in ("kilimanjaro", "timbuktu", "valparaiso")},
     }
 
 
@@ -231,7 +236,7 @@ def test_nothing_of_the_user_is_left_and_the_other_user_is_untouched(backend: Ba
     populate(backend, ws)
     populate(backend, other_ws)  # the same people in another workspace: not touched at all
     bob_before = bobs_view(backend, ws)
-    other_before = (bobs_view(backend, other_ws), backend.memory.list_triples(other_ws))
+    other_before = (bobs_view(backend, other_ws), backend.memory.list_triples(other_ws, scope=WORKSPACE_WIDE))
     assert search(backend, ws, "zanzibar") and search(backend, ws, "marrakesh")
 
     report = erase_user(backend, ws, ALICE)
@@ -254,13 +259,19 @@ def test_nothing_of_the_user_is_left_and_the_other_user_is_untouched(backend: Ba
     ]
     assert all(m.sender_id != ALICE_TG for m in window.active_messages if isinstance(m, UserMessage))
     # Tiers 2 and 3, by every access path, whatever the status.
-    assert {s.id for s in b.memory.list_summaries(ws, limit=100)} == {"sum-bob", "sum-group"}
+    assert {s.id for s in b.memory.list_summaries(ws, scope=WORKSPACE_WIDE, limit=100)} == {
+        "sum-bob",
+        "sum-group",
+    }
     assert (
-        b.memory.triples_by_subject(ws, ALICE) == []
-        and b.memory.triples_by_object(ws, "zanzibar spices") == []
+        b.memory.triples_by_subject(ws, ALICE, scope=WORKSPACE_WIDE) == []
+        and b.memory.triples_by_object(ws, "zanzibar spices", scope=WORKSPACE_WIDE) == []
     )
-    assert {t.id for t in b.memory.list_triples(ws)} == {"t-bob", "t-team"}
-    assert all(t.user_id != ALICE and normalize_key(t.subject) != ALICE for t in b.memory.list_triples(ws))
+    assert {t.id for t in b.memory.list_triples(ws, scope=WORKSPACE_WIDE)} == {"t-bob", "t-team"}
+    assert all(
+        t.user_id != ALICE and normalize_key(t.subject) != ALICE
+        for t in b.memory.list_triples(ws, scope=WORKSPACE_WIDE)
+    )
     # The index: her messages, summaries and facts, in every tier.
     for word in ("zanzibar", "marrakesh", "samarkand", "passport"):
         assert search(b, ws, word) == set(), word
@@ -271,7 +282,10 @@ def test_nothing_of_the_user_is_left_and_the_other_user_is_untouched(backend: Ba
     assert len(audit) == 3 and not any(r.user_id == ALICE or r.session_id == "dm-alice" for r in audit)
 
     assert bobs_view(backend, ws) == bob_before
-    assert (bobs_view(backend, other_ws), backend.memory.list_triples(other_ws)) == other_before
+    assert (
+        bobs_view(backend, other_ws),
+        backend.memory.list_triples(other_ws, scope=WORKSPACE_WIDE),
+    ) == other_before
     assert report.sessions_deleted == 1 and report.windows_redacted == 1
     assert report.messages_deleted == 3 and report.summaries_deleted == 2 and report.triples_deleted == 4
     assert report.identities_deleted == 1 and report.audit_records_anonymised == 2
@@ -314,7 +328,9 @@ def test_every_chunk_of_a_long_message_and_the_remembered_neighbours_go(backend:
 
     for word in ("quetzaltenango", "itinerary", "pastes"):
         assert search(backend, ws, word) == set(), word
-    hits = backend.index.search(ws, IndexQuery(text="alice pastes itinerary quetzaltenango", k=100))
+    hits = backend.index.search(
+        ws, IndexQuery(scope=WORKSPACE_WIDE, text="alice pastes itinerary quetzaltenango", k=100)
+    )
     assert not any(
         h.doc.id in doc_ids or h.doc.metadata.get("record_id") == record.id for h in hits.text_hits
     )

@@ -20,7 +20,7 @@ from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.cli import app
 from shared.config import Settings
 from shared.local.consolidation import HOURLY_JOB, register_consolidation
-from shared.models import InboundMessage, LaneItem, Sender, UserMessage
+from shared.models import WORKSPACE_WIDE, InboundMessage, LaneItem, Sender, UserMessage
 from shared.providers.base import ChatRequest
 from shared.providers.function import FunctionProvider
 from tests.support.consolidation import SID, FakeConsolidator, seed
@@ -100,7 +100,7 @@ def test_real_turns_announce_compaction_and_the_local_scheduler_does_it(
     # When the scheduler runs (both events, then the hourly job, which is due at first start)
     assert scheduler.run_pending() == 3
     # Then the session has its two batch summaries and its rolling summary, and the fact
-    summaries = backend.memory.list_summaries("default", session_id="web.s1")
+    summaries = backend.memory.list_summaries("default", scope=WORKSPACE_WIDE, session_id="web.s1")
     assert sorted((s.kind, s.first_seq, s.last_seq) for s in summaries) == [
         ("batch", 0, 49),
         ("batch", 50, 99),
@@ -108,7 +108,7 @@ def test_real_turns_announce_compaction_and_the_local_scheduler_does_it(
     ]
     session = backend.sessions.get("default", "web.s1")
     assert session is not None and session.summary.startswith("Messages 0-49")
-    facts = backend.memory.triples_by_subject("default", "alice")
+    facts = backend.memory.triples_by_subject("default", "alice", scope=WORKSPACE_WIDE)
     assert [(t.predicate, t.object) for t in facts] == [("editor-theme", "dark mode")]
     # The first event did both batches, so the second found nothing left: two summary calls in all
     assert consolidator.calls["summary"] == 2
@@ -180,4 +180,4 @@ def test_sigil_consolidate_without_a_model_says_how_to_configure_one(
     assert status == 2 and "No model is configured" in err
     status, out, _ = sigil(data_dir, "--workspace", "default")
     assert status == 0 and "compaction skipped: No model is configured" in out
-    assert backend.memory.list_summaries("default") == []
+    assert backend.memory.list_summaries("default", scope=WORKSPACE_WIDE) == []

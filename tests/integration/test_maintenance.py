@@ -19,7 +19,7 @@ from shared.consolidation.maintenance import CHECKPOINT, MaintenancePolicy, rele
 from shared.consolidation.maintenance.driver import run_maintenance
 from shared.consolidation.rollback import rollback_run
 from shared.memory.writer import EMBEDDING_KEY, MemoryWriter
-from shared.models import FactCategory, IndexDoc, IndexQuery, MemoryRecord, Triple
+from shared.models import WORKSPACE_WIDE, FactCategory, IndexDoc, IndexQuery, MemoryRecord, Triple
 from shared.tools.memory import fact_index_doc, fact_text
 from tests.support.hashing_embedder import HashingEmbedder
 
@@ -77,7 +77,7 @@ def store(backend: Backend, *triples: Triple) -> None:
 
 
 def state(backend: Backend) -> dict[str, Triple]:
-    return {t.id: t for t in backend.memory.list_triples(WS, limit=100_000)}
+    return {t.id: t for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE, limit=100_000)}
 
 
 def active_ids(backend: Backend) -> set[str]:
@@ -85,7 +85,7 @@ def active_ids(backend: Backend) -> set[str]:
 
 
 def indexed(backend: Backend, text: str) -> set[str]:
-    result = backend.index.search(WS, IndexQuery(text=text, k=100, tiers=["fact"]))
+    result = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text=text, k=100, tiers=["fact"]))
     return {h.doc.id for h in result.text_hits}
 
 
@@ -138,7 +138,11 @@ def test_promote_prune_and_the_index(backend: Backend) -> None:
     assert (report.promoted, report.pruned, report.scored) == (1, 1, 4)
     # Out of the index and out of recall, still listed for provenance.
     assert indexed(backend, "disco") == set()
-    assert {t.id for t in backend.memory.triples_by_subject(WS, "alice")} == {"used", "seldom", "fresh"}
+    assert {t.id for t in backend.memory.triples_by_subject(WS, "alice", scope=WORKSPACE_WIDE)} == {
+        "used",
+        "seldom",
+        "fresh",
+    }
     assert after["faded"].changes[-1].run_id == "run1"
     assert after["faded"].changes[-1].status == "active"
     assert report.complete
@@ -252,7 +256,9 @@ def test_backfill_embeds_in_batches_of_fifty_and_indexes_the_vectors(backend: Ba
     after = state(backend)
     assert all(t.embedding_model == embedder.model_id and t.embedding for t in after.values())
     (query,) = embedder.embed([fact_text(after["t042"])])
-    hits = backend.index.search(WS, IndexQuery(vector=query, k=1, tiers=["fact"])).vector_hits
+    hits = backend.index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, vector=query, k=1, tiers=["fact"])
+    ).vector_hits
     assert [h.doc.id for h in hits] == ["t042"]
 
 
@@ -422,7 +428,7 @@ def test_maintenance_and_rollback_on_each_adapter_set(kind: str, tmp_path: pathl
         report = run(b, "run1", policy=MaintenancePolicy(page_size=2))
 
         assert report.complete and (report.merged, report.pruned, report.backfilled) == (1, 1, 1)
-        assert {t.id for t in b.memory.triples_by_subject(WS, "alice")} == {"b", "d"}
+        assert {t.id for t in b.memory.triples_by_subject(WS, "alice", scope=WORKSPACE_WIDE)} == {"b", "d"}
         assert indexed(b, "disco") == set() and indexed(b, "tea") == {"b"}
         assert run(b, "run2").written == 0
 
@@ -430,7 +436,12 @@ def test_maintenance_and_rollback_on_each_adapter_set(kind: str, tmp_path: pathl
         after = _lifecycle(b)
         # Everything as before, but the new vector stays (an embedding is not a lifecycle change).
         assert {i: v[:-1] for i, v in after.items()} == {i: v[:-1] for i, v in before.items()}
-        assert {t.id for t in b.memory.triples_by_subject(WS, "alice")} == {"a", "b", "c", "d"}
+        assert {t.id for t in b.memory.triples_by_subject(WS, "alice", scope=WORKSPACE_WIDE)} == {
+            "a",
+            "b",
+            "c",
+            "d",
+        }
 
 
 # ---------------------------------------------------------------- messages written without vectors
@@ -487,11 +498,15 @@ def test_messages_written_without_vectors_are_re_embedded_in_batches(backend: Ba
     # The vectors are the writer's (own text blended with its neighbours'): k-NN finds each.
     for record in (s1[42], s2[3]):
         (query,) = embedder.embed([record.text])
-        hits = backend.index.search(WS, IndexQuery(vector=query, k=3, tiers=["message"])).vector_hits
+        hits = backend.index.search(
+            WS, IndexQuery(scope=WORKSPACE_WIDE, vector=query, k=3, tiers=["message"])
+        ).vector_hits
         assert hits[0].doc.id == record.id
         assert EMBEDDING_KEY not in hits[0].doc.metadata and hits[0].doc.metadata["context"]
     # Context stays within the user's own messages, as the turn writes it.
-    (hit,) = backend.index.search(WS, IndexQuery(text="s2", k=100, session_id="s2")).text_hits[:1]
+    (hit,) = backend.index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, text="s2", k=100, session_id="s2")
+    ).text_hits[:1]
     assert "s1" not in hit.doc.metadata.get("context", "")
     assert run(backend, "run2").messages_backfilled == 0
 
@@ -555,7 +570,9 @@ def test_summaries_indexed_without_vectors_are_re_embedded(backend: Backend) -> 
     assert len(embedder.calls) == 2  # batches of 50
     # The vector is the summary text's own, as compaction would have written it; nothing else moved.
     (query,) = embedder.embed(["summary 42: alice planned a trip to city 546 and booked hotel 294"])
-    (hit,) = backend.index.search(WS, IndexQuery(vector=query, k=1, tiers=["summary"])).vector_hits
+    (hit,) = backend.index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, vector=query, k=1, tiers=["summary"])
+    ).vector_hits
     assert (hit.doc.id, hit.doc.metadata) == ("sum-042", {"first_seq": "2100", "last_seq": "2149"})
     assert hit.score == pytest.approx(1.0)
     assert run(backend, "run2").summaries_backfilled == 0
@@ -570,7 +587,7 @@ def test_summary_re_embedding_waits_for_the_embedder(backend: Backend) -> None:
     assert isinstance(backend.index, SqliteMemoryIndex)
     assert len(backend.index.missing_vectors(WS, tier="summary", limit=100)) == 5
     # BM25 still finds them meanwhile.
-    assert backend.index.search(WS, IndexQuery(text="hotel", k=10)).text_hits
+    assert backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="hotel", k=10)).text_hits
 
     backend.embedder = working
     assert run(backend, "run2").summaries_backfilled == 5

@@ -26,14 +26,17 @@ from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.memory.embeddings.minilm import LocalMiniLM
+from shared.memory.scope import owner_scope
 from shared.memory.tacit import TacitFacts
 from shared.models import (
+    WORKSPACE_WIDE,
     AssistantMessage,
     InboundMessage,
     IndexDoc,
     IndexQuery,
     LaneItem,
     MemoryRecord,
+    RecallScope,
     Sender,
     Summary,
     ToolCall,
@@ -92,9 +95,20 @@ def run(
     user: str = "u1",
     turn: str = "t1",
     now: datetime = NOW,
+    scope: RecallScope = WORKSPACE_WIDE,
+    group: bool = False,
 ) -> ToolResultMessage:
+    # The reach is the turn's (workspace-wide unless a test says otherwise); the owner of what is
+    # stored is the user's, in this session's conversation.
     ctx = ToolContext(
-        workspace_id=ws, session_id=session, user_id=user, turn_id=turn, backend=backend, now=lambda: now
+        workspace_id=ws,
+        session_id=session,
+        user_id=user,
+        turn_id=turn,
+        backend=backend,
+        scope=scope,
+        owner=owner_scope(session, [user], group=group),
+        now=lambda: now,
     )
     return REGISTRY.execute(
         ToolCall(id="c1", name=name, arguments=json.dumps(args)), ctx, WorkspaceConfig(id=ws)
@@ -156,7 +170,7 @@ def roll_out(
 
 
 def facts_of(backend: Backend, subject: str = "u1", ws: str = WS) -> list[Triple]:
-    return backend.memory.triples_by_subject(ws, subject)
+    return backend.memory.triples_by_subject(ws, subject, scope=WORKSPACE_WIDE)
 
 
 def closed_port() -> int:
@@ -186,15 +200,21 @@ def test_store_writes_a_normalised_fact_for_the_user_and_indexes_it(
 
     assert out.startswith("Stored: u1 (the user) favourite-drink green tea [fact f_")
     (fact,) = facts_of(backend)
-    assert fact.id == fact_id(WS, "U1", "favourite  drink", "Green Tea")  # retries land on this id
+    # The owner is the user, in this conversation; retries land on this id, which names the owner
+    assert fact.scope == owner_scope(S1, ["u1"], group=False)
+    assert fact.id == fact_id(WS, "U1", "favourite  drink", "Green Tea", fact.scope)
     assert (fact.subject, fact.predicate, fact.object) == ("u1", "favourite-drink", "green tea")
     assert (fact.source, fact.category, fact.status, fact.user_id) == ("tool", "fact", "active", "u1")
     assert fact.session_id == S1 and fact.message_ids == ["t1.u"]
     assert fact.created_at == fact.updated_at == NOW
     assert fact.embedding_model == minilm.model_id and fact.embedding is not None
     # Found by object too, and indexed in the fact tier with its vector
-    assert [t.id for t in backend.memory.triples_by_object(WS, "Green-Tea")] == [fact.id]
-    hits = backend.index.search(WS, IndexQuery(text="green tea", vector=fact.embedding, tiers=["fact"]))
+    assert [t.id for t in backend.memory.triples_by_object(WS, "Green-Tea", scope=WORKSPACE_WIDE)] == [
+        fact.id
+    ]
+    hits = backend.index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, text="green tea", vector=fact.embedding, tiers=["fact"])
+    )
     assert [h.doc.id for h in hits.text_hits] == [fact.id]
     assert [h.doc.id for h in hits.vector_hits] == [fact.id]
     assert hits.text_hits[0].doc.metadata["subject"] == "u1"
@@ -244,9 +264,15 @@ def test_store_dedups_refreshes_and_updates_a_changed_preference(backend: Backen
     assert changed.id == first.id and changed.object == "coffee"
     # The index follows: the old value is gone from the fact tier
     assert [
-        h.doc.id for h in backend.index.search(WS, IndexQuery(text="coffee", tiers=["fact"])).text_hits
+        h.doc.id
+        for h in backend.index.search(
+            WS, IndexQuery(scope=WORKSPACE_WIDE, text="coffee", tiers=["fact"])
+        ).text_hits
     ] == [first.id]
-    assert backend.index.search(WS, IndexQuery(text="green", tiers=["fact"])).text_hits == []
+    assert (
+        backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="green", tiers=["fact"])).text_hits
+        == []
+    )
 
     # A retried turn stores nothing new
     ok(run(backend, "memory_store", {"predicate": "favourite drink", "object": "coffee"}, turn="t3"))
@@ -279,7 +305,10 @@ def test_store_strips_control_characters_and_redacts_secrets(embedded: Backend) 
     assert fact.predicate == "note"
     assert fact.object == "line one line two key [REDACTED:openai_key]"
     assert secret not in json.dumps(
-        [h.doc.text for h in embedded.index.search(WS, IndexQuery(text="key")).text_hits]
+        [
+            h.doc.text
+            for h in embedded.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="key")).text_hits
+        ]
     )
 
 
@@ -389,7 +418,7 @@ def test_tacit_facts_hold_only_active_triples(backend: Backend) -> None:
     backend.memory.put_triple(
         Triple(id="f-merged", workspace_id=WS, subject="u1", predicate="likes", object="tea", status="merged")
     )
-    assert [(t.predicate, t.object) for t in TacitFacts(backend.memory)(WS, "u1")] == [
+    assert [(t.predicate, t.object) for t in TacitFacts(backend.memory)(WS, "u1", WORKSPACE_WIDE)] == [
         ("favourite-drink", "green tea")
     ]
 
@@ -553,7 +582,7 @@ def test_summary_by_date_range_and_scope(backend: Backend) -> None:
     backend.memory.put_summary(_summary("c", S1, jan + timedelta(days=20), 1, "Budget review."))
 
     every = ok(run(backend, "memory_summary", {}))
-    assert every.splitlines()[0] == "memory_summary: 3 summaries of this workspace"
+    assert every.splitlines()[0] == "memory_summary: 3 summaries of the conversations you may recall"
     assert every.splitlines()[1] == (
         "1. [summary (batch) · 2025-01-10 08:00 UTC to 2025-01-10 10:00 UTC · session web.s1 · "
         "messages 0 to 49] "
@@ -562,7 +591,7 @@ def test_summary_by_date_range_and_scope(backend: Backend) -> None:
     ranged = ok(run(backend, "memory_summary", {"start_date": "2025-01-15", "end_date": "2025-01-20"}))
     assert (
         ranged.splitlines()[0]
-        == "memory_summary: 1 summaries of this workspace from 2025-01-15 to 2025-01-20"
+        == "memory_summary: 1 summaries of the conversations you may recall from 2025-01-15 to 2025-01-20"
     )
     assert "garden" in ranged and "kayak" not in ranged
     # An end date includes its whole day; a date-time is taken as UTC when it names no zone
@@ -704,9 +733,12 @@ def test_a_fact_stored_in_one_session_is_recalled_in_a_later_one(
     # The fact, with where and when it was learnt
     assert "found by search] u1 (the user) favourite-drink green tea" in recall.content
     assert "[fact · preference · stored 2025-03-10 09:30 UTC · session web.s1" in recall.content
-    # The message it came from, from Tier 1 of the first session
-    assert search.content.splitlines()[0].endswith("(search: hybrid (BM25 + vectors))")
-    first = search.content.splitlines()[1]
+    # The message it came from, from Tier 1 of the first session, inside the block that quotes
+    # memory to the model as untrusted data (header, BEGIN line, the tool's lines, END line)
+    header, _begin, *lines, _end = search.content.splitlines()
+    assert header.startswith('[Untrusted data from "tool memory_search"')
+    assert lines[0].endswith("(search: hybrid (BM25 + vectors))")
+    first = lines[1]
     assert "session web.s1 · user" in first and first.endswith(
         "Remember that my favourite drink is green tea"
     )

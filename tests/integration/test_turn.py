@@ -22,6 +22,7 @@ from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.errors import ProviderError
 from shared.models import (
+    WORKSPACE_WIDE,
     AssistantMessage,
     AuditRecord,
     InboundMessage,
@@ -206,7 +207,7 @@ def test_25_turns_keep_20_in_the_window_and_roll_the_rest_into_tier1_and_the_ind
     assert all(r.message is not None and r.message.id == r.id for r in records)
     # And the index holds the same 30, findable by text
     assert backend.index.count(WS) == 30
-    hits = backend.index.search(WS, IndexQuery(text="reply 7", k=5)).text_hits
+    hits = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="reply 7", k=5)).text_hits
     assert any(h.doc.text == "reply 7" and h.doc.tier == "message" for h in hits)
 
 
@@ -231,7 +232,10 @@ def test_tier1_records_belong_to_the_user_who_wrote_them_or_was_answered(
         # The sender's name is the author of their own words, never of the replies to them.
         assert r.author == (("Ada" if turn_no % 2 == 0 else "Bob") if r.role == "user" else None), r.text
     # The index carries the author too: it is what a query naming Bob is matched against.
-    docs = {h.doc.text: h.doc for h in backend.index.search(WS, IndexQuery(text="msg", k=50)).text_hits}
+    docs = {
+        h.doc.text: h.doc
+        for h in backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="msg", k=50)).text_hits
+    }
     assert docs["msg 3"].metadata["author"] == "Bob"
     assert "author" not in docs["reply 3"].metadata
 

@@ -88,23 +88,41 @@ def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
 def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(
     backend: Backend, settings: Settings
 ) -> None:
+    from shared.memory.scope import owner_scope
     from shared.memory.tacit import TacitFacts
-    from shared.models import Triple
+    from shared.models import RecallScope, Triple
 
-    # Given a Tier-3 fact about the web sender "u1" (their Sigil user id) and one about someone else
+    # Given a Tier-3 fact about the web sender "u1" (their Sigil user id, theirs) and one about
+    # someone else (theirs)
     backend.memory.put_triple(
-        Triple(id="f1", workspace_id=WS, subject="u1", predicate="prefers", object="tea")
+        Triple(
+            id="f1",
+            workspace_id=WS,
+            subject="u1",
+            predicate="prefers",
+            object="tea",
+            scope=owner_scope("web.dm-u1", ["u1"], group=False),
+        )
     )
     backend.memory.put_triple(
-        Triple(id="f2", workspace_id=WS, subject="bob", predicate="prefers", object="coffee")
+        Triple(
+            id="f2",
+            workspace_id=WS,
+            subject="bob",
+            predicate="prefers",
+            object="coffee",
+            scope=owner_scope("web.dm-bob", ["bob"], group=False),
+        )
     )
     reads: list[str] = []
     memory = backend.memory
 
     class Counting:
-        def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
+        def triples_by_subject(
+            self, workspace_id: str, subject: str, *, scope: RecallScope, limit: int = 50
+        ) -> list[Triple]:
             reads.append(subject)
-            return memory.triples_by_subject(workspace_id, subject, limit=limit)
+            return memory.triples_by_subject(workspace_id, subject, scope=scope, limit=limit)
 
     now = [0.0]
     provider = FunctionProvider(lambda request: "ok")

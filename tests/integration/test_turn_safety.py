@@ -8,6 +8,8 @@ streams.
   index).
 - PII in the model's output is redacted when the workspace asks for it, and kept when it doesn't.
 - A flagged user message is stored quoted, the same way on every path.
+- A tool that declares third-party output (memory_search, a page fetch) reaches the model quoted
+  always, innocent text too: asserted on what the fake OpenAI server received over HTTP.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from shared.channels.out import build_senders
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.models import (
+    WORKSPACE_WIDE,
     AssistantMessage,
     InboundMessage,
     IndexQuery,
@@ -43,8 +46,11 @@ from shared.models import (
 )
 from shared.providers.base import ChatRequest, ProviderEvent, TextDelta, ToolCallEvent
 from shared.providers.function import FunctionProvider, ModelFunction
-from shared.safety.injection import SYSTEM_PROMPT_NOTE, quote_untrusted
+from shared.providers.openai import OpenAIProvider
+from shared.safety.injection import SYSTEM_PROMPT_NOTE, quote_untrusted, scan
 from shared.tools import ToolContext, default_registry, tool
+from shared.tools.builtin import agent_registry
+from tests.support.fake_openai import FakeOpenAI, FakeReply
 from tests.support.fake_platforms import DictSecrets, FakeClock, FakePlatforms
 
 WS = "ws1"
@@ -296,9 +302,9 @@ def test_a_secret_in_the_output_is_redacted_before_the_outbox_and_every_store(
     # And the index has no document with a key, whichever way it is searched
     assert backend.index.count(WS) == 2
     for query in (AWS_KEY, OPENAI_KEY, "Q3ZV7TLM2XB4RN8D", "REDACTED"):
-        hits = backend.index.search(WS, IndexQuery(text=query, k=10)).text_hits
+        hits = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text=query, k=10)).text_hits
         assert_no_secret([h.doc.text for h in hits])
-    found = backend.index.search(WS, IndexQuery(text="access key id", k=10)).text_hits
+    found = backend.index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="access key id", k=10)).text_hits
     assert any("[REDACTED:aws_access_key]" in h.doc.text for h in found)
 
 
@@ -424,3 +430,82 @@ def test_an_ordinary_user_message_is_kept_as_written_and_a_pasted_key_is_not(
     assert window[0].content == "Please ignore my previous message, it had a typo."
     assert window[2].content == "my key is [REDACTED:aws_access_key]"
     assert_no_secret(texts_of(provider.requests[-1].messages))
+
+
+# ---------------------------------------------------------------- (e) third-party text is quoted always
+
+
+INNOCENT = "Feed the sourdough starter daily and keep it at room temperature."
+
+
+def test_a_memory_search_result_reaches_the_model_quoted_even_when_innocent(
+    backend: Backend, settings: Settings
+) -> None:
+    # Given a message someone wrote earlier, rolled out of its window into long-term memory
+    backend.workspaces.put(WorkspaceConfig(id=WS, active_window=2))
+    earlier = deps_for(backend, settings, FunctionProvider(lambda r: "Noted."))
+    earlier.tools = agent_registry()
+    for i, text in enumerate((INNOCENT, "thanks", "bye")):
+        run_turn(earlier, item(f"e{i}", text))
+    assert backend.memory.count_messages(WS, SESSION) >= 2
+    assert not scan(INNOCENT).flagged  # nothing in it for the scan to flag
+
+    def model(body: dict[str, object]) -> str | FakeReply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if messages[-1]["role"] == "tool":
+            return "You said to feed it daily."
+        return FakeReply(tool_calls=[("memory_search", {"query": "sourdough starter"})])
+
+    # When a turn's model (the real openai SDK against the fake server) searches memory
+    with FakeOpenAI(model) as server:
+        provider = OpenAIProvider(api_key="sk-test", base_url=server.base_url, timeout_s=10, max_retries=0)
+        deps = deps_for(backend, settings, FunctionProvider(lambda r: "unused"))
+        deps.provider_factory = lambda ref: (provider, "fake-model")
+        deps.tools = agent_registry()
+        record = run_turn(deps, item("e9", "what did I say about the starter?"))
+        sent = server.requests
+    # Then the tool message the server received is a quoted-untrusted block from memory_search,
+    # with the innocent text inside it
+    assert record.tools_used == ["memory_search"]
+    [result] = [m for m in sent[-1]["messages"] if m["role"] == "tool"]
+    header, begin, *body, end = result["content"].split("\n")
+    assert header.startswith('[Untrusted data from "tool memory_search", quoted for reference.')
+    assert (
+        begin.startswith("<<<BEGIN UNTRUSTED DATA ") and end == f"<<<END UNTRUSTED DATA {begin.split()[-1]}"
+    )
+    assert INNOCENT in "\n".join(body)
+    # And the audit says it went in quoted, with no rule fired: the quoting is the tool's
+    # declaration, not the scan's verdict
+    [audit] = [r for r in backend.audit.list_records(WS) if r.turn_id == record.turn_id]
+    assert audit.quoted == ["tool memory_search"]
+    assert "tool memory_search" not in audit.injection_rules
+
+
+def test_a_tool_that_declares_third_party_output_is_quoted_and_an_undeclared_one_is_not(
+    backend: Backend, settings: Settings
+) -> None:
+    @tool(untrusted_output=True)
+    def read_page(args: UrlArgs, ctx: ToolContext) -> str:
+        """The text of a web page."""
+        return BENIGN_PAGE
+
+    def model(request: ChatRequest) -> str | list[ProviderEvent]:
+        if results_since_user(request):
+            return "Warmer."
+        return [
+            ToolCallEvent(
+                call=ToolCall(id="c0", name="read_page", arguments='{"url": "https://bread.example/rye"}')
+            ),
+            ToolCallEvent(
+                call=ToolCall(id="c1", name="fetch_page", arguments='{"url": "https://bread.example/rye"}')
+            ),
+        ]
+
+    provider = FunctionProvider(model)
+    deps = deps_for(backend, settings, provider)
+    deps.tools = TOOLS.extended(read_page)
+    run_turn(deps, item("e1", "rye?"))
+    declared, undeclared = results_since_user(provider.requests[1])
+    assert declared.content == quote_untrusted(BENIGN_PAGE, "tool read_page")
+    assert undeclared.content == BENIGN_PAGE

@@ -23,12 +23,14 @@ from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
+from shared.memory.scope import owner_scope
 from shared.models import (
     AssistantMessage,
     AuditRecord,
     InboundMessage,
     LaneItem,
     Message,
+    RecallScope,
     Sender,
     Session,
     ToolCall,
@@ -479,7 +481,15 @@ def test_on_text_gets_each_calls_text_so_the_reply_ends_on_the_answer(backend: B
         return "It ticked."
 
     shown: list[str] = []
-    ctx = ToolContext(workspace_id=WS, session_id=SESSION, user_id="u1", turn_id="t_x", backend=backend)
+    ctx = ToolContext(
+        workspace_id=WS,
+        session_id=SESSION,
+        user_id="u1",
+        turn_id="t_x",
+        backend=backend,
+        scope=RecallScope(session_id=SESSION),
+        owner=owner_scope(SESSION, ["u1"], group=False),
+    )
     request = ChatRequest(model="m", system="", messages=[UserMessage(content="tick")])
     result = run_loop(
         FunctionProvider(model), request, TOOLS, ctx, WorkspaceConfig(id=WS), on_text=shown.append

@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from shared.backend import Backend
 from shared.consolidation.maintenance import MaintenanceReport
 from shared.consolidation.maintenance.driver import run_maintenance
+from shared.memory.scope import owner_scope
+from shared.models import WORKSPACE_WIDE
 from shared.tools.core import ToolContext
 from shared.tools.memory import MemoryStoreArgs, memory_store
 
@@ -107,6 +109,8 @@ def restate_facts(
             user_id="user-1",
             turn_id=f"turn-{turn}",
             backend=backend,
+            scope=WORKSPACE_WIDE,
+            owner=owner_scope(f"s{turn // 50}", ["user-1"], group=False),
             now=lambda: clock["now"],
         )
         memory_store.fn(MemoryStoreArgs(subject=subject, predicate=predicate, object=obj), ctx)
@@ -118,7 +122,7 @@ def restate_facts(
             )
     triples = []
     after: str | None = None
-    while page := backend.memory.list_triples(workspace_id, after=after, limit=1000):
+    while page := backend.memory.list_triples(workspace_id, scope=WORKSPACE_WIDE, after=after, limit=1000):
         triples += page
         after = page[-1].id
     by_subject = {f.subject.casefold(): f.subject for f in facts}

@@ -2,8 +2,10 @@
 
 It replays captured .sse fixtures byte for byte, or streams a reply computed from the request in
 the same chunk format as those captures (chat.completion.chunk objects, a usage chunk when asked,
-then `data: [DONE]`), or answers with HTTP errors to exercise the SDK's retries. Every request
-body is recorded.
+then `data: [DONE]`), or answers with HTTP errors to exercise the SDK's retries. It can also be
+slow on the wire: a stream paced at one event per interval, or one that hangs (`pace`, `hang`, a
+request header or a marker in the message: tests.support.slow_streams; what each such stream saw
+is in `streams`). Every request body is recorded.
 
     with FakeOpenAI() as fake:                      # echoes the last user message by default
         fake.fail(500).replay(FIXTURES / "chat_stream_text_with_usage.sse")
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self, cast
+
+from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
 Json = dict[str, Any]
 
@@ -75,13 +79,21 @@ class _Failure:
     headers: dict[str, str]
 
 
-_Response = _Replay | _Compute | _Failure
+@dataclass
+class _Paced:
+    pacing: Pacing
+    reply: _Replay | _Compute | None  # None: the default response
+
+
+_Response = _Replay | _Compute | _Failure | _Paced
 
 
 class FakeOpenAI:
     def __init__(self, responder: Responder = echo_last_user, *, host: str = "127.0.0.1", port: int = 0):
         self.requests: list[Json] = []  # request bodies, in arrival order
         self.headers: list[dict[str, str]] = []  # request headers, lower-cased names
+        self.streams: list[StreamLog] = []  # paced and hanging responses (tests.support.slow_streams)
+        self._closing = threading.Event()  # ends every hang and pause when the fake closes
         self._default: _Response = _Compute(responder)
         self._queue: deque[_Response] = deque()
         self._lock = threading.Lock()
@@ -124,6 +136,27 @@ class FakeOpenAI:
             self._queue.extend(_Failure(status, message, code, headers) for _ in range(times))
         return self
 
+    def pace(self, interval_s: float, reply: Responder | str | FakeReply | Path | None = None) -> Self:
+        """Answer the next request with a stream that waits `interval_s` before each event after
+        the first (the reply as `respond` or `replay` would send it; None: the default)."""
+        return self._paced(Pacing(interval_s=interval_s), reply)
+
+    def hang(self, after_events: int = 1, reply: Responder | str | FakeReply | Path | None = None) -> Self:
+        """Answer the next request with `after_events` events of its stream, then nothing, the
+        connection held open until the client hangs up or the fake closes (-1: not even the
+        response's headers)."""
+        return self._paced(Pacing(hang_after=after_events), reply)
+
+    def _paced(self, pacing: Pacing, reply: Responder | str | FakeReply | Path | None) -> Self:
+        inner: _Replay | _Compute | None = None
+        if isinstance(reply, Path):
+            inner = _Replay(reply)
+        elif reply is not None:
+            inner = _Compute(reply if callable(reply) else _constant(reply))
+        with self._lock:
+            self._queue.append(_Paced(pacing, inner))
+        return self
+
     def set_default(self, reply: Responder | str | FakeReply | Path) -> None:
         """What every request gets once the scripted responses are used up."""
         with self._lock:
@@ -147,6 +180,7 @@ class FakeOpenAI:
         return self
 
     def close(self) -> None:
+        self._closing.set()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=5)
@@ -161,11 +195,22 @@ class FakeOpenAI:
 
     # ------------------------------------------------------------ used by the handler
 
-    def _next(self, body: Json, headers: dict[str, str]) -> _Response:
+    def _next(self, body: Json, headers: dict[str, str]) -> tuple[_Response, StreamLog | None]:
+        """The response to this request, and the log of its pacing when it is paced (scripted,
+        or asked for by a header or a marker in the last user message)."""
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            return self._queue.popleft() if self._queue else self._default
+            response = self._queue.popleft() if self._queue else self._default
+            pacing = requested_pacing(headers, echo_last_user(body))
+            if isinstance(response, _Paced):
+                pacing, response = response.pacing, response.reply or self._default
+                assert not isinstance(response, _Paced)
+            if pacing is None or isinstance(response, _Failure):
+                return response, None
+            log = StreamLog(pacing)
+            self.streams.append(log)
+            return response, log
 
     def _completion_id(self) -> str:
         return f"chatcmpl-fake{next(self._ids):06d}"
@@ -190,7 +235,11 @@ class _Handler(BaseHTTPRequestHandler):
         body: Json = json.loads(raw or b"{}")
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = cast(_Server, self.server).fake
-        response = fake._next(body, headers)
+        response, paced = fake._next(body, headers)
+        if paced is not None:
+            self._paced(fake, body, response, paced)
+            return
+        assert not isinstance(response, _Paced)  # _next unwraps it
         if isinstance(response, _Failure):
             key = headers.get("authorization", "").removeprefix("Bearer ")
             message = response.message.replace("{api_key}", key)
@@ -205,6 +254,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(_chunks(fake._completion_id(), body, reply))
             else:
                 self._json(200, _completion(fake._completion_id(), body, reply))
+
+    def _paced(self, fake: FakeOpenAI, body: Json, response: _Response, log: StreamLog) -> None:
+        if isinstance(response, _Replay):
+            events = _sse_events(response.path.read_bytes())
+        elif isinstance(response, _Compute):
+            answer = response.fn(body)
+            reply = FakeReply(text=answer) if isinstance(answer, str) else answer
+            events = _chunks(fake._completion_id(), body, reply)
+        else:
+            raise AssertionError(f"{response!r} cannot be paced")
+        headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            "transfer-encoding": "chunked",
+            "x-request-id": f"req_fake{time.monotonic_ns()}",
+        }
+        send_paced(self, headers, events, log.pacing, log, fake._closing)
 
     def _json(self, status: int, payload: Json, extra: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

@@ -28,7 +28,7 @@ from shared.memory.search import (
     without_names,
 )
 from shared.memory.writer import MemoryWriter
-from shared.models import Identity, IndexDoc, MemoryRecord
+from shared.models import WORKSPACE_WIDE, Identity, IndexDoc, MemoryRecord
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws-search"
@@ -76,7 +76,9 @@ def ids(hits: list[MemoryHit]) -> list[str]:
 def test_hybrid_finds_the_record_and_says_it_was_hybrid(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
 ) -> None:
-    outcome = MemorySearch(index, memory, embedder).search(WS, "what do I like for dinner? pesto", k=3)
+    outcome = MemorySearch(index, memory, embedder).search(
+        WS, "what do I like for dinner? pesto", scope=WORKSPACE_WIDE, k=3
+    )
 
     assert outcome.mode == "hybrid"
     assert outcome.degraded is None
@@ -96,7 +98,9 @@ def test_an_answer_is_found_by_the_words_of_the_question_before_it(
 ) -> None:
     # "Yes, two of them followed us" has no word of the query; the question before it has, and
     # it is found through it (as is every message within two of it), at a lower score.
-    outcome = MemorySearch(index, memory, None).search(WS, "how many seals were there", k=10)
+    outcome = MemorySearch(index, memory, None).search(
+        WS, "how many seals were there", scope=WORKSPACE_WIDE, k=10
+    )
     found = ids(outcome.hits)
     assert found[0] == "m1"
     assert set(found) == {"m0", "m1", "m2", "m3"}
@@ -111,7 +115,9 @@ def test_one_sided_modes_answer_as_asked(
     stored: list[MemoryRecord],
     mode: str,
 ) -> None:
-    outcome = MemorySearch(index, memory, embedder).search(WS, "budget meeting Thursday", k=2, mode=mode)  # type: ignore[arg-type]
+    outcome = MemorySearch(index, memory, embedder).search(
+        WS, "budget meeting Thursday", scope=WORKSPACE_WIDE, k=2, mode=mode
+    )  # type: ignore[arg-type]
     assert outcome.mode == mode
     assert outcome.hits[0].id == "m5"
 
@@ -119,7 +125,9 @@ def test_one_sided_modes_answer_as_asked(
 def test_k_bounds_the_hits(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
 ) -> None:
-    outcome = MemorySearch(index, memory, embedder).search(WS, "the kayaks seals basil garden", k=2)
+    outcome = MemorySearch(index, memory, embedder).search(
+        WS, "the kayaks seals basil garden", scope=WORKSPACE_WIDE, k=2
+    )
     assert len(outcome.hits) == 2
     assert len(set(ids(outcome.hits))) == 2
 
@@ -128,15 +136,21 @@ def test_both_fusion_methods_rank_the_obvious_match_first(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
 ) -> None:
     for fusion in ("minmax", "rrf"):
-        outcome = MemorySearch(index, memory, embedder, fusion=fusion).search(WS, "tomatoes in the garden")
+        outcome = MemorySearch(index, memory, embedder, fusion=fusion).search(
+            WS, "tomatoes in the garden", scope=WORKSPACE_WIDE
+        )
         assert outcome.hits[0].id == "m4", fusion
 
 
 def test_min_score_drops_weak_hits(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
 ) -> None:
-    everything = MemorySearch(index, memory, embedder).search(WS, "pasta pesto dinner", k=10)
-    strict = MemorySearch(index, memory, embedder, min_score=0.5).search(WS, "pasta pesto dinner", k=10)
+    everything = MemorySearch(index, memory, embedder).search(
+        WS, "pasta pesto dinner", scope=WORKSPACE_WIDE, k=10
+    )
+    strict = MemorySearch(index, memory, embedder, min_score=0.5).search(
+        WS, "pasta pesto dinner", scope=WORKSPACE_WIDE, k=10
+    )
 
     assert len(strict.hits) < len(everything.hits)
     assert all(h.score >= 0.5 for h in strict.hits)
@@ -153,17 +167,22 @@ def test_tier_and_session_filters(
     )
     search = MemorySearch(index, memory, embedder)
 
-    assert {h.id for h in search.search(WS, "kayaking", tiers=["fact"]).hits} == {"f1"}
-    only_s2 = search.search(WS, "kayaking", session_id="s2").hits
+    assert {h.id for h in search.search(WS, "kayaking", scope=WORKSPACE_WIDE, tiers=["fact"]).hits} == {"f1"}
+    only_s2 = search.search(WS, "kayaking", scope=WORKSPACE_WIDE, session_id="s2").hits
     assert ids(only_s2) == ["m10"]
-    everywhere = ids(search.search(WS, "kayaking", k=10).hits)
+    everywhere = ids(search.search(WS, "kayaking", scope=WORKSPACE_WIDE, k=10).hits)
     assert {"m0", "m10", "f1"} <= set(everywhere)
 
 
 def test_a_workspace_never_sees_another(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, embedder: HashingEmbedder, stored: list[MemoryRecord]
 ) -> None:
-    assert MemorySearch(index, memory, embedder).search("ws-other", "kayaking fjord seals").hits == []
+    assert (
+        MemorySearch(index, memory, embedder)
+        .search("ws-other", "kayaking fjord seals", scope=WORKSPACE_WIDE)
+        .hits
+        == []
+    )
 
 
 def test_chunks_of_a_long_record_come_back_as_one_hit(
@@ -174,7 +193,9 @@ def test_chunks_of_a_long_record_come_back_as_one_hit(
     result = MemoryWriter(index, embedder).write_messages(WS, [long])
     assert result.docs > 2  # chunked
 
-    outcome = MemorySearch(index, memory, embedder).search(WS, "quarterly report numbers zeppelin", k=5)
+    outcome = MemorySearch(index, memory, embedder).search(
+        WS, "quarterly report numbers zeppelin", scope=WORKSPACE_WIDE, k=5
+    )
     assert ids(outcome.hits) == ["m0"]
 
 
@@ -184,7 +205,7 @@ def test_chunks_of_a_long_record_come_back_as_one_hit(
 def test_without_an_embedder_it_is_bm25_and_says_why(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, stored: list[MemoryRecord]
 ) -> None:
-    outcome = MemorySearch(index, memory, None).search(WS, "pesto")
+    outcome = MemorySearch(index, memory, None).search(WS, "pesto", scope=WORKSPACE_WIDE)
     assert outcome.mode == "bm25"
     assert outcome.degraded == "no embedding model configured"
     assert outcome.hits[0].id == "m3"
@@ -195,7 +216,9 @@ def test_a_failing_embedder_falls_back_to_bm25(
 ) -> None:
     broken = LocalMiniLM(tmp_path / "no-model-here")  # no weights: embed raises EmbeddingError
     for mode in ("hybrid", "vector"):
-        outcome = MemorySearch(index, memory, broken).search(WS, "budget meeting", mode=mode)
+        outcome = MemorySearch(index, memory, broken).search(
+            WS, "budget meeting", scope=WORKSPACE_WIDE, mode=mode
+        )
         assert outcome.mode == "bm25"
         assert outcome.degraded is not None and "embedding model unavailable" in outcome.degraded
         assert outcome.hits[0].id == "m5"
@@ -211,17 +234,17 @@ def test_a_failing_index_falls_back_to_the_sessions_recent_messages(
     dbs[0].close()  # the index's database is gone: every search raises
     search = MemorySearch(index, memory, embedder)
 
-    outcome = search.search(WS, "pesto", k=3, session_id="s1")
+    outcome = search.search(WS, "pesto", scope=WORKSPACE_WIDE, k=3, session_id="s1")
     assert outcome.mode == "recent"
     assert outcome.degraded is not None and "memory index unavailable" in outcome.degraded
     assert ids(outcome.hits) == ["m5", "m4", "m3"]  # newest first
     assert outcome.hits[0].text == CONVERSATION[5]
 
-    no_session = search.search(WS, "pesto")
+    no_session = search.search(WS, "pesto", scope=WORKSPACE_WIDE)
     assert (no_session.mode, no_session.hits) == ("recent", [])
     assert no_session.degraded is not None and "no session" in no_session.degraded
 
-    facts_only = search.search(WS, "pesto", session_id="s1", tiers=["fact"])
+    facts_only = search.search(WS, "pesto", scope=WORKSPACE_WIDE, session_id="s1", tiers=["fact"])
     assert facts_only.hits == []
 
 
@@ -244,19 +267,22 @@ def test_bad_queries_are_refused_clearly(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, query: str, message: str
 ) -> None:
     with pytest.raises(BadRequest, match=message):
-        MemorySearch(index, memory, None).search(WS, query)
+        MemorySearch(index, memory, None).search(WS, query, scope=WORKSPACE_WIDE)
 
 
 def test_newlines_and_tabs_are_fine(
     index: SqliteMemoryIndex, memory: SqliteMemoryStore, stored: list[MemoryRecord]
 ) -> None:
     assert validate_query("  pasta\n\twith pesto ") == "pasta\n\twith pesto"
-    assert MemorySearch(index, memory, None).search(WS, "pasta\n\tpesto").hits[0].id == "m3"
+    assert (
+        MemorySearch(index, memory, None).search(WS, "pasta\n\tpesto", scope=WORKSPACE_WIDE).hits[0].id
+        == "m3"
+    )
 
 
 def test_k_must_be_positive(index: SqliteMemoryIndex, memory: SqliteMemoryStore) -> None:
     with pytest.raises(BadRequest):
-        MemorySearch(index, memory, None).search(WS, "pesto", k=0)
+        MemorySearch(index, memory, None).search(WS, "pesto", scope=WORKSPACE_WIDE, k=0)
 
 
 def test_stop_words_leave_the_bm25_query_unless_nothing_else_is_left() -> None:
@@ -292,15 +318,18 @@ def test_a_query_naming_an_author_ranks_their_own_words_higher(
     query = "when did Bob paint the sunset by the lake?"
     # Alice's words match the question a little better (they are shorter); Bob's are his own, and
     # he is who it asks about.
-    assert ids(unboosted.search(WS, query, k=3).hits)[0] == "m0"
-    hits = search.search(WS, query, k=3).hits
+    assert ids(unboosted.search(WS, query, scope=WORKSPACE_WIDE, k=3).hits)[0] == "m0"
+    hits = search.search(WS, query, scope=WORKSPACE_WIDE, k=3).hits
     assert ids(hits)[0] == "m2"
     assert hits[0].metadata["author"] == "Bob"
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # Any word of a name, in any case, names its author: the bonus is a share of the best score.
-    assert ids(search.search(WS, query.replace("Bob", "bob"), k=3).hits)[0] == "m2"
+    assert ids(search.search(WS, query.replace("Bob", "bob"), scope=WORKSPACE_WIDE, k=3).hits)[0] == "m2"
     query = "when did Smith paint the sunset by the lake?"
-    plain, boosted = unboosted.search(WS, query, k=3).hits, search.search(WS, query, k=3).hits
+    plain, boosted = (
+        unboosted.search(WS, query, scope=WORKSPACE_WIDE, k=3).hits,
+        search.search(WS, query, scope=WORKSPACE_WIDE, k=3).hits,
+    )
     assert (plain[0].id, boosted[0].id) == ("m0", "m0")
     assert boosted[0].score == pytest.approx(plain[0].score * (1 + AUTHOR_BOOST))
     assert [h.score for h in boosted[1:]] == [h.score for h in plain[1:]]
@@ -311,8 +340,12 @@ def test_a_name_that_is_a_stop_word_names_nobody(
 ) -> None:
     # "will" is a function word far more often than a person: the query is ranked as without it.
     query = "will the sunset painting hang in the hall?"
-    boosted = MemorySearch(index, memory, embedder).search(WS, query, k=3).hits
-    plain = MemorySearch(index, memory, embedder, author_boost=0.0).search(WS, query, k=3).hits
+    boosted = MemorySearch(index, memory, embedder).search(WS, query, scope=WORKSPACE_WIDE, k=3).hits
+    plain = (
+        MemorySearch(index, memory, embedder, author_boost=0.0)
+        .search(WS, query, scope=WORKSPACE_WIDE, k=3)
+        .hits
+    )
     assert [(h.id, h.score) for h in boosted] == [(h.id, h.score) for h in plain]
 
 
@@ -373,14 +406,25 @@ def test_a_name_is_matched_as_an_author_not_embedded(
     query = "what did Bob paint?"
     # With the name in the embedding, Alice's message about Bob is nearer; without it, Bob's own.
     plain = MemorySearch(index, memory, embedder, author_boost=0.0)
-    assert ids(plain.search(WS, query, k=2, mode="vector", tiers=["message"]).hits)[0] == "m0"
+    assert (
+        ids(plain.search(WS, query, scope=WORKSPACE_WIDE, k=2, mode="vector", tiers=["message"]).hits)[0]
+        == "m0"
+    )
     people = MemorySearch(
         index, memory, embedder, author_boost=0.0, people=lambda ws: frozenset({"bob", "alice"})
     )
-    assert ids(people.search(WS, query, k=2, mode="vector", tiers=["message"]).hits)[0] == "m2"
+    assert (
+        ids(people.search(WS, query, scope=WORKSPACE_WIDE, k=2, mode="vector", tiers=["message"]).hits)[0]
+        == "m2"
+    )
     # Over facts and summaries too, a name is content (a fact's subject): it stays embedded.
-    assert ids(people.search(WS, query, k=2, mode="vector").hits)[0] == "m0"
-    assert ids(people.search(WS, query, k=2, mode="vector", tiers=["message", "fact"]).hits)[0] == "m0"
+    assert ids(people.search(WS, query, scope=WORKSPACE_WIDE, k=2, mode="vector").hits)[0] == "m0"
+    assert (
+        ids(
+            people.search(WS, query, scope=WORKSPACE_WIDE, k=2, mode="vector", tiers=["message", "fact"]).hits
+        )[0]
+        == "m0"
+    )
 
 
 def test_people_that_cannot_be_read_leave_the_query_as_it_is(
@@ -389,6 +433,8 @@ def test_people_that_cannot_be_read_leave_the_query_as_it_is(
     def broken(workspace_id: str) -> frozenset[str]:
         raise RuntimeError("identity store down")
 
-    outcome = MemorySearch(index, memory, embedder, people=broken).search(WS, "budget meeting Thursday", k=2)
+    outcome = MemorySearch(index, memory, embedder, people=broken).search(
+        WS, "budget meeting Thursday", scope=WORKSPACE_WIDE, k=2
+    )
     assert outcome.mode == "hybrid" and outcome.degraded is None
     assert outcome.hits[0].id == "m5"

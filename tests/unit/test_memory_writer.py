@@ -24,7 +24,7 @@ from shared.memory.writer import (
     index_rolled_out,
     record_doc_ids,
 )
-from shared.models import IndexDoc, IndexQuery, MemoryRecord
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryRecord
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws-writer"
@@ -46,7 +46,9 @@ def rec(seq: int, text: str, *, session_id: str = "s1", user_id: str | None = "u
 
 def stored(index: SqliteMemoryIndex, doc_id: str) -> IndexDoc:
     """The document as the index returns it (found by its own text's first word)."""
-    for ws_hit in index.search(WS, IndexQuery(text=doc_id.rsplit("-", maxsplit=1)[-1], k=1000)).text_hits:
+    for ws_hit in index.search(
+        WS, IndexQuery(scope=WORKSPACE_WIDE, text=doc_id.rsplit("-", maxsplit=1)[-1], k=1000)
+    ).text_hits:
         if ws_hit.doc.id == doc_id:
             return ws_hit.doc
     raise AssertionError(f"{doc_id} not in the index")
@@ -148,7 +150,7 @@ def test_a_long_record_is_chunked_and_every_chunk_names_its_record(
     assert result.docs == len(doc_ids) > 2
     assert doc_ids[0] == "s1-m0" and doc_ids[1] == "s1-m0#1"
     assert index.count(WS) == len(doc_ids)
-    hits = index.search(WS, IndexQuery(text="sentence document", k=100)).text_hits
+    hits = index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text="sentence document", k=100)).text_hits
     assert {h.doc.id for h in hits} == set(doc_ids)
     assert {h.doc.metadata[RECORD_ID_KEY] for h in hits} == {"s1-m0"}
     assert all(h.doc.vector is not None for h in hits)
@@ -172,7 +174,9 @@ def test_an_embedding_failure_writes_text_only_documents_that_bm25_finds(
     assert result.error is not None and "embedding model unavailable" in result.error
     doc = stored(index, "s1-m0")
     assert doc.vector is None and doc.metadata[EMBEDDING_KEY] == "missing"
-    assert MemorySearch(index, memory, embedder).search(WS, "kayak").hits[0].id == "s1-m0"
+    assert (
+        MemorySearch(index, memory, embedder).search(WS, "kayak", scope=WORKSPACE_WIDE).hits[0].id == "s1-m0"
+    )
 
     # Written again once the model answers: same ids, now with vectors, the marker gone.
     again = MemoryWriter(index, embedder).write_messages(WS, records)

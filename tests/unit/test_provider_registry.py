@@ -75,3 +75,28 @@ def test_the_cached_factory_builds_one_client_per_reference() -> None:
     assert factory("openai/b")[0] is not first
     with pytest.raises(ModelNotConfigured):
         factory(None)
+
+
+def test_a_provider_outside_sigil_providers_is_refused_naming_the_grant() -> None:
+    # Given a function granted OpenAI alone (what the stack sets for -c model=openai/...)
+    settings = Settings(model="openai/gpt-4.1-mini", OPENAI_API_KEY="sk-x", providers="openai")
+
+    # Its own model builds, and a workspace's Anthropic or Bedrock model is refused by name
+    assert isinstance(build_provider(settings, None)[0], OpenAIProvider)
+    for ref, provider in (
+        ("anthropic/claude-sonnet-4-5", "anthropic"),
+        ("bedrock/anthropic.claude-x", "bedrock"),
+    ):
+        with pytest.raises(ModelNotConfigured) as info:
+            build_provider(settings, ref)
+        assert f"uses the {provider} provider, which this deployment is not granted" in info.value.message
+        assert "(SIGIL_PROVIDERS=openai)" in info.value.message
+        assert info.value.message.endswith("or fix SIGIL_MODEL or the workspace's model.")
+
+
+def test_an_empty_sigil_providers_allows_none_and_unset_allows_every_one() -> None:
+    with pytest.raises(ModelNotConfigured, match=r"SIGIL_PROVIDERS=none"):
+        build_provider(Settings(OPENAI_API_KEY="sk-x", providers=""), "openai/gpt-4.1-mini")
+    assert isinstance(
+        build_provider(Settings(OPENAI_API_KEY="sk-x"), "openai/gpt-4.1-mini")[0], OpenAIProvider
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import string
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +17,8 @@ from hypothesis import strategies as st
 from shared.providers.base import ChatRequest, TextDelta
 from shared.providers.function import FunctionProvider
 from shared.safety.redact import HOLD_BACK, StreamRedactor, redact, redact_json, redact_partial
+from tests.support.safety_corpus import ORDINARY
+from tests.support.scaling import growth
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -247,31 +248,7 @@ def test_pii_is_redacted_only_when_the_workspace_asks(text: str, kind: str) -> N
 
 # ---------------------------------------------------------------- false positives
 
-ORDINARY = [
-    "The release is on 2024-01-15; the old one was 15/01/2024 or 01.02.2024.",
-    "It started at 12:30:45 and ended at 2024-01-15T10:30:00Z (timestamp 1700000000).",
-    "Upgrade from v1.2.3 to 10.4.12, or Python 3.11.4.",
-    "Request id 123e4567-e89b-12d3-a456-426614174000 failed.",
-    "Fixed in commit 9fceb02d0ae598e95dc970b74767f19372d61af8 (short 9fceb02).",
-    "Total: $1,234.56, or EUR 12 500,00, or 1,000,000 yen.",
-    "Order #123456789 and invoice ORD-2024-000123 shipped.",
-    "Ping 192.168.1.1 or 10.0.0.255 on port 8080.",
-    "ISBN 978-3-16-148410-0 and ISSN 0317-8471.",
-    "Population 8 345 678 in 2023; area 1 572 km2.",
-    "Nanosecond clock 1700000000123456789 and epoch ms 1700000000123.",
-    "Use scikit-learn (sklearn) and the task-runner-abcdefghijklmnopqrstuvwxyz tool.",
-    "See sk-learn-tutorial-for-absolute-beginners on the wiki.",
-    "How do I reset my password: by email or SMS?",
-    "The password field is required; passwords must be 12 characters.",
-    "Set password=$DB_PASSWORD or password=${SECRET} or password=<password> or password=****.",
-    "The SHA-256 of the file is e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855.",
-    "Math: 3.14159 * 2 = 6.28318; 2^64 = 18446744073709551616.",
-    "Flight BA 2490 leaves at 07:45 from gate 12.",
-    "Chapter 3, section 4.2.1, page 1234.",
-    "The matrix is 1024 x 768 x 3 and has 2359296 entries.",
-    "user@ alone, @mention, and foo@bar are not addresses.",
-    "A base64 blob: " + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo" * 3,
-]
+# The ordinary text is shared with the corpus test and the benchmark (tests/support/safety_corpus.py).
 
 
 @pytest.mark.parametrize("text", ORDINARY)
@@ -552,7 +529,7 @@ def test_a_generated_secret_never_survives(case: tuple[str, str, bool], before: 
         assert secret not in redact(text, pii=False).text
 
 
-def test_a_megabyte_redacts_in_bounded_time() -> None:
+def test_a_megabyte_redacts_in_linear_time() -> None:
     rng = random.Random(7)
     words: tuple[str, ...] = (
         "the",
@@ -567,6 +544,5 @@ def test_a_megabyte_redacts_in_bounded_time() -> None:
     )
     words += ("call", "@", "+1", "4111")
     text = " ".join(rng.choice(words) for _ in range(200_000))[:1_000_000]
-    started = time.perf_counter()
-    redact(text, pii=True)
-    assert time.perf_counter() - started < 3.0
+    # Per character, a megabyte costs about what 100 KB does (a quadratic pattern: ten times).
+    assert growth(lambda t: redact(t, pii=True), lambda size: text[:size], 100_000, 1_000_000) < 4.0

@@ -23,7 +23,8 @@ from shared.adapters.embedded import build_embedded_backend
 from shared.backend import Backend
 from shared.config import Settings
 from shared.errors import NotFound
-from shared.models import Session, ToolCall, ToolResultMessage, WorkspaceConfig
+from shared.memory.scope import owner_scope
+from shared.models import RecallScope, Session, ToolCall, ToolResultMessage, WorkspaceConfig
 from shared.tools import (
     BUILTIN_TOOLS,
     Tool,
@@ -52,7 +53,14 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
 @pytest.fixture
 def ctx(backend: Backend) -> ToolContext:
     return ToolContext(
-        workspace_id=WS, session_id="web.s1", user_id="u1", turn_id="t_1", backend=backend, now=lambda: NOON
+        workspace_id=WS,
+        session_id="web.s1",
+        user_id="u1",
+        turn_id="t_1",
+        backend=backend,
+        scope=RecallScope(session_id="web.s1", users=("u1",), shared=True),
+        owner=owner_scope("web.s1", ["u1"], group=False),
+        now=lambda: NOON,
     )
 
 

@@ -19,6 +19,7 @@ from shared.consolidation.maintenance.context import Run
 from shared.consolidation.maintenance.finish import finish
 from shared.consolidation.maintenance.policy import DEFAULT_POLICY, MaintenancePolicy
 from shared.consolidation.maintenance.report import MaintenanceReport, PhaseResult, Stage
+from shared.consolidation.maintenance.scopes import backfill_scopes
 from shared.consolidation.maintenance.scoring import score
 from shared.consolidation.maintenance.vectors import reembed
 
@@ -29,7 +30,12 @@ log = logging.getLogger("sigil.consolidation.maintenance")
 
 # A phase gets the run and, when the run resumes in it, the cursor its checkpoint saved.
 Phase = Callable[[Run, str | None], PhaseResult]
-PHASES: Final[tuple[tuple[Stage, Phase], ...]] = (("score", score), ("finish", finish), ("messages", reembed))
+PHASES: Final[tuple[tuple[Stage, Phase], ...]] = (
+    ("scopes", backfill_scopes),
+    ("score", score),
+    ("finish", finish),
+    ("messages", reembed),
+)
 
 
 def run_maintenance(
@@ -45,9 +51,11 @@ def run_maintenance(
 
     `run_id` is recorded on every lifecycle change (rollback_run undoes them); `deadline` bounds
     the run (it stops between units of work and leaves a checkpoint); `clock` is the time decay
-    is measured against. The caller holds the workspace's consolidation lease.
+    is measured against. The caller holds the workspace's consolidation lease. The workspace's
+    memory config adds its per-scope decay to `policy`.
     """
     started = time.perf_counter()
+    policy = policy.for_workspace(backend.workspaces.get(workspace_id))
     run = Run(backend, workspace_id, run_id, deadline or Deadline.never(), clock(), policy)
     saved = load_checkpoint(backend, workspace_id)
     resume = saved if saved is not None and saved.phase != "done" else None

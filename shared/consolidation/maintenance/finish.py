@@ -9,6 +9,7 @@ from shared.consolidation.maintenance.merging import cap, exact_merges, merge, n
 from shared.consolidation.maintenance.policy import aware, relevance
 from shared.consolidation.maintenance.report import PhaseResult
 from shared.consolidation.maintenance.scope import Scope
+from shared.models import WORKSPACE_WIDE
 
 
 class FinishResult(PhaseResult):
@@ -67,7 +68,9 @@ def finish(run: Run, after: str | None) -> FinishResult:
 
 def _load(run: Run) -> Scope:
     scope, after = Scope(), None
-    while page := run.backend.memory.list_triples(run.workspace_id, after=after, limit=run.policy.page_size):
+    while page := run.backend.memory.list_triples(
+        run.workspace_id, scope=WORKSPACE_WIDE, after=after, limit=run.policy.page_size
+    ):
         for t in page:
             scope.add(t)
         after = page[-1].id

@@ -4,6 +4,11 @@ Layer 1 merges the same subject / predicate / object up to case, punctuation and
 near-duplicates by embedding cosine, found by LSH (shared.consolidation.dedup), never by
 comparing every pair. The loser becomes "merged" into the survivor, which absorbs its use,
 reinforcement and provenance.
+
+Both layers only ever join facts of the same owner (shared.memory.facts.owner_key): a merged
+fact keeps the survivor's scope, so merging across owners would show one person's fact to
+someone who could not see it. A fact from before scopes counts as the owner the backfill gives
+it (shared.memory.scope.legacy_scope: its user's, private).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import numpy.typing as npt
 from shared.consolidation.dedup import DedupStats, near_duplicate_pairs
 from shared.consolidation.maintenance.policy import MaintenancePolicy, aware, changed, relevance
 from shared.consolidation.maintenance.scope import Scope
+from shared.memory.facts import owner_key
+from shared.memory.scope import legacy_scope
 from shared.models import Triple
 
 _MAX_PROVENANCE = 50
@@ -39,7 +46,7 @@ def rank(t: Triple) -> tuple[object, ...]:
 
 def exact_merges(scope: Scope) -> list[tuple[str, str]]:
     """Layer 1: the same fact stated under other ids (spelling, case, punctuation)."""
-    groups: dict[tuple[str | None, str, str, str], list[Triple]] = {}
+    groups: dict[tuple[str, str, str, str], list[Triple]] = {}
     for t in scope.active():
         groups.setdefault(_exact_key(t), []).append(t)
     merges: list[tuple[str, str]] = []
@@ -53,15 +60,15 @@ def exact_merges(scope: Scope) -> list[tuple[str, str]]:
 def near_merges(
     scope: Scope, merged: set[str], current_model: str | None, threshold: float
 ) -> tuple[list[tuple[str, str]], list[DedupStats]]:
-    """Layer 2: near-duplicates by embedding, per user and embedding model; with what finding
+    """Layer 2: near-duplicates by embedding, per owner and embedding model; with what finding
     them cost in each bucket."""
-    buckets: dict[tuple[str | None, str], list[Triple]] = {}
+    buckets: dict[tuple[str, str], list[Triple]] = {}
     for t in scope.active():
         if t.id in merged or t.id not in scope.vectors or t.embedding_model is None:
             continue
         if current_model is not None and t.embedding_model != current_model:
             continue  # not re-embedded yet (the embedder failed): not comparable
-        buckets.setdefault((t.user_id, t.embedding_model), []).append(t)
+        buckets.setdefault((owner(t), t.embedding_model), []).append(t)
     merges: list[tuple[str, str]] = []
     costs: list[DedupStats] = []
     for members in buckets.values():
@@ -118,8 +125,13 @@ def _loose(text: str) -> str:
     return _NOT_WORD.sub(" ", text.casefold()).strip()
 
 
-def _exact_key(t: Triple) -> tuple[str | None, str, str, str]:
-    return (t.user_id, _loose(t.subject), _loose(t.predicate), _loose(t.object))
+def owner(t: Triple) -> str:
+    """Whose fact it is, as merging compares it: facts of different owners never merge."""
+    return owner_key(t.scope if t.scope is not None else legacy_scope(t.session_id, t.user_id))
+
+
+def _exact_key(t: Triple) -> tuple[str, str, str, str]:
+    return (owner(t), _loose(t.subject), _loose(t.predicate), _loose(t.object))
 
 
 def _greedy_clusters(

@@ -2,18 +2,24 @@
 
 Every decision of a run is a function of the stored triple, the run's clock and this policy, so a
 retried or resumed run converges on what an uninterrupted one reaches.
+
+Spec 001's per-scope decay: the workspace's memory config (WorkspaceConfig.memory.decay) sets a
+factor on the lifetime of facts of each scope (shared.memory.scope.scope_level: a person's own,
+a group's, the workspace's shared ones); a scope it does not name keeps factor 1.0, so a
+workspace that sets nothing decays exactly as before.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Literal
 
-from shared.models import FactCategory, Triple, TripleChange
+from shared.memory.scope import scope_level
+from shared.models import FactCategory, ScopeLevel, Triple, TripleChange, WorkspaceConfig
 
 # Days for an untouched fact of each category to fade from relevance 1 to the prune threshold
 # (0.01): relevance = 0.01 ** (age / lifetime). Style observations follow spec 003 (a one-off
@@ -49,6 +55,16 @@ class MaintenancePolicy:
     # Seconds a unit of work (a page, a batch of embeddings, a chunk of writes) may take: a run
     # does not start one with less than this left before its deadline.
     unit_reserve_s: float = 2.0
+    # The workspace's factor on the lifetime per scope level (for_workspace); none: 1.0.
+    scope_decay: Mapping[ScopeLevel, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Records written before scopes existed that one run gives a scope (the backfill phase).
+    backfill_page: int = 500
+
+    def for_workspace(self, workspace: WorkspaceConfig | None) -> MaintenancePolicy:
+        """This policy with the workspace's per-scope decay."""
+        if workspace is None or not workspace.memory.decay:
+            return self
+        return replace(self, scope_decay=MappingProxyType(dict(workspace.memory.decay)))
 
 
 DEFAULT_POLICY = MaintenancePolicy()
@@ -63,7 +79,10 @@ def lifetime_days(triple: Triple, policy: MaintenancePolicy = DEFAULT_POLICY) ->
     base = policy.lifetimes_days.get(triple.category, policy.lifetimes_days.get("fact", 180.0))
     use = 1.0 + math.log1p(triple.access_count)
     promoted = policy.long_term_factor if triple.long_term else 1.0
-    return base * triple.reinforced_count * use * promoted
+    lifetime = base * triple.reinforced_count * use * promoted
+    if policy.scope_decay:  # no factor at all: exactly the lifetime of before
+        lifetime *= policy.scope_decay.get(scope_level(triple.scope), 1.0)
+    return lifetime
 
 
 def relevance(triple: Triple, now: datetime, policy: MaintenancePolicy = DEFAULT_POLICY) -> float:

@@ -11,7 +11,7 @@ from typing import Literal, Self
 from pydantic import BaseModel
 
 # The phases a run goes through, in order; "done" in a checkpoint means the last one finished.
-Stage = Literal["score", "finish", "messages"]
+Stage = Literal["scopes", "score", "finish", "messages"]
 
 
 class PhaseResult(BaseModel):
@@ -46,6 +46,8 @@ class MaintenanceReport(BaseModel):
     purged: int = 0
     messages_backfilled: int = 0  # message documents given the vector they were written without
     summaries_backfilled: int = 0  # summary documents likewise
+    # Records written before scopes existed given their legacy scope (store and index), this run.
+    scopes_backfilled: int = 0
     written: int = 0
     index_deleted: int = 0
     active: int = 0  # active triples at the end of the finish step (0 when it did not run)
@@ -76,6 +78,7 @@ class MaintenanceReport(BaseModel):
             "MaintenancePurged": self.purged,
             "MaintenanceMessagesBackfilled": self.messages_backfilled,
             "MaintenanceSummariesBackfilled": self.summaries_backfilled,
+            "MaintenanceScopesBackfilled": self.scopes_backfilled,
             "MaintenanceDurationMs": self.duration_s * 1000.0,
             "MaintenanceComplete": 1.0 if self.complete else 0.0,
         }

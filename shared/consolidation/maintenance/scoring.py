@@ -10,7 +10,7 @@ from shared.consolidation.maintenance.context import Run
 from shared.consolidation.maintenance.policy import changed, relevance
 from shared.consolidation.maintenance.report import PhaseResult
 from shared.consolidation.maintenance.scope import Scope
-from shared.models import Triple
+from shared.models import WORKSPACE_WIDE, Triple
 from shared.tools.memory import fact_index_doc, fact_text
 
 
@@ -30,7 +30,9 @@ def score(run: Run, after: str | None) -> ScoreResult:
     while True:
         if run.out_of_time():
             return result.stop(after)
-        page = run.backend.memory.list_triples(run.workspace_id, after=after, limit=page_size)
+        page = run.backend.memory.list_triples(
+            run.workspace_id, scope=WORKSPACE_WIDE, after=after, limit=page_size
+        )
         if not page:
             return result
         scored = _backfill(run, result, _score_page(run, result, page))

@@ -192,7 +192,7 @@ class AwsModeGateway:
         from shared.adapters.embedded import FileSecretStore
         from shared.adapters.embedded import open_data_dir as _open_data_dir
         from shared.channels import web
-        from shared.models import WorkspaceConfig
+        from shared.models import new_workspace
 
         workspace = self.settings.default_workspace
         data_dir = _open_data_dir(self.settings.data_dir)
@@ -202,7 +202,7 @@ class AwsModeGateway:
         )
         DynamoWorkspaceStore(
             resources.memory_table, client=aws_client("dynamodb", resources.endpoint, resources.region)
-        ).put(WorkspaceConfig(id=workspace, name=workspace))
+        ).put(new_workspace(workspace, name=workspace))
         return secret
 
     def _check_model(self) -> None:

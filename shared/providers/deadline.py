@@ -1,0 +1,103 @@
+"""The overall deadline of a model call, and of the turn around it.
+
+An SDK's timeout bounds each wait on the network (a connect, one read), never the call: a server
+that sends a chunk a second keeps a stream alive for as long as it likes. So a model call gets an
+end time (on `time.monotonic()`): the earlier of its own limit (SIGIL_PROVIDER_DEADLINE_S, counted
+from its start, retries and fallback included) and the deadline in scope, which the agent sets for
+a turn from the Lambda's remaining time (shared.agent.batch) and the local lane worker from
+SIGIL_TURN_TIMEOUT_S (shared.local.gateway).
+
+Each provider pulls its SDK's stream through `bounded`, which raises DeadlineExceeded once the end
+time has passed, and runs every SDK step inside `deadline(...)`, where the network waits are cut to
+the time left: the OpenAI and Anthropic clients' transport (shared.providers.http_deadline) reads
+the scope on every socket operation; Bedrock's socket timeout is set before each event. A wait
+that the cut ends is an SDK timeout, which the provider reports as DeadlineExceeded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TypeVar
+
+from shared.errors import DeadlineExceeded
+
+T = TypeVar("T")
+
+# The end time in scope (time.monotonic()), or None for none. A ContextVar, so each lane worker
+# thread and each Lambda invocation has its own.
+_deadline: ContextVar[float | None] = ContextVar("sigil_model_deadline", default=None)
+
+
+def earliest(*times: float | None) -> float | None:
+    """The earliest of these end times; None (no deadline) when none is set."""
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def current() -> float | None:
+    """The end time in scope, if any."""
+    return _deadline.get()
+
+
+@contextmanager
+def deadline(at: float | None) -> Iterator[float | None]:
+    """Everything inside ends by `at`, or by the deadline already in scope if that is earlier."""
+    effective = earliest(_deadline.get(), at)
+    token = _deadline.set(effective)
+    try:
+        yield effective
+    finally:
+        _deadline.reset(token)
+
+
+def within(seconds: float | None) -> float | None:
+    """The end time of something that may take `seconds` from now, bounded by the scope's."""
+    own = None if seconds is None else time.monotonic() + seconds
+    return earliest(_deadline.get(), own)
+
+
+def remaining(at: float | None) -> float | None:
+    """Seconds left until `at` (negative once past it); None when there is no deadline."""
+    return None if at is None else at - time.monotonic()
+
+
+def passed(at: float | None, slack_s: float = 0.0) -> bool:
+    """Whether `at` has passed (or is within `slack_s` of passing)."""
+    return at is not None and time.monotonic() >= at - slack_s
+
+
+def check(at: float | None) -> None:
+    if passed(at):
+        raise DeadlineExceeded()
+
+
+def cut_by(at: float | None) -> bool:
+    """Whether a network wait that just failed was the one the deadline cut: a wait cut to the
+    time left ends on the deadline, give or take the clock's granularity."""
+    return passed(at, slack_s=0.05)
+
+
+def bounded(at: float | None, items: Iterator[T]) -> Iterator[T]:
+    """`items` pulled one by one inside the deadline's scope, so the network waits behind each are
+    cut to the time left; DeadlineExceeded instead of the next item once `at` has passed.
+
+    The scope is entered and left around each pull, never held across a `yield`: the consumer's
+    own work between items is not the model's. However it ends, `items` is closed (a provider's
+    stream closes its HTTP response then), not left to the garbage collector.
+    """
+    try:
+        while True:
+            check(at)
+            with deadline(at):
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,146 @@
+"""A local server speaking Bedrock's ConverseStream (POST /model/<id>/converse-stream) for boto3.
+
+Point a real bedrock-runtime client at it (`endpoint_url=fake.base_url`, or the
+AWS_ENDPOINT_URL_BEDROCK_RUNTIME variable botocore reads) and it answers with the AWS event-stream
+frames botocore parses: messageStart, one contentBlockDelta per word of the reply (the last user
+text by default), contentBlockStop, messageStop and metadata. Paced and hanging streams work as in
+the OpenAI and Anthropic fakes (tests.support.slow_streams): `fake.pace(1.0)`, `fake.hang()`, the
+`x-fake-pace-ms` / `x-fake-hang` headers or a `[fake:...]` marker in the message.
+
+    with FakeBedrock() as fake:
+        fake.pace(1.0, "one two three")
+        client = boto3.client("bedrock-runtime", endpoint_url=fake.base_url, ...)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from binascii import crc32
+from collections import deque
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self, cast
+
+from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
+
+Json = dict[str, Any]
+
+
+def frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One event-stream message: prelude (lengths + CRC), string headers, payload, message CRC."""
+    encoded = b"".join(
+        len(k).to_bytes(1, "big") + k.encode() + b"\x07" + len(v).to_bytes(2, "big") + v.encode()
+        for k, v in headers.items()
+    )
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    message = prelude + crc32(prelude).to_bytes(4, "big") + encoded + payload
+    return message + crc32(message).to_bytes(4, "big")
+
+
+def event(name: str, body: Json) -> bytes:
+    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
+    return frame(headers, json.dumps(body).encode())
+
+
+def text_events(text: str) -> Iterator[bytes]:
+    words = re.findall(r"\s*\S+|\s+", text)
+    yield event("messageStart", {"role": "assistant"})
+    for word in words:
+        yield event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": word}})
+    yield event("contentBlockStop", {"contentBlockIndex": 0})
+    yield event("messageStop", {"stopReason": "end_turn"})
+    usage = {"inputTokens": 1, "outputTokens": len(words), "totalTokens": 1 + len(words)}
+    yield event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+
+
+def last_user_text(body: Json) -> str:
+    for m in reversed(body.get("messages", [])):
+        if m.get("role") == "user":
+            return "".join(b.get("text", "") for b in m.get("content", []))
+    return ""
+
+
+class FakeBedrock:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.requests: list[Json] = []  # request bodies, in arrival order
+        self.streams: list[StreamLog] = []  # every response's log (each one is paced, maybe not at all)
+        self._queue: deque[tuple[Pacing, str | None]] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server = _Server((host, port), _Handler)
+        self._server.fake = self
+        self._thread: threading.Thread | None = None
+
+    def pace(self, interval_s: float, reply: str | None = None) -> Self:
+        """The next request's stream waits `interval_s` before each event after the first."""
+        with self._lock:
+            self._queue.append((Pacing(interval_s=interval_s), reply))
+        return self
+
+    def hang(self, after_events: int = 1, reply: str | None = None) -> Self:
+        """The next request gets `after_events` events, then nothing (-1: not even headers)."""
+        with self._lock:
+            self._queue.append((Pacing(hang_after=after_events), reply))
+        return self
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _next(self, body: Json, headers: dict[str, str]) -> tuple[str, StreamLog]:
+        text = last_user_text(body)
+        with self._lock:
+            self.requests.append(body)
+            pacing, reply = self._queue.popleft() if self._queue else (None, None)
+            log = StreamLog(pacing or requested_pacing(headers, text) or Pacing())
+            self.streams.append(log)
+        return (text if reply is None else reply), log
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeBedrock
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body: Json = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        fake = cast(_Server, self.server).fake
+        reply, log = fake._next(body, {k.lower(): v for k, v in self.headers.items()})
+        headers = {
+            "content-type": "application/vnd.amazon.eventstream",
+            "transfer-encoding": "chunked",
+            "x-amzn-requestid": f"req-fake-{time.monotonic_ns()}",
+        }
+        send_paced(self, headers, text_events(reply), log.pacing, log, fake._closing)
