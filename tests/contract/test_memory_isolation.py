@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from shared.backend import Backend
 from shared.clock import new_id
+from shared.memory.scope import owner_scope
 from shared.memory.search import MemorySearch
 from shared.models import WORKSPACE_WIDE, IndexDoc, MemoryRecord, Summary, ToolCall, WorkspaceConfig
 from shared.tools import ToolContext
@@ -85,6 +86,9 @@ class World:
             user_id="u1",
             turn_id=f"t{self.serial}",
             backend=self.backend,
+            # The widest reach: whatever a scope admits, the workspace boundary must still hold.
+            scope=WORKSPACE_WIDE,
+            owner=owner_scope("web.s1", ["u1"], group=False),
             now=lambda: T0,
         )
         call = ToolCall(id="c", name=name, arguments=json.dumps(args))
@@ -162,7 +166,9 @@ class World:
         self.tool(i, "memory_search" if mode == "hybrid" else "memory_semantic", {"query": query})
         workspace = self.workspaces[i]
         searcher = MemorySearch(self.backend.index, self.backend.memory, self.backend.embedder)
-        outcome = searcher.search(workspace, query, k=20, mode="hybrid" if mode == "hybrid" else "vector")
+        outcome = searcher.search(
+            workspace, query, k=20, mode="hybrid" if mode == "hybrid" else "vector", scope=WORKSPACE_WIDE
+        )
         for hit in outcome.hits:
             self.assert_own(i, hit.text)
             assert hit.id in {*self.messages[i], *self.facts[i]}, f"{hit.id} is not workspace {i}'s"
@@ -227,7 +233,7 @@ def test_no_result_ever_holds_another_workspaces_data(
         elif op == "recall":
             world.recall(i, rest[0])
         elif op == "list_summaries":
-            world.list_summaries(i, scope=WORKSPACE_WIDE)
+            world.list_summaries(i)
         else:
             world.delete(i, rest[0])
         world.check_counts()
