@@ -19,6 +19,7 @@ from shared.adapters.embedded import (
     DatabaseClosed,
     FileSecretStore,
     SqliteMemoryIndex,
+    SqliteMemoryStore,
     build_embedded_backend,
     fts_match_query,
 )
@@ -31,6 +32,7 @@ from shared.models import (
     IndexDoc,
     IndexQuery,
     OutboundMessage,
+    RecallScope,
     Triple,
     WorkspaceConfig,
 )
@@ -372,3 +374,52 @@ def test_concurrent_ensures_agree_on_one_value(secrets_path: pathlib.Path) -> No
     for t in threads:
         t.join(10)
     assert len(values) == 4 and len(set(values)) == 1
+
+
+def test_rows_written_before_scopes_are_unscoped_after_the_migration(tmp_path: pathlib.Path) -> None:
+    """A file from before scopes (memory at version 2, index at 4) with rows in it: after the
+    migrations the rows have no scope, so only their own session and workspace-wide reads reach
+    them, and the backfill finds them."""
+    from shared.adapters.embedded import index as index_module
+    from shared.adapters.embedded import memory as memory_module
+
+    db = Database(tmp_path / "old.db", load_vec=True)
+    try:
+        db.migrate("memory", memory_module._MIGRATIONS[:2])
+        db.migrate("index", index_module._MIGRATIONS[:4])
+        fact = Triple(
+            id="t1", workspace_id="w1", subject="ada", predicate="likes", object="tea", session_id="s1"
+        )
+        # The rows as the code before scopes wrote them (its documents had no scope field).
+        old_doc = json.dumps({k: v for k, v in json.loads(fact.model_dump_json()).items() if k != "scope"})
+        db.execute(
+            "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, status, doc) "
+            "VALUES ('w1', 't1', 'ada', 'tea', 0, 'active', ?)",
+            (old_doc,),
+        )
+        db.execute(
+            "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc) "
+            "VALUES ('w1', 'd1', 's1', 'message', NULL, ?)",
+            (
+                json.dumps(
+                    {"id": "d1", "workspace_id": "w1", "session_id": "s1", "tier": "message", "text": "tea"}
+                ),
+            ),
+        )
+        db.execute("INSERT INTO index_text (rowid, text, context) VALUES (last_insert_rowid(), 'tea', '')")
+
+        store = SqliteMemoryStore(db)
+        index = SqliteMemoryIndex(db, cache_max_docs=0)
+        assert db.schema_version("memory") == len(memory_module._MIGRATIONS)
+        elsewhere = RecallScope(session_id="s2", users=("u1",), shared=True)
+        own = RecallScope(session_id="s1")
+        assert store.triples_by_subject("w1", "ada", scope=elsewhere) == []
+        assert [t.id for t in store.triples_by_subject("w1", "ada", scope=own)] == ["t1"]
+        assert [t.id for t in store.unscoped("w1")] == ["t1"]
+        assert index.search("w1", IndexQuery(text="tea", scope=elsewhere)).text_hits == []
+        assert [h.doc.id for h in index.search("w1", IndexQuery(text="tea", scope=own)).text_hits] == ["d1"]
+        assert [
+            h.doc.id for h in index.search("w1", IndexQuery(text="tea", scope=WORKSPACE_WIDE)).text_hits
+        ] == ["d1"]
+    finally:
+        db.close()
