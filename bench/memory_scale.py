@@ -11,6 +11,13 @@ embedder) and reported apart: MiniLM's own time for one question. Past 20,000 ve
 k-NN is prefiltered by sign bits; random vectors say nothing about its recall, so that is
 measured on real MiniLM vectors (the LoCoMo benchmark's embedding cache, when present).
 
+Memory scopes: each session is a conversation of one of 50 users (four in five direct, the rest
+groups of three), and every document carries the scope the writer gives it. Each size is searched
+twice in the same run: workspace-wide (the widened policy, no scope filter: what every search
+did before scopes) and under the default personal policy of one user in a direct conversation
+(their own conversations, ~2% of the workspace, plus shared facts), so the cost of the scope
+filter reads off the same table.
+
     .venv/bin/python bench/memory_scale.py [--sizes 1000 10000 100000] [--queries 200]
 """
 
@@ -32,11 +39,34 @@ sys.path.insert(0, str(ROOT))  # the bench runs from a plain clone
 import numpy as np  # noqa: E402
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
+from shared.memory.scope import owner_scope, recall_scope, visible  # noqa: E402
 from shared.memory.search import CONTEXT_KEY, MemorySearch  # noqa: E402
-from shared.models import IndexDoc, IndexQuery  # noqa: E402
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryScope, RecallScope  # noqa: E402
 
 DIM = 384
 WORKSPACE = "bench-scale"
+USERS = 50
+SESSION_SIZE = 200  # messages a session
+
+
+def session_owner(session: int) -> tuple[str, MemoryScope]:
+    """The conversation of a session and the scope its messages get (one user's DM, or a group)."""
+    user = f"u{session % USERS:02d}"
+    if session % 5:
+        return f"telegram.dm-{user}", owner_scope(f"telegram.dm-{user}", [user], group=False)
+    members = [f"u{(session + j) % USERS:02d}" for j in range(3)]
+    return f"slack.g{session % 17}", owner_scope(f"slack.g{session % 17}", members, group=True)
+
+
+# The reader of the personal measurements: u07 in a direct conversation of theirs.
+PERSONAL: RecallScope = recall_scope(
+    "personal",
+    session_id=f"s{7:05d}",
+    conversation="telegram.dm-u07",
+    group=False,
+    user_aliases=["u07"],
+)
+POLICIES: dict[str, RecallScope] = {"workspace": WORKSPACE_WIDE, "personal": PERSONAL}
 FUNCTION_WORDS = [
     "i",
     "you",
@@ -105,8 +135,10 @@ def build_docs(n: int, seed: int = 7) -> list[IndexDoc]:
     start = datetime(2025, 1, 1, tzinfo=UTC)
     docs = []
     for i, text in enumerate(texts):
-        session = i // 200  # sessions of 200 messages
-        around = [texts[j] for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < n and j // 200 == session]
+        session = i // SESSION_SIZE
+        around = [
+            texts[j] for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < n and j // SESSION_SIZE == session
+        ]
         docs.append(
             IndexDoc(
                 id=f"m{i:07d}",
@@ -118,9 +150,10 @@ def build_docs(n: int, seed: int = 7) -> list[IndexDoc]:
                 created_at=start + timedelta(minutes=i),
                 metadata={
                     "role": "user" if i % 2 == 0 else "assistant",
-                    "seq": str(i % 200),
+                    "seq": str(i % SESSION_SIZE),
                     CONTEXT_KEY: "\n".join(around),
                 },
+                scope=session_owner(session)[1],
             )
         )
     return docs
@@ -176,27 +209,39 @@ def measure(size: int, n_queries: int, batch: int) -> dict[str, float]:
         out: dict[str, float] = {"size": size, "build_s": build}
         # The first search of a process loads the workspace into the index's in-memory copy.
         t0 = time.perf_counter()
-        search.search(WORKSPACE, qs[0][0], k=10)
+        search.search(WORKSPACE, qs[0][0], k=10, scope=WORKSPACE_WIDE)
         out["first_s"] = time.perf_counter() - t0
+        # Policies interleaved query by query, so a slow spell of a shared machine hits both.
         for mode in ("hybrid", "bm25", "vector"):
             for q, _ in qs[:5]:  # warm-up: first-use caches, page cache
-                search.search(WORKSPACE, q, k=10, mode=mode)
-            times = []
+                for scope in POLICIES.values():
+                    search.search(WORKSPACE, q, k=10, mode=mode, scope=scope)
+            times: dict[str, list[float]] = {policy: [] for policy in POLICIES}
             for q, _ in qs:
-                t0 = time.perf_counter()
-                outcome = search.search(WORKSPACE, q, k=10, mode=mode)
-                times.append(time.perf_counter() - t0)
-                assert outcome.mode == mode, outcome
-            out[f"{mode}_p50"] = 1000 * pctl(times, 0.5)
-            out[f"{mode}_p95"] = 1000 * pctl(times, 0.95)
+                for policy, scope in POLICIES.items():
+                    t0 = time.perf_counter()
+                    outcome = search.search(WORKSPACE, q, k=10, mode=mode, scope=scope)
+                    times[policy].append(time.perf_counter() - t0)
+                    assert outcome.mode == mode, outcome
+            for policy, taken in times.items():
+                out[f"{policy}_{mode}_p50"] = 1000 * pctl(taken, 0.5)
+                out[f"{policy}_{mode}_p95"] = 1000 * pctl(taken, 0.95)
+        visible_count = sum(visible(PERSONAL, d.session_id, d.scope) for d in docs)
+        out["personal_share"] = visible_count / size
         # The round trip alone, both rankings at the over-fetch MemorySearch asks for (k*8).
-        times = []
+        times = {policy: [] for policy in POLICIES}
         for q, v in qs:
-            t0 = time.perf_counter()
-            index.search(WORKSPACE, IndexQuery(text=q, vector=v, k=80))
-            times.append(time.perf_counter() - t0)
-        out["index_p50"] = 1000 * pctl(times, 0.5)
-        out["index_p95"] = 1000 * pctl(times, 0.95)
+            for policy, scope in POLICIES.items():
+                t0 = time.perf_counter()
+                result = index.search(WORKSPACE, IndexQuery(scope=scope, text=q, vector=v, k=80))
+                times[policy].append(time.perf_counter() - t0)
+                if policy == "personal":
+                    # A personal search still gets its k nearest, every one of them visible.
+                    assert len(result.vector_hits) == min(80, visible_count), len(result.vector_hits)
+                    assert all(visible(scope, h.doc.session_id, h.doc.scope) for h in result.vector_hits)
+        for policy, taken in times.items():
+            out[f"{policy}_index_p50"] = 1000 * pctl(taken, 0.5)
+            out[f"{policy}_index_p95"] = 1000 * pctl(taken, 0.95)
         out["db_mb"] = sum(f.stat().st_size for f in Path(tmp).glob("index.db*")) / 1e6
         db.close()
         main.close()
@@ -275,23 +320,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows.append(measure(size, args.queries, args.batch))
     print("## Memory search at scale (one workspace, embedded index)\n")
     print(
-        f"{args.queries} queries per size; MemorySearch k=10 with the product defaults; "
+        f"{args.queries} queries per size and policy; MemorySearch k=10 with the product defaults; "
         "query embedding excluded (below); 384-dim random unit vectors; Zipf-distributed words. "
         "First search: the process loads the workspace into the index's in-memory copy. Index round "
-        "trip: one IndexQuery (k=80, vectors read back).\n"
+        "trip: one IndexQuery (k=80, vectors read back). Policy: `workspace` reads the whole "
+        "workspace (no scope filter); `personal` is one user's recall in a direct conversation "
+        f"({100 * rows[-1]['personal_share']:.1f}% of the documents visible at the largest size).\n"
     )
-    print(
-        "| memories | build s | docs/s | index MB | first search s | hybrid p50 ms | **hybrid p95 ms** | "
-        "bm25 p50 / p95 | vector p50 / p95 | index round trip p50 / p95 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| memories | build s | docs/s | index MB | first search s |")
+    print("|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {int(r['size']):,} | {r['build_s']:.1f} | {r['size'] / r['build_s']:,.0f} | "
-            f"{r['db_mb']:.0f} | {r['first_s']:.1f} | {r['hybrid_p50']:.1f} | **{r['hybrid_p95']:.1f}** | "
-            f"{r['bm25_p50']:.1f} / {r['bm25_p95']:.1f} | "
-            f"{r['vector_p50']:.1f} / {r['vector_p95']:.1f} | {r['index_p50']:.1f} / {r['index_p95']:.1f} |"
+            f"{r['db_mb']:.0f} | {r['first_s']:.1f} |"
         )
+    print()
+    print(
+        "| memories | policy | hybrid p50 ms | **hybrid p95 ms** | bm25 p50 / p95 | vector p50 / p95 | "
+        "index round trip p50 / p95 |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        for policy in POLICIES:
+            m = {key[len(policy) + 1 :]: value for key, value in r.items() if key.startswith(f"{policy}_")}
+            print(
+                f"| {int(r['size']):,} | {policy} | {m['hybrid_p50']:.1f} | **{m['hybrid_p95']:.1f}** | "
+                f"{m['bm25_p50']:.1f} / {m['bm25_p95']:.1f} | "
+                f"{m['vector_p50']:.1f} / {m['vector_p95']:.1f} | "
+                f"{m['index_p50']:.1f} / {m['index_p95']:.1f} |"
+            )
+    largest = rows[-1]
+    change = 100 * (largest["personal_hybrid_p95"] / largest["workspace_hybrid_p95"] - 1)
+    print(
+        f"\nAt {int(largest['size']):,} memories, the personal policy's hybrid p95 is "
+        f"{abs(change):.1f}% {'above' if change > 0 else 'below'} the workspace-wide one's (the same run)."
+    )
     emb = query_embedding_ms()
     if emb:
         print(f"\nQuery embedding (local MiniLM, one question): p50 {emb[0]:.1f} ms, p95 {emb[1]:.1f} ms.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -38,3 +39,17 @@ def ws_a() -> str:
 @pytest.fixture
 def ws_b() -> str:
     return new_id("wsb")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The property tests' counts (test_memory_scopes.COUNTS): workloads generated, reads checked."""
+    module = sys.modules.get("tests.contract.test_memory_scopes")
+    counts = getattr(module, "COUNTS", None)
+    if not counts:
+        return
+    terminalreporter.section("memory scopes: property-test counts")
+    for name in sorted(counts):
+        terminalreporter.write_line(f"{name}: {counts[name]}")
+    workloads = sum(v for k, v in counts.items() if k.endswith("workloads"))
+    reads = sum(v for k, v in counts.items() if k.endswith("reads"))
+    terminalreporter.write_line(f"total: {workloads} workloads generated, {reads} reads checked")

@@ -19,13 +19,23 @@ from shared.adapters.embedded import (
     DatabaseClosed,
     FileSecretStore,
     SqliteMemoryIndex,
+    SqliteMemoryStore,
     build_embedded_backend,
     fts_match_query,
 )
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.config import Settings
 from shared.memory.keys import normalize_key
-from shared.models import AuditRecord, IndexDoc, IndexQuery, OutboundMessage, Triple, WorkspaceConfig
+from shared.models import (
+    WORKSPACE_WIDE,
+    AuditRecord,
+    IndexDoc,
+    IndexQuery,
+    OutboundMessage,
+    RecallScope,
+    Triple,
+    WorkspaceConfig,
+)
 
 from .builders import record, session, unit_vector
 
@@ -51,7 +61,7 @@ def test_everything_persists_across_a_restart(tmp_path: pathlib.Path) -> None:
     try:
         assert backend.sessions.get("w1", "s1") == stored
         assert backend.memory.count_messages("w1", "s1") == 1
-        result = backend.index.search("w1", IndexQuery(text="zebra", vector=[1.0, 1.0]))
+        result = backend.index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="zebra", vector=[1.0, 1.0]))
         assert [h.doc.id for h in result.text_hits] == [h.doc.id for h in result.vector_hits] == ["d1"]
         assert backend.outbox.read("w1", "s1") == [entry]
         assert backend.workspaces.get("w1") == WorkspaceConfig(id="w1")
@@ -174,16 +184,25 @@ def test_vectors_of_different_dimensions_live_side_by_side(index: SqliteMemoryIn
             IndexDoc(id="big", workspace_id="w1", tier="message", text="b", vector=unit_vector(0)),
         ],
     )
-    assert [h.doc.id for h in index.search("w1", IndexQuery(vector=[1.0, 0.0, 0.0])).vector_hits] == ["small"]
-    assert [h.doc.id for h in index.search("w1", IndexQuery(vector=unit_vector(0))).vector_hits] == ["big"]
-    assert index.search("w1", IndexQuery(vector=[1.0] * 5)).vector_hits == []
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0, 0.0])).vector_hits
+    ] == ["small"]
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(0))).vector_hits
+    ] == ["big"]
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0] * 5)).vector_hits == []
 
     # Re-embedding with another model moves the doc to the other dimension's table.
     index.upsert(
         "w1", [IndexDoc(id="small", workspace_id="w1", tier="message", text="a", vector=unit_vector(1))]
     )
-    assert index.search("w1", IndexQuery(vector=[1.0, 0.0, 0.0])).vector_hits == []
-    assert {h.doc.id for h in index.search("w1", IndexQuery(vector=unit_vector(1))).vector_hits} == {
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0, 0.0])).vector_hits == []
+    assert {
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(1))).vector_hits
+    } == {
         "small",
         "big",
     }
@@ -197,20 +216,25 @@ def test_a_zero_vector_is_indexed_for_text_only(
             "w1", [IndexDoc(id="z", workspace_id="w1", tier="message", text="zero", vector=[0.0, 0.0])]
         )
     assert "text only" in caplog.text
-    assert [h.doc.id for h in index.search("w1", IndexQuery(text="zero")).text_hits] == ["z"]
-    assert index.search("w1", IndexQuery(vector=[1.0, 0.0])).vector_hits == []
-    assert index.search("w1", IndexQuery(vector=[0.0, 0.0])).vector_hits == []
+    assert [
+        h.doc.id for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="zero")).text_hits
+    ] == ["z"]
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1.0, 0.0])).vector_hits == []
+    assert index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, vector=[0.0, 0.0])).vector_hits == []
 
 
 def test_an_empty_tier_list_matches_nothing(index: SqliteMemoryIndex) -> None:
     index.upsert("w1", [IndexDoc(id="d", workspace_id="w1", tier="fact", text="alpha", vector=[1.0, 0.0])])
-    result = index.search("w1", IndexQuery(text="alpha", vector=[1.0, 0.0], tiers=[]))
+    result = index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="alpha", vector=[1.0, 0.0], tiers=[]))
     assert result.text_hits == [] and result.vector_hits == []
 
 
 def test_accented_text_matches_without_accents(index: SqliteMemoryIndex) -> None:
     index.upsert("w1", [IndexDoc(id="d", workspace_id="w1", tier="message", text="Crème brûlée à Zürich")])
-    assert [h.doc.id for h in index.search("w1", IndexQuery(text="creme brulee zurich")).text_hits] == ["d"]
+    assert [
+        h.doc.id
+        for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="creme brulee zurich")).text_hits
+    ] == ["d"]
 
 
 def test_the_index_needs_the_vector_extension(tmp_path: pathlib.Path) -> None:
@@ -263,8 +287,10 @@ def test_triples_match_on_the_normalised_key(tmp_path: pathlib.Path) -> None:
         backend.memory.put_triple(
             Triple(id="t", workspace_id="w1", subject="code_style", predicate="is", object="tabs")
         )
-        assert [t.id for t in backend.memory.triples_by_subject("w1", "Code Style")] == ["t"]
-        assert backend.memory.triples_by_subject("w1", " _ ") == []
+        assert [
+            t.id for t in backend.memory.triples_by_subject("w1", "Code Style", scope=WORKSPACE_WIDE)
+        ] == ["t"]
+        assert backend.memory.triples_by_subject("w1", " _ ", scope=WORKSPACE_WIDE) == []
     finally:
         backend.close()
 
@@ -348,3 +374,52 @@ def test_concurrent_ensures_agree_on_one_value(secrets_path: pathlib.Path) -> No
     for t in threads:
         t.join(10)
     assert len(values) == 4 and len(set(values)) == 1
+
+
+def test_rows_written_before_scopes_are_unscoped_after_the_migration(tmp_path: pathlib.Path) -> None:
+    """A file from before scopes (memory at version 2, index at 4) with rows in it: after the
+    migrations the rows have no scope, so only their own session and workspace-wide reads reach
+    them, and the backfill finds them."""
+    from shared.adapters.embedded import index as index_module
+    from shared.adapters.embedded import memory as memory_module
+
+    db = Database(tmp_path / "old.db", load_vec=True)
+    try:
+        db.migrate("memory", memory_module._MIGRATIONS[:2])
+        db.migrate("index", index_module._MIGRATIONS[:4])
+        fact = Triple(
+            id="t1", workspace_id="w1", subject="ada", predicate="likes", object="tea", session_id="s1"
+        )
+        # The rows as the code before scopes wrote them (its documents had no scope field).
+        old_doc = json.dumps({k: v for k, v in json.loads(fact.model_dump_json()).items() if k != "scope"})
+        db.execute(
+            "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, status, doc) "
+            "VALUES ('w1', 't1', 'ada', 'tea', 0, 'active', ?)",
+            (old_doc,),
+        )
+        db.execute(
+            "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc) "
+            "VALUES ('w1', 'd1', 's1', 'message', NULL, ?)",
+            (
+                json.dumps(
+                    {"id": "d1", "workspace_id": "w1", "session_id": "s1", "tier": "message", "text": "tea"}
+                ),
+            ),
+        )
+        db.execute("INSERT INTO index_text (rowid, text, context) VALUES (last_insert_rowid(), 'tea', '')")
+
+        store = SqliteMemoryStore(db)
+        index = SqliteMemoryIndex(db, cache_max_docs=0)
+        assert db.schema_version("memory") == len(memory_module._MIGRATIONS)
+        elsewhere = RecallScope(session_id="s2", users=("u1",), shared=True)
+        own = RecallScope(session_id="s1")
+        assert store.triples_by_subject("w1", "ada", scope=elsewhere) == []
+        assert [t.id for t in store.triples_by_subject("w1", "ada", scope=own)] == ["t1"]
+        assert [t.id for t in store.unscoped("w1")] == ["t1"]
+        assert index.search("w1", IndexQuery(text="tea", scope=elsewhere)).text_hits == []
+        assert [h.doc.id for h in index.search("w1", IndexQuery(text="tea", scope=own)).text_hits] == ["d1"]
+        assert [
+            h.doc.id for h in index.search("w1", IndexQuery(text="tea", scope=WORKSPACE_WIDE)).text_hits
+        ] == ["d1"]
+    finally:
+        db.close()

@@ -28,7 +28,7 @@ from osmem_server import OsmemServer
 from shared.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 from shared.adapters.embedded.db import Database
 from shared.adapters.embedded.index import SqliteMemoryIndex
-from shared.models import IndexDoc, IndexHit, IndexQuery, MemoryTier
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexHit, IndexQuery, MemoryTier
 from shared.ports import MemoryIndex
 
 WS = "ws-parity"
@@ -126,7 +126,7 @@ def indexes(osmem: OsmemServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def _ranked(index: MemoryIndex, text: str, **filters: Any) -> list[IndexHit]:
-    hits = index.search(WS, IndexQuery(text=text, k=10, **filters)).text_hits
+    hits = index.search(WS, IndexQuery(scope=WORKSPACE_WIDE, text=text, k=10, **filters)).text_hits
     assert all(h.doc.workspace_id == WS for h in hits)
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True)
@@ -219,7 +219,14 @@ def test_knn_matches_an_exact_cosine_ranking(
             k = 10
             expected = _brute_force(mine, query, k, tiers=tiers, session=session)
             got = index.search(
-                WS, IndexQuery(vector=[float(x) for x in query], k=k, tiers=tiers, session_id=session)
+                WS,
+                IndexQuery(
+                    scope=WORKSPACE_WIDE,
+                    vector=[float(x) for x in query],
+                    k=k,
+                    tiers=tiers,
+                    session_id=session,
+                ),
             ).vector_hits
             assert [h.doc.id for h in got] == [doc_id for doc_id, _ in expected]
             assert all(h.doc.workspace_id == WS for h in got)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.models import IndexDoc, IndexHit, IndexQuery, MemoryTier
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexHit, IndexQuery, MemoryTier
 
 from .builders import at, unit_vector
 from .factories import ContractBackend
@@ -63,7 +63,9 @@ def test_count_is_per_workspace(
 def test_bm25_puts_the_doc_with_the_distinctive_term_first(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str
 ) -> None:
-    result = contract.backend.index.search(ws_a, IndexQuery(text="where did we go kayaking?"))
+    result = contract.backend.index.search(
+        ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="where did we go kayaking?")
+    )
 
     assert _ids(result.text_hits)[0] in {"d-kayak", "d-sum"}
     assert set(_ids(result.text_hits)) >= {"d-kayak", "d-sum"}
@@ -72,7 +74,7 @@ def test_bm25_puts_the_doc_with_the_distinctive_term_first(
     assert scores == sorted(scores, reverse=True)
     assert result.vector_hits == []
 
-    result = contract.backend.index.search(ws_a, IndexQuery(text="pesto"))
+    result = contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="pesto"))
     assert _ids(result.text_hits) == ["d-pasta"]
     assert result.text_hits[0].doc == corpus[1]
 
@@ -87,13 +89,13 @@ def test_bm25_ranks_the_doc_richer_in_the_term_higher(contract: ContractBackend,
             _doc(ws_a, "never", "lunch was soup"),
         ],
     )
-    result = index.search(ws_a, IndexQuery(text="deployment"))
+    result = index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="deployment"))
     assert _ids(result.text_hits) == ["often", "once"]
     assert result.text_hits[0].score > result.text_hits[1].score
 
 
 def test_text_matching_stems_words(contract: ContractBackend, corpus: list[IndexDoc], ws_a: str) -> None:
-    result = contract.backend.index.search(ws_a, IndexQuery(text="watered gardens"))
+    result = contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="watered gardens"))
     assert _ids(result.text_hits)[0] == "d-garden"
 
 
@@ -113,7 +115,7 @@ def test_text_matching_stems_words(contract: ContractBackend, corpus: list[Index
 def test_query_syntax_in_user_text_is_just_text(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str, text: str
 ) -> None:
-    result = contract.backend.index.search(ws_a, IndexQuery(text=text))
+    result = contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text=text))
     assert "d-kayak" in _ids(result.text_hits)
 
 
@@ -121,14 +123,14 @@ def test_query_syntax_in_user_text_is_just_text(
 def test_text_with_no_words_finds_nothing_and_is_no_error(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str, text: str
 ) -> None:
-    assert contract.backend.index.search(ws_a, IndexQuery(text=text)).text_hits == []
+    assert contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text=text)).text_hits == []
 
 
 def test_knn_returns_the_nearest_vector_first(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str
 ) -> None:
     query = unit_vector(1, tilt=0.3, towards=5)  # near "pasta", then the pasta fact
-    result = contract.backend.index.search(ws_a, IndexQuery(vector=query, k=3))
+    result = contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=query, k=3))
 
     assert _ids(result.vector_hits)[:2] == ["d-pasta", "d-fact"]
     assert len(result.vector_hits) == 3
@@ -138,7 +140,7 @@ def test_knn_returns_the_nearest_vector_first(
 
 
 def test_knn_score_is_cosine_similarity(contract: ContractBackend, corpus: list[IndexDoc], ws_a: str) -> None:
-    result = contract.backend.index.search(ws_a, IndexQuery(vector=unit_vector(2), k=2))
+    result = contract.backend.index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(2), k=2))
     assert result.vector_hits[0].doc.id == "d-garden"
     assert result.vector_hits[0].score == pytest.approx(1.0, abs=1e-3)
     # Orthogonal vectors are dissimilar: they score well below the match.
@@ -148,14 +150,16 @@ def test_knn_score_is_cosine_similarity(contract: ContractBackend, corpus: list[
 def test_one_search_returns_both_rankings(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str
 ) -> None:
-    result = contract.backend.index.search(ws_a, IndexQuery(text="pesto", vector=unit_vector(2), k=2))
+    result = contract.backend.index.search(
+        ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="pesto", vector=unit_vector(2), k=2)
+    )
     assert _ids(result.text_hits) == ["d-pasta"]
     assert _ids(result.vector_hits)[0] == "d-garden"
 
 
 def test_k_caps_both_rankings(contract: ContractBackend, corpus: list[IndexDoc], ws_a: str) -> None:
     result = contract.backend.index.search(
-        ws_a, IndexQuery(text="the kayaking pasta dinner", vector=unit_vector(0), k=2)
+        ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="the kayaking pasta dinner", vector=unit_vector(0), k=2)
     )
     assert len(result.text_hits) == 2
     assert len(result.vector_hits) == 2
@@ -165,7 +169,13 @@ def test_tier_filter_applies_to_both_paths(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str
 ) -> None:
     index = contract.backend.index
-    query = IndexQuery(text="kayaking pasta dinner", vector=unit_vector(0), k=10, tiers=["summary", "fact"])
+    query = IndexQuery(
+        scope=WORKSPACE_WIDE,
+        text="kayaking pasta dinner",
+        vector=unit_vector(0),
+        k=10,
+        tiers=["summary", "fact"],
+    )
     result = index.search(ws_a, query)
 
     assert set(_ids(result.text_hits)) == {"d-sum", "d-fact"}
@@ -177,7 +187,9 @@ def test_tier_filter_applies_to_both_paths(
 def test_session_filter_applies_to_both_paths(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str
 ) -> None:
-    query = IndexQuery(text="the budget meeting kayaking", vector=unit_vector(3), k=10, session_id="s2")
+    query = IndexQuery(
+        scope=WORKSPACE_WIDE, text="the budget meeting kayaking", vector=unit_vector(3), k=10, session_id="s2"
+    )
     result = contract.backend.index.search(ws_a, query)
 
     assert _ids(result.text_hits) == ["d-meeting"]
@@ -195,11 +207,16 @@ def test_upsert_replaces_a_doc_with_the_same_id(
     index.upsert(ws_a, [replacement])
 
     assert index.count(ws_a) == len(corpus)
-    assert index.search(ws_a, IndexQuery(text="kayaking fjord", tiers=["message"])).text_hits == []
-    assert _ids(index.search(ws_a, IndexQuery(text="sailing")).text_hits) == ["d-kayak"]
-    nearest = index.search(ws_a, IndexQuery(vector=unit_vector(6), k=1)).vector_hits
+    assert (
+        index.search(
+            ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="kayaking fjord", tiers=["message"])
+        ).text_hits
+        == []
+    )
+    assert _ids(index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="sailing")).text_hits) == ["d-kayak"]
+    nearest = index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(6), k=1)).vector_hits
     assert nearest[0].doc == replacement
-    old_axis = index.search(ws_a, IndexQuery(vector=unit_vector(0), k=10)).vector_hits
+    old_axis = index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(0), k=10)).vector_hits
     assert all(h.score < 0.5 for h in old_axis if h.doc.id == "d-kayak")
 
 
@@ -213,8 +230,10 @@ def test_a_doc_without_a_vector_is_found_by_text_only(contract: ContractBackend,
         ],
     )
 
-    assert _ids(index.search(ws_a, IndexQuery(text="zeppelin")).text_hits) == ["plain"]
-    assert _ids(index.search(ws_a, IndexQuery(vector=unit_vector(0), k=10)).vector_hits) == ["v"]
+    assert _ids(index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="zeppelin")).text_hits) == ["plain"]
+    assert _ids(
+        index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(0), k=10)).vector_hits
+    ) == ["v"]
 
 
 def test_delete_removes_from_both_paths(contract: ContractBackend, corpus: list[IndexDoc], ws_a: str) -> None:
@@ -222,8 +241,10 @@ def test_delete_removes_from_both_paths(contract: ContractBackend, corpus: list[
     index.delete(ws_a, ["d-pasta", "never-existed"])
 
     assert index.count(ws_a) == len(corpus) - 1
-    assert index.search(ws_a, IndexQuery(text="pesto")).text_hits == []
-    vector_hits = index.search(ws_a, IndexQuery(vector=unit_vector(1), k=10)).vector_hits
+    assert index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="pesto")).text_hits == []
+    vector_hits = index.search(
+        ws_a, IndexQuery(scope=WORKSPACE_WIDE, vector=unit_vector(1), k=10)
+    ).vector_hits
     assert "d-pasta" not in _ids(vector_hits)
     assert len(vector_hits) == len(corpus) - 1
 
@@ -232,7 +253,7 @@ def test_a_workspace_never_reads_another_workspaces_index(
     contract: ContractBackend, corpus: list[IndexDoc], ws_a: str, ws_b: str
 ) -> None:
     index = contract.backend.index
-    query = IndexQuery(text="kayaking pasta garden budget", vector=unit_vector(0), k=50)
+    query = IndexQuery(scope=WORKSPACE_WIDE, text="kayaking pasta garden budget", vector=unit_vector(0), k=50)
 
     empty = index.search(ws_b, query)
     assert empty.text_hits == [] and empty.vector_hits == []
@@ -251,7 +272,7 @@ def test_deleting_in_one_workspace_leaves_another_alone(
     index = contract.backend.index
     index.delete(ws_b, [d.id for d in corpus])
     assert index.count(ws_a) == len(corpus)
-    assert _ids(index.search(ws_a, IndexQuery(text="pesto")).text_hits) == ["d-pasta"]
+    assert _ids(index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text="pesto")).text_hits) == ["d-pasta"]
 
 
 def test_a_doc_of_another_workspace_is_refused(contract: ContractBackend, ws_a: str, ws_b: str) -> None:

@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 
 from shared.backend import Backend
 from shared.clock import new_id
+from shared.memory.scope import owner_scope
 from shared.memory.search import MemorySearch
-from shared.models import IndexDoc, MemoryRecord, Summary, ToolCall, WorkspaceConfig
+from shared.models import WORKSPACE_WIDE, IndexDoc, MemoryRecord, Summary, ToolCall, WorkspaceConfig
 from shared.tools import ToolContext
 from shared.tools.builtin import agent_registry
 from tests.support.hashing_embedder import HashingEmbedder
@@ -85,6 +86,9 @@ class World:
             user_id="u1",
             turn_id=f"t{self.serial}",
             backend=self.backend,
+            # The widest reach: whatever a scope admits, the workspace boundary must still hold.
+            scope=WORKSPACE_WIDE,
+            owner=owner_scope("web.s1", ["u1"], group=False),
             now=lambda: T0,
         )
         call = ToolCall(id="c", name=name, arguments=json.dumps(args))
@@ -162,7 +166,9 @@ class World:
         self.tool(i, "memory_search" if mode == "hybrid" else "memory_semantic", {"query": query})
         workspace = self.workspaces[i]
         searcher = MemorySearch(self.backend.index, self.backend.memory, self.backend.embedder)
-        outcome = searcher.search(workspace, query, k=20, mode="hybrid" if mode == "hybrid" else "vector")
+        outcome = searcher.search(
+            workspace, query, k=20, mode="hybrid" if mode == "hybrid" else "vector", scope=WORKSPACE_WIDE
+        )
         for hit in outcome.hits:
             self.assert_own(i, hit.text)
             assert hit.id in {*self.messages[i], *self.facts[i]}, f"{hit.id} is not workspace {i}'s"
@@ -172,15 +178,18 @@ class World:
         workspace = self.workspaces[i]
         subject = "u1" if topic == "me" else topic
         for t in [
-            *self.backend.memory.triples_by_subject(workspace, subject),
-            *self.backend.memory.triples_by_object(workspace, topic),
+            *self.backend.memory.triples_by_subject(workspace, subject, scope=WORKSPACE_WIDE),
+            *self.backend.memory.triples_by_object(workspace, topic, scope=WORKSPACE_WIDE),
         ]:
             assert t.workspace_id == workspace and t.id in self.facts[i]
 
     def list_summaries(self, i: int) -> None:
         self.tool(i, "memory_summary", {})
         workspace = self.workspaces[i]
-        assert all(s.workspace_id == workspace for s in self.backend.memory.list_summaries(workspace))
+        assert all(
+            s.workspace_id == workspace
+            for s in self.backend.memory.list_summaries(workspace, scope=WORKSPACE_WIDE)
+        )
 
     def delete(self, i: int, n: int) -> None:
         """Delete the n-th live message document (and fact) of workspace i, if it has one."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import SigilError
-from shared.models import AssistantMessage, Summary, Triple, UserMessage
+from shared.models import WORKSPACE_WIDE, AssistantMessage, Summary, Triple, UserMessage
 
 from .builders import at, record
 from .factories import ContractBackend
@@ -113,7 +113,7 @@ def test_summaries_round_trip_oldest_first(contract: ContractBackend, ws_a: str)
     memory.put_summary(late)
     memory.put_summary(early)
 
-    assert memory.list_summaries(ws_a) == [early, late]
+    assert memory.list_summaries(ws_a, scope=WORKSPACE_WIDE) == [early, late]
 
 
 def test_summaries_overlapping_a_date_range(contract: ContractBackend, ws_a: str) -> None:
@@ -122,7 +122,7 @@ def test_summaries_overlapping_a_date_range(contract: ContractBackend, ws_a: str
         memory.put_summary(_summary(ws_a, sid, start, end))
 
     def ids(**kwargs: object) -> list[str]:
-        return [s.id for s in memory.list_summaries(ws_a, **kwargs)]  # type: ignore[arg-type]
+        return [s.id for s in memory.list_summaries(ws_a, **kwargs, scope=WORKSPACE_WIDE)]  # type: ignore[arg-type]
 
     # Overlap, not containment: ranges cutting through a summary still return it.
     assert ids(start=at(100), end=at(130)) == ["feb", "mar"]
@@ -140,9 +140,14 @@ def test_summaries_by_session(contract: ContractBackend, ws_a: str) -> None:
     memory.put_summary(_summary(ws_a, "two", 20, 30, session_id="s2"))
     memory.put_summary(_summary(ws_a, "three", 40, 50, session_id="s1"))
 
-    assert [s.id for s in memory.list_summaries(ws_a, session_id="s1")] == ["one", "three"]
-    assert [s.id for s in memory.list_summaries(ws_a, session_id="s2", start=at(25))] == ["two"]
-    assert [s.id for s in memory.list_summaries(ws_a)] == ["one", "two", "three"]
+    assert [s.id for s in memory.list_summaries(ws_a, session_id="s1", scope=WORKSPACE_WIDE)] == [
+        "one",
+        "three",
+    ]
+    assert [
+        s.id for s in memory.list_summaries(ws_a, session_id="s2", start=at(25), scope=WORKSPACE_WIDE)
+    ] == ["two"]
+    assert [s.id for s in memory.list_summaries(ws_a, scope=WORKSPACE_WIDE)] == ["one", "two", "three"]
 
 
 def test_putting_a_summary_again_replaces_it(contract: ContractBackend, ws_a: str) -> None:
@@ -151,7 +156,7 @@ def test_putting_a_summary_again_replaces_it(contract: ContractBackend, ws_a: st
     revised = _summary(ws_a, "one", 0, 10).model_copy(update={"text": "revised"})
     memory.put_summary(revised)
 
-    assert memory.list_summaries(ws_a) == [revised]
+    assert memory.list_summaries(ws_a, scope=WORKSPACE_WIDE) == [revised]
 
 
 def test_a_workspace_never_reads_another_workspaces_summaries(
@@ -159,8 +164,8 @@ def test_a_workspace_never_reads_another_workspaces_summaries(
 ) -> None:
     memory = contract.backend.memory
     memory.put_summary(_summary(ws_a, "one", 0, 10))
-    assert memory.list_summaries(ws_b) == []
-    assert memory.list_summaries(ws_b, session_id="s1", start=at(0), end=at(10)) == []
+    assert memory.list_summaries(ws_b, scope=WORKSPACE_WIDE) == []
+    assert memory.list_summaries(ws_b, session_id="s1", start=at(0), end=at(10), scope=WORKSPACE_WIDE) == []
 
 
 # ---------------------------------------------------------------- Tier 3
@@ -194,24 +199,24 @@ def test_triples_by_subject_and_by_object(contract: ContractBackend, ws_a: str) 
     for t in (lives, works, other):
         memory.put_triple(t)
 
-    by_subject = memory.triples_by_subject(ws_a, "Ada")
+    by_subject = memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)
     assert {t.id for t in by_subject} == {"t1", "t2"}
     assert next(t for t in by_subject if t.id == "t1") == lives
-    assert {t.id for t in memory.triples_by_object(ws_a, "London")} == {"t1", "t3"}
-    assert memory.triples_by_subject(ws_a, "London") == []
-    assert memory.triples_by_object(ws_a, "Nobody") == []
-    assert len(memory.triples_by_subject(ws_a, "Ada", limit=1)) == 1
+    assert {t.id for t in memory.triples_by_object(ws_a, "London", scope=WORKSPACE_WIDE)} == {"t1", "t3"}
+    assert memory.triples_by_subject(ws_a, "London", scope=WORKSPACE_WIDE) == []
+    assert memory.triples_by_object(ws_a, "Nobody", scope=WORKSPACE_WIDE) == []
+    assert len(memory.triples_by_subject(ws_a, "Ada", limit=1, scope=WORKSPACE_WIDE)) == 1
 
 
 def test_triple_lookups_ignore_case_and_surrounding_space(contract: ContractBackend, ws_a: str) -> None:
     memory = contract.backend.memory
     memory.put_triple(_triple(ws_a, "t1", "Ada Lovelace", "born in", "London"))
 
-    assert [t.id for t in memory.triples_by_subject(ws_a, "ada lovelace")] == ["t1"]
-    assert [t.id for t in memory.triples_by_subject(ws_a, "  ADA LOVELACE ")] == ["t1"]
-    assert [t.id for t in memory.triples_by_object(ws_a, "LONDON")] == ["t1"]
+    assert [t.id for t in memory.triples_by_subject(ws_a, "ada lovelace", scope=WORKSPACE_WIDE)] == ["t1"]
+    assert [t.id for t in memory.triples_by_subject(ws_a, "  ADA LOVELACE ", scope=WORKSPACE_WIDE)] == ["t1"]
+    assert [t.id for t in memory.triples_by_object(ws_a, "LONDON", scope=WORKSPACE_WIDE)] == ["t1"]
     # The stored triple keeps its original spelling.
-    assert memory.triples_by_subject(ws_a, "ada lovelace")[0].subject == "Ada Lovelace"
+    assert memory.triples_by_subject(ws_a, "ada lovelace", scope=WORKSPACE_WIDE)[0].subject == "Ada Lovelace"
 
 
 def test_putting_a_triple_again_upserts_it_by_id(contract: ContractBackend, ws_a: str) -> None:
@@ -220,22 +225,22 @@ def test_putting_a_triple_again_upserts_it_by_id(contract: ContractBackend, ws_a
     moved = _triple(ws_a, "t1", "Ada", "lives in", "Paris", confidence=0.95, updated_at=at(10))
     memory.put_triple(moved)
 
-    assert memory.triples_by_subject(ws_a, "Ada") == [moved]
-    assert memory.triples_by_object(ws_a, "London") == []
-    assert memory.triples_by_object(ws_a, "Paris") == [moved]
+    assert memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE) == [moved]
+    assert memory.triples_by_object(ws_a, "London", scope=WORKSPACE_WIDE) == []
+    assert memory.triples_by_object(ws_a, "Paris", scope=WORKSPACE_WIDE) == [moved]
 
 
 def test_replace_triple_writes_only_over_the_triple_as_read(contract: ContractBackend, ws_a: str) -> None:
     memory = contract.backend.memory
     memory.put_triple(_triple(ws_a, "t1", "Ada", "likes", "tea"))
-    (read,) = memory.triples_by_subject(ws_a, "Ada")
+    (read,) = memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)
     counted = read.model_copy(update={"access_count": 1, "last_accessed_at": at(5)})
 
     assert memory.replace_triple(read, counted)
-    assert memory.triples_by_subject(ws_a, "Ada") == [counted]
+    assert memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE) == [counted]
     # The same stale copy again: the stored triple is `counted` now, so nothing is written.
     assert not memory.replace_triple(read, read.model_copy(update={"access_count": 1}))
-    assert memory.triples_by_subject(ws_a, "Ada") == [counted]
+    assert memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE) == [counted]
 
 
 def test_replace_triple_never_undoes_a_concurrent_merge_or_delete(
@@ -243,18 +248,20 @@ def test_replace_triple_never_undoes_a_concurrent_merge_or_delete(
 ) -> None:
     memory = contract.backend.memory
     memory.put_triple(_triple(ws_a, "t1", "Ada", "likes", "tea"))
-    (read,) = memory.triples_by_subject(ws_a, "Ada")
+    (read,) = memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)
     # Maintenance merges the fact between a recall's read and its write.
     merged = read.model_copy(update={"status": "merged", "merged_into": "t0", "updated_at": at(6)})
     memory.put_triple(merged)
 
     assert not memory.replace_triple(read, read.model_copy(update={"access_count": 1}))
-    assert memory.triples_by_subject(ws_a, "Ada") == []  # still merged: lookups see active only
-    assert [t.status for t in memory.list_triples(ws_a)] == ["merged"]
+    assert (
+        memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE) == []
+    )  # still merged: lookups see active only
+    assert [t.status for t in memory.list_triples(ws_a, scope=WORKSPACE_WIDE)] == ["merged"]
 
     memory.delete_triple(ws_a, "t1")
     assert not memory.replace_triple(merged, merged.model_copy(update={"access_count": 1}))
-    assert memory.list_triples(ws_a) == []
+    assert memory.list_triples(ws_a, scope=WORKSPACE_WIDE) == []
 
 
 def test_replace_triple_refuses_another_workspace_or_id(
@@ -267,7 +274,10 @@ def test_replace_triple_refuses_another_workspace_or_id(
         memory.replace_triple(original, original.model_copy(update={"workspace_id": ws_b}))
     with pytest.raises(ValueError, match="another id"):
         memory.replace_triple(original, original.model_copy(update={"id": "t2"}))
-    assert memory.list_triples(ws_a) == [original] and memory.list_triples(ws_b) == []
+    assert (
+        memory.list_triples(ws_a, scope=WORKSPACE_WIDE) == [original]
+        and memory.list_triples(ws_b, scope=WORKSPACE_WIDE) == []
+    )
 
 
 def test_delete_triple(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
@@ -276,12 +286,12 @@ def test_delete_triple(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
     memory.put_triple(_triple(ws_a, "t2", "Ada", "likes", "tea"))
 
     memory.delete_triple(ws_b, "t1")  # another workspace cannot delete it
-    assert {t.id for t in memory.triples_by_subject(ws_a, "Ada")} == {"t1", "t2"}
+    assert {t.id for t in memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)} == {"t1", "t2"}
 
     memory.delete_triple(ws_a, "t1")
     memory.delete_triple(ws_a, "never-existed")
-    assert [t.id for t in memory.triples_by_subject(ws_a, "Ada")] == ["t2"]
-    assert memory.triples_by_object(ws_a, "London") == []
+    assert [t.id for t in memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)] == ["t2"]
+    assert memory.triples_by_object(ws_a, "London", scope=WORKSPACE_WIDE) == []
 
 
 def test_a_workspace_never_reads_another_workspaces_triples(
@@ -290,11 +300,11 @@ def test_a_workspace_never_reads_another_workspaces_triples(
     memory = contract.backend.memory
     memory.put_triple(_triple(ws_a, "t1", "Ada", "lives in", "London"))
 
-    assert memory.triples_by_subject(ws_b, "Ada") == []
-    assert memory.triples_by_object(ws_b, "London") == []
+    assert memory.triples_by_subject(ws_b, "Ada", scope=WORKSPACE_WIDE) == []
+    assert memory.triples_by_object(ws_b, "London", scope=WORKSPACE_WIDE) == []
     memory.put_triple(_triple(ws_b, "t1", "Ada", "lives in", "Rome"))
-    assert [t.object for t in memory.triples_by_subject(ws_a, "Ada")] == ["London"]
-    assert [t.object for t in memory.triples_by_subject(ws_b, "Ada")] == ["Rome"]
+    assert [t.object for t in memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)] == ["London"]
+    assert [t.object for t in memory.triples_by_subject(ws_b, "Ada", scope=WORKSPACE_WIDE)] == ["Rome"]
 
 
 def test_structured_messages_keep_their_kind(contract: ContractBackend, ws_a: str) -> None:
@@ -317,18 +327,20 @@ def test_lookups_by_subject_and_object_return_active_triples_only(
     memory.put_triple(_triple(ws_a, "t2", "Ada", "likes", "Tea.", status="merged", merged_into="t1"))
     memory.put_triple(_triple(ws_a, "t3", "Ada", "liked", "tea", status="pruned"))
 
-    assert [t.id for t in memory.triples_by_subject(ws_a, "Ada")] == ["t1"]
-    assert [t.id for t in memory.triples_by_object(ws_a, "tea")] == ["t1"]
+    assert [t.id for t in memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)] == ["t1"]
+    assert [t.id for t in memory.triples_by_object(ws_a, "tea", scope=WORKSPACE_WIDE)] == ["t1"]
     # Every status is still stored, for provenance and rollback.
-    assert {t.id: t.status for t in memory.list_triples(ws_a)} == {
+    assert {t.id: t.status for t in memory.list_triples(ws_a, scope=WORKSPACE_WIDE)} == {
         "t1": "active",
         "t2": "merged",
         "t3": "pruned",
     }
     # A pruned triple restored to active is found again.
-    restored = memory.list_triples(ws_a, after="t2")[0].model_copy(update={"status": "active"})
+    restored = memory.list_triples(ws_a, after="t2", scope=WORKSPACE_WIDE)[0].model_copy(
+        update={"status": "active"}
+    )
     memory.put_triple(restored)
-    assert {t.id for t in memory.triples_by_subject(ws_a, "Ada")} == {"t1", "t3"}
+    assert {t.id for t in memory.triples_by_subject(ws_a, "Ada", scope=WORKSPACE_WIDE)} == {"t1", "t3"}
 
 
 def test_list_triples_pages_by_id(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
@@ -339,14 +351,16 @@ def test_list_triples_pages_by_id(contract: ContractBackend, ws_a: str, ws_b: st
 
     seen: list[str] = []
     after: str | None = None
-    while page := memory.list_triples(ws_a, after=after, limit=5):
+    while page := memory.list_triples(ws_a, after=after, limit=5, scope=WORKSPACE_WIDE):
         assert len(page) <= 5
         seen += [t.id for t in page]
         after = page[-1].id
     assert seen == ids
-    assert memory.list_triples(ws_a, after="t021") == [memory.list_triples(ws_a)[-1]]
-    assert memory.list_triples(ws_a, limit=0) == []
-    assert [t.subject for t in memory.list_triples(ws_b)] == ["someone else"]
+    assert memory.list_triples(ws_a, after="t021", scope=WORKSPACE_WIDE) == [
+        memory.list_triples(ws_a, scope=WORKSPACE_WIDE)[-1]
+    ]
+    assert memory.list_triples(ws_a, limit=0, scope=WORKSPACE_WIDE) == []
+    assert [t.subject for t in memory.list_triples(ws_b, scope=WORKSPACE_WIDE)] == ["someone else"]
 
 
 def test_put_triples_upserts_many_and_refuses_another_workspaces(
@@ -356,18 +370,18 @@ def test_put_triples_upserts_many_and_refuses_another_workspaces(
     batch = [_triple(ws_a, f"t{n:02d}", "Ada", "said", f"thing {n}") for n in range(30)]
     memory.put_triples(ws_a, batch)
     memory.put_triples(ws_a, [])
-    assert memory.list_triples(ws_a, limit=100) == batch
+    assert memory.list_triples(ws_a, limit=100, scope=WORKSPACE_WIDE) == batch
 
     changed = [t.model_copy(update={"relevance": 0.5, "status": "pruned"}) for t in batch[:3]]
     memory.put_triples(ws_a, changed)
-    stored = {t.id: t for t in memory.list_triples(ws_a, limit=100)}
+    stored = {t.id: t for t in memory.list_triples(ws_a, limit=100, scope=WORKSPACE_WIDE)}
     assert [stored[t.id] for t in changed] == changed
-    assert len(memory.triples_by_subject(ws_a, "Ada", limit=100)) == 27
+    assert len(memory.triples_by_subject(ws_a, "Ada", limit=100, scope=WORKSPACE_WIDE)) == 27
 
     with pytest.raises((ValueError, SigilError)):
         memory.put_triples(ws_a, [_triple(ws_a, "fine", "a", "b", "c"), _triple(ws_b, "t99", "a", "b", "c")])
-    assert memory.list_triples(ws_b) == []
-    assert "fine" not in {t.id for t in memory.list_triples(ws_a, limit=100)}
+    assert memory.list_triples(ws_b, scope=WORKSPACE_WIDE) == []
+    assert "fine" not in {t.id for t in memory.list_triples(ws_a, limit=100, scope=WORKSPACE_WIDE)}
 
 
 def test_delete_triples(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
@@ -377,8 +391,8 @@ def test_delete_triples(contract: ContractBackend, ws_a: str, ws_b: str) -> None
 
     memory.delete_triples(ws_a, [f"t{n}" for n in range(28)] + ["t1", "never-existed"])
     memory.delete_triples(ws_a, [])
-    assert [t.id for t in memory.list_triples(ws_a)] == ["t28", "t29"]
-    assert [t.object for t in memory.triples_by_subject(ws_b, "Ada")] == ["b's"]
+    assert [t.id for t in memory.list_triples(ws_a, scope=WORKSPACE_WIDE)] == ["t28", "t29"]
+    assert [t.object for t in memory.triples_by_subject(ws_b, "Ada", scope=WORKSPACE_WIDE)] == ["b's"]
 
 
 def test_delete_summaries(contract: ContractBackend, ws_a: str, ws_b: str) -> None:
@@ -389,9 +403,9 @@ def test_delete_summaries(contract: ContractBackend, ws_a: str, ws_b: str) -> No
 
     memory.delete_summaries(ws_a, ["one", "three", "never-existed"])
     memory.delete_summaries(ws_a, [])
-    assert [s.id for s in memory.list_summaries(ws_a)] == ["two"]
-    assert [s.id for s in memory.list_summaries(ws_a, session_id="s1")] == ["two"]
-    assert [s.id for s in memory.list_summaries(ws_b)] == ["one"]
+    assert [s.id for s in memory.list_summaries(ws_a, scope=WORKSPACE_WIDE)] == ["two"]
+    assert [s.id for s in memory.list_summaries(ws_a, session_id="s1", scope=WORKSPACE_WIDE)] == ["two"]
+    assert [s.id for s in memory.list_summaries(ws_b, scope=WORKSPACE_WIDE)] == ["one"]
 
 
 def test_delete_messages_of_a_session(contract: ContractBackend, ws_a: str, ws_b: str) -> None:

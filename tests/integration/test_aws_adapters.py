@@ -36,13 +36,16 @@ from shared.adapters.aws.secrets import SecretsManagerStore
 from shared.adapters.aws.sqs import SqsLanes, fifo_id
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.models import (
+    WORKSPACE_WIDE,
     AuditRecord,
     DomainEvent,
     InboundMessage,
     LaneItem,
     MemoryRecord,
+    MemoryScope,
     OutboundMessage,
     OutboxEntry,
+    RecallScope,
     Sender,
     Session,
     Summary,
@@ -609,8 +612,49 @@ def test_triples_with_long_objects_use_a_digest_key(aws: AwsResources) -> None:
     memory.put_triple(
         Triple(id="k1", workspace_id="ws1", subject="alice", predicate="said", object=long_object)
     )
-    assert [t.id for t in memory.triples_by_object("ws1", long_object)] == ["k1"]
-    assert memory.triples_by_object("ws1", long_object[:-1]) == []
+    assert [t.id for t in memory.triples_by_object("ws1", long_object, scope=WORKSPACE_WIDE)] == ["k1"]
+    assert memory.triples_by_object("ws1", long_object[:-1], scope=WORKSPACE_WIDE) == []
+
+
+def test_a_scoped_lookup_reads_on_past_pages_of_other_peoples_facts(aws: AwsResources) -> None:
+    """DynamoDB applies a FilterExpression to each page (1 MB read) before returning it: a lookup
+    whose visible facts lie behind more than a page of other people's reads on until it has them."""
+    client, calls = counting_client()
+    memory = DynamoMemoryStore(aws.memory_table, client=client)
+    theirs = MemoryScope(conversation="telegram.dm-u2", users=("u2",))
+    mine = MemoryScope(conversation="telegram.dm-u1", users=("u1",))
+    # ~2.4 KB a fact: 600 of u2's are ~1.4 MB, more than one page, all newer than u1's two.
+    facts = [
+        Triple(
+            id=f"t{i:03d}",
+            workspace_id="ws1",
+            subject="ada",
+            predicate="said",
+            object="ada " + "x" * 2000,
+            scope=theirs,
+            updated_at=NOW + timedelta(minutes=i),
+        )
+        for i in range(600)
+    ]
+    facts += [
+        Triple(
+            id=f"m{i}",
+            workspace_id="ws1",
+            subject="ada",
+            predicate="likes",
+            object="tea",
+            scope=mine,
+            updated_at=NOW,
+        )
+        for i in range(2)
+    ]
+    memory.put_triples("ws1", facts)
+    calls.clear()
+    u1 = RecallScope(session_id="telegram.dm-u1.new", users=("u1",))
+    assert [t.id for t in memory.triples_by_subject("ws1", "ada", scope=u1, limit=1)] == ["m0"]
+    assert calls.count("Query") >= 2, calls  # the first page held none of u1's
+    assert {t.id for t in memory.triples_by_subject("ws1", "ada", scope=u1)} == {"m0", "m1"}
+    assert len(memory.triples_by_subject("ws1", "ada", scope=WORKSPACE_WIDE, limit=700)) == 602
 
 
 def test_tables_in_tests_are_built_from_the_adapters_schema(aws: AwsResources) -> None:

@@ -45,7 +45,7 @@ from shared.adapters.aws.opensearch import (
     index_body,
     opensearch_client,
 )
-from shared.models import IndexDoc, IndexQuery
+from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, IndexResult, RecallScope
 
 INDEX = "mem-test"
 DIM = 4
@@ -183,7 +183,7 @@ def _doc(ws: str, doc_id: str, text: str = "hello", **kw: Any) -> IndexDoc:
 def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) -> None:
     index = _adapter(fake)
     vector = [0.1, 0.2, 0.3, 0.4]
-    index.search("ws1", IndexQuery(text="deploy the api", vector=vector, k=5))
+    index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="deploy the api", vector=vector, k=5))
 
     searches = fake.of("POST", "/_msearch")
     assert len(searches) == 1, "BM25 and k-NN must travel in one round trip"
@@ -217,14 +217,14 @@ def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) ->
 
 
 def test_text_only_sends_only_bm25(fake: FakeOpenSearch) -> None:
-    _adapter(fake).search("ws1", IndexQuery(text="alpha", k=3))
+    _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="alpha", k=3))
     lines = fake.of("POST", "/_msearch")[0].ndjson()
     assert len(lines) == 2
     assert "match" in lines[1]["query"]["bool"]["should"][0]
 
 
 def test_vector_only_sends_only_knn(fake: FakeOpenSearch) -> None:
-    _adapter(fake).search("ws1", IndexQuery(vector=[1, 0, 0, 0], k=3))
+    _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1, 0, 0, 0], k=3))
     lines = fake.of("POST", "/_msearch")[0].ndjson()
     assert len(lines) == 2
     assert set(lines[1]["query"]) == {"knn"}
@@ -233,7 +233,10 @@ def test_vector_only_sends_only_knn(fake: FakeOpenSearch) -> None:
 
 def test_tier_and_session_filters_reach_both_queries(fake: FakeOpenSearch) -> None:
     _adapter(fake).search(
-        "ws1", IndexQuery(text="x", vector=[1, 0, 0, 0], tiers=["summary", "fact"], session_id="s1")
+        "ws1",
+        IndexQuery(
+            scope=WORKSPACE_WIDE, text="x", vector=[1, 0, 0, 0], tiers=["summary", "fact"], session_id="s1"
+        ),
     )
     _, bm25, _, knn = fake.of("POST", "/_msearch")[0].ndjson()
     expected = [
@@ -245,11 +248,67 @@ def test_tier_and_session_filters_reach_both_queries(fake: FakeOpenSearch) -> No
     assert knn["query"]["knn"]["vector"]["filter"] == {"bool": {"filter": expected}}
 
 
+def test_the_scope_is_one_filter_clause_in_both_queries_before_ranking(fake: FakeOpenSearch) -> None:
+    scope = RecallScope(session_id="s1", conversation="slack.team", users=("u1", "u2"), shared=True)
+    _adapter(fake).search("ws1", IndexQuery(scope=scope, text="x", vector=[1, 0, 0, 0], k=4))
+    _, bm25, _, knn = fake.of("POST", "/_msearch")[0].ndjson()
+    # shared.memory.scope.visible: any clause admits a document.
+    clause = {
+        "bool": {
+            "should": [
+                {"term": {"session_id": "s1"}},
+                {"term": {"scope.conversation": "slack.team"}},
+                {"terms": {"scope.users": ["u1", "u2"]}},
+                {"term": {"scope.shared": True}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    expected = [{"term": {"workspace_id": "ws1"}}, clause]
+    assert bm25["query"]["bool"]["filter"] == expected
+    # Inside the knn query's own filter (efficient filtering): the k nearest visible documents.
+    assert knn["query"]["knn"]["vector"] == {
+        "vector": [1, 0, 0, 0],
+        "k": 4,
+        "filter": {"bool": {"filter": expected}},
+    }
+
+
+def test_a_workspace_wide_read_adds_no_scope_clause_and_an_empty_scope_sends_nothing(
+    fake: FakeOpenSearch,
+) -> None:
+    index = _adapter(fake)
+    index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="x"))
+    _, bm25 = fake.of("POST", "/_msearch")[0].ndjson()
+    assert bm25["query"]["bool"]["filter"] == [{"term": {"workspace_id": "ws1"}}]
+    # A scope with no clause admits nothing: answered without a round trip.
+    assert (
+        index.search("ws1", IndexQuery(scope=RecallScope(), text="x", vector=[1, 0, 0, 0])) == IndexResult()
+    )
+    assert len(fake.of("POST", "/_msearch")) == 1
+
+
+def test_an_index_without_the_scope_fields_gets_them_by_put_mapping(fake: FakeOpenSearch) -> None:
+    old = index_body(dimension=DIM)["mappings"]
+    del old["properties"]["scope"]
+    fake.mappings[INDEX] = old
+    fake.override = lambda req: (200, {"acknowledged": True}) if req.method == "PUT" else None
+    _adapter(fake).count("ws1")
+    (put,) = fake.of("PUT", f"/{INDEX}/_mapping")
+    assert put.json() == {
+        "properties": {"scope": index_body(dimension=DIM)["mappings"]["properties"]["scope"]}
+    }
+    # An index that has them is left alone.
+    fake.mappings[INDEX] = index_body(dimension=DIM)["mappings"]
+    _adapter(fake).count("ws1")
+    assert len(fake.of("PUT", f"/{INDEX}/_mapping")) == 1
+
+
 def test_no_query_and_no_tiers_need_no_round_trip(fake: FakeOpenSearch) -> None:
     index = _adapter(fake)
-    assert index.search("ws1", IndexQuery()).text_hits == []
-    assert index.search("ws1", IndexQuery(text="  ")).text_hits == []
-    assert index.search("ws1", IndexQuery(text="x", tiers=[])).text_hits == []
+    assert index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE)).text_hits == []
+    assert index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="  ")).text_hits == []
+    assert index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="x", tiers=[])).text_hits == []
     assert fake.of("POST", "/_msearch") == []
 
 
@@ -261,7 +320,7 @@ def test_each_sub_response_becomes_its_own_ranking(fake: FakeOpenSearch) -> None
         _search_response([_hit(a, 2.5), _hit(b, 1.0)]),
         _search_response([_hit(b, 0.9)]),
     ]
-    result = _adapter(fake).search("ws1", IndexQuery(text="alpha", vector=[1, 0, 0, 0]))
+    result = _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="alpha", vector=[1, 0, 0, 0]))
     assert [(h.doc.id, h.score) for h in result.text_hits] == [("a", 2.5), ("b", 1.0)]
     assert [(h.doc.id, h.score) for h in result.vector_hits] == [("b", 0.9)]
     assert result.text_hits[0].doc == a
@@ -274,12 +333,14 @@ def test_a_failed_sub_search_raises_with_the_servers_reason(fake: FakeOpenSearch
         {"status": 400, "error": {"type": "unsupported_operation_exception", "reason": "no knn here"}},
     ]
     with pytest.raises(OpenSearchIndexError, match=r"vector search .* no knn here"):
-        _adapter(fake).search("ws1", IndexQuery(text="a", vector=[1, 0, 0, 0]))
+        _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="a", vector=[1, 0, 0, 0]))
 
 
 def test_a_zero_query_vector_sends_no_knn(fake: FakeOpenSearch) -> None:
     # Cosine similarity to a zero vector is undefined; the embedded index returns no vector hits too.
-    result = _adapter(fake).search("ws1", IndexQuery(text="a", vector=[0.0, 0.0, 0.0, 0.0]))
+    result = _adapter(fake).search(
+        "ws1", IndexQuery(scope=WORKSPACE_WIDE, text="a", vector=[0.0, 0.0, 0.0, 0.0])
+    )
     assert result.vector_hits == []
     lines = fake.of("POST", "/_msearch")[0].ndjson()
     assert len(lines) == 2 and "knn" not in lines[1]["query"]
@@ -287,7 +348,7 @@ def test_a_zero_query_vector_sends_no_knn(fake: FakeOpenSearch) -> None:
 
 def test_query_vector_of_the_wrong_dimension_is_refused_locally(fake: FakeOpenSearch) -> None:
     with pytest.raises(ValueError, match="3 dimensions"):
-        _adapter(fake).search("ws1", IndexQuery(vector=[1, 0, 0]))
+        _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, vector=[1, 0, 0]))
     assert fake.of("POST", "/_msearch") == []
 
 
@@ -318,7 +379,7 @@ def test_index_is_created_once_with_the_knn_mapping(fake: FakeOpenSearch) -> Non
     index = _adapter(fake)
     index.count("ws1")
     index.count("ws1")
-    index.search("ws1", IndexQuery(text="x"))
+    index.search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="x"))
 
     assert len(fake.of("GET", "/_mapping")) == 1
     (create,) = fake.of("PUT", f"/{INDEX}")
@@ -335,6 +396,14 @@ def test_index_is_created_once_with_the_knn_mapping(fake: FakeOpenSearch) -> Non
         assert props[keyword] == {"type": "keyword"}
     assert props["created_at"] == {"type": "date"}
     assert props["metadata"] == {"type": "object", "enabled": False}
+    assert props["scope"] == {
+        "properties": {
+            "conversation": {"type": "keyword"},
+            "users": {"type": "keyword"},
+            "group": {"type": "boolean"},
+            "shared": {"type": "boolean"},
+        }
+    }
     assert body["mappings"]["dynamic"] == "strict"
 
 

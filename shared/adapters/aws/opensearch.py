@@ -10,6 +10,14 @@ A document's conversational context (the neighbouring messages the memory writer
 (`CONTEXT_BOOST`), as the embedded index weights its FTS5 context column; `_source` holds it there
 and not in `metadata`, so it is stored once, and hits give it back in metadata as written.
 
+Scopes (shared.memory.scope.visible): each document's `scope` object is mapped (conversation and
+users as keywords, group and shared as booleans), and every search adds one filter clause, a
+`bool` of `should` clauses with minimum_should_match 1 (its session, its conversation, one of its
+users, shared), to the BM25 query's filters and to the k-NN query's own `filter`, so k-NN ranks
+only the visible documents. A document without a scope (written before scopes existed) matches
+only its session's clause. An index created before scopes gets the fields by put_mapping on
+first use (adding fields to a strict mapping is allowed).
+
 Search sends the BM25 and the k-NN query in one `_msearch` request (one round trip) and returns
 both rankings untouched: fusing them is shared code above the port (shared.memory.fusion).
 
@@ -38,7 +46,16 @@ from shared import serde
 from shared.errors import SigilError
 from shared.memory.search import CONTEXT_KEY
 from shared.memory.vectors import usable_vector
-from shared.models import ID_PATTERN, IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryTier
+from shared.models import (
+    ID_PATTERN,
+    IndexDoc,
+    IndexHit,
+    IndexQuery,
+    IndexResult,
+    MemoryScope,
+    MemoryTier,
+    RecallScope,
+)
 
 if TYPE_CHECKING:
     from botocore.credentials import Credentials
@@ -61,6 +78,17 @@ _WORKSPACE_RE = re.compile(ID_PATTERN)
 CONTEXT_BOOST = 0.5
 # The english analyser stems ("deployed" finds "deploy") and drops stop words.
 _TEXT_FIELD: dict[str, Any] = {"type": "text", "analyzer": "english"}
+# MemoryScope, as the filters match it (exact values: keywords and booleans).
+_SCOPE_FIELD: dict[str, Any] = {
+    "properties": {
+        "conversation": {"type": "keyword"},
+        "users": {"type": "keyword"},
+        "group": {"type": "boolean"},
+        "shared": {"type": "boolean"},
+    }
+}
+# Records whose documents stamp_scopes looks up per request (each a terms and a prefix clause).
+_STAMP_CHUNK = 100
 
 Refresh = Literal["wait_for", "true", "false"]
 Engine = Literal["lucene", "faiss"]
@@ -156,6 +184,7 @@ def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -
         "context": dict(_TEXT_FIELD),
         "created_at": {"type": "date"},
         "metadata": {"type": "object", "enabled": False},
+        "scope": _copy_field(_SCOPE_FIELD),
     }
     settings: dict[str, Any] = {}
     if knn:
@@ -248,7 +277,7 @@ class OpenSearchIndex:
                 mapping = None
             if mapping is not None:
                 self._check_mapping(mapping)
-                self._add_context_field(mapping)
+                self._add_missing_fields(mapping)
             self._ready = True
 
     def _create_index(self) -> None:
@@ -275,15 +304,22 @@ class OpenSearchIndex:
                     "point the adapter at a new index for this embedding model and reindex into it"
                 )
 
-    def _add_context_field(self, response: Mapping[str, Any]) -> None:
-        """An index created before the `context` field gets it (adding a field to a strict
-        mapping is allowed; without it, every write of a document with context is refused)."""
+    def _add_missing_fields(self, response: Mapping[str, Any]) -> None:
+        """An index created before the `context` or the `scope` field gets it (adding a field to
+        a strict mapping is allowed; without it, every write of a document with one is refused,
+        and a scope filter on an unmapped field would match nothing)."""
+        wanted: dict[str, Any] = {"context": dict(_TEXT_FIELD), "scope": _copy_field(_SCOPE_FIELD)}
+        missing: dict[str, Any] = {}
         for concrete in response.values():
-            if "context" not in concrete.get("mappings", {}).get("properties", {}):
-                self.client.indices.put_mapping(
-                    index=self.index, body={"properties": {"context": dict(_TEXT_FIELD)}}
-                )
-                return
+            properties = concrete.get("mappings", {}).get("properties", {})
+            for name, field in wanted.items():
+                have = properties.get(name)
+                if have is None or (
+                    name == "scope" and set(have.get("properties", {})) != set(field["properties"])
+                ):
+                    missing[name] = field
+        if missing:
+            self.client.indices.put_mapping(index=self.index, body={"properties": missing})
 
     # ------------------------------------------------------------ MemoryIndex
 
@@ -344,12 +380,15 @@ class OpenSearchIndex:
                 raise ValueError(
                     f"query vector has {len(vector)} dimensions; index {self.index} holds {self.dimension}"
                 )
-        # No tier allowed matches nothing: answer without a round trip.
-        if (text is None and vector is None) or query.tiers == []:
+        visible = scope_clause(query.scope)
+        # No tier allowed, or a scope that admits nothing, matches nothing: no round trip.
+        if (text is None and vector is None) or query.tiers == [] or visible == _NOTHING:
             return IndexResult()
         self.ensure_index()
 
         filters = _filters(workspace_id, query)
+        if visible is not None:
+            filters.append(visible)
         header = {"index": self.index, "routing": workspace_id}
         searches: list[dict[str, Any]] = []
         parts: list[Literal["text", "vector"]] = []
@@ -411,6 +450,60 @@ class OpenSearchIndex:
         with _translate_errors(f"listing documents without vectors in {self.index}"):
             response = self.client.search(index=self.index, body=body, routing=workspace_id)
         return [_from_source(hit["_source"]) for hit in response["hits"]["hits"]]
+
+    def stamp_scopes(self, workspace_id: str, scopes: Mapping[str, MemoryScope]) -> int:
+        """Each record's documents (its id, and its chunks `{id}#{i}`, shared.memory.writer) get
+        the scope by a partial update (bulk `update` with `doc`): osmem-server has no scripted
+        _update_by_query, and a partial update leaves the text and vector as they are."""
+        _check_workspace(workspace_id)
+        if not scopes:
+            return 0
+        self.ensure_index()
+        actions: list[dict[str, Any]] = []
+        ids = list(scopes)
+        for start in range(0, len(ids), _STAMP_CHUNK):
+            part = ids[start : start + _STAMP_CHUNK]
+            for hit in self._documents_of(workspace_id, part):
+                source = hit["_source"]
+                doc_id = str(source["id"])
+                scope = scopes.get(doc_id) or scopes.get(doc_id.split("#", 1)[0])
+                if scope is None:
+                    continue
+                jsonable = serde.to_jsonable(scope)
+                if source.get("scope") == jsonable:
+                    continue
+                actions.append(
+                    {
+                        "_op_type": "update",
+                        "_index": self.index,
+                        "_id": hit["_id"],
+                        "_routing": workspace_id,
+                        "doc": {"scope": jsonable},
+                    }
+                )
+        if actions:
+            self._bulk(actions, "update", ok_statuses=(404,))
+        return len(actions)
+
+    def _documents_of(self, workspace_id: str, record_ids: Sequence[str]) -> list[dict[str, Any]]:
+        body = {
+            "size": 10_000,
+            "track_total_hits": False,
+            "_source": ["id", "scope"],
+            "query": {
+                "bool": {
+                    "filter": [{"term": {"workspace_id": workspace_id}}],
+                    "should": [
+                        {"terms": {"id": list(record_ids)}},
+                        *({"prefix": {"id": f"{r}#"}} for r in record_ids),
+                    ],
+                    "minimum_should_match": 1,
+                }
+            },
+        }
+        with _translate_errors(f"finding documents to stamp in {self.index}"):
+            response = self.client.search(index=self.index, body=body, routing=workspace_id)
+        return list(response["hits"]["hits"])
 
     # ------------------------------------------------------------ request bodies
 
@@ -509,6 +602,35 @@ def _check_workspace(workspace_id: str) -> None:
 
 def _doc_key(workspace_id: str, doc_id: str) -> str:
     return f"{workspace_id}:{doc_id}"
+
+
+def _copy_field(field: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (_copy_field(v) if isinstance(v, Mapping) else v) for k, v in field.items()}
+
+
+# A scope that admits nothing (no clause): search answers without a round trip.
+_NOTHING: dict[str, Any] = {"match_none": {}}
+
+
+def scope_clause(scope: RecallScope) -> dict[str, Any] | None:
+    """shared.memory.scope.visible as a filter clause; None for a workspace-wide scope.
+
+    A document written before scopes has `scope` null: only its session's clause can match it.
+    """
+    if scope.workspace_wide:
+        return None
+    should: list[dict[str, Any]] = []
+    if scope.session_id is not None:
+        should.append({"term": {"session_id": scope.session_id}})
+    if scope.conversation is not None:
+        should.append({"term": {"scope.conversation": scope.conversation}})
+    if scope.users:
+        should.append({"terms": {"scope.users": list(scope.users)}})
+    if scope.shared:
+        should.append({"term": {"scope.shared": True}})
+    if not should:
+        return _NOTHING
+    return {"bool": {"should": should, "minimum_should_match": 1}}
 
 
 def _filters(workspace_id: str, query: IndexQuery) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ the busy timeout instead of failing.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
@@ -20,6 +21,8 @@ from typing import Any
 
 import apsw
 import sqlite_vec
+
+from shared.models import MemoryScope, RecallScope
 
 logger = logging.getLogger(__name__)
 
@@ -236,3 +239,59 @@ class Database:
     def schema_version(self, component: str) -> int:
         row = self.query_one("SELECT version FROM schema_version WHERE component = ?", (component,))
         return int(row[0]) if row else 0
+
+
+def scope_filter(scope: RecallScope, prefix: str = "") -> tuple[str, list[Any]]:
+    """shared.memory.scope.visible as SQL: " AND (...)" over a table's scope columns.
+
+    The columns (prefixed with `prefix`, a table alias and its dot): session_id,
+    scope_conversation, scope_users (a JSON array) and scope_shared (0/1). A row written before
+    scopes existed has NULL conversation and users and scope_shared 0, so only its session (or a
+    workspace-wide read) reaches it. Empty for a workspace-wide scope; " AND 0" for one that
+    admits nothing.
+    """
+    if scope.workspace_wide:
+        return "", []
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope.session_id is not None:
+        clauses.append(f"{prefix}session_id = ?")
+        params.append(scope.session_id)
+    if scope.conversation is not None:
+        clauses.append(f"{prefix}scope_conversation = ?")
+        params.append(scope.conversation)
+    if scope.users:
+        # A record names one or two users: json_each over its array is a few steps per row.
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM json_each({prefix}scope_users) "
+            f"WHERE value IN ({', '.join('?' for _ in scope.users)}))"
+        )
+        params.extend(scope.users)
+    if scope.shared:
+        clauses.append(f"{prefix}scope_shared = 1")
+    if not clauses:
+        return " AND 0", []
+    return f" AND ({' OR '.join(clauses)})", params
+
+
+def scope_columns(scope: MemoryScope | None) -> tuple[int, str | None, str | None, int]:
+    """(scoped, scope_conversation, scope_users, scope_shared) of a record, for scope_filter."""
+    if scope is None:
+        return 0, None, None, 0
+    return 1, scope.conversation, json.dumps(list(scope.users)), int(scope.shared)
+
+
+# The same columns filled from a stored document's JSON: a migration's backfill of rows written
+# before the columns existed (their documents have no scope, so this gives 0, NULL, NULL, 0).
+SCOPE_COLUMNS_FROM_DOC = (
+    "scoped = json_extract(doc, '$.scope') IS NOT NULL, "
+    "scope_conversation = json_extract(doc, '$.scope.conversation'), "
+    "scope_users = json_extract(doc, '$.scope.users'), "
+    "scope_shared = COALESCE(json_extract(doc, '$.scope.shared'), 0)"
+)
+SCOPE_COLUMNS_DDL = [
+    "scoped INTEGER NOT NULL DEFAULT 0",
+    "scope_conversation TEXT",
+    "scope_users TEXT",
+    "scope_shared INTEGER NOT NULL DEFAULT 0",
+]

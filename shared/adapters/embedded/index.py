@@ -5,26 +5,40 @@ its vector in the vec0 table of the vector's dimension. Vector tables are made o
 per dimension, so switching embedding models never mixes incomparable vectors. The workspace is
 vec0's partition key, and tier and session are metadata columns, so k-NN filters before ranking
 and k hits come back even when most of the index belongs to other workspaces or tiers.
+
+Scopes (shared.memory.scope.visible) are columns of `index_docs` (scope_conversation, scope_users
+as a JSON array, scope_shared) matched by db.scope_filter: in the FTS5 query's WHERE, and for
+k-NN as a `rowid IN (...)` prefilter that sqlite-vec applies before ranking, as the in-memory copy
+applies the same rule as a mask before its top-k.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import apsw
 import numpy as np
 
 from shared import serde
-from shared.adapters.embedded.db import Database, first
+from shared.adapters.embedded.db import (
+    SCOPE_COLUMNS_DDL,
+    SCOPE_COLUMNS_FROM_DOC,
+    Database,
+    first,
+    scope_columns,
+    scope_filter,
+)
 from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
-from shared.memory.search import CONTEXT_KEY
+from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
 from shared.memory.vectors import usable_vector
-from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryTier
+from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryScope, MemoryTier
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +86,13 @@ _MIGRATIONS = [
         generation INTEGER NOT NULL
     ) WITHOUT ROWID;
     """,
+    # Scopes: the columns db.scope_filter matches, and the record a document indexes (itself, or
+    # the record its chunk names in metadata "record_id"), which stamp_scopes looks documents up
+    # by. Documents written before have no scope: their own session and workspace-wide reads only.
+    "".join(f"ALTER TABLE index_docs ADD COLUMN {c};\n" for c in ["record_id TEXT", *SCOPE_COLUMNS_DDL])
+    + f"UPDATE index_docs SET record_id = COALESCE(json_extract(doc, '$.metadata.{RECORD_ID_KEY}'), id), "
+    f"{SCOPE_COLUMNS_FROM_DOC};\n"
+    "CREATE INDEX index_docs_by_record ON index_docs (workspace_id, record_id);\n",
 ]
 
 # BM25 weight of a document's context (metadata CONTEXT_KEY) relative to its own text.
@@ -109,6 +130,35 @@ def _load_doc(doc: str, vector: bytes | None) -> IndexDoc:
         # were validated on the way in, and validating 384 of them per hit is not free.
         parsed.vector = np.frombuffer(vector, dtype="<f8").tolist()
     return parsed
+
+
+# What a shard needs of a document, read by _cached_doc.
+_CACHED_COLUMNS = (
+    "d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
+    "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context, "
+    "d.scoped, d.scope_conversation, d.scope_users, d.scope_shared"
+)
+
+
+def _cached_doc(row: Sequence[Any]) -> CachedDoc:
+    rowid, doc_id, tier, session_id, dim, blob, legacy, text, context, scoped, conv, users, shared = row
+    vector: Sequence[float] | None = None
+    if dim:  # set only for a usable vector
+        if blob is not None:
+            vector = struct.unpack(f"<{len(blob) // 8}d", blob)
+        elif legacy is not None:
+            vector = serde.loads(IndexDoc, legacy).vector
+    # The columns, not the JSON document: parsing 100k documents would double a shard's build.
+    scope = (
+        MemoryScope(
+            conversation=None if conv is None else str(conv),
+            users=tuple(json.loads(str(users))) if users else (),
+            shared=bool(shared),
+        )
+        if scoped
+        else None
+    )
+    return CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector, scope)
 
 
 def _vec_table(dim: int) -> str:
@@ -174,8 +224,9 @@ class SqliteMemoryIndex:
                 dim = len(vector) if vector else None
                 context = doc.metadata.get(CONTEXT_KEY, "")
                 conn.execute(
-                    "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc, vector) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc, vector, "
+                    "record_id, scoped, scope_conversation, scope_users, scope_shared) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         workspace_id,
                         doc.id,
@@ -184,6 +235,8 @@ class SqliteMemoryIndex:
                         dim,
                         serde.dumps(doc.model_copy(update={"vector": None})),
                         _pack64(doc.vector) if doc.vector is not None else None,
+                        doc.metadata.get(RECORD_ID_KEY, doc.id),
+                        *scope_columns(doc.scope),
                     ),
                 )
                 rowid = conn.last_insert_rowid()
@@ -199,7 +252,9 @@ class SqliteMemoryIndex:
                         (rowid, workspace_id, _pack(vector), doc.tier, doc.session_id or ""),
                     )
                 added.append(
-                    CachedDoc(rowid, doc.id, doc.tier, doc.session_id or "", doc.text, context, vector)
+                    CachedDoc(
+                        rowid, doc.id, doc.tier, doc.session_id or "", doc.text, context, vector, doc.scope
+                    )
                 )
         self._after_write(workspace_id, generation, nested, [d.id for d in docs], added)
 
@@ -311,8 +366,12 @@ class SqliteMemoryIndex:
             text: list[tuple[int, float]] = []
             if query.text:
                 terms = self._terms(query.text, apsw.FTS5_TOKENIZE_QUERY)[: self._max_query_terms]
-                text = shard.text_search(terms, query.k, query.tiers, query.session_id)
-            vec = shard.vector_search(vector, query.k, query.tiers, query.session_id) if vector else []
+                text = shard.text_search(terms, query.k, query.tiers, query.session_id, query.scope)
+            vec = (
+                shard.vector_search(vector, query.k, query.tiers, query.session_id, query.scope)
+                if vector
+                else []
+            )
             return text, vec
 
     def _terms(self, text: str, reason: int) -> list[str]:
@@ -373,20 +432,12 @@ class SqliteMemoryIndex:
                 prefilter_min_rows=self._knn_exact_below,
             )
             rows = conn.execute(
-                "SELECT d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
-                "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context "
-                "FROM index_docs d JOIN index_text t ON t.rowid = d.rowid "
+                f"SELECT {_CACHED_COLUMNS} FROM index_docs d JOIN index_text t ON t.rowid = d.rowid "
                 "WHERE d.workspace_id = ? ORDER BY d.rowid",
                 (workspace_id,),
             )
-            for rowid, doc_id, tier, session_id, dim, blob, legacy, text, context in rows:
-                vector: Sequence[float] | None = None
-                if dim:  # set only for a usable vector
-                    if blob is not None:
-                        vector = struct.unpack(f"<{len(blob) // 8}d", blob)
-                    elif legacy is not None:
-                        vector = serde.loads(IndexDoc, legacy).vector
-                shard.add(CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector))
+            for row in rows:
+                shard.add(_cached_doc(row))
         if count >= 10_000:
             logger.info(
                 "memory index: %d documents of a workspace loaded in %.1f s",
@@ -428,6 +479,7 @@ class SqliteMemoryIndex:
     # ------------------------------------------------------------------ reads in SQL
 
     def _filters(self, query: IndexQuery, prefix: str) -> tuple[str, list[object]]:
+        """Tier and session filters, on index_docs (prefix "d.") or a vec0 table's metadata ("")."""
         sql: str = ""
         params: list[object] = []
         if query.tiers is not None:
@@ -443,6 +495,9 @@ class SqliteMemoryIndex:
         if match is None:
             return []
         filters, params = self._filters(query, "d.")
+        visible, scope_params = scope_filter(query.scope, "d.")
+        filters += visible
+        params += scope_params
         rank = f"bm25(index_text, 1.0, {self._context_weight!r})"
         # Rowids first, documents after: SQLite would otherwise read every matching document's
         # JSON to feed the sorter, not just the k it keeps.
@@ -466,6 +521,12 @@ class SqliteMemoryIndex:
         if not self._has_vec_table(conn, dim):
             return []
         filters, params = self._filters(query, "")
+        visible, scope_params = scope_filter(query.scope)
+        if visible:
+            # vec0 cannot OR its metadata columns, but it applies a rowid IN (...) constraint
+            # before ranking: the k nearest of the visible documents, not k filtered afterwards.
+            filters += f" AND rowid IN (SELECT rowid FROM index_docs WHERE workspace_id = ?{visible})"
+            params += [workspace_id, *scope_params]
         ranked = [
             (int(rowid), 1.0 - float(distance))
             for rowid, distance in conn.execute(
@@ -495,3 +556,48 @@ class SqliteMemoryIndex:
             (workspace_id, tier, limit),
         )
         return [_load_doc(str(row[0]), None) for row in rows]
+
+    # ------------------------------------------------------------------ scopes
+
+    def stamp_scopes(self, workspace_id: str, scopes: Mapping[str, MemoryScope]) -> int:
+        if not scopes:
+            return 0
+        nested = self._db.connection().in_transaction
+        changed: list[CachedDoc] = []
+        generation = 0
+        with self._db.transaction() as conn:
+            ids = list(scopes)
+            for start in range(0, len(ids), 400):
+                part = ids[start : start + 400]
+                marks = ", ".join("?" for _ in part)
+                rows = list(
+                    conn.execute(
+                        f"SELECT {_CACHED_COLUMNS}, d.doc, d.record_id FROM index_docs d "
+                        "JOIN index_text t ON t.rowid = d.rowid "
+                        f"WHERE d.workspace_id = ? AND (d.record_id IN ({marks}) OR d.id IN ({marks}))",
+                        [workspace_id, *part, *part],
+                    )
+                )
+                for row in rows:
+                    doc_id, record_id = str(row[1]), str(row[-1])
+                    scope = scopes.get(doc_id) or scopes[record_id]
+                    parsed: IndexDoc = serde.loads(IndexDoc, str(row[-2]))
+                    if parsed.scope == scope:
+                        continue
+                    conn.execute(
+                        "UPDATE index_docs SET doc = ?, scoped = ?, scope_conversation = ?, "
+                        "scope_users = ?, scope_shared = ? WHERE rowid = ?",
+                        (
+                            serde.dumps(parsed.model_copy(update={"scope": scope})),
+                            *scope_columns(scope),
+                            row[0],
+                        ),
+                    )
+                    cached = _cached_doc(row[:-2])
+                    cached.scope = scope
+                    changed.append(cached)
+            if changed:
+                generation = self._bump(conn, workspace_id)
+        if changed:
+            self._after_write(workspace_id, generation, nested, [], changed)
+        return len(changed)

@@ -18,6 +18,11 @@ weighted frequency, context weighted `context_weight`; IDF log((N - n + 0.5) / (
 floored at 1e-6), over the same tokens (FTS5's porter tokenizer), except that N, n and the
 average length are the workspace's own rather than the whole file's: another workspace's words
 never move this one's ranking.
+
+Scopes: each document's conversation, users and shared flag are held beside its tier and session,
+and a search's RecallScope becomes a boolean mask (shared.memory.scope.visible, vectorised) taken
+before the top k, as the SQL paths filter in their WHERE: k hits come back even when most of the
+workspace is out of scope. BM25's statistics stay the workspace's, as FTS5's are the file's.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from shared.models import MemoryScope, RecallScope
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -122,6 +129,7 @@ class CachedDoc:
     text: str
     context: str
     vector: Sequence[float] | None  # usable (finite, non-zero) or None
+    scope: MemoryScope | None = None  # None: written before scopes existed
 
 
 class Shard:
@@ -147,6 +155,11 @@ class Shard:
         self.session = _Grow(np.int32)
         self.length = _Grow(np.float32)
         self.sessions: dict[str, int] = {}
+        self.conversation = _Grow(np.int32)  # code in self.conversations; -1: none
+        self.conversations: dict[str, int] = {}
+        self.shared = _Grow(np.bool_)
+        # user -> positions of the documents naming them (dead positions included: masked by alive).
+        self.users: dict[str, array[int]] = {}
         # term -> (positions int32, weighted frequency float32), appended as documents arrive.
         self.postings: dict[str, tuple[array[int], array[float]]] = {}
         self.vectors: dict[int, _Vectors] = {}
@@ -183,6 +196,16 @@ class Shard:
         self.tier.append(TIERS.index(doc.tier) if doc.tier in TIERS else -1)
         self.session.append(self.sessions.setdefault(doc.session_id, len(self.sessions)))
         self.length.append(length)
+        scope = doc.scope
+        if scope is not None and scope.conversation is not None:
+            self.conversation.append(
+                self.conversations.setdefault(scope.conversation, len(self.conversations))
+            )
+        else:
+            self.conversation.append(-1)
+        self.shared.append(scope is not None and scope.shared)
+        for user in scope.users if scope is not None else ():
+            self.users.setdefault(user, array("i")).append(pos)
         if doc.vector is not None:
             v = np.asarray(doc.vector, dtype=np.float32)
             v /= np.float32(np.linalg.norm(v))
@@ -209,9 +232,13 @@ class Shard:
 
     # ------------------------------------------------------------------ reads
 
-    def _filter(self, tiers: Sequence[str] | None, session_id: str | None) -> npt.NDArray[np.bool_] | None:
+    def _filter(
+        self, tiers: Sequence[str] | None, session_id: str | None, scope: RecallScope | None = None
+    ) -> npt.NDArray[np.bool_] | None:
         """Positions a search may return; None: all of them (no filter, nothing dead)."""
-        if tiers is None and session_id is None and self.dead == 0:
+        if scope is not None and scope.workspace_wide:
+            scope = None
+        if tiers is None and session_id is None and scope is None and self.dead == 0:
             return None
         mask = self.alive.view().copy()
         if tiers is not None:
@@ -223,10 +250,37 @@ class Shard:
                 mask[:] = False
             else:
                 mask &= self.session.view() == code
+        if scope is not None:
+            mask &= self._visible(scope)
         return mask
 
+    def _visible(self, scope: RecallScope) -> npt.NDArray[np.bool_]:
+        """shared.memory.scope.visible over every position: any clause of the scope admits."""
+        seen = np.zeros(self.size, dtype=np.bool_)
+        if scope.session_id is not None and (code := self.sessions.get(scope.session_id)) is not None:
+            seen |= self.session.view() == code
+        if (
+            scope.conversation is not None
+            and (code := self.conversations.get(scope.conversation)) is not None
+        ):
+            seen |= self.conversation.view() == code
+        for user in scope.users:
+            positions = self.users.get(user)
+            if positions:
+                at = np.frombuffer(positions, dtype=np.int32)
+                seen[at] = True
+                del at  # a view of the array: released before anything appends to it
+        if scope.shared:
+            seen |= self.shared.view()
+        return seen
+
     def text_search(
-        self, terms: Iterable[str], k: int, tiers: Sequence[str] | None, session_id: str | None
+        self,
+        terms: Iterable[str],
+        k: int,
+        tiers: Sequence[str] | None,
+        session_id: str | None,
+        scope: RecallScope | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, bm25) of the k best documents matching any of `terms`, best first."""
         n_docs = self.live
@@ -255,12 +309,17 @@ class Shard:
             scores[pos] += part * live
             matched[pos] |= live
             del pos, freq  # views of the arrays: released before anything appends to them
-        allowed = self._filter(tiers, session_id)
+        allowed = self._filter(tiers, session_id, scope)
         candidates = np.flatnonzero(matched if allowed is None else matched & allowed)
         return self._top(candidates, scores[candidates], k)
 
     def vector_search(
-        self, vector: Sequence[float], k: int, tiers: Sequence[str] | None, session_id: str | None
+        self,
+        vector: Sequence[float],
+        k: int,
+        tiers: Sequence[str] | None,
+        session_id: str | None,
+        scope: RecallScope | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, cosine similarity) of the k nearest documents with a vector of this width."""
         vecs = self.vectors.get(len(vector))
@@ -269,7 +328,7 @@ class Shard:
         q = np.asarray(vector, dtype=np.float32)
         q /= np.float32(np.linalg.norm(q))
         positions = vecs.positions.view()
-        allowed = self._filter(tiers, session_id)
+        allowed = self._filter(tiers, session_id, scope)
         keep = None if allowed is None else allowed[positions]
         if keep is not None and not keep.any():
             return []

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import apsw
 
 from shared import serde
-from shared.adapters.embedded.db import Database, to_us
+from shared.adapters.embedded.db import (
+    SCOPE_COLUMNS_DDL,
+    SCOPE_COLUMNS_FROM_DOC,
+    Database,
+    scope_columns,
+    scope_filter,
+    to_us,
+)
 from shared.memory.keys import normalize_key
-from shared.models import MemoryRecord, Summary, Triple
+from shared.models import MemoryRecord, MemoryScope, MemoryTier, RecallScope, Summary, Triple
 
 _MIGRATIONS = [
     """
@@ -54,7 +62,32 @@ _MIGRATIONS = [
     ALTER TABLE memory_triples ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
     UPDATE memory_triples SET status = COALESCE(json_extract(doc, '$.status'), 'active');
     """,
+    # Scopes (shared.memory.scope): columns that scope_filter reads in each cross-session query.
+    # Rows written before have no scope (scoped 0, NULL columns): visible only in their own
+    # session or workspace-wide until maintenance's backfill stamps them (the partial indexes
+    # find them). A triple's session becomes a column too: its own-session clause reads it.
+    "ALTER TABLE memory_messages ADD COLUMN scoped INTEGER NOT NULL DEFAULT 0;\n"
+    "UPDATE memory_messages SET scoped = json_extract(doc, '$.scope') IS NOT NULL;\n"
+    "CREATE INDEX memory_messages_unscoped ON memory_messages (workspace_id) WHERE scoped = 0;\n"
+    + "".join(f"ALTER TABLE memory_summaries ADD COLUMN {c};\n" for c in SCOPE_COLUMNS_DDL)
+    + f"UPDATE memory_summaries SET {SCOPE_COLUMNS_FROM_DOC};\n"
+    "CREATE INDEX memory_summaries_unscoped ON memory_summaries (workspace_id) WHERE scoped = 0;\n"
+    "ALTER TABLE memory_triples ADD COLUMN session_id TEXT;\n"
+    + "".join(f"ALTER TABLE memory_triples ADD COLUMN {c};\n" for c in SCOPE_COLUMNS_DDL)
+    + f"UPDATE memory_triples SET session_id = json_extract(doc, '$.session_id'), {SCOPE_COLUMNS_FROM_DOC};\n"
+    "CREATE INDEX memory_triples_unscoped ON memory_triples (workspace_id) WHERE scoped = 0;\n",
 ]
+
+_TABLES: dict[MemoryTier, str] = {
+    "message": "memory_messages",
+    "summary": "memory_summaries",
+    "fact": "memory_triples",
+}
+_MODELS: dict[MemoryTier, type[MemoryRecord] | type[Summary] | type[Triple]] = {
+    "message": MemoryRecord,
+    "summary": Summary,
+    "fact": Triple,
+}
 
 
 def _check_workspace(expected: str, actual: str, what: str) -> None:
@@ -77,9 +110,16 @@ def insert_messages(conn: apsw.Connection, workspace_id: str, records: Sequence[
         # The first write of an id wins: a redelivered turn re-appending the same messages must
         # not rewrite or duplicate them.
         conn.execute(
-            "INSERT INTO memory_messages (workspace_id, id, session_id, seq, doc) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO NOTHING",
-            (workspace_id, record.id, record.session_id, record.seq, serde.dumps(record)),
+            "INSERT INTO memory_messages (workspace_id, id, session_id, seq, doc, scoped) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO NOTHING",
+            (
+                workspace_id,
+                record.id,
+                record.session_id,
+                record.seq,
+                serde.dumps(record),
+                int(record.scope is not None),
+            ),
         )
 
 
@@ -125,10 +165,13 @@ class SqliteMemoryStore:
 
     def put_summary(self, summary: Summary) -> None:
         self._db.execute(
-            "INSERT INTO memory_summaries (workspace_id, id, session_id, start_us, end_us, doc) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
+            "INSERT INTO memory_summaries (workspace_id, id, session_id, start_us, end_us, doc, "
+            "scoped, scope_conversation, scope_users, scope_shared) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
             "session_id = excluded.session_id, start_us = excluded.start_us, "
-            "end_us = excluded.end_us, doc = excluded.doc",
+            "end_us = excluded.end_us, doc = excluded.doc, scoped = excluded.scoped, "
+            "scope_conversation = excluded.scope_conversation, scope_users = excluded.scope_users, "
+            "scope_shared = excluded.scope_shared",
             (
                 summary.workspace_id,
                 summary.id,
@@ -136,6 +179,7 @@ class SqliteMemoryStore:
                 to_us(summary.start_at),
                 to_us(summary.end_at),
                 serde.dumps(summary),
+                *scope_columns(summary.scope),
             ),
         )
 
@@ -143,13 +187,15 @@ class SqliteMemoryStore:
         self,
         workspace_id: str,
         *,
+        scope: RecallScope,
         session_id: str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
         limit: int = 50,
     ) -> list[Summary]:
-        where = ["workspace_id = ?"]
-        params: list[object] = [workspace_id]
+        visible, params = scope_filter(scope)
+        where = ["workspace_id = ?" + visible]
+        params.insert(0, workspace_id)
         if session_id is not None:
             where.append("session_id = ?")
             params.append(session_id)
@@ -196,10 +242,14 @@ class SqliteMemoryStore:
     # ------------------------------------------------------------------ Tier 3
 
     _UPSERT_TRIPLE = (
-        "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, status, doc) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
+        "INSERT INTO memory_triples (workspace_id, id, subject_key, object_key, updated_us, status, doc, "
+        "session_id, scoped, scope_conversation, scope_users, scope_shared) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, id) DO UPDATE SET "
         "subject_key = excluded.subject_key, object_key = excluded.object_key, "
-        "updated_us = excluded.updated_us, status = excluded.status, doc = excluded.doc"
+        "updated_us = excluded.updated_us, status = excluded.status, doc = excluded.doc, "
+        "session_id = excluded.session_id, scoped = excluded.scoped, "
+        "scope_conversation = excluded.scope_conversation, scope_users = excluded.scope_users, "
+        "scope_shared = excluded.scope_shared"
     )
 
     @staticmethod
@@ -212,6 +262,8 @@ class SqliteMemoryStore:
             to_us(triple.updated_at),
             triple.status,
             serde.dumps(triple),
+            triple.session_id,
+            *scope_columns(triple.scope),
         )
 
     def put_triple(self, triple: Triple) -> None:
@@ -242,28 +294,38 @@ class SqliteMemoryStore:
         with self._db.transaction() as conn:
             conn.executemany(self._UPSERT_TRIPLE, rows)
 
-    def list_triples(self, workspace_id: str, *, after: str | None = None, limit: int = 500) -> list[Triple]:
+    def list_triples(
+        self, workspace_id: str, *, scope: RecallScope, after: str | None = None, limit: int = 500
+    ) -> list[Triple]:
         # The primary key (workspace_id, id) is the order, so a page is one index range.
+        visible, params = scope_filter(scope)
         rows = self._db.query(
-            "SELECT doc FROM memory_triples WHERE workspace_id = ? AND id > ? ORDER BY id LIMIT ?",
-            (workspace_id, "" if after is None else after, max(0, limit)),
+            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND id > ?{visible} ORDER BY id LIMIT ?",
+            (workspace_id, "" if after is None else after, *params, max(0, limit)),
         )
         return [serde.loads(Triple, r[0]) for r in rows]
 
-    def triples_by_subject(self, workspace_id: str, subject: str, *, limit: int = 50) -> list[Triple]:
-        return self._triples_by("subject_key", workspace_id, subject, limit)
+    def triples_by_subject(
+        self, workspace_id: str, subject: str, *, scope: RecallScope, limit: int = 50
+    ) -> list[Triple]:
+        return self._triples_by("subject_key", workspace_id, subject, scope, limit)
 
-    def triples_by_object(self, workspace_id: str, obj: str, *, limit: int = 50) -> list[Triple]:
-        return self._triples_by("object_key", workspace_id, obj, limit)
+    def triples_by_object(
+        self, workspace_id: str, obj: str, *, scope: RecallScope, limit: int = 50
+    ) -> list[Triple]:
+        return self._triples_by("object_key", workspace_id, obj, scope, limit)
 
-    def _triples_by(self, column: str, workspace_id: str, value: str, limit: int) -> list[Triple]:
+    def _triples_by(
+        self, column: str, workspace_id: str, value: str, scope: RecallScope, limit: int
+    ) -> list[Triple]:
         key = normalize_key(value)
         if not key:
             return []
+        visible, params = scope_filter(scope)
         rows = self._db.query(
-            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND {column} = ? AND status = 'active' "
-            "ORDER BY updated_us DESC, id LIMIT ?",
-            (workspace_id, key, max(0, limit)),
+            f"SELECT doc FROM memory_triples WHERE workspace_id = ? AND {column} = ? AND status = 'active'"
+            f"{visible} ORDER BY updated_us DESC, id LIMIT ?",
+            (workspace_id, key, *params, max(0, limit)),
         )
         return [serde.loads(Triple, r[0]) for r in rows]
 
@@ -280,3 +342,43 @@ class SqliteMemoryStore:
                 "DELETE FROM memory_triples WHERE workspace_id = ? AND id = ?",
                 [(workspace_id, triple_id) for triple_id in ids],
             )
+
+    # ------------------------------------------------------------------ scopes
+
+    def unscoped(self, workspace_id: str, *, limit: int = 200) -> list[MemoryRecord | Summary | Triple]:
+        found: list[MemoryRecord | Summary | Triple] = []
+        for tier, table in _TABLES.items():
+            if len(found) >= limit:
+                break
+            # The partial index on (workspace_id) WHERE scoped = 0 holds exactly these rows.
+            rows = self._db.query(
+                f"SELECT doc FROM {table} WHERE workspace_id = ? AND scoped = 0 ORDER BY id LIMIT ?",
+                (workspace_id, limit - len(found)),
+            )
+            found.extend(serde.loads(_MODELS[tier], r[0]) for r in rows)
+        return found
+
+    def stamp_scopes(self, workspace_id: str, scopes: Mapping[str, tuple[MemoryTier, MemoryScope]]) -> int:
+        stamped = 0
+        with self._db.transaction() as conn:
+            for record_id, (tier, scope) in scopes.items():
+                table = _TABLES[tier]
+                row = conn.execute(
+                    f"SELECT doc FROM {table} WHERE workspace_id = ? AND id = ?", (workspace_id, record_id)
+                ).fetchone()
+                if row is None:
+                    continue
+                record: Any = serde.loads(_MODELS[tier], str(row[0])).model_copy(update={"scope": scope})
+                if tier == "message":
+                    conn.execute(
+                        "UPDATE memory_messages SET doc = ?, scoped = 1 WHERE workspace_id = ? AND id = ?",
+                        (serde.dumps(record), workspace_id, record_id),
+                    )
+                else:
+                    conn.execute(
+                        f"UPDATE {table} SET doc = ?, scoped = ?, scope_conversation = ?, scope_users = ?, "
+                        "scope_shared = ? WHERE workspace_id = ? AND id = ?",
+                        (serde.dumps(record), *scope_columns(scope), workspace_id, record_id),
+                    )
+                stamped += 1
+        return stamped
