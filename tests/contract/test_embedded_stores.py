@@ -423,3 +423,35 @@ def test_rows_written_before_scopes_are_unscoped_after_the_migration(tmp_path: p
         ] == ["d1"]
     finally:
         db.close()
+
+
+def test_a_deleted_document_leaves_no_trace_in_the_database_file(tmp_path: pathlib.Path) -> None:
+    # The right to erasure on the embedded backend: not in FTS5's segments (secure-delete), not in
+    # SQLite's free pages (PRAGMA secure_delete). Words no other document shares a prefix with,
+    # so FTS5's prefix compression cannot hide them from a byte search.
+    path = tmp_path / "index.db"
+    db = Database(path, load_vec=True)
+    index = SqliteMemoryIndex(db)
+    secret = "zqxjvkword"
+    index.upsert(
+        "w1",
+        [
+            IndexDoc(id="keep", workspace_id="w1", tier="message", text="alpha beta", vector=[1.0, 0.0]),
+            IndexDoc(
+                id="gone", workspace_id="w1", tier="message", text=f"{secret} Ysolde", vector=[0.0, 1.0]
+            ),
+        ],
+    )
+    db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert secret.encode() in path.read_bytes()  # the byte search can see it while it is there
+
+    index.delete("w1", ["gone"])
+    db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = path.with_name(path.name + "-wal")
+    raw = path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    assert secret.encode() not in raw
+    assert b"ysolde" not in raw.lower()
+    assert [
+        h.doc.id for h in index.search("w1", IndexQuery(scope=WORKSPACE_WIDE, text="alpha")).text_hits
+    ] == ["keep"]
+    db.close()

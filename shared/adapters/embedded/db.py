@@ -123,6 +123,9 @@ class Database:
         # the last transactions, which a local gateway accepts for far fewer fsyncs.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted rows are overwritten, not left in free pages: what an erasure deletes is gone
+        # from the file, not just from every query.
+        conn.execute("PRAGMA secure_delete=ON")
         return conn
 
     def close(self) -> None:

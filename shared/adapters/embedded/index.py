@@ -93,6 +93,9 @@ _MIGRATIONS = [
     + f"UPDATE index_docs SET record_id = COALESCE(json_extract(doc, '$.metadata.{RECORD_ID_KEY}'), id), "
     f"{SCOPE_COLUMNS_FROM_DOC};\n"
     "CREATE INDEX index_docs_by_record ON index_docs (workspace_id, record_id);\n",
+    # The right to erasure: without secure-delete, FTS5 keeps a deleted document's terms in its
+    # segments until it happens to merge them; with it, a delete removes them at once.
+    "INSERT INTO index_text (index_text, rank) VALUES ('secure-delete', 1);\n",
 ]
 
 # BM25 weight of a document's context (metadata CONTEXT_KEY) relative to its own text.
