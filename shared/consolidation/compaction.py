@@ -58,9 +58,9 @@ from shared.consolidation.extraction import (
 )
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.memory.scope import legacy_scope, owner_scope
+from shared.memory.writer import summary_doc
 from shared.models import (
     WORKSPACE_WIDE,
-    IndexDoc,
     MemoryRecord,
     MemoryScope,
     Session,
@@ -502,17 +502,7 @@ class _Compaction:
                 (vector,) = embedder.embed([summary.text])
             except Exception as exc:  # noqa: BLE001 -- BM25 still finds the summary
                 log.warning("summary not embedded", extra={"error_type": type(exc).__name__})
-        doc = IndexDoc(
-            id=summary.id,
-            workspace_id=summary.workspace_id,
-            session_id=summary.session_id,
-            tier="summary",
-            text=summary.text,
-            vector=vector,
-            created_at=summary.end_at,
-            metadata={"first_seq": str(summary.first_seq), "last_seq": str(summary.last_seq)},
-            scope=summary.scope,
-        )
+        doc = summary_doc(summary, vector)
         try:
             self.backend.index.upsert(summary.workspace_id, [doc])
         except Exception as exc:  # noqa: BLE001 -- memory_summary reads Tier 2 itself

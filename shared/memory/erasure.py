@@ -64,12 +64,11 @@ from pydantic import BaseModel
 from shared.errors import ConcurrencyConflict
 from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
-from shared.memory.writer import RECENT_TAILS, MemoryWriter, record_doc_ids
+from shared.memory.writer import RECENT_TAILS, MemoryWriter, record_doc_ids, summary_doc
 from shared.models import (
     WORKSPACE_WIDE,
     AssistantMessage,
     Identity,
-    IndexDoc,
     MemoryRecord,
     MemoryScope,
     Message,
@@ -296,20 +295,6 @@ def _unindex(backend: Backend, workspace_id: str, ids: Iterable[str]) -> int:
     return len(unique)
 
 
-def _summary_doc(summary: Summary) -> IndexDoc:
-    # The document compaction writes for a summary (shared.consolidation.compaction).
-    return IndexDoc(
-        id=summary.id,
-        workspace_id=summary.workspace_id,
-        session_id=summary.session_id,
-        tier="summary",
-        text=summary.text,
-        created_at=summary.end_at,
-        metadata={"first_seq": str(summary.first_seq), "last_seq": str(summary.last_seq)},
-        scope=summary.scope,
-    )
-
-
 @dataclass
 class _SessionPlan:
     """One session's Tier 1 as it was, and what erasure does to it."""
@@ -530,7 +515,7 @@ def _reindex(
                 after=survivors[hi : hi + writer.context_after],
             ).docs
             scopes |= {r.id: r.scope for r in run if r.scope is not None}
-    docs = [_summary_doc(s) for s in summaries]
+    docs = [summary_doc(s) for s in summaries]
     docs += [fact_index_doc(t).model_copy(update={"scope": t.scope}) for t in triples]
     if docs:
         written += writer.write_docs(workspace_id, docs).docs

@@ -40,7 +40,7 @@ from cachetools import TTLCache
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.scope import owner_scope
 from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
-from shared.models import IndexDoc, MemoryRecord, MemoryScope
+from shared.models import IndexDoc, MemoryRecord, MemoryScope, Summary
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,21 @@ def chunk_doc_id(record_id: str, index: int) -> str:
 def record_doc_ids(record_id: str, text: str) -> list[str]:
     """Every document id the writer gives a record with this text (for deleting it)."""
     return [chunk_doc_id(record_id, c.index) for c in chunk_text(text)] or [record_id]
+
+
+def summary_doc(summary: Summary, vector: list[float] | None = None) -> IndexDoc:
+    """The index document of a Tier-2 summary: what compaction writes and erasure rewrites."""
+    return IndexDoc(
+        id=summary.id,
+        workspace_id=summary.workspace_id,
+        session_id=summary.session_id,
+        tier="summary",
+        text=summary.text,
+        vector=vector,
+        created_at=summary.end_at,
+        metadata={"first_seq": str(summary.first_seq), "last_seq": str(summary.last_seq)},
+        scope=summary.scope,
+    )
 
 
 def message_scope(role: str, user_id: str | None, *, conversation: str, group: bool) -> MemoryScope:

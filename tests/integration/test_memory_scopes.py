@@ -10,15 +10,10 @@ the scopes built and handed to them are checked, and what the stores then return
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, run_turn
 from shared.backend import Backend
 from shared.channels.inbound import conversation_key, session_id
@@ -58,18 +53,6 @@ WS = "ws1"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 ANN, BOB, EVE = "telegram:111", "telegram:222", "telegram:999"
 GROUP = "-1001"
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
-
-
-@pytest.fixture
-def backend(settings: Settings) -> Iterator[Backend]:
-    b = build_embedded_backend(settings)
-    yield b
-    b.close()
 
 
 def inbound(

@@ -4,13 +4,13 @@ edge, by the real `openai` SDK against the local fake server."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from shared.adapters.embedded import SqliteEventBus, build_embedded_backend
+from shared.adapters.embedded import SqliteEventBus
 from shared.agent.loop import EMPTY_REPLY
 from shared.agent.preflight import turn_id_for
 from shared.agent.reply import reply_seq
@@ -55,18 +55,6 @@ ANTHROPIC_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthrop
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
-
-
-@pytest.fixture
-def backend(settings: Settings) -> Iterator[Backend]:
-    b = build_embedded_backend(settings)
-    yield b
-    b.close()
 
 
 def item(event_id: str, text: str = "hello", *, session: str = "s1") -> LaneItem:

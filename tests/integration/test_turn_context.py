@@ -3,12 +3,6 @@ user's message has the keyword; the local gateway's loader reads the workspace's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -29,18 +23,6 @@ metadata:
 ---
 Always suggest `kubectl describe` first.
 """
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
-
-
-@pytest.fixture
-def backend(settings: Settings) -> Iterator[Backend]:
-    b = build_embedded_backend(settings)
-    yield b
-    b.close()
 
 
 def item(event_id: str, text: str) -> LaneItem:

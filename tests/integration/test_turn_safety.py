@@ -23,7 +23,6 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels.ledger import MemorySendLedger
@@ -81,18 +80,6 @@ SECRET_DELTAS = [
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
-
-
-@pytest.fixture
-def backend(settings: Settings) -> Iterator[Backend]:
-    b = build_embedded_backend(settings)
-    yield b
-    b.close()
 
 
 # ---------------------------------------------------------------- a tool that fetches a page

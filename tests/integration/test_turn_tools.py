@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from shared.adapters.embedded import build_embedded_backend
 from shared.agent.loop import LIMIT_REPLY, run_loop
 from shared.agent.preflight import turn_id_for
 from shared.agent.turn import TurnDeps, run_turn
@@ -53,18 +52,6 @@ SESSION = "web.s1"
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
-
-
-@pytest.fixture
-def backend(settings: Settings) -> Iterator[Backend]:
-    b = build_embedded_backend(settings)
-    yield b
-    b.close()
 
 
 # ---------------------------------------------------------------- the tools the scenarios use
