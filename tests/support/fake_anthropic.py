@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self, cast
 
+from tests.support.served import Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
 Json = dict[str, Any]
@@ -112,7 +113,7 @@ class _Paced:
 _Response = _Replay | _Compute | _Failure | _StreamError | _Paced
 
 
-class FakeAnthropic:
+class FakeAnthropic(Served):
     def __init__(self, responder: Responder = echo_last_user, *, host: str = "127.0.0.1", port: int = 0):
         self.requests: list[Json] = []  # request bodies, in arrival order
         self.headers: list[dict[str, str]] = []  # request headers, lower-cased names
@@ -210,29 +211,7 @@ class FakeAnthropic:
     @property
     def base_url(self) -> str:
         """The SDK's base URL: it appends /v1/messages itself."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self.origin
 
     # ------------------------------------------------------------ used by the handler
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self, cast
 
+from tests.support.served import Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
 Json = dict[str, Any]
@@ -64,7 +65,7 @@ def last_user_text(body: Json) -> str:
     return ""
 
 
-class FakeBedrock:
+class FakeBedrock(Served):
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[Json] = []  # request bodies, in arrival order
         self.streams: list[StreamLog] = []  # every response's log (each one is paced, maybe not at all)
@@ -89,29 +90,7 @@ class FakeBedrock:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self.origin
 
     def _next(self, body: Json, headers: dict[str, str]) -> tuple[str, StreamLog]:
         text = last_user_text(body)

@@ -23,6 +23,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self, cast
 
+from tests.support.served import Served
+
 Json = dict[str, Any]
 
 
@@ -39,7 +41,7 @@ def fake_vector(text: str, dimensions: int) -> list[float]:
     return [v / norm for v in values]
 
 
-class FakeOpenAIEmbeddings:
+class FakeOpenAIEmbeddings(Served):
     def __init__(self, *, native_dimensions: int = 1536, host: str = "127.0.0.1", port: int = 0) -> None:
         self.native_dimensions = native_dimensions
         self.requests: list[Json] = []
@@ -60,28 +62,7 @@ class FakeOpenAIEmbeddings:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return f"{self.origin}/v1"
 
     def _next(self, body: Json, headers: dict[str, str]) -> tuple[int, str, str | None] | None:
         with self._lock:
