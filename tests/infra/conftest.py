@@ -12,12 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from aws_cdk.assertions import Template
 
-from infra.app import build_app
-from infra.config import ROOT
 from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION
-from tests.infra.helpers import Synth
+from tests.infra.helpers import Synth, synthesize
 
 STAGES = ("dev", "prod")
 
@@ -35,24 +32,10 @@ def stand_in_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path) -> Iterator[Callable[[str], Synth]]:
     cache: dict[str, Synth] = {}
-    # The same feature flags as `npx cdk synth`, which reads them from cdk.json.
-    cdk_context = json.loads((ROOT / "cdk.json").read_text())["context"]
 
     def get(stage: str) -> Synth:
         if stage not in cache:
-            outdir = tmp_path_factory.mktemp(f"cdk-{stage}")
-            context = {
-                **cdk_context,
-                "stage": stage,
-                "layer_dir": str(stand_in_layer),
-                # Report cdk-nag findings in validation-report.json instead of raising, so that the
-                # nag test can show them and the other tests still run.
-                "@aws-cdk/core:failSynthOnValidationErrors": False,
-            }
-            app, stack = build_app(context, outdir=str(outdir))
-            app.synth()
-            template = Template.from_stack(stack)
-            cache[stage] = Synth(stage, app, stack, outdir, template, template.to_json())
+            cache[stage] = synthesize(stage, tmp_path_factory.mktemp(f"cdk-{stage}"), stand_in_layer)
         return cache[stage]
 
     yield get

@@ -11,6 +11,8 @@ from aws_cdk import App, CfnElement, Stack
 from aws_cdk.assertions import Template
 from constructs import Construct
 
+from infra.app import build_app
+from infra.config import ROOT
 from infra.stack import SigilStack
 
 
@@ -30,6 +32,23 @@ class Synth:
         path = self.outdir / "validation-report.json"
         # Nothing is written when no validation plugin has anything to say.
         return json.loads(path.read_text()) if path.exists() else {"pluginReports": []}
+
+
+def synthesize(stage: str, outdir: Path, layer: Path, **values: str) -> Synth:
+    """The stage synthesised as `npx cdk synth` would (cdk.json's feature flags), with `values`
+    as extra context and the stand-in layer. cdk-nag findings go to validation-report.json
+    instead of raising, so that the nag test can show them and the other tests still run."""
+    context = {
+        **json.loads((ROOT / "cdk.json").read_text())["context"],
+        "stage": stage,
+        **values,
+        "layer_dir": str(layer),
+        "@aws-cdk/core:failSynthOnValidationErrors": False,
+    }
+    app, stack = build_app(context, outdir=str(outdir))
+    app.synth()
+    template = Template.from_stack(stack)
+    return Synth(stage, app, stack, outdir, template, template.to_json())
 
 
 def logical_id(construct: Construct) -> str:

@@ -3,19 +3,16 @@ maximum concurrency and per-route throttling, each changed by its context value.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk import App
-from aws_cdk.assertions import Template
 
-from infra.app import build_app
-from infra.config import ROOT, Caps, Throttle, read_caps
+from infra.config import Caps, Throttle, read_caps
 from infra.constructs.ingress import ROUTES, route_key
-from tests.infra.helpers import Synth, logical_id
+from tests.infra.helpers import Synth, logical_id, synthesize
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +30,7 @@ CHANGED = {
 
 @pytest.fixture(scope="module")
 def changed(tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path) -> Iterator[Synth]:
-    outdir = tmp_path_factory.mktemp("cdk-caps")
-    context = {
-        **json.loads((ROOT / "cdk.json").read_text())["context"],
-        "stage": "dev",
-        **CHANGED,
-        "layer_dir": str(stand_in_layer),
-        "@aws-cdk/core:failSynthOnValidationErrors": False,
-    }
-    app, stack = build_app(context, outdir=str(outdir))
-    app.synth()
-    template = Template.from_stack(stack)
-    yield Synth("dev", app, stack, outdir, template, template.to_json())
+    yield synthesize("dev", tmp_path_factory.mktemp("cdk-caps"), stand_in_layer, **CHANGED)
 
 
 def _reserved(synth: Synth) -> dict[str, Any]:

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Template
 
 from infra.app import build_app
 from infra.config import ROOT
 from infra.constructs.bedrock import PROFILE_REASON
 from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS
-from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
+from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target, synthesize
 
 pytestmark = pytest.mark.slow
 
@@ -37,23 +36,11 @@ def with_context(
 ) -> Iterator[Callable[..., Synth]]:
     """The dev stage synthesised with these context values (each set once per module)."""
     cache: dict[tuple[tuple[str, str], ...], Synth] = {}
-    cdk_context = json.loads((ROOT / "cdk.json").read_text())["context"]
 
     def get(**values: str) -> Synth:
         key = tuple(sorted(values.items()))
         if key not in cache:
-            outdir = tmp_path_factory.mktemp("cdk-model")
-            context = {
-                **cdk_context,
-                "stage": "dev",
-                **values,
-                "layer_dir": str(stand_in_layer),
-                "@aws-cdk/core:failSynthOnValidationErrors": False,
-            }
-            app, stack = build_app(context, outdir=str(outdir))
-            app.synth()
-            template = Template.from_stack(stack)
-            cache[key] = Synth("dev", app, stack, outdir, template, template.to_json())
+            cache[key] = synthesize("dev", tmp_path_factory.mktemp("cdk-model"), stand_in_layer, **values)
         return cache[key]
 
     yield get

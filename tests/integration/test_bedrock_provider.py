@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import socket
-from binascii import crc32
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from shared.models import AssistantMessage, ToolCall, ToolResultMessage, UserMes
 from shared.providers import build_provider
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
 from shared.providers.bedrock import BedrockProvider, bedrock_client, translate_stream
+from tests.support.fake_bedrock import event, frame
 
 MODEL = "anthropic.claude-sonnet-4-6-v1:0"
 Json = dict[str, Any]
@@ -38,26 +38,9 @@ Json = dict[str, Any]
 # ---------------------------------------------------------------- the AWS event-stream wire format
 
 
-def _frame(headers: dict[str, str], payload: bytes) -> bytes:
-    """One event-stream message: prelude (lengths + CRC), string headers, payload, message CRC."""
-    encoded = b"".join(
-        len(k).to_bytes(1, "big") + k.encode() + b"\x07" + len(v).to_bytes(2, "big") + v.encode()
-        for k, v in headers.items()
-    )
-    total = 12 + len(encoded) + len(payload) + 4
-    prelude = total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
-    message = prelude + crc32(prelude).to_bytes(4, "big") + encoded + payload
-    return message + crc32(message).to_bytes(4, "big")
-
-
-def event(name: str, body: Json) -> bytes:
-    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
-    return _frame(headers, json.dumps(body).encode())
-
-
 def exception(name: str, message: str) -> bytes:
     headers = {":exception-type": name, ":content-type": "application/json", ":message-type": "exception"}
-    return _frame(headers, json.dumps({"message": message}).encode())
+    return frame(headers, json.dumps({"message": message}).encode())
 
 
 def metadata(input_tokens: int, output_tokens: int) -> bytes:
