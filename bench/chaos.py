@@ -271,11 +271,15 @@ class Clients:
                     content=raw.encode(),
                     headers=web.signed_headers(self.target.gw.secret, raw.encode()),
                 )
-                if resp.status_code == 200:
+                if resp.status_code < 300:
                     with self._lock:
                         self.answers[str(resp.json().get("status"))] += 1
                     return
                 answer = f"HTTP {resp.status_code}"
+                if resp.status_code < 500:  # refused: a retry would be refused too
+                    with self._lock:
+                        self.answers[answer] += 1
+                    return
             except httpx.TransportError as exc:
                 answer = type(exc).__name__
             with self._lock:
@@ -593,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-timeout-s", type=float, default=2.0, help="SIGIL_PROVIDER_TIMEOUT_S")
     parser.add_argument("--hang-s", type=float, default=30.0, help="how long a hung model call hangs")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give up on a backend after this")
+    parser.add_argument("--stall-s", type=float, default=60.0, help="stop waiting when nothing moves")
     parser.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="more gateway settings"
     )
