@@ -322,6 +322,7 @@ class Run:
     replies: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     late_sent: int = 0
     skipped_late: int = 0
+    killed_turns: int = 0
     elapsed_s: float = 0.0
     send_s: float = 0.0
     finished: bool = True
@@ -401,17 +402,20 @@ def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     give_up = started + args.timeout_s
 
     def settle() -> bool:
-        """Every message answered and the queue empty; False if that never came. A queue that
-        stays empty with messages unanswered is not waited for long: those are lost."""
+        """Every message answered and the queue empty; False if that never came. The outboxes are
+        read once the queue is empty (reading them all the while would slow the gateway down);
+        a queue that stays empty with messages unanswered is not waited for long: those are lost."""
         answered, progress = -1, time.monotonic()
         while time.monotonic() < give_up:
-            done = all_answered()
-            if done and target.pending() == 0:
+            if target.pending() > 0:
+                time.sleep(1.0)
+                continue
+            if all_answered():
                 return True
             now = sum(len(r) for r in run.replies.values())
             if now != answered:
                 answered, progress = now, time.monotonic()
-            elif time.monotonic() - progress > args.stall_s and target.pending() == 0:
+            elif time.monotonic() - progress > args.stall_s:
                 run.problems.append(f"nothing answered for {args.stall_s:.0f} s with the queue empty")
                 return True
             time.sleep(1.0)
@@ -433,12 +437,20 @@ def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     for s in range(run.sessions):
         run.replies[s] = clients.outbox(s)
     late_ids = {event_for(s, m) for s, m in late}
-    # The agent's turn line for each delivery it ran; a late re-send it skipped says so.
-    time.sleep(1.0)  # the containers flush their logs after each invocation
-    for line in target.gw.log_text().splitlines():
-        found = re.search(r" turn .*event_id=(\S+).*outcome=skipped_duplicate", line)
-        if found and found.group(1) in late_ids:
-            run.skipped_late += 1
+
+    def count_log() -> bool:
+        # The agent's turn line for each delivery it ran: a late re-send it skipped says so.
+        text = target.gw.log_text()
+        found = re.findall(r" turn .*event_id=(\S+) .*outcome=skipped_duplicate", text)
+        run.skipped_late = sum(event in late_ids for event in found)
+        in_flight = r"(\d+) item\(s\) were in flight|records=(\d+) error=Runtime.ExitError"
+        run.killed_turns = sum(int(a or b) for a, b in re.findall(in_flight, text))
+        return run.skipped_late >= len(late)
+
+    # A container's log lines reach the gateway's log after its invocation returns.
+    deadline = time.monotonic() + 10
+    while not count_log() and time.monotonic() < deadline:
+        time.sleep(0.2)
     run.answers, run.retries = clients.answers, clients.retries
     run.dead_letters_queue = target.dead_letters()
 
@@ -578,8 +590,12 @@ def print_table(run: Run) -> None:
     answers = ", ".join(f"{k} {v}" for k, v in sorted(run.answers.items()))
     print(
         f"  posts answered: {answers}; retried while down or busy: {run.retries}. "
-        f"Dead letters in the queue: {run.dead_letters_queue}. Late re-sends: {run.late_sent}, "
-        f"of which the agent ran and skipped as duplicates: {run.skipped_late}."
+        f"Dead letters in the queue: {run.dead_letters_queue}."
+    )
+    print(
+        f"  late re-sends: {run.late_sent} ({COPIES} copies each), runs of them the agent skipped as "
+        f"duplicates: {run.skipped_late}. SIGKILLs: {run.kills}, turns in flight in the killed "
+        f"processes: {run.killed_turns}."
     )
     print(
         f"  sending took {run.send_s:.0f} s, the whole run {run.elapsed_s:.0f} s"
