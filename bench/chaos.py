@@ -132,6 +132,7 @@ class Target:
         self.hook_errors: list[str] = []
         self._restart = threading.Lock()
         self._clients: dict[str, Any] = {}
+        self.sessions: Any = None
 
     def start(self) -> None:
         self.gw.start()
@@ -148,6 +149,7 @@ class Target:
                     aws_access_key_id="testing",
                     aws_secret_access_key="testing",  # noqa: S106 - moto accepts any credentials
                 )
+        self.sessions = self._open_session_store()
 
     def stop(self) -> None:
         self.gw.stop()
@@ -179,7 +181,7 @@ class Target:
         found = re.match(r"s(\d+) ", text)
         assert found
         session_id = web.session_id_for(session_for(int(found.group(1))))
-        store = self._session_store()
+        store = self.sessions
         for _ in range(5):
             session = store.get(WORKSPACE, session_id)
             if session is None:
@@ -196,7 +198,9 @@ class Target:
             return
         self.hook_errors.append(f"conflict: the second writer never landed on {session_id}")
 
-    def _session_store(self) -> Any:
+    def _open_session_store(self) -> Any:
+        """The second writer's store: the real adapter, on moto's endpoint or the SQLite file.
+        Opened once, before the turns start (the fault hooks run on the model server's threads)."""
         if self.backend == "aws":
             from shared.adapters.aws.dynamodb import DynamoSessionStore
 
@@ -204,9 +208,11 @@ class Target:
         from shared.adapters.embedded.db import Database
         from shared.adapters.embedded.sessions import SqliteSessionStore
 
-        if "sessions" not in self._clients:
-            self._clients["sessions"] = SqliteSessionStore(Database(self.gw.data_dir / "sigil.db"))
-        return self._clients["sessions"]
+        return SqliteSessionStore(Database(self.gw.data_dir / "sigil.db"))
+
+    def session_version(self, s: int) -> int:
+        session = self.sessions.get(WORKSPACE, web.session_id_for(session_for(s)))
+        return -1 if session is None else int(session.version)
 
     def expire_dedup(self, event_id: str) -> None:
         """Embedded only: age the event's deduplication row past the lane's 7-day window."""
@@ -323,6 +329,7 @@ class Run:
     late_sent: int = 0
     skipped_late: int = 0
     killed_turns: int = 0
+    conflict_versions: Counter[int] = field(default_factory=Counter)
     elapsed_s: float = 0.0
     send_s: float = 0.0
     finished: bool = True
@@ -452,6 +459,9 @@ def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     while not count_log() and time.monotonic() < deadline:
         time.sleep(0.2)
     run.answers, run.retries = clients.answers, clients.retries
+    run.conflict_versions = Counter(
+        target.session_version(s) for s in range(run.sessions) if row_of(s) == "conflict"
+    )
     run.dead_letters_queue = target.dead_letters()
 
 
@@ -597,6 +607,8 @@ def print_table(run: Run) -> None:
         f"duplicates: {run.skipped_late}. SIGKILLs: {run.kills}, turns in flight in the killed "
         f"processes: {run.killed_turns}."
     )
+    versions = ", ".join(f"{n} at version {v}" for v, n in sorted(run.conflict_versions.items()))
+    print(f"  conflict sessions after their {run.messages} turns and the second writes: {versions}.")
     print(
         f"  sending took {run.send_s:.0f} s, the whole run {run.elapsed_s:.0f} s"
         + ("" if run.finished else " (TIMED OUT: the counts are as of then)")
