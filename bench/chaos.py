@@ -94,10 +94,10 @@ ROWS = ("none", "429", "500", "hang", "cut", "poison", "kill", "conflict", "late
 FAULT_AT: dict[str, tuple[int, ...]] = {
     "429": (4, 13),
     "500": (4, 13),
-    "hang": (6,),
+    "hang": (2,),
     "cut": (4, 13),
     "poison": (10,),
-    "kill": (7,),
+    "kill": (16,),
     "conflict": (4, 13),
 }
 LATE_AT = (3, 9)  # re-sent after everything was answered and the queue emptied
@@ -617,7 +617,7 @@ def print_table(run: Run) -> None:
         print("  problems:", "; ".join(sorted(set(run.problems))[:10]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20)
@@ -630,7 +630,11 @@ def main(argv: list[str] | None = None) -> int:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="more gateway settings"
     )
     parser.add_argument("--keep-logs", metavar="DIR", help="copy each gateway's log here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     ok = True
     for backend in ("embedded", "aws") if args.backend == "both" else (args.backend,):
         run = run_backend(backend, args)
