@@ -298,6 +298,7 @@ class Clients:
     def outbox(self, s: int) -> list[dict[str, Any]]:
         replies: list[dict[str, Any]] = []
         after = 0
+        give_up = time.monotonic() + self.deadline_s
         while True:
             target = f"/sessions/{WORKSPACE}/{session_for(s)}/outbox?after={after}"
             try:
@@ -307,6 +308,8 @@ class Clients:
                 )
                 resp.raise_for_status()
             except httpx.HTTPError:
+                if time.monotonic() > give_up:
+                    raise
                 time.sleep(0.5)  # down for a restart, or busy: read again
                 continue
             page = resp.json()
