@@ -97,7 +97,7 @@ FAULT_AT: dict[str, tuple[int, ...]] = {
     "hang": (2,),
     "cut": (4, 13),
     "poison": (10,),
-    "kill": (16,),
+    "kill": (14,),
     "conflict": (4, 13),
 }
 LATE_AT = (3, 9)  # re-sent after everything was answered and the queue emptied

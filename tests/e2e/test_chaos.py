@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench import chaos
 
-SESSIONS, MESSAGES = 9, 17  # one session per row, each with its faults (the last, a kill, at 16)
+SESSIONS, MESSAGES = 9, 15  # one session per row, each with its faults (the last, a kill, at 14)
 
 
 def test_each_fault_once_on_the_embedded_gateway_loses_and_doubles_nothing() -> None:

@@ -40,7 +40,6 @@ from typing import Any
 
 from tests.support.fake_openai import FakeOpenAI, Json, _Failure, _Handler, _Response, echo_last_user
 
-FAULTS = ("429", "500", "poison", "hang", "cut", "kill", "conflict")
 _MARKER = re.compile(r"fault=(\w+)\s*$")
 # How many tries of a message get its fault (the rest are answered normally).
 _FAULTY_TRIES = {"429": 1, "500": 3, "poison": 1_000_000, "hang": 2, "cut": 1, "kill": 1, "conflict": 1}
