@@ -67,7 +67,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # LoCoMo retrieval from ../shared/bench (read there, never copied; the first run embeds ~4,000
 # texts, later runs use .benchmarks/); search latency at 1k/10k/100k memories; MiniLM throughput;
 # maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run; the layer, bundles and
-# cold imports before the house (deeb990) and now (~3 min). ~18 min in all.
+# cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
+# faults on both backends (~7 min, docs/local-aws-mode.md). ~25 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -77,3 +78,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/consolidation.py
 	$(BIN)/python bench/bundle.py
 	$(BIN)/python bench/redaction.py
+	$(BIN)/python bench/chaos.py
