@@ -18,7 +18,9 @@ the end of the text). Every fault is made by real means, outside our code:
   answers 429 once (the SDK retries), 500 three times (beyond the SDK's retries: the turn fails and
   the queue redelivers it), 500 forever (dead-lettered; the user must get the apology), hangs
   (first no answer at all, then one chunk and silence, each for --hang-s, far past the client's
-  timeout --client-timeout-s, SIGIL_PROVIDER_TIMEOUT_S), or cuts the stream after two chunks.
+  timeout --client-timeout-s, SIGIL_PROVIDER_TIMEOUT_S), drips (the stream's first chunk once a
+  second for --hang-s: never a gap the per-chunk timeout sees, so only the call's overall deadline
+  --deadline-s, SIGIL_PROVIDER_DEADLINE_S, ends it), or cuts the stream after two chunks.
 - kill: while the turn's model call is open, the process making it is SIGKILLed. Embedded: the
   whole `sigil dev` process group, then `sigil dev` is started again on the same data directory
   (its SQLite lanes and stores persist; clients retry their posts while it is down, as platforms
@@ -50,7 +52,8 @@ entry's created_at: no polling error; it includes waiting behind the session's e
 writes that landed, late messages re-sent).
 
 Settings of both backends: the real defaults (SIGIL_LANE_MAX_ATTEMPTS 5, SIGIL_PROVIDER_MAX_RETRIES
-2) except SIGIL_PROVIDER_TIMEOUT_S (--client-timeout-s, so a hang is detected in seconds), the
+2) except SIGIL_PROVIDER_TIMEOUT_S (--client-timeout-s, so a hang is detected in seconds) and
+SIGIL_PROVIDER_DEADLINE_S (--deadline-s, so a drip is cut in seconds, not the default 180), the
 visibility timeout in AWS mode (1 s, so redeliveries come quickly) and SIGIL_EMBEDDING_MODEL=none
 (no MiniLM on rolled-out messages: not what is measured here, and what AWS mode has by default).
 A benchmark, not a test: it prints tables; it fails (exit 1) only if a backend did not finish.
@@ -89,12 +92,13 @@ from tests.e2e.processes import kill_group  # noqa: E402
 from tests.support.fault_model import FaultModel, client_pid  # noqa: E402
 
 # The table's rows, in order; sessions are dealt to them round-robin.
-ROWS = ("none", "429", "500", "hang", "cut", "poison", "kill", "conflict", "late")
+ROWS = ("none", "429", "500", "hang", "drip", "cut", "poison", "kill", "conflict", "late")
 # Which messages of a row's sessions carry its fault (indices past --messages are dropped).
 FAULT_AT: dict[str, tuple[int, ...]] = {
     "429": (4, 13),
     "500": (4, 13),
     "hang": (2,),
+    "drip": (6,),
     "cut": (4, 13),
     "poison": (10,),
     "kill": (14,),
@@ -340,6 +344,7 @@ class Run:
     retries: int = 0
     injected: Counter[str] = field(default_factory=Counter)
     kills: int = 0
+    drips_cut: int = 0
     second_writes: int = 0
     dead_letters_queue: int = 0
     problems: list[str] = field(default_factory=list)
@@ -357,6 +362,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> Run:
         with model:
             env = gateway_env(model) | {
                 "SIGIL_PROVIDER_TIMEOUT_S": str(args.client_timeout_s),
+                "SIGIL_PROVIDER_DEADLINE_S": str(args.deadline_s),
                 "SIGIL_AWS_MODE_VISIBILITY_TIMEOUT_S": "1",
                 "SIGIL_EMBEDDING_MODEL": "none",
                 **dict(kv.split("=", 1) for kv in args.env),
@@ -374,6 +380,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> Run:
                     (dest / "gateway.log").write_text(target.gw.log_text())
             run.injected = Counter(model.injected)
             run.kills, run.second_writes = target.kills, target.second_writes
+            run.drips_cut = model.drips_cut
             run.problems += target.hook_errors + model.callback_errors
     return run
 
@@ -610,6 +617,10 @@ def print_table(run: Run) -> None:
         f"duplicates: {run.skipped_late}. SIGKILLs: {run.kills}, turns in flight in the killed "
         f"processes: {run.killed_turns}."
     )
+    print(
+        f"  drips: {run.injected.get('drip', 0)}, cut by the call's overall deadline before they "
+        f"ended: {run.drips_cut}."
+    )
     versions = ", ".join(f"{n} at version {v}" for v, n in sorted(run.conflict_versions.items()))
     print(f"  conflict sessions after their {run.messages} turns and the second writes: {versions}.")
     print(
@@ -627,6 +638,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("both", "embedded", "aws"), default="both")
     parser.add_argument("--client-timeout-s", type=float, default=2.0, help="SIGIL_PROVIDER_TIMEOUT_S")
     parser.add_argument("--hang-s", type=float, default=30.0, help="how long a hung model call hangs")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=8.0,
+        help="SIGIL_PROVIDER_DEADLINE_S: a model call's overall deadline",
+    )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give up on a backend after this")
     parser.add_argument("--stall-s", type=float, default=60.0, help="stop waiting when nothing moves")
     parser.add_argument(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench import chaos
 
-SESSIONS, MESSAGES = 9, 15  # one session per row, each with its faults (the last, a kill, at 14)
+SESSIONS, MESSAGES = len(chaos.ROWS), 15  # one session per row, each with its faults (a kill at 14)
 
 
 def test_each_fault_once_on_the_embedded_gateway_loses_and_doubles_nothing() -> None:
@@ -34,6 +34,9 @@ def test_each_fault_once_on_the_embedded_gateway_loses_and_doubles_nothing() -> 
         name: row.injected for name, row in rows.items()
     }
     assert run.kills >= 1 and run.killed_turns >= 1
+    # and the drip (a chunk a second, never a gap the per-chunk timeout sees) was cut by the call's
+    # overall deadline, the client hanging up long before the drip would have ended
+    assert run.drips_cut == run.injected["drip"] >= 1
     assert run.skipped_late == len([m for m in chaos.LATE_AT if m < MESSAGES])
     # and the conflicted session holds every turn and the second write: neither overwrote the other
     writes = len([m for m in chaos.FAULT_AT["conflict"] if m < MESSAGES])

@@ -11,6 +11,9 @@ The faults are made on the wire, the way a provider makes them, never inside the
     hang     first try: no answer at all for `hang_s`; second try: the stream's first chunk, then
              silence for `hang_s`. Both outlast the client's timeout (set it well below hang_s):
              the first is retried by the SDK, the second fails the turn
+    drip     first try: the stream's first chunk again and again, one every `drip_s` (below the
+             client's per-chunk timeout, so only an overall deadline on the call can end it),
+             for `hang_s`
     cut      the stream's first chunks, then the connection is closed mid-stream (no terminating
              chunk, no [DONE]): the turn fails and is redelivered
     kill     first try: `on_kill(client_address)` is called while the request is held open (the
@@ -33,6 +36,7 @@ import contextlib
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +46,16 @@ from tests.support.fake_openai import FakeOpenAI, Json, _Failure, _Handler, _Res
 
 _MARKER = re.compile(r"fault=(\w+)\s*$")
 # How many tries of a message get its fault (the rest are answered normally).
-_FAULTY_TRIES = {"429": 1, "500": 3, "poison": 1_000_000, "hang": 2, "cut": 1, "kill": 1, "conflict": 1}
+_FAULTY_TRIES = {
+    "429": 1,
+    "500": 3,
+    "poison": 1_000_000,
+    "hang": 2,
+    "drip": 1,
+    "cut": 1,
+    "kill": 1,
+    "conflict": 1,
+}
 
 
 class _Request(threading.local):
@@ -58,16 +71,20 @@ class FaultModel(FakeOpenAI):
         self,
         *,
         hang_s: float = 30.0,
+        drip_s: float = 1.0,
         on_kill: Callable[[tuple[str, int]], bool] | None = None,
         on_conflict: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self.hang_s = hang_s
+        self.drip_s = drip_s
         self.on_kill = on_kill
         self.on_conflict = on_conflict
         self.tries: Counter[str] = Counter()  # per message text, every request that carried it
         self.injected: Counter[str] = Counter()  # per fault, how many were really made
         self.callback_errors: list[str] = []
+        # Drips whose client hung up before the drip ended: cut by the call's overall deadline.
+        self.drips_cut = 0
         self._request = _Request()
         self._closing = threading.Event()
         self._server.RequestHandlerClass = _FaultHandler
@@ -137,6 +154,23 @@ class _FaultHandler(_Handler):
         fault, attempt = fake._request.fault, fake._request.attempt
         if fault == "kill":
             # Its client was killed while we held the request: nothing to answer.
+            self._drop()
+            return
+        if fault == "drip":
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            first = next(iter(events))
+            ends = time.monotonic() + fake.hang_s
+            try:
+                while time.monotonic() < ends and not fake._closing.is_set():
+                    self.wfile.write(f"{len(first):x}\r\n".encode() + first + b"\r\n")
+                    self.wfile.flush()
+                    fake._closing.wait(fake.drip_s)
+            except OSError:  # the client hung up: what its deadline is for
+                with fake._lock:
+                    fake.drips_cut += 1
             self._drop()
             return
         if fault == "cut" or (fault == "hang" and attempt == 2):
