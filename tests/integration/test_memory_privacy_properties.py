@@ -363,7 +363,8 @@ def check_seats(
     stored = stored_markers(backend, ws, workload)
     base = backend.workspaces.get(ws)
     assert base is not None
-    reads = 0
+    reads = answered = 0
+    tacit_seen = False
     for conversation in workload.conversations:
         for user in conversation.members:
             seat = inbound(ws, workload, conversation, user, 10_000 + user, "what do you remember")
@@ -377,6 +378,8 @@ def check_seats(
                 workspace = base.model_copy(update={"memory": MemoryConfig(recall=policy)})
                 outputs = reads_of(deps, workspace, seat, me, own=own, foreign=foreign, knn=knn)
                 reads += len(outputs)
+                answered += sum(1 for text in outputs.values() if MARKER.search(text))
+                tacit_seen |= bool(outputs["tacit facts"])
                 allowed = reachable(policy, conversation, mine)
                 for what, text in outputs.items():
                     for marker, c in markers_in(text):
@@ -397,6 +400,11 @@ def check_seats(
                     text = outputs["memory_search (foreign markers)"]
                     assert {m for m, _ in markers_in(text)} & set(foreign), (me, conversation, text)
                     COUNTS["widened seats that found another conversation"] += 1
+    # The tacit facts were exercised: where consolidation learnt facts about someone, some were told.
+    people = {workload.person(u, c.channel) for c in workload.conversations for u in c.members}
+    about = {t.subject for t in backend.memory.list_triples(ws, scope=WORKSPACE_WIDE, limit=1000)}
+    assert tacit_seen or not (about & people), about
+    COUNTS["reads that returned markers"] += answered
     return reads
 
 
