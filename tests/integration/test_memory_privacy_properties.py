@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from osmem_server import OsmemServer
@@ -103,6 +103,9 @@ SETTINGS = settings(
     deadline=None,
     derandomize=True,
     database=None,
+    # No shrinking: a workload is dozens of turns, and shrinking one that leaks would outlast the
+    # test timeout. The failure names the seat, policy, tool, marker and conversation instead.
+    phases=(Phase.explicit, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
