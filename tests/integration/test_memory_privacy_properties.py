@@ -96,8 +96,8 @@ MARKER = re.compile(r"\b(mk|fp|fe)(\d+)x(\d+)\b")
 # A turn's active window: every turn rolls the one before out into Tier 1 and the index.
 WINDOW = 2
 SUMMARY_BATCH = 3
-# The cloud backend answers from moto over HTTP-free calls, but a turn is still a dozen of them:
-# fewer workloads there keep the file well within a minute and a half on a loaded two-core machine.
+# A turn on moto and osmem is a dozen requests where the embedded one is a few SQLite statements:
+# fewer workloads there keep the file within about half a minute on a loaded two-core machine.
 EXAMPLES = {"embedded": 20, "cloud": 6}
 SETTINGS = settings(
     deadline=None,
@@ -212,9 +212,7 @@ CONSOLIDATION = ConsolidationModel(FunctionProvider(consolidation_answer), "test
 # ---------------------------------------------------------------- writing a workload
 
 
-def inbound(
-    ws: str, workload: Workload, conversation: Conversation, user: int, n: int, text: str
-) -> InboundMessage:
+def inbound(ws: str, conversation: Conversation, user: int, n: int, text: str) -> InboundMessage:
     channel = conversation.channel
     return InboundMessage.model_validate(
         {
@@ -257,7 +255,7 @@ def write(backend: Backend, settings_: Settings, ws: str, workload: Workload) ->
     for n, (c, user) in enumerate(workload.turns):
         conversation = workload.conversations[c]
         text = f"{COMMON} mk{c}x{n} quay"
-        run_turn(deps, LaneItem(inbound=inbound(ws, workload, conversation, user, n, text)))
+        run_turn(deps, LaneItem(inbound=inbound(ws, conversation, user, n, text)))
     for conversation in workload.conversations:
         result = compact_session(backend, CONSOLIDATION, ws, conversation.session, run_id=f"run-{ws}")
         assert result.status == "done", result
@@ -370,7 +368,7 @@ def check_seats(
     tacit_seen = False
     for conversation in workload.conversations:
         for user in conversation.members:
-            seat = inbound(ws, workload, conversation, user, 10_000 + user, "what do you remember")
+            seat = inbound(ws, conversation, user, 10_000 + user, "what do you remember")
             # The turn's sender resolution: the asker's Sigil user, linked or not.
             me = resolve_sender(backend.identities, base, seat).user_id
             assert me == workload.person(user, conversation.channel)
@@ -386,7 +384,10 @@ def check_seats(
                 allowed = reachable(policy, conversation, mine)
                 for what, text in outputs.items():
                     for marker, c in markers_in(text):
-                        if allowed is None or c in allowed or (policy == "personal" and marker in shared):
+                        if allowed is None or c in allowed:
+                            continue
+                        if policy == "personal" and marker in shared:
+                            COUNTS["shared facts recalled outside their conversation"] += 1
                             continue
                         pytest.fail(
                             f"{what} under the {policy!r} policy, asked by {me} in conversation "
