@@ -267,12 +267,13 @@ def share_some(backend: Backend, ws: str, data: st.DataObject) -> set[str]:
     facts = backend.memory.list_triples(ws, scope=WORKSPACE_WIDE, limit=1000)
     if not facts:
         return set()
-    chosen = data.draw(st.sets(st.sampled_from(sorted(t.id for t in facts)), max_size=3), label="shared")
+    # Chosen by what they say, not by id: ids hash the workspace id, new in every run.
+    by_text = {f"{t.subject} {t.predicate} {t.object}": t for t in facts}
+    chosen = data.draw(st.sets(st.sampled_from(sorted(by_text)), max_size=3), label="shared")
     shared: set[str] = set()
-    for fact in facts:
-        if fact.id in chosen:
-            set_shared(backend.memory, backend.index, ws, fact.id, shared=True)
-            shared |= {m.group(0) for m in MARKER.finditer(f"{fact.predicate} {fact.object}")}
+    for text in sorted(chosen):
+        set_shared(backend.memory, backend.index, ws, by_text[text].id, shared=True)
+        shared |= {m.group(0) for m in MARKER.finditer(text)}
     return shared
 
 
