@@ -388,7 +388,7 @@ class _Compaction:
         )
         self.backend.memory.put_summary(summary)
         self._index_summary(summary)
-        self._facts(records, user_id, scope, now, pii)
+        self._facts(records, fact_speaker(records, scope, user_id), scope, now, pii)
         if rolling is None or rolling.last_seq < last:
             rolling = self._fold(rolling, summary, now, pii)
         self._save_session_summary(rolling.text, now)
@@ -556,3 +556,16 @@ def safe_summary(text: str, limit: int, *, pii: bool) -> str:
     if cleaned and scan(cleaned).flagged:
         return quote_untrusted(cleaned, "a conversation summary")
     return cleaned
+
+
+def fact_speaker(
+    records: Sequence[MemoryRecord], scope: MemoryScope | None, session_user: str | None
+) -> str | None:
+    """Whose facts "about the user" a batch's extraction yields. In a direct conversation, the
+    session's user. In a group, the one person who spoke in the batch, or nobody when several did:
+    the extraction prompt cannot tell speakers apart, and filing one member's words under another
+    (the session's opener) would give them the wrong owner, in recall and in erasure alike."""
+    if scope is None or not scope.group:
+        return session_user
+    speakers = {r.user_id for r in records if r.role == "user" and r.user_id}
+    return speakers.pop() if len(speakers) == 1 else None

@@ -14,14 +14,17 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, run_turn
 from shared.backend import Backend
 from shared.channels.inbound import conversation_key, session_id
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
-from shared.consolidation.extraction import ExtractedFact, FactWriter
+from shared.consolidation.compaction import ConsolidationModel, compact_session
+from shared.consolidation.extraction import EXTRACTION_SYSTEM, ExtractedFact, FactWriter
 from shared.consolidation.maintenance.driver import run_maintenance
-from shared.identity import UserAliases, user_aliases
+from shared.identity import UserAliases, derived_user_id, user_aliases
 from shared.memory.facts import fact_index_doc
 from shared.memory.scope import legacy_scope, owner_scope
 from shared.memory.tacit import TacitFacts
@@ -479,3 +482,44 @@ def test_recalling_me_after_a_link_finds_what_was_learnt_under_the_older_id(back
         ToolCall(id="c", name="memory_recall", arguments=json.dumps({"topic": ANN})), bobs, workspace()
     )
     assert "Lyon" not in theirs.content
+
+
+def _extract_a_preference(request: ChatRequest) -> str:
+    """Extraction finds a preference only in a batch that mentions one; summaries say anything."""
+    if request.system != EXTRACTION_SYSTEM:
+        return "a talk about drinks"
+    said = request.messages[-1].content if request.messages else ""
+    preference = [{"key": "drink", "value": "green tea"}] if "green tea" in str(said) else []
+    return json.dumps({"preferences": preference, "entities": []})
+
+
+@pytest.mark.parametrize(
+    "speakers",
+    [
+        (ANN, ANN),  # Ann, who opened the group, spoke alone: hers
+        (BOB, BOB),  # Bob alone, in the group Ann opened: Bob's, never Ann's
+        (ANN, BOB),  # both in one batch: the prompt cannot tell them apart, so only the group's
+    ],
+)
+def test_a_groups_facts_about_the_user_go_to_the_one_who_spoke_or_to_the_group(
+    backend: Backend, settings: Settings, speakers: tuple[str, str]
+) -> None:
+    backend.workspaces.put(workspace(active_window=2, summary_batch=4))
+    deps = deps_for(backend, settings, FunctionProvider(lambda request: "ok"))
+    # Ann opens the group (the session's user); her first batch mentions no preference. The
+    # speakers' two messages make the second batch; Ann's goodbyes push it out of the window.
+    said = [(ANN, "hi all"), (ANN, "hello again"), *((who, "I drink green tea") for who in speakers)]
+    said += [(ANN, "bye"), (ANN, "bye again")]
+    for n, (who, text) in enumerate(said):
+        item = inbound(who, chat=GROUP, chat_type="group", event=f"e{n}", text=text)
+        run_turn(deps, LaneItem(inbound=item))
+    model = ConsolidationModel(FunctionProvider(_extract_a_preference), "test-consolidation")
+    result = compact_session(backend, model, WS, session_id("telegram", GROUP, None), run_id="run-1")
+    assert result.status == "done" and result.facts_extracted == 1, result
+
+    facts = [t for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE) if t.predicate == "drink"]
+    spoke = {derived_user_id("telegram", who) for who in speakers}
+    subject, users = (next(iter(spoke)), tuple(spoke)) if len(spoke) == 1 else ("user", ())
+    assert [(t.subject, t.scope) for t in facts] == [
+        (subject, owner_scope(conversation_key("telegram", GROUP), users, group=True))
+    ]
