@@ -123,9 +123,35 @@ def _secret(settings: Settings, workspace: str) -> str:
     finally:
         backend.close()
     if secret is None:
-        typer.echo(f"no web signing secret for workspace {workspace!r}: run `sigil dev` once", err=True)
+        # `sigil dev` creates only its default workspace's secret; any other is made on request.
+        how = (
+            "run `sigil dev` once, or `sigil web-secret --create`"
+            if workspace == settings.default_workspace
+            else f"create it with `sigil web-secret -w {workspace} --create`"
+        )
+        typer.echo(f"no web signing secret for workspace {workspace!r}: {how}", err=True)
         raise typer.Exit(2)
     return secret
+
+
+@contextmanager
+def _gateway_errors(base: str) -> Iterator[None]:
+    """One line, not a traceback, when the gateway is not there or refuses the request."""
+    import httpx
+
+    try:
+        yield
+    except httpx.ConnectError:
+        typer.echo(f"no gateway at {httpx.URL(base).netloc.decode()} (start it with make dev)", err=True)
+        raise typer.Exit(1) from None
+    except httpx.HTTPStatusError as exc:
+        typer.echo(
+            f"the gateway at {base} answered {exc.response.status_code}: {exc.response.text}", err=True
+        )
+        raise typer.Exit(1) from None
+    except httpx.TransportError as exc:
+        typer.echo(f"the gateway at {base} did not answer: {type(exc).__name__} {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _signed_get(base: str, secret: str, target: str) -> dict[str, object]:
@@ -152,13 +178,29 @@ def send(
     data_dir: DataDir = None,
 ) -> None:
     """Post a signed message to the local gateway's web channel."""
+    settings = _settings(data_dir)
+    base = url or f"http://{settings.host}:{settings.port}"
+    secret = _secret(settings, workspace)
+    with _gateway_errors(base):
+        _send(base, secret, workspace, session, user, text, event_id, wait=wait, timeout=timeout)
+
+
+def _send(
+    base: str,
+    secret: str,
+    workspace: str,
+    session: str,
+    user: str,
+    text: str,
+    event_id: str | None,
+    *,
+    wait: bool,
+    timeout: float,
+) -> None:
     import httpx
 
     from shared.channels import web
 
-    settings = _settings(data_dir)
-    base = url or f"http://{settings.host}:{settings.port}"
-    secret = _secret(settings, workspace)
     outbox_target = f"/sessions/{workspace}/{session}/outbox"
     before = _signed_get(base, secret, outbox_target + "?after=0")
     after = before.get("next_after") or 0
@@ -200,14 +242,53 @@ def replies(
     settings = _settings(data_dir)
     base = url or f"http://{settings.host}:{settings.port}"
     target = f"/sessions/{workspace}/{session}/outbox?after={after}"
-    page = _signed_get(base, _secret(settings, workspace), target)
+    secret = _secret(settings, workspace)
+    with _gateway_errors(base):
+        page = _signed_get(base, secret, target)
     typer.echo(json.dumps(page, indent=2))
 
 
 @app.command("web-secret")
-def web_secret(workspace: Workspace = "default", data_dir: DataDir = None) -> None:
+def web_secret(
+    workspace: Workspace = "default",
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create", help="create the workspace and its secret if missing, as `sigil dev` does for its own"
+        ),
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
     """Print a workspace's web signing secret (for your own web client; keep it out of logs)."""
-    typer.echo(_secret(_settings(data_dir), workspace))
+    settings = _settings(data_dir)
+    if create:
+        _create_web_secret(settings, workspace)
+    typer.echo(_secret(settings, workspace))
+
+
+def _create_web_secret(settings: Settings, workspace: str) -> None:
+    """What the local gateway does for its default workspace on start (LocalGateway.ensure_workspace)."""
+    from shared.adapters import build_backend
+    from shared.channels import web
+    from shared.errors import SigilError
+    from shared.ingress import check_id
+    from shared.models import new_workspace
+
+    try:
+        check_id(workspace, "workspace")
+    except SigilError as exc:
+        raise typer.BadParameter(f"{exc.message}: {workspace!r}", param_hint="'--workspace'") from None
+    backend = build_backend(settings)
+    try:
+        ensure = getattr(backend.secrets, "ensure", None)
+        if ensure is None:
+            typer.echo(f"the {settings.backend} backend's secret store cannot create secrets", err=True)
+            raise typer.Exit(1)
+        if backend.workspaces.get(workspace) is None:
+            backend.workspaces.put(new_workspace(workspace, name=workspace))
+        ensure(web.secret_name(workspace))
+    finally:
+        backend.close()
 
 
 # ---------------------------------------------------------------- pairing
@@ -392,6 +473,47 @@ def _local_secrets(data_dir: Path | None) -> FileSecretStore:
     return FileSecretStore(open_data_dir(_settings(data_dir).data_dir) / "secrets.json")
 
 
+def _known_secrets() -> list[str]:
+    """The secret names something reads: channel credentials and LLM keys (web/<workspace> aside)."""
+    from shared.channels import discord, slack, telegram, whatsapp
+    from shared.channels.out import slack as slack_out
+    from shared.channels.out import telegram as telegram_out
+    from shared.channels.out import whatsapp as whatsapp_out
+    from shared.config import PROVIDER_KEY_SECRETS
+
+    return sorted(
+        {
+            discord.SECRET,
+            slack.SECRET,
+            slack_out.TOKEN_SECRET,
+            telegram.SECRET,
+            telegram_out.TOKEN_SECRET,
+            whatsapp.APP_SECRET,
+            whatsapp.VERIFY_TOKEN,
+            whatsapp_out.TOKEN_SECRET,
+            whatsapp_out.PHONE_NUMBER_SECRET,
+            *PROVIDER_KEY_SECRETS.values(),
+        }
+    )
+
+
+def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
+    """`name`, if something reads it (or it is already stored); else a BadParameter listing the known."""
+    web_prefix = "web/"
+    if name in _known_secrets() or (name.startswith(web_prefix) and len(name) > len(web_prefix)):
+        return name
+    if stored is not None and name in stored:
+        return name
+    known = ", ".join([*_known_secrets(), "web/<workspace>"])
+    raise typer.BadParameter(f"unknown secret {name!r}; the known ones are: {known}", param_hint="'NAME'")
+
+
+def _masked(value: str) -> str:
+    # Enough to tell two values apart, never enough to use one: the last 4 characters of a long one.
+    tail = value[-4:] if len(value) >= 16 else ""
+    return f"****{tail} ({len(value)} characters)"
+
+
 @secret_app.command("set")
 def secret_set(
     name: Annotated[str, typer.Argument(help="e.g. telegram/bot-token, slack/signing-secret")],
@@ -400,6 +522,7 @@ def secret_set(
     """Store a secret's value, read from the prompt (hidden) or from standard input."""
     import sys
 
+    _known_secret(name)
     value = typer.prompt("value", hide_input=True) if sys.stdin.isatty() else sys.stdin.read()
     value = value.strip()
     if not value:
@@ -407,6 +530,40 @@ def secret_set(
         raise typer.Exit(2)
     _local_secrets(data_dir).set(name, value)
     typer.echo(f"stored {name}", err=True)
+
+
+@secret_app.command("get")
+def secret_get(
+    name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
+    data_dir: DataDir = None,
+) -> None:
+    """Say whether a secret is set, with a masked form of it (never the value); exit 1 if not."""
+    store = _local_secrets(data_dir)
+    _known_secret(name, stored=store.names())
+    value = store.get(name)
+    if value is None:
+        typer.echo(f"{name} is not set", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{name} is set: {_masked(value)}")
+
+
+@secret_app.command("delete")
+def secret_delete(
+    name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Remove a secret from the data dir."""
+    store = _local_secrets(data_dir)
+    _known_secret(name, stored=store.names())
+    if store.get(name) is None:
+        typer.echo(f"{name} is not set", err=True)
+        raise typer.Exit(1)
+    if not yes and not typer.confirm(f"delete secret {name}? This cannot be undone"):
+        typer.echo("nothing deleted", err=True)
+        raise typer.Exit(1)
+    store.delete(name)
+    typer.echo(f"deleted {name}", err=True)
 
 
 @secret_app.command("list")
@@ -588,9 +745,16 @@ def memory_rollback(
     data_dir: DataDir = None,
 ) -> None:
     """Undo a consolidation run: restore what it merged, pruned or promoted; delete what it wrote."""
-    from shared.consolidation.rollback import rollback_run
+    from shared.consolidation.rollback import rollback_run, run_exists
 
     with _memory_backend(data_dir, workspace) as (backend, ws):
+        if not run_exists(backend, ws, run):
+            typer.echo(
+                f"no consolidation run {run!r} in workspace {ws!r}: no fact or summary carries it "
+                "(never run, already rolled back, or purged; see `sigil memory list`)",
+                err=True,
+            )
+            raise typer.Exit(1)
         report = rollback_run(backend, ws, run)
     typer.echo(json.dumps(report.model_dump(), indent=2))
 
@@ -636,6 +800,11 @@ def consolidate(
             return consolidation_model(settings)
 
         report: CompactionResult | WorkspaceReport | HourlyReport
+        if session is not None and backend.sessions.get(ws, session) is None:
+            web_id = f"web.{session}"  # what `sigil send --session` names, as the web channel stores it
+            hint = f" (did you mean {web_id}?)" if backend.sessions.get(ws, web_id) is not None else ""
+            typer.echo(f"no session {session!r} in workspace {ws!r}{hint}", err=True)
+            raise typer.Exit(1)
         try:
             if session is not None:
                 report = compact_session(backend, model, ws, session, run_id=run_id)

@@ -64,6 +64,21 @@ def _restore(triple: Triple, now: datetime) -> Triple:
     return restored.model_copy(update={"relevance": relevance(restored, now)})
 
 
+def run_exists(backend: Backend, workspace_id: str, run_id: str) -> bool:
+    """Whether anything in `workspace_id`'s derived memory carries `run_id`: a triple or summary it
+    wrote, or a change it made. A run rolled back entirely, or purged, leaves nothing and is gone."""
+    memory = backend.memory
+    after: str | None = None
+    while page := memory.list_triples(workspace_id, scope=WORKSPACE_WIDE, after=after, limit=_PAGE):
+        after = page[-1].id
+        if any(t.run_id == run_id or any(c.run_id == run_id for c in t.changes) for t in page):
+            return True
+    return any(
+        s.run_id == run_id
+        for s in memory.list_summaries(workspace_id, scope=WORKSPACE_WIDE, limit=_MAX_SUMMARIES)
+    )
+
+
 def rollback_run(
     backend: Backend, workspace_id: str, run_id: str, *, clock: Callable[[], datetime] = utcnow
 ) -> RollbackReport:
