@@ -12,8 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.backend import Backend
@@ -192,10 +191,8 @@ def test_rolling_back_an_unknown_run_says_so_and_changes_nothing(backend: Backen
     # The run that is there still rolls back; once undone, nothing carries it any more.
     done = sigil(data_dir, "memory", "rollback", "--run", "compact-1")
     assert done.exit_code == 0, done.output
-    assert (json.loads(done.stdout)["deleted_triples"], json.loads(done.stdout)["deleted_summaries"]) == (
-        1,
-        1,
-    )
+    report = json.loads(done.stdout)
+    assert (report["deleted_triples"], report["deleted_summaries"]) == (1, 1)
     again = sigil(data_dir, "memory", "rollback", "--run", "compact-1")
     assert again.exit_code == 1
     assert one_line_error(again).startswith("no consolidation run 'compact-1'")
