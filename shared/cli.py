@@ -499,8 +499,17 @@ def _known_secrets() -> list[str]:
 
 def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
     """`name`, if something reads it (or it is already stored); else a BadParameter listing the known."""
+    from shared.errors import SigilError
+    from shared.ingress import check_id
+
     web_prefix = "web/"
-    if name in _known_secrets() or (name.startswith(web_prefix) and len(name) > len(web_prefix)):
+    if name.startswith(web_prefix):
+        try:
+            check_id(name.removeprefix(web_prefix), "workspace")
+        except SigilError as exc:
+            raise typer.BadParameter(f"{exc.message} in {name!r}", param_hint="'NAME'") from None
+        return name
+    if name in _known_secrets():
         return name
     if stored is not None and name in stored:
         return name

@@ -208,6 +208,9 @@ def test_setting_an_unknown_secret_is_refused_with_the_known_names(data_dir: Pat
         assert known in result.output
     assert "Traceback" not in result.output
     assert "telegram/bot-tokn" not in secrets_file(data_dir)
+    bad_web = sigil(data_dir, "secret", "set", "web/../x", input="v")
+    assert bad_web.exit_code == 2
+    assert "invalid workspace id" in bad_web.output
 
     # The names something reads are still stored: an LLM key, a channel's, a workspace's web secret.
     for name in ("llm/anthropic-api-key", "whatsapp/verify-token", "web/team"):
