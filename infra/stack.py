@@ -26,7 +26,8 @@ from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
-from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, Secrets, llm_keys
+from infra.constructs.secrets import Secrets, llm_keys
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 
 
 class SigilStack(Stack):

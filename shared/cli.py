@@ -475,26 +475,9 @@ def _local_secrets(data_dir: Path | None) -> FileSecretStore:
 
 def _known_secrets() -> list[str]:
     """The secret names something reads: channel credentials and LLM keys (web/<workspace> aside)."""
-    from shared.channels import discord, slack, telegram, whatsapp
-    from shared.channels.out import slack as slack_out
-    from shared.channels.out import telegram as telegram_out
-    from shared.channels.out import whatsapp as whatsapp_out
-    from shared.config import PROVIDER_KEY_SECRETS
+    from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, OPTIONAL_SECRETS
 
-    return sorted(
-        {
-            discord.SECRET,
-            slack.SECRET,
-            slack_out.TOKEN_SECRET,
-            telegram.SECRET,
-            telegram_out.TOKEN_SECRET,
-            whatsapp.APP_SECRET,
-            whatsapp.VERIFY_TOKEN,
-            whatsapp_out.TOKEN_SECRET,
-            whatsapp_out.PHONE_NUMBER_SECRET,
-            *PROVIDER_KEY_SECRETS.values(),
-        }
-    )
+    return sorted(spec.key for spec in (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *OPTIONAL_SECRETS))
 
 
 def _known_secret(name: str, *, stored: list[str] | None = None) -> str:

@@ -6,6 +6,7 @@ tests pass their own instance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -144,3 +145,47 @@ OPENAI_KEY_SECRET = PROVIDER_KEY_SECRETS["openai_api_key"]
 # The providers reached with an API key, and the Settings field that holds it. The stack grants
 # each function the secrets of these it may use (infra/stack.py), nothing else.
 KEY_PROVIDERS = {"openai": "openai_api_key", "anthropic": "anthropic_api_key"}
+
+
+@dataclass(frozen=True)
+class SecretSpec:
+    key: str
+    description: str
+
+
+# The catalogue of secret names: what the stack creates (infra/constructs/secrets.py) and what
+# `sigil secret` accepts. Read by the webhook: what it needs to verify a request before anything
+# is queued.
+INGRESS_SECRETS = (
+    SecretSpec(
+        "telegram/webhook-secret", "Telegram: the secret_token given to setWebhook (Sigil chooses it)"
+    ),
+    SecretSpec("slack/signing-secret", "Slack: the app's Signing Secret (Basic Information page)"),
+    SecretSpec("discord/public-key", "Discord: the application's public key (hex), for Ed25519 checks"),
+    SecretSpec("whatsapp/app-secret", "WhatsApp: the Meta app secret, for X-Hub-Signature-256"),
+    SecretSpec(
+        "whatsapp/verify-token", "WhatsApp: the verify token of the webhook handshake (Sigil chooses it)"
+    ),
+)
+# Read by the agent: what it needs to answer on each channel.
+CHANNEL_TOKENS = (
+    SecretSpec("telegram/bot-token", "Telegram: the bot token from BotFather"),
+    SecretSpec("slack/bot-token", "Slack: the bot user OAuth token (xoxb-...)"),
+    SecretSpec("discord/bot-token", "Discord: the bot token"),
+    SecretSpec("whatsapp/access-token", "WhatsApp: the Cloud API access token"),
+)
+# Read by the agent and the consolidator, each only its providers' (KEY_PROVIDERS): the LLM
+# providers reached with an API key (and OpenAI's embeddings).
+LLM_KEY_OF = {
+    "openai": SecretSpec(
+        PROVIDER_KEY_SECRETS["openai_api_key"], "OpenAI (or an OpenAI-compatible endpoint): the API key"
+    ),
+    "anthropic": SecretSpec(PROVIDER_KEY_SECRETS["anthropic_api_key"], "Anthropic: the API key"),
+}
+LLM_KEYS = tuple(LLM_KEY_OF.values())
+# Read when set, never created by the stack: `sigil secret` accepts them too.
+OPTIONAL_SECRETS = (
+    SecretSpec(
+        "whatsapp/phone-number-id", "WhatsApp: the sending phone number id, when a reply carries none"
+    ),
+)

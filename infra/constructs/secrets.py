@@ -12,7 +12,6 @@ A function reads a secret as `SIGIL_SECRETS_PREFIX + key`, e.g. "sigil/" + "slac
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -20,42 +19,9 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from infra.constructs.nag import acknowledge
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS, SecretSpec
 
 DEFAULT_PREFIX = "sigil/"
-
-
-@dataclass(frozen=True)
-class SecretSpec:
-    key: str
-    description: str
-
-
-# Read by the webhook: what it needs to verify a request before anything is queued.
-INGRESS_SECRETS = (
-    SecretSpec(
-        "telegram/webhook-secret", "Telegram: the secret_token given to setWebhook (Sigil chooses it)"
-    ),
-    SecretSpec("slack/signing-secret", "Slack: the app's Signing Secret (Basic Information page)"),
-    SecretSpec("discord/public-key", "Discord: the application's public key (hex), for Ed25519 checks"),
-    SecretSpec("whatsapp/app-secret", "WhatsApp: the Meta app secret, for X-Hub-Signature-256"),
-    SecretSpec(
-        "whatsapp/verify-token", "WhatsApp: the verify token of the webhook handshake (Sigil chooses it)"
-    ),
-)
-# Read by the agent: what it needs to answer on each channel.
-CHANNEL_TOKENS = (
-    SecretSpec("telegram/bot-token", "Telegram: the bot token from BotFather"),
-    SecretSpec("slack/bot-token", "Slack: the bot user OAuth token (xoxb-...)"),
-    SecretSpec("discord/bot-token", "Discord: the bot token"),
-    SecretSpec("whatsapp/access-token", "WhatsApp: the Cloud API access token"),
-)
-# Read by the agent and the consolidator, each only its providers' (shared.config.KEY_PROVIDERS):
-# the LLM providers reached with an API key (and OpenAI's embeddings).
-LLM_KEY_OF = {
-    "openai": SecretSpec("llm/openai-api-key", "OpenAI (or an OpenAI-compatible endpoint): the API key"),
-    "anthropic": SecretSpec("llm/anthropic-api-key", "Anthropic: the API key"),
-}
-LLM_KEYS = tuple(LLM_KEY_OF.values())
 
 
 def llm_keys(providers: Iterable[str]) -> list[str]:

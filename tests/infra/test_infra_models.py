@@ -19,7 +19,7 @@ import pytest
 from infra.app import build_app
 from infra.config import ROOT
 from infra.constructs.bedrock import PROFILE_REASON
-from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target, synthesize
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from infra.constructs.secrets import CHANNEL_TOKENS, INGRESS_SECRETS
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
 
 pytestmark = pytest.mark.slow

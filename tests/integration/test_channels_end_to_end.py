@@ -69,7 +69,7 @@ RECORD_TEMPLATE: dict[str, Any] = json.loads((ROOT / "events" / "agent_sqs_fifo_
 ][0]
 
 # The credentials the fake platforms accept, stored as the stack names them
-# (infra/constructs/secrets.py CHANNEL_TOKENS). Discord interaction replies authenticate with
+# (shared.config CHANNEL_TOKENS). Discord interaction replies authenticate with
 # the interaction's own token, but the stack has a bot token too, so it is stored like the others.
 BOT_TOKENS = {
     "telegram": "123456:TEST-telegram-token",
