@@ -42,7 +42,7 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest
 # root, so a module added inside one of these packages is left out too.
 DEV_KIT = (
     PurePosixPath("shared/local"),
-    PurePosixPath("shared/cli.py"),
+    PurePosixPath("shared/cli"),
     PurePosixPath("shared/adapters/embedded"),
     # build_embedder answers SIGIL_EMBEDDING_MODEL=local without it as misconfigured, as it does
     # without its packages.

@@ -108,7 +108,7 @@ def test_a_path_is_dev_kit_by_prefix() -> None:
     assert is_dev_kit(PurePosixPath("shared/local"))
     assert is_dev_kit(PurePosixPath("shared/local/aws_mode/__init__.py"))
     assert is_dev_kit(PurePosixPath("shared/adapters/embedded/send_ledger.py"))
-    assert is_dev_kit(PurePosixPath("shared/cli.py"))
+    assert is_dev_kit(PurePosixPath("shared/cli/memory.py"))
     assert not is_dev_kit(PurePosixPath("shared/localisation.py"))
     assert not is_dev_kit(PurePosixPath("shared/adapters/aws/dynamodb.py"))
     assert not is_dev_kit(PurePosixPath("shared/consolidation/runner.py"))

@@ -1,0 +1,122 @@
+"""`sigil secret`: bot tokens, signing secrets and API keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from shared.cli._app import (
+    DataDir,
+    app,
+    settings_for,
+)
+
+if TYPE_CHECKING:
+    from shared.adapters.embedded import FileSecretStore
+
+
+secret_app = typer.Typer(
+    help="The local gateway's secrets (bot tokens, signing secrets, API keys) in its data dir.",
+    no_args_is_help=True,
+)
+app.add_typer(secret_app, name="secret")
+
+
+def _local_secrets(data_dir: Path | None) -> FileSecretStore:
+    from shared.adapters.embedded import FileSecretStore, open_data_dir
+
+    return FileSecretStore(open_data_dir(settings_for(data_dir).data_dir) / "secrets.json")
+
+
+def _known_secrets() -> list[str]:
+    """The secret names something reads: channel credentials and LLM keys (web/<workspace> aside)."""
+    from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, OPTIONAL_SECRETS
+
+    return sorted(spec.key for spec in (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *OPTIONAL_SECRETS))
+
+
+def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
+    """`name`, if something reads it (or it is already stored); else a BadParameter listing the known."""
+    from shared.errors import SigilError
+    from shared.ingress import check_id
+
+    web_prefix = "web/"
+    if name.startswith(web_prefix):
+        try:
+            check_id(name.removeprefix(web_prefix), "workspace")
+        except SigilError as exc:
+            raise typer.BadParameter(f"{exc.message} in {name!r}", param_hint="'NAME'") from None
+        return name
+    if name in _known_secrets():
+        return name
+    if stored is not None and name in stored:
+        return name
+    known = ", ".join([*_known_secrets(), "web/<workspace>"])
+    raise typer.BadParameter(f"unknown secret {name!r}; the known ones are: {known}", param_hint="'NAME'")
+
+
+def _masked(value: str) -> str:
+    # Enough to tell two values apart, never enough to use one: the last 4 characters of a long one.
+    tail = value[-4:] if len(value) >= 16 else ""
+    return f"****{tail} ({len(value)} characters)"
+
+
+@secret_app.command("set")
+def secret_set(
+    name: Annotated[str, typer.Argument(help="e.g. telegram/bot-token, slack/signing-secret")],
+    data_dir: DataDir = None,
+) -> None:
+    """Store a secret's value, read from the prompt (hidden) or from standard input."""
+    import sys
+
+    _known_secret(name)
+    value = typer.prompt("value", hide_input=True) if sys.stdin.isatty() else sys.stdin.read()
+    value = value.strip()
+    if not value:
+        typer.echo("an empty value was not stored", err=True)
+        raise typer.Exit(2)
+    _local_secrets(data_dir).set(name, value)
+    typer.echo(f"stored {name}", err=True)
+
+
+@secret_app.command("get")
+def secret_get(
+    name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
+    data_dir: DataDir = None,
+) -> None:
+    """Say whether a secret is set, with a masked form of it (never the value); exit 1 if not."""
+    store = _local_secrets(data_dir)
+    _known_secret(name, stored=store.names())
+    value = store.get(name)
+    if value is None:
+        typer.echo(f"{name} is not set", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{name} is set: {_masked(value)}")
+
+
+@secret_app.command("delete")
+def secret_delete(
+    name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Remove a secret from the data dir."""
+    store = _local_secrets(data_dir)
+    _known_secret(name, stored=store.names())
+    if store.get(name) is None:
+        typer.echo(f"{name} is not set", err=True)
+        raise typer.Exit(1)
+    if not yes and not typer.confirm(f"delete secret {name}? This cannot be undone"):
+        typer.echo("nothing deleted", err=True)
+        raise typer.Exit(1)
+    store.delete(name)
+    typer.echo(f"deleted {name}", err=True)
+
+
+@secret_app.command("list")
+def secret_list(data_dir: DataDir = None) -> None:
+    """List the names of the stored secrets (never their values)."""
+    for name in _local_secrets(data_dir).names():
+        typer.echo(name)
