@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from shared.models import (
     AuditRecord,
     BudgetLimits,
+    ChannelRoute,
     DomainEvent,
     Identity,
     IdentityStatus,
@@ -323,6 +324,20 @@ class WorkspaceStore(Protocol):
     def put(self, config: WorkspaceConfig) -> None: ...
 
     def list_workspaces(self) -> list[WorkspaceConfig]: ...
+
+
+@runtime_checkable
+class RouteStore(Protocol):
+    """The channel routes a deployment serves (`sigil config apply` writes them; the webhook reads
+    one per request, cached). Keyed by (platform, name)."""
+
+    def get(self, platform: str, name: str) -> ChannelRoute | None: ...
+
+    def put(self, route: ChannelRoute) -> None: ...
+
+    def delete(self, platform: str, name: str) -> bool: ...
+
+    def list_routes(self) -> list[ChannelRoute]: ...
 
 
 @runtime_checkable

@@ -296,6 +296,11 @@ class WorkspaceConfig(Model):
     # workspace Sigil creates itself starts with DEFAULT_BUDGET (new_workspace).
     budget: BudgetLimits | None = None
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    # The installed skills this workspace's turns may use (shared.skills); None: every one.
+    skills: list[str] | None = None
+    # The models a session may switch to with `/model <ref>` (a chat command); empty: the
+    # command is refused and the workspace's model is the only one.
+    model_choices: list[str] = Field(default_factory=list)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
@@ -616,3 +621,48 @@ class AuditRecord(Model):
         return self.model_copy(
             update={"user_id": None, "session_id": "erased", "event_id": None, "error": None}
         )
+
+
+# ---------------------------------------------------------------- channel routes
+
+Platform = Literal["telegram", "slack", "discord", "whatsapp"]
+PLATFORMS: Final[tuple[Platform, ...]] = ("telegram", "slack", "discord", "whatsapp")
+# A route's name is a path segment (/webhooks/{platform}/{name}) and a secret-name segment
+# ({platform}/{name}/bot-token): lowercase, short, no separators.
+ROUTE_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
+RouteName = Annotated[str, Field(pattern=ROUTE_NAME_PATTERN)]
+
+
+class ChatOverride(Model):
+    """One chat of a route handled differently: another workspace, or another model."""
+
+    workspace: WorkspaceId | None = None
+    model: str | None = None
+
+
+class ChannelRoute(Model):
+    """Which platform account feeds which workspace (issue 15, docs/configuration.md).
+
+    One per bot: a Telegram bot, a Slack app (or team), a Discord application, a WhatsApp phone
+    number id. Its webhook is /webhooks/{platform}/{name} and its secrets are the platform's
+    names under {platform}/{name}/ (telegram/family/bot-token). The unnamed route of today,
+    /webhooks/{platform} with the platform's plain secret names, still delivers into
+    SIGIL_CHANNEL_WORKSPACE.
+    """
+
+    platform: Platform
+    name: RouteName
+    workspace: WorkspaceId
+    # The platform's id of the account (bot id, Slack team or api_app_id, Discord application
+    # id, WhatsApp phone number id). When set, a payload naming another account is refused.
+    account: str | None = None
+    # Per chat (the platform's chat / channel id): another workspace or model.
+    chats: dict[str, ChatOverride] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.platform}/{self.name}"
+
+    def secret_name(self, key: str) -> str:
+        """This route's secret `key` ("bot-token"), e.g. telegram/family/bot-token."""
+        return f"{self.platform}/{self.name}/{key}"
