@@ -36,15 +36,20 @@ from shared.consolidation.runner import (
     run_compaction_due,
     run_hourly,
 )
+from shared.metric_catalogue import (
+    COMPACTION_REQUESTS,
+    MAINTENANCE_REQUESTS,
+    SCHEDULE_TICKS,
+)
 from shared.models import EVENT_SOURCE, DomainEvent
 from shared.observability import metrics
 
 Trigger = Literal["schedule", "CompactionDue", "MaintenanceDue"]
 TRIGGER_METRICS: Final[Mapping[Trigger, str]] = MappingProxyType(
     {
-        "schedule": "ScheduleTicks",
-        "CompactionDue": "CompactionRequests",
-        "MaintenanceDue": "MaintenanceRequests",
+        "schedule": SCHEDULE_TICKS.name,
+        "CompactionDue": COMPACTION_REQUESTS.name,
+        "MaintenanceDue": MAINTENANCE_REQUESTS.name,
     }
 )
 
