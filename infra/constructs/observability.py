@@ -67,7 +67,7 @@ def sigil_metric(
         dimensions_map={SERVICE_DIMENSION: SERVICE},
         statistic=statistic,
         period=period or Duration.minutes(5),
-        label=label or metric.name,
+        label=label,
     )
 
 
