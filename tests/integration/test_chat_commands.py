@@ -214,6 +214,9 @@ class SlackChat(Chat):
         )
         self.n += 1
         form.update(command=f"/{name}", text=args, trigger_id=f"{form['trigger_id']}{self.n}")
+        if name == "skills":
+            # The umbrella form, for a Slack workspace where the short name is taken
+            form.update(command="/sigil", text=f"{name} {args}".rstrip())
         body = urlencode(form).encode()
         status = self.post("/webhooks/slack", body, slack_headers(body), "application/x-www-form-urlencoded")
         assert status == 200
@@ -475,6 +478,12 @@ def test_the_fixtures_are_commands_and_prose_is_not() -> None:
     discord_ask["data"]["name"] = "ask"
     asked = parsed(DiscordChannel(WS), compact(discord_ask))
     assert (asked.command, asked.text) == (None, "/ask name: openai/gpt-4.1-mini")
+    # On Slack, one umbrella command /sigil carries them as its first word; other text is a question
+    form = dict(parse_qsl(fixture_bytes("slack/slash_command_status.txt").decode(), keep_blank_values=True))
+    for text, expected in (("model openai/x", ("model", "openai/x")), ("what is a lane?", None)):
+        body = urlencode({**form, "command": "/sigil", "text": text}).encode()
+        found = parsed(SlackChannel(WS), body).command
+        assert (None if found is None else (found.name, found.args)) == expected
     # On WhatsApp and the web, /name must open the text and be followed by a space or the end
     for prose in ("what does /status do", "/usr/bin is a path", "/status: is it on?"):
         assert (
