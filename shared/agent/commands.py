@@ -133,7 +133,8 @@ def _model(turn: Turn, args: str, default_model: str | None) -> Answer:
         )
     if ref not in choices:
         return Answer(
-            f"{ref} is not one of this workspace's models: {', '.join(choices)}.",
+            # Cut: the user's own text, repeated where a group may read it.
+            f"{ref[:100]} is not one of this workspace's models: {', '.join(choices)}.",
             error="model not in model_choices",
         )
     return Answer(f"This conversation now uses {ref}.", updates={"model_override": ref})

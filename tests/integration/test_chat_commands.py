@@ -33,7 +33,7 @@ from shared.channels.inbound import session_id
 from shared.channels.out import PlatformSender
 from shared.config import Settings
 from shared.local.gateway import LocalGateway
-from shared.models import BudgetLimits, ScopeLimits, Session, WorkspaceConfig
+from shared.models import BudgetLimits, MemoryConfig, ScopeLimits, Session, WorkspaceConfig
 from tests.integration.test_webhook_channels import (
     SECRETS,
     SIGNED_AT,
@@ -371,6 +371,20 @@ def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Stack) 
     costs = {r.outcome: r.cost_usd for r in stack.gw.backend.audit.list_records(WS)}
     assert sorted(r.outcome for r in stack.gw.backend.audit.list_records(WS)) == ["command", "command", "ok"]
     assert costs["command"] == 0 and costs["ok"] > 0
+
+
+def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
+    # Given a workspace with budgets off, none of the installed skills allowed, and team-wide recall
+    stack.workspace(budget=None, skills=[], memory=MemoryConfig(recall="workspace"))
+    chat = WebChat(stack)
+    status = answer(chat, lambda: chat.command("status"))
+    # Then /status says so, line by line
+    assert status.splitlines()[1:] == [
+        "Budget: none (budgets are off in this workspace)",
+        "Skills: none",
+        "Memory: workspace (everything said in this workspace)",
+    ]
+    assert answer(chat, lambda: chat.command("skills")) == "No skills are available in this workspace."
 
 
 def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Stack) -> None:
