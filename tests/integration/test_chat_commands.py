@@ -183,7 +183,7 @@ class Chat:
         raise NotImplementedError
 
     def answers(self) -> list[str]:
-        return [m for m in self.stack.platforms.shown(self.name)]
+        return self.stack.platforms.shown(self.name)
 
 
 class TelegramChat(Chat):
