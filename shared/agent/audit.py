@@ -30,6 +30,7 @@ Outcome = Literal[
     "budget_denied",  # a workspace or user budget ran out (before the turn, or between its calls)
     "refused",  # the model, or its provider's safety filter, declined to answer (Done.refused)
     "given_up",  # dead-lettered after the last attempt: the apology, delivered or not (give_up_turn)
+    "command",  # a chat command answered without the model (shared.agent.commands)
 ]
 
 
