@@ -47,6 +47,13 @@ class Defaults(_Strict):
     )
 
 
+# What a field left out of a workspace's section means, where it is not WorkspaceConfig's default.
+_FILE_NOTES: Final = {
+    "model": "provider/model; left out: defaults.model (else the gateway's SIGIL_MODEL)",
+    "budget": "per-day and per-month limits; left out: DEFAULT_BUDGET (docs/budgets.md); null: budgets off",
+}
+
+
 def _workspace_spec_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for name, info in WorkspaceConfig.model_fields.items():
@@ -55,6 +62,8 @@ def _workspace_spec_fields() -> dict[str, Any]:
         # Every field optional in the file: what it leaves out is filled in by `effective()`,
         # which tells "not set" (model_fields_set) from an explicit null (budget: null = off).
         spec = copy.copy(info)
+        if name in _FILE_NOTES:
+            spec.description = _FILE_NOTES[name]
         fields[name] = (info.annotation, spec)
     fields["personality"] = (
         str | None,
@@ -90,9 +99,7 @@ class SigilFile(_Strict):
     )
 
     defaults: Defaults = Field(default_factory=Defaults)
-    workspaces: dict[WorkspaceId, WorkspaceSpec] = Field(
-        default_factory=dict, description="by workspace id"
-    )
+    workspaces: dict[WorkspaceId, WorkspaceSpec] = Field(default_factory=dict, description="by workspace id")
     channels: list[ChannelRoute] = Field(
         default_factory=list, description="which platform account (bot) feeds which workspace"
     )
