@@ -58,17 +58,21 @@ OPTIONAL_STACK_OUTPUTS = {"SecretsPrefix": "secrets_prefix"}
 def settings_for(data_dir: Path | None, **overrides: object) -> Settings:
     """What every command reads: its flags, then SIGIL_* variables, then the configuration file's
     `defaults` (shared.configuration.file_settings); a file with errors ends the command."""
+    return settings_and_file(data_dir, **overrides)[0]
+
+
+def settings_and_file(data_dir: Path | None, **overrides: object) -> tuple[Settings, SigilFile | None]:
+    """settings_for, and the configuration file it read (None: no file at the default path)."""
     from shared.configuration import ConfigFileError, file_settings
 
     values = {k: v for k, v in overrides.items() if v is not None}
     if data_dir is not None:
         values["data_dir"] = data_dir
     try:
-        settings, _ = file_settings(**values)
+        return file_settings(**values)
     except ConfigFileError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(1) from None
-    return settings
 
 
 def target_settings(
