@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shared.cli import app
+from shared.config import Settings
 from shared.configuration import ConfigFileError, file_settings, json_schema, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +216,39 @@ def test_sigil_dev_exits_1_with_the_line_numbered_errors_of_a_bad_file(
     listed = runner.invoke(app, ["pairing", "list", "--data-dir", str(tmp_path / "state")])
     assert listed.exit_code == 1
     assert listed.output.strip() == result.output.strip()
+
+
+def test_the_local_gateway_applies_the_file_at_start_and_says_which(tmp_path: Path) -> None:
+    from shared.cli.gateway import _config_line
+    from shared.local.gateway import LocalGateway
+
+    path = write(
+        tmp_path,
+        """
+        defaults: {model: openai/gpt-4.1-mini}
+        workspaces:
+          family: {unknown_sender_policy: pairing}
+        channels:
+          - {platform: telegram, name: family, workspace: family}
+        """,
+    )
+    settings, loaded = file_settings(data_dir=tmp_path / "state", SIGIL_CONFIG=path)
+    assert settings.model == "openai/gpt-4.1-mini"
+    gateway = LocalGateway(settings, config=loaded)
+    try:
+        gateway.start()
+        family = gateway.backend.workspaces.get("family")
+        assert family is not None and (family.model, family.unknown_sender_policy) == (
+            "openai/gpt-4.1-mini",
+            "pairing",
+        )
+        assert [r.key for r in gateway.backend.routes.list_routes()] == ["telegram/family"]
+        # Its own default workspace is still created, as without a file.
+        assert gateway.backend.workspaces.get("default") is not None
+    finally:
+        gateway.stop()
+    assert _config_line(settings, loaded) == (
+        f"{path.resolve()} applied: workspaces family; routes telegram/family"
+    )
+    no_file = Settings(data_dir=tmp_path / "state")
+    assert _config_line(no_file, None) == "none (sigil.yaml not found: defaults, nothing applied)"
