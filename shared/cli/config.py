@@ -64,16 +64,25 @@ def config_apply(
     """Write the file to the target: each of its workspaces (effective: defaults filled in), and
     its channel routes as the whole set (a stored route the file lacks is deleted). Idempotent."""
     from shared.adapters import build_backend
-    from shared.configuration import apply
+    from shared.configuration import Change, apply
 
     settings, loaded = target_config(data_dir, stack, region, file)
+
+    def written(change: Change) -> None:
+        for line in change.lines():
+            typer.echo(line)
+
     backend = build_backend(settings)
     try:
-        done = apply(loaded, backend.workspaces, backend.routes)
+        done = apply(loaded, backend.workspaces, backend.routes, on_change=written)
     finally:
         backend.close()
-    for line in done.lines():
-        typer.echo(line)
+    # After what was written, what was not: the workspaces left alone; "no changes" if nothing was.
+    for change in done.changes:
+        if change.action == "left alone":
+            written(change)
+    if done.empty:
+        typer.echo("no changes")
     typer.echo(
         f"applied {len(done.writes)} change{'s' if len(done.writes) != 1 else ''} to "
         f"{_where(stack, settings.data_dir)}",

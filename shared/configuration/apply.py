@@ -11,6 +11,7 @@ list every workspace Sigil ever created). Writing what is already stored changes
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -113,8 +114,15 @@ def plan(file: SigilFile, workspaces: WorkspaceStore, routes: RouteStore) -> Pla
     return Plan(changes)
 
 
-def apply(file: SigilFile, workspaces: WorkspaceStore, routes: RouteStore) -> Plan:
-    """Write the file to the stores; the plan it carried out (empty when nothing differed)."""
+def apply(
+    file: SigilFile,
+    workspaces: WorkspaceStore,
+    routes: RouteStore,
+    *,
+    on_change: Callable[[Change], None] | None = None,
+) -> Plan:
+    """Write the file to the stores; the plan it carried out (empty when nothing differed).
+    `on_change` hears of each change once it is written (the CLI's progress)."""
     todo = plan(file, workspaces, routes)
     wanted = effective_configs(file)
     by_key = {r.key: r for r in file.channels}
@@ -126,6 +134,8 @@ def apply(file: SigilFile, workspaces: WorkspaceStore, routes: RouteStore) -> Pl
             routes.delete(platform, name)
         else:
             routes.put(by_key[change.key])
+        if on_change is not None:
+            on_change(change)
     return todo
 
 

@@ -10,9 +10,18 @@ can name the line of each, and run by the model's own validator too.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from shared.models import ChannelRoute, WorkspaceConfig, WorkspaceId
 
@@ -73,6 +82,15 @@ def _workspace_spec_fields() -> dict[str, Any]:
 
 
 class _WorkspaceSpecBase(_Strict):
+    @field_validator("model", "model_choices", check_fields=False)
+    @classmethod
+    def _model_refs(cls, value: str | list[str] | None) -> str | list[str] | None:
+        # "gpt-4.1" alone names no provider: said here, at its line, not at the first turn.
+        for ref in [value] if isinstance(value, str) else value or []:
+            if not re.match(MODEL_REF_PATTERN, ref):
+                raise ValueError(f"{ref!r} is not provider/model (e.g. openai/gpt-4.1-mini)")
+        return value
+
     @model_validator(mode="after")
     def _one_prompt(self) -> _WorkspaceSpecBase:
         if "personality" in self.model_fields_set and "system_prompt" in self.model_fields_set:

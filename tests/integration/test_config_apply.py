@@ -153,7 +153,16 @@ def test_a_route_removed_from_the_file_is_deleted_and_an_unnamed_workspace_left_
         "= workspace legacy: not in the file, left alone",
         "- route slack/acme (delete)",
     ]
-    assert sigil("config", "apply", str(config_file), *data)[0] == 0
+    status, out = sigil("config", "apply", str(config_file), *data)
+    assert status == 0
+    # Each change as it is written, then what was left alone.
+    assert out.splitlines() == [
+        "~ workspace family",
+        "    active_window: 30 -> 40",
+        "- route slack/acme (delete)",
+        "= workspace legacy: not in the file, left alone",
+        f"applied 2 changes to the local data dir {tmp_path / 'state'}",
+    ]
     assert sigil("config", "diff", str(config_file), *data) == (
         0,
         "= workspace legacy: not in the file, left alone\nno changes\n",

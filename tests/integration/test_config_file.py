@@ -140,6 +140,14 @@ def test_yaml_syntax_duplicates_and_missing_fields(tmp_path: Path) -> None:
     listed = write(tmp_path, "- just\n- a list\n", "list.yaml")
     assert errors_of(listed) == [f"{listed}:1: the file must be a mapping (defaults, workspaces, channels)"]
 
+    no_provider = write(
+        tmp_path, "workspaces:\n  team:\n    model_choices: [openai/gpt-4.1, gpt-4.1]\n", "ref.yaml"
+    )
+    assert errors_of(no_provider) == [
+        f"{no_provider}:3: workspaces.team.model_choices: 'gpt-4.1' is not provider/model "
+        "(e.g. openai/gpt-4.1-mini)"
+    ]
+
     absent = tmp_path / "absent.yaml"
     assert errors_of(absent) == [f"{absent}: no such file"]
 
