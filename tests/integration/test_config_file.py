@@ -171,6 +171,20 @@ def test_the_published_schema_is_the_models_and_the_example_is_valid() -> None:
     assert "valid" in result.stdout
 
 
+def test_an_editor_checking_with_the_schema_accepts_the_example_and_flags_what_the_loader_refuses() -> None:
+    # What the YAML language server does with the schema line: JSON Schema 2020-12 validation.
+    import jsonschema
+    import yaml
+
+    validator = jsonschema.Draft202012Validator(json.loads((ROOT / "docs" / "sigil.schema.json").read_text()))
+    assert list(validator.iter_errors(yaml.safe_load((ROOT / "sigil.example.yaml").read_text()))) == []
+    bad = {"workspaces": {"family": {"colour": "red", "active_window": 1}}}
+    assert sorted(e.message for e in validator.iter_errors(bad)) == [
+        "1 is less than the minimum of 2",
+        "Additional properties are not allowed ('colour' was unexpected)",
+    ]
+
+
 def test_the_files_defaults_fill_what_the_environment_leaves_unset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
