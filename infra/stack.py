@@ -149,6 +149,8 @@ class SigilStack(Stack):
         CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
         CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
         CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
+        # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
+        CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
 
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup

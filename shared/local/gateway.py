@@ -34,6 +34,7 @@ from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.out import build_senders
 from shared.config import Settings
+from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
@@ -57,6 +58,8 @@ SSE_HEARTBEAT_S = 15.0
 @dataclass
 class LocalGateway:
     settings: Settings
+    # sigil.yaml, applied to the data dir at start (shared.configuration); None: no file.
+    config: SigilFile | None = None
     backend: Backend = field(init=False)
     ingress: Ingress = field(init=False)
     front: WebhookFront = field(init=False)
@@ -140,6 +143,8 @@ class LocalGateway:
     def start(self) -> None:
         # Before anything is recovered: the in-flight items may be another gateway's running turns.
         self.lock_data_dir()
+        if self.config is not None:
+            apply(self.config, self.backend.workspaces, self.backend.routes)
         self.ensure_workspace(self.settings.default_workspace)
         self.scheduler.start()
         self.runner.start()
