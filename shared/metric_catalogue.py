@@ -104,6 +104,7 @@ OUTCOME_NAMES: Final = (
     "sender_refused",
     "refused",
     "given_up",
+    "command",  # a chat command (/status, /new, /model, /skills), answered without the model
 )
 OUTCOMES: Final[Mapping[str, Metric]] = MappingProxyType(
     {o: _count(f"Outcome_{o}", "agent", f"turns whose outcome was {o}") for o in OUTCOME_NAMES}
