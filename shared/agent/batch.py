@@ -23,6 +23,10 @@ with less than SIGIL_TURN_MIN_S left is not started: its record fails alone (Tur
 rest of its session's follow through skip_group_on_error) and SQS delivers it again, while the
 records that ran are reported done. On its last delivery it is apologised for like any failure.
 
+Each record's turn runs under its lane item's correlation id (shared.correlation): the webhook
+request's id is on every log line of the turn and of its outbound posts, on its audit record and on
+the CompactionDue it emits, and an X-Ray annotation on the turn's own subsegment.
+
 Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
 and a count named Outcome_<outcome>), without user or session dimensions.
 
@@ -45,11 +49,12 @@ from aws_lambda_powertools.utilities.data_classes import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import ConfigDict, Json, ValidationError
 
+from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.errors import TurnNotStarted
 from shared.models import AuditRecord, LaneItem
-from shared.observability import metrics
+from shared.observability import logger, metrics, tracer
 from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
@@ -125,14 +130,23 @@ def run_record(
         )
     item = plan.leads.get(record.messageId, record.body)
     try:
-        with deadline(until):
-            audit = run_turn(deps(), item)
+        with deadline(until), correlation.correlated(record.body.correlation_id, logger=logger):
+            audit = turn(deps, item)
     except Exception:
         metrics.add_metric(name="Outcome_error", unit=MetricUnit.Count, value=1)
         raise
     turn_metrics(audit)
     if item is not record.body:
         metrics.add_metric(name="TurnsCoalesced", unit=MetricUnit.Count, value=1)
+
+
+# capture_error=False: a failed turn's exception may quote what the provider said about the message.
+@tracer.capture_method(capture_response=False, capture_error=False)
+def turn(deps: Deps, item: LaneItem) -> AuditRecord:
+    """One record's turn, in its own X-Ray subsegment annotated with the correlation id."""
+    if item.correlation_id:
+        tracer.put_annotation(correlation.KEY, item.correlation_id)
+    return run_turn(deps(), item)
 
 
 def turn_metrics(audit: AuditRecord) -> None:
@@ -165,18 +179,19 @@ def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receive
             continue
         item = record.body
         context = {"message_id": record.messageId, "session_id": item.inbound.session_id}
-        try:
-            # An apology the platform refuses (often the very failure that dead-lettered the
-            # record) is no error here: give_up_turn logs it in one line and notes it on the
-            # record it audits as "given_up".
-            given_up = give_up_turn(deps(), item)
-        except Exception:
-            # Best effort: the record goes to the dead-letter queue whatever happens here, and the
-            # other records of the batch still deserve their apology.
-            log.exception("could not apologise for a dead-lettered turn", extra=context)
-            continue
-        apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
-        log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
+        with correlation.correlated(item.correlation_id, logger=logger):
+            try:
+                # An apology the platform refuses (often the very failure that dead-lettered the
+                # record) is no error here: give_up_turn logs it in one line and notes it on the
+                # record it audits as "given_up".
+                given_up = give_up_turn(deps(), item)
+            except Exception:
+                # Best effort: the record goes to the dead-letter queue whatever happens here, and
+                # the other records of the batch still deserve their apology.
+                log.exception("could not apologise for a dead-lettered turn", extra=context)
+                continue
+            apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
+            log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
         metrics.add_metric(name="TurnsGivenUp", unit=MetricUnit.Count, value=1)
         if apology == "undelivered":
             metrics.add_metric(name="ApologiesUndelivered", unit=MetricUnit.Count, value=1)

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from shared import correlation
 from shared.adapters.embedded import (
     EmbeddedLaneRunner,
     LocalScheduler,
@@ -40,6 +42,7 @@ from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
+from shared.local.logs import RequestIds
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
@@ -107,7 +110,9 @@ class LocalGateway:
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
-        with deadline(time.monotonic() + self.settings.turn_timeout_s):
+        # Its log lines carry the id of the request that queued it (shared.correlation).
+        until = time.monotonic() + self.settings.turn_timeout_s
+        with correlation.correlated(item.correlation_id), deadline(until):
             run_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
@@ -163,6 +168,7 @@ class LocalGateway:
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
             exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
+            middleware=[Middleware(RequestIds)],
         )
 
     async def _health(self, request: Request) -> Response:
