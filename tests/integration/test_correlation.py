@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from moto import mock_aws
 from osmem_server import OsmemServer
+from starlette.testclient import TestClient
 
 from functions.agent import handler as agent
 from functions.consolidate import handler as consolidate
@@ -26,8 +28,11 @@ from functions.webhook import handler as webhook
 from shared import cloud, correlation
 from shared.adapters.aws import clients
 from shared.channels import web
+from shared.config import Settings
 from shared.consolidation.compaction import ROLLING_SYSTEM, SUMMARY_SYSTEM
 from shared.consolidation.extraction import EXTRACTION_SYSTEM
+from shared.local.gateway import LocalGateway
+from shared.local.logs import KeyValueFormatter
 from shared.models import LaneItem, WorkspaceConfig
 from shared.observability import logger
 from tests.integration.test_handlers import SAMPLE_SECRET, SIGNED_AT, WS, load, queued, signed
@@ -180,3 +185,38 @@ def test_one_correlation_id_runs_from_the_webhook_through_the_turn_into_the_cons
     assert {(r.event_id, r.correlation_id) for r in records} == {("evt-0001", FIRST), ("evt-0002", TRACED)}
     # And nothing is left bound once the invocations are over
     assert correlation.current() is None
+
+
+def test_the_local_gateway_gives_each_request_an_id_and_its_turn_logs_under_it(tmp_path: Path) -> None:
+    # Given the local gateway (embedded backend, no model), its log lines as `sigil dev` prints them
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Keep(level=logging.DEBUG)
+    handler.setFormatter(KeyValueFormatter())
+    handler.addFilter(correlation.Stamp())
+    logging.getLogger("sigil").addHandler(handler)
+    gw = LocalGateway(Settings(data_dir=tmp_path / "state"))
+    try:
+        secret = gw.ensure_workspace(WS)
+        client = TestClient(gw.app())
+        # When two sessions each post a message, and the lanes run them (in parallel workers)
+        for session in ("s1", "s2"):
+            body = json.dumps({"event_id": f"e-{session}", "session": session, "user": "u", "text": "hi"})
+            headers = web.signed_headers(secret, body.encode())
+            assert client.post(f"/webhooks/web/{WS}", content=body, headers=headers).status_code == 202
+        gw.start()
+        assert gw.runner.wait_idle(30)
+        records = {r.event_id: r.correlation_id for r in gw.backend.audit.list_records(WS)}
+    finally:
+        gw.stop()
+        logging.getLogger("sigil").removeHandler(handler)
+    # Then each turn's line carries the id its request was given, which its audit record holds
+    assert set(records) == {"e-s1", "e-s2"} and None not in records.values()
+    assert len(set(records.values())) == 2
+    for event_id, correlation_id in records.items():
+        [turn] = [line for line in lines if " sigil.turn: turn " in line and f"event_id={event_id} " in line]
+        assert f"correlation_id={correlation_id}" in turn
