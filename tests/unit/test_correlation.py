@@ -16,10 +16,10 @@ EVENTS = Path(__file__).resolve().parents[2] / "events"
 
 def test_a_lane_item_queued_before_the_field_existed_still_parses() -> None:
     # The sample batch's bodies are lane items as the webhook queued them before correlation ids
-    body = json.loads((EVENTS / "agent_sqs_fifo_batch.json").read_text())["Records"][0]["body"]
+    body = json.loads((EVENTS / "agent_sqs_fifo_batch.json").read_text())["Records"][2]["body"]
     assert "correlation_id" not in json.loads(body)
     item = LaneItem.model_validate_json(body)
-    assert (item.inbound.event_id, item.correlation_id) == ("evt-0001", None)
+    assert (item.inbound.event_id, item.correlation_id) == ("evt-0003", None)
 
 
 def test_events_and_audit_records_without_the_field_still_load() -> None:
