@@ -101,7 +101,7 @@ class LocalGateway:
             self._handle,
             workers=self.settings.lane_workers,
             max_attempts=self.settings.lane_max_attempts,
-            on_dead_letter=lambda item: give_up_turn(self.deps, item),
+            on_dead_letter=self._give_up,
         )
         self.scheduler = LocalScheduler(events)
         # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
@@ -114,6 +114,10 @@ class LocalGateway:
         until = time.monotonic() + self.settings.turn_timeout_s
         with correlation.correlated(item.correlation_id), deadline(until):
             run_turn(self.deps, item)
+
+    def _give_up(self, item: LaneItem) -> None:
+        with correlation.correlated(item.correlation_id):
+            give_up_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
