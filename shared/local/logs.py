@@ -8,7 +8,7 @@ import logging
 import secrets
 import sys
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared import correlation
 
@@ -52,7 +52,8 @@ def request_id() -> str:
 
 class RequestIds:
     """ASGI middleware: each HTTP request runs under a new correlation id, as the webhook function
-    runs under API Gateway's request id; the ingress stamps it on what it queues."""
+    runs under API Gateway's request id; the ingress stamps it on what it queues. The answer
+    carries it in `apigw-requestid`, the header an HTTP API answers with."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -61,6 +62,13 @@ class RequestIds:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        rid = request_id()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"apigw-requestid", rid.encode())]
+            await send(message)
+
         # Starlette's run_in_threadpool copies the context, so the sync handlers see the id too.
-        with correlation.correlated(request_id()):
-            await self.app(scope, receive, send)
+        with correlation.correlated(rid):
+            await self.app(scope, receive, send_with_id)
