@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Literal
 
+from shared import correlation
 from shared.agent.loop import LoopResult, Safety
 from shared.budgets import TurnBudget
 from shared.models import AuditRecord, InboundMessage
@@ -72,6 +73,7 @@ def audit_record(
         error=error,
         quoted=list(safety.quoted) if safety else [],
         injection_rules={source: list(rules) for source, rules in safety.findings.items()} if safety else {},
+        correlation_id=correlation.current(),
     )
 
 

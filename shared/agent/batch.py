@@ -23,6 +23,10 @@ with less than SIGIL_TURN_MIN_S left is not started: its record fails alone (Tur
 rest of its session's follow through skip_group_on_error) and SQS delivers it again, while the
 records that ran are reported done. On its last delivery it is apologised for like any failure.
 
+Each record's turn runs under its lane item's correlation id (shared.correlation): the webhook
+request's id is on every log line of the turn and of its outbound posts, on its audit record and on
+the CompactionDue it emits, and an X-Ray annotation on the turn's own subsegment.
+
 Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
 and a count named Outcome_<outcome>), without user or session dimensions, and its tokens and cost
 once more per workspace (WorkspaceTokensIn, WorkspaceTokensOut, WorkspaceCostUSD); a turn failed
@@ -46,6 +50,7 @@ from aws_lambda_powertools.utilities.data_classes import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import ConfigDict, Json, ValidationError
 
+from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.errors import ProviderError, TurnNotStarted
@@ -68,7 +73,7 @@ from shared.metric_catalogue import (
     WORKSPACE_TOKENS_OUT,
 )
 from shared.models import AuditRecord, LaneItem
-from shared.observability import metrics, per_workspace
+from shared.observability import logger, metrics, per_workspace, tracer
 from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
@@ -144,8 +149,8 @@ def run_record(
         )
     item = plan.leads.get(record.messageId, record.body)
     try:
-        with deadline(until):
-            audit = run_turn(deps(), item)
+        with deadline(until), correlation.correlated(record.body.correlation_id, logger=logger):
+            audit = turn(deps, item)
     except Exception as exc:
         failed = OUTCOMES["error"]
         metrics.add_metric(name=failed.name, unit=failed.unit, value=1)
@@ -155,6 +160,15 @@ def run_record(
     turn_metrics(audit)
     if item is not record.body:
         metrics.add_metric(name=TURNS_COALESCED.name, unit=TURNS_COALESCED.unit, value=1)
+
+
+# capture_error=False: a failed turn's exception may quote what the provider said about the message.
+@tracer.capture_method(capture_response=False, capture_error=False)
+def turn(deps: Deps, item: LaneItem) -> AuditRecord:
+    """One record's turn, in its own X-Ray subsegment annotated with the correlation id."""
+    if item.correlation_id:
+        tracer.put_annotation(correlation.KEY, item.correlation_id)
+    return run_turn(deps(), item)
 
 
 def turn_metrics(audit: AuditRecord) -> None:
@@ -198,18 +212,19 @@ def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receive
             continue
         item = record.body
         context = {"message_id": record.messageId, "session_id": item.inbound.session_id}
-        try:
-            # An apology the platform refuses (often the very failure that dead-lettered the
-            # record) is no error here: give_up_turn logs it in one line and notes it on the
-            # record it audits as "given_up".
-            given_up = give_up_turn(deps(), item)
-        except Exception:
-            # Best effort: the record goes to the dead-letter queue whatever happens here, and the
-            # other records of the batch still deserve their apology.
-            log.exception("could not apologise for a dead-lettered turn", extra=context)
-            continue
-        apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
-        log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
+        with correlation.correlated(item.correlation_id, logger=logger):
+            try:
+                # An apology the platform refuses (often the very failure that dead-lettered the
+                # record) is no error here: give_up_turn logs it in one line and notes it on the
+                # record it audits as "given_up".
+                given_up = give_up_turn(deps(), item)
+            except Exception:
+                # Best effort: the record goes to the dead-letter queue whatever happens here, and
+                # the other records of the batch still deserve their apology.
+                log.exception("could not apologise for a dead-lettered turn", extra=context)
+                continue
+            apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
+            log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
         metrics.add_metric(name=TURNS_GIVEN_UP.name, unit=TURNS_GIVEN_UP.unit, value=1)
         if apology == "undelivered":
             metrics.add_metric(name=APOLOGIES_UNDELIVERED.name, unit=APOLOGIES_UNDELIVERED.unit, value=1)

@@ -3,13 +3,24 @@
 One module per command group; importing them registers their commands on `app`.
 """
 
-from shared.cli import config, consolidate, gateway, identity, memory, pairing, secret, workspace
+from shared.cli import (
+    config,
+    consolidate,
+    events,
+    gateway,
+    identity,
+    memory,
+    pairing,
+    secret,
+    workspace,
+)
 from shared.cli._app import app
 
 __all__ = [
     "app",
     "config",
     "consolidate",
+    "events",
     "gateway",
     "identity",
     "memory",

@@ -65,6 +65,11 @@ class Received(BaseModel):
     # The domain event itself (None for the schedule); what the run reads, not what it reports.
     event: DomainEvent | None = Field(default=None, exclude=True)
 
+    @property
+    def correlation_id(self) -> str | None:
+        """The id of the turn that emitted the event (shared.correlation); None for the schedule."""
+        return self.event.correlation_id if self.event is not None else None
+
     @classmethod
     def of(cls, event_id: str, event: DomainEvent | None) -> Received:
         if event is None:

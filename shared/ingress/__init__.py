@@ -18,6 +18,7 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from shared import correlation
 from shared.channels import web
 from shared.channels.inbound import (
     MAX_INT63,
@@ -60,7 +61,7 @@ class Ingress:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
         inbound = web.parse(workspace_id, request.body)
-        item = LaneItem(inbound=inbound)
+        item = LaneItem(inbound=inbound, correlation_id=correlation.current())
         return self.lanes.submit(item), item
 
     def accept(self, channel: InboundChannel, request: WebhookRequest) -> IngressOutcome:
@@ -78,7 +79,7 @@ class Ingress:
         outcome = channel.parse(request)
         if isinstance(outcome, Accepted):
             for inbound in outcome.messages:
-                self.lanes.submit(LaneItem(inbound=inbound))
+                self.lanes.submit(LaneItem(inbound=inbound, correlation_id=correlation.current()))
         return outcome
 
     def authorise_read(self, workspace_id: str, request: WebhookRequest) -> None:

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from shared import correlation
 from shared.adapters.embedded import (
     EmbeddedLaneRunner,
     LocalScheduler,
@@ -41,6 +43,7 @@ from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
+from shared.local.logs import RequestIds
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
@@ -101,7 +104,7 @@ class LocalGateway:
             self._handle,
             workers=self.settings.lane_workers,
             max_attempts=self.settings.lane_max_attempts,
-            on_dead_letter=lambda item: give_up_turn(self.deps, item),
+            on_dead_letter=self._give_up,
         )
         self.scheduler = LocalScheduler(events)
         # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
@@ -110,8 +113,14 @@ class LocalGateway:
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
-        with deadline(time.monotonic() + self.settings.turn_timeout_s):
+        # Its log lines carry the id of the request that queued it (shared.correlation).
+        until = time.monotonic() + self.settings.turn_timeout_s
+        with correlation.correlated(item.correlation_id), deadline(until):
             run_turn(self.deps, item)
+
+    def _give_up(self, item: LaneItem) -> None:
+        with correlation.correlated(item.correlation_id):
+            give_up_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
@@ -168,6 +177,7 @@ class LocalGateway:
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
             exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
+            middleware=[Middleware(RequestIds)],
         )
 
     async def _health(self, request: Request) -> Response:

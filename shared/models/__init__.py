@@ -572,6 +572,8 @@ class LaneItem(Model):
 
     inbound: InboundMessage
     enqueued_at: datetime = Field(default_factory=utcnow)
+    # The webhook request's id (shared.correlation); None on items queued before it existed.
+    correlation_id: str | None = None
 
     @property
     def group_id(self) -> str:
@@ -590,6 +592,8 @@ class DomainEvent(Model):
     session_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     at: datetime = Field(default_factory=utcnow)
+    # The id of the turn that emitted it (shared.correlation), bound by the consolidation run.
+    correlation_id: str | None = None
 
 
 # The source every DomainEvent carries on EventBridge; the consolidate function accepts no other.
@@ -629,12 +633,21 @@ class AuditRecord(Model):
     # fields existed still load.
     quoted: list[str] = Field(default_factory=list)
     injection_rules: dict[str, list[str]] = Field(default_factory=dict)
+    # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
+    correlation_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
     def anonymised(self) -> AuditRecord:
         """The record without the person (AuditLog.anonymise): the accounting stays."""
         return self.model_copy(
-            update={"user_id": None, "session_id": "erased", "event_id": None, "error": None}
+            update={
+                "user_id": None,
+                "session_id": "erased",
+                "event_id": None,
+                "error": None,
+                # It finds the turn's log lines, which name the session.
+                "correlation_id": None,
+            }
         )
 
 
