@@ -27,9 +27,14 @@ from shared.providers.resilient import ResilientProvider
 ProviderBuilder = Callable[[Settings], Provider]
 
 NOT_CONFIGURED = (
-    "No model is configured. Set SIGIL_MODEL (for example openai/gpt-4.1-mini) and OPENAI_API_KEY, "
-    "or OPENAI_BASE_URL for an OpenAI-compatible server, then restart the gateway."
+    "No model is configured. Set defaults.model in sigil.yaml (docs/configuration.md) or SIGIL_MODEL "
+    "(for example openai/gpt-4.1-mini), and OPENAI_API_KEY or OPENAI_BASE_URL for an "
+    "OpenAI-compatible server. A running gateway reads them when it starts; sigil commands, each time."
 )
+
+# The environment and sigil.yaml are read when a process starts: a change reaches a running gateway
+# when it restarts, and a `sigil` command (consolidate, say) the next time it runs.
+_WHEN_READ = "A running gateway reads it when it starts; sigil commands, each time."
 
 
 def _openai(settings: Settings) -> Provider:
@@ -37,8 +42,8 @@ def _openai(settings: Settings) -> Provider:
     if not key and not settings.openai_base_url:
         raise ModelNotConfigured(
             "The model uses the openai provider but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set. "
-            "Set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server, "
-            "then restart the gateway."
+            "Set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server. "
+            f"{_WHEN_READ}"
         )
     return OpenAIProvider(
         api_key=key,
@@ -54,8 +59,8 @@ def _anthropic(settings: Settings) -> Provider:
     if not key and not settings.anthropic_base_url:
         raise ModelNotConfigured(
             "The model uses the anthropic provider but neither ANTHROPIC_API_KEY nor ANTHROPIC_BASE_URL "
-            "is set. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a proxy that holds the key), "
-            "then restart the gateway."
+            "is set. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a proxy that holds the key). "
+            f"{_WHEN_READ}"
         )
     return AnthropicProvider(
         api_key=key,
@@ -72,7 +77,7 @@ def _bedrock(settings: Settings) -> Provider:
     if not region:
         raise ModelNotConfigured(
             "The model uses the bedrock provider but no region is set. Set SIGIL_BEDROCK_REGION "
-            "(or AWS_REGION), then restart the gateway. Credentials come from the AWS role or profile."
+            f"(or AWS_REGION). Credentials come from the AWS role or profile. {_WHEN_READ}"
         )
     # Built now, the client itself only on the first call: boto3 loads when a turn needs it.
     return BedrockProvider(
