@@ -70,6 +70,8 @@ def merged_event_id(event_ids: Sequence[str]) -> str:
 
 
 def _joinable(previous: LaneItem, item: LaneItem) -> bool:
+    if previous.redrive_of is not None or item.redrive_of is not None:
+        return False  # a redrive answers each given-up message where it stands (shared.agent.redrive)
     a, b = previous.inbound, item.inbound
     return (a.workspace_id, a.session_id, a.channel, a.chat_id, a.thread_id, a.sender.id) == (
         b.workspace_id,

@@ -64,6 +64,7 @@ Failure policy, decided once here:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,7 @@ from shared.agent.preflight import (
     Stop,
     Turn,
     admit,
+    kept_message,
     load_session,
     open_turn,
     resolve,
@@ -226,11 +228,14 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
             },
         )
     safety = Safety(pii=workspace.pii_redaction)
-    user = user_message(inbound, turn, safety, sender.user_id)
+    # A redrive given up again: its message is in the session already, from the first give-up.
+    new: list[Message] = []
+    if kept_message(session, item) is None:
+        new.append(user_message(inbound, turn, safety, sender.user_id))
     record = audit_record(
         inbound, turn, started, "given_up", user_id=sender.user_id, safety=safety, error=error
     )
-    commit(deps.backend, workspace, session, inbound, [user], clock=deps.clock, audit=record)
+    commit(deps.backend, workspace, session, inbound, new, clock=deps.clock, audit=record)
     return log_turn(record, safety)
 
 
@@ -246,6 +251,9 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     window on the way, and `turn.session` becomes that session, the one to commit."""
     inbound, session = turn.inbound, turn.session
     _, window = split_window(session.active_messages, turn.workspace.active_window)
+    if step.kept:
+        # A redrive answers the message where it was said: what came after it is not its context.
+        window = list(itertools.takewhile(lambda m: m.id != step.user.id, window))
     tools = deps.tools.specs()
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
     request = ChatRequest(
@@ -281,7 +289,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
-    return _Ending(record, [step.user, *result.messages], ctx.session_updates)
+    kept = [] if step.kept else [step.user]
+    return _Ending(record, [*kept, *result.messages], ctx.session_updates)
 
 
 def _record(
