@@ -20,8 +20,17 @@ import hashlib
 
 from shared.agent.preflight import kept_message, turn_id_for
 from shared.models import LaneItem, Session, UserMessage
+from shared.ports import Requeue, SessionStore
 
-__all__ = ["answered", "kept_message", "original_event_id", "redriven", "redriven_event_id"]
+__all__ = [
+    "answered",
+    "kept_message",
+    "original_event_id",
+    "redriven",
+    "redriven_event_id",
+    "requeue_policy",
+    "turn_ids",
+]
 
 _MAX_ID = 128  # ID_PATTERN's length bound (its alphabet has '.', '-' and the digest's hex)
 
@@ -54,7 +63,7 @@ def redriven(item: LaneItem) -> LaneItem:
     return item.model_copy(update={"inbound": inbound, "redrive_of": original, "redrives": n})
 
 
-def _turn_ids(item: LaneItem) -> set[str]:
+def turn_ids(item: LaneItem) -> set[str]:
     """The turn ids of the original event and of every redrive of it up to this item."""
     original = original_event_id(item)
     ids = {turn_id_for(_with_event(item, original))}
@@ -77,8 +86,19 @@ def answered(session: Session | None, item: LaneItem) -> bool:
     events = {original, item.inbound.event_id}
     if not events & set(session.recent_event_ids):
         return False
-    replies = {f"{turn}.a" for turn in _turn_ids(item)}
+    replies = {f"{turn}.a" for turn in turn_ids(item)}
     if any(m.id in replies for m in session.active_messages):
         return True
     kept = any(isinstance(m, UserMessage) and m.event_id == original for m in session.active_messages)
     return not kept
+
+
+def requeue_policy(sessions: SessionStore) -> Requeue:
+    """The Requeue a redrive runs with (DeadLetters.redrive): skip what `answered` says, put the
+    rest back as `redriven` items. The session is read per item, at the time of the redrive."""
+
+    def requeue(item: LaneItem) -> LaneItem | None:
+        session = sessions.get(item.inbound.workspace_id, item.inbound.session_id)
+        return None if answered(session, item) else redriven(item)
+
+    return requeue
