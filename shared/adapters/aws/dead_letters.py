@@ -18,6 +18,7 @@ deduplication id (dropped by SQS within 5 minutes) for the same event (skipped b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -65,6 +66,7 @@ class SqsDeadLetters:
         self.turns_queue_url = turns_queue_url
         self.audit = audit
         self.client = client if client is not None else clients.sqs(region)
+        self._max_receive_count: int | None = None
 
     # ------------------------------------------------------------------ the port
 
@@ -200,7 +202,18 @@ class SqsDeadLetters:
 
     # ------------------------------------------------------------------ reasons
 
+    def _max_receives(self) -> int | None:
+        if self._max_receive_count is None:
+            attributes = self.client.get_queue_attributes(
+                QueueUrl=self.turns_queue_url, AttributeNames=["RedrivePolicy"]
+            ).get("Attributes", {})
+            policy = json.loads(attributes.get("RedrivePolicy", "{}"))
+            self._max_receive_count = int(policy.get("maxReceiveCount", 0))
+        return self._max_receive_count or None
+
     def _with_reasons(self, entries: list[DeadLetterEntry]) -> list[DeadLetterEntry]:
+        if (attempts := self._max_receives()) is not None:
+            entries = [e.model_copy(update={"attempts": attempts}) for e in entries]
         if self.audit is None:
             return entries
         records: dict[str, list[AuditRecord]] = {}
@@ -269,7 +282,8 @@ def _entry(message: dict[str, Any]) -> DeadLetterEntry:
         channel=inbound.channel if inbound else None,
         event_id=inbound.event_id if inbound else None,
         preview=inbound.text[:PREVIEW_CHARS] if inbound else "",
-        # Counted on: the turns queue's receives carry over, and this listing's own is one more.
+        # Replaced by the turns queue's maxReceiveCount when it can be read (`_attempts`): SQS
+        # moves a record after exactly that many receives, and every listing counts one more here.
         attempts=max(0, int(attributes.get("ApproximateReceiveCount", "1")) - 1),
         enqueued_at=item.enqueued_at
         if item is not None
