@@ -188,7 +188,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     return log_turn(end.record, turn.safety)
 
 
-def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
+def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = None) -> AuditRecord | None:
     """For the lane, when it dead-letters an item: apologise once, keep what the user said, and
     audit the turn as "given_up". None when there was nothing to do (a sender not admitted, a turn
     already committed).
@@ -197,6 +197,9 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
     itself (no route to it, a revoked token): a ChannelError from its send is one line in the log
     and a note on the audit record (UNDELIVERED), and the user's message is committed all the same,
     so the lane dead-letters the item normally and goes on to the next.
+
+    `last_error` (the lane's, when it has one) is noted on the audit record too: the SQS
+    dead-letter queue keeps no reason, and `sigil dlq` finds it there (docs/dead-letters.md).
     """
     started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
@@ -211,12 +214,12 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
     # The failed attempts sent nothing (a provider error comes before the send), so the apology
     # takes the reply's position; had one of them sent, the user has the reply and the outbox
     # drops the apology as that part, sent again.
-    error = None
+    undelivered = None
     try:
         send(deps.senders, inbound, session, turn, APOLOGY)
     except ChannelError as exc:
         # No traceback: the cause is the platform's, already logged with the attempts that failed.
-        error = f"{UNDELIVERED}: {exc.message}"
+        undelivered = f"{UNDELIVERED}: {exc.message}"
         log.warning(
             "apology not delivered",
             extra={
@@ -227,6 +230,8 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
                 "code": exc.code,
             },
         )
+    notes = [undelivered, f"last error: {last_error[:500]}" if last_error else None]
+    error = "; ".join(n for n in notes if n) or None
     safety = Safety(pii=workspace.pii_redaction)
     # A redrive given up again: its message is in the session already, from the first give-up.
     new: list[Message] = []

@@ -233,14 +233,12 @@ def _reasoned(entry: DeadLetterEntry, records: dict[str, list[AuditRecord]]) -> 
     )
     error = next((r for r in found if r.outcome == "error"), None)
     given_up = next((r for r in found if r.outcome == "given_up"), None)
-    if error is not None:
-        reason = f"model call failed: {error.error}" if error.error else "model call failed"
-    elif given_up is not None and given_up.error:
-        reason = f"given up; {given_up.error}"
-    elif given_up is not None:
-        reason = "given up; no error recorded (see the agent's log for the message id)"
-    else:
-        reason = None
+    # The give-up notes the batch's last error for the record (and an apology that could not be
+    # delivered); an attempt's "error" record names the model's failure.
+    notes = [given_up.error if given_up is not None else None]
+    if error is not None and not (given_up is not None and "last error" in (given_up.error or "")):
+        notes.insert(0, f"model call failed: {error.error or 'no detail'}")
+    reason = "; ".join(n for n in notes if n) or ("given up" if given_up is not None else None)
     return entry.model_copy(
         update={"reason": reason, "failed_at": given_up.created_at if given_up is not None else None}
     )
