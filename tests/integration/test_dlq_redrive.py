@@ -342,3 +342,44 @@ def test_on_the_embedded_backend_the_same_flow_holds(gateway: LocalGateway, mode
     assert "0 redriven, 0 skipped, 0 failed, 0 not found" in again
     assert "no dead letters" in sigil("dlq", "list", "--data-dir", data_dir)
     assert shown() == [APOLOGY] * 3 + TEXTS
+
+
+def test_a_redrive_before_the_fix_is_given_up_again_without_keeping_the_message_twice(
+    gateway: LocalGateway, model: FaultModel
+) -> None:
+    data_dir = str(gateway.settings.data_dir)
+    client = TestClient(gateway.app())
+    secret = gateway.backend.secrets.get(web.secret_name(WS))
+    assert secret is not None
+    session = web.session_id_for("early")
+
+    def shown() -> list[str]:
+        return [e.message.text for e in gateway.backend.outbox.read(WS, session)]
+
+    # Given one dead-lettered message, redriven while the model is still down
+    model.down = True
+    body = json.dumps({"event_id": "evt-0", "session": "early", "user": "alice", "text": TEXTS[0]}).encode()
+    assert (
+        client.post(f"/webhooks/web/{WS}", content=body, headers=web.signed_headers(secret, body)).status_code
+        == 202
+    )
+    assert wait_until(lambda: shown() == [APOLOGY])
+    assert "1 redriven" in sigil(
+        "dlq", "redrive", "--session", session, "-w", WS, "--yes", "--data-dir", data_dir
+    )
+    # Then it is given up again (a second apology, as its own turn), and listed again as a redrive
+    assert wait_until(lambda: shown() == [APOLOGY, APOLOGY])
+    assert gateway.runner.wait_idle(30)
+    [entry] = gateway.backend.dead_letters.list_entries(WS) if gateway.backend.dead_letters else []
+    assert entry.item is not None and (entry.event_id, entry.item.redrive_of) == ("evt-0.r1", "evt-0")
+    stored = gateway.backend.sessions.get(WS, session)
+    assert stored is not None and [m.content for m in stored.active_messages] == [TEXTS[0]]
+
+    # When the fault is fixed and it is redriven once more, it is answered once
+    model.down = False
+    assert "1 redriven" in sigil("dlq", "redrive", entry.id, "--yes", "--data-dir", data_dir)
+    assert wait_until(lambda: shown() == [APOLOGY, APOLOGY, TEXTS[0]])
+    assert gateway.runner.wait_idle(30)
+    stored = gateway.backend.sessions.get(WS, session)
+    assert stored is not None and [m.content for m in stored.active_messages] == [TEXTS[0], TEXTS[0]]
+    assert [m.kind for m in stored.active_messages] == ["user", "assistant"]
