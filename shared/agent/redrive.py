@@ -10,8 +10,8 @@ the original id as well (merged_event_ids), so a platform's late retry of the or
 recognised.
 
 `answered` is the skip rule: an item whose turn committed an answer (the session holds the
-reply of the original's turn or of one of its redrives), or whose event committed and whose
-message is no longer in the window to be answered in place, goes back to no one.
+reply of the original's turn or of one of its redrives), or whose event committed while its
+message is no longer in the window to be answered in place, is not put back.
 """
 
 from __future__ import annotations
@@ -77,18 +77,18 @@ def _with_event(item: LaneItem, event_id: str) -> LaneItem:
 
 
 def answered(session: Session | None, item: LaneItem) -> bool:
-    """True when a redrive of `item` must be skipped: its event committed, and either a turn of it
-    replied (the session holds that turn's reply) or its message has left the window (nothing to
-    answer in place). A given-up event whose message is still in the window is not answered."""
+    """True when a redrive of `item` must be skipped: the session holds the reply of its turn (or
+    of a redrive's), or its event committed and its message has left the window (nothing to answer
+    in place). A given-up event whose message is still in the window is not answered."""
     if session is None:
         return False
-    original = original_event_id(item)
-    events = {original, item.inbound.event_id}
-    if not events & set(session.recent_event_ids):
-        return False
+    # A reply in the window settles it, however long ago its event id expired from the session.
     replies = {f"{turn}.a" for turn in turn_ids(item)}
     if any(m.id in replies for m in session.active_messages):
         return True
+    original = original_event_id(item)
+    if not {original, item.inbound.event_id} & set(session.recent_event_ids):
+        return False
     kept = any(isinstance(m, UserMessage) and m.event_id == original for m in session.active_messages)
     return not kept
 
