@@ -383,3 +383,34 @@ def test_a_redrive_before_the_fix_is_given_up_again_without_keeping_the_message_
     stored = gateway.backend.sessions.get(WS, session)
     assert stored is not None and [m.content for m in stored.active_messages] == [TEXTS[0], TEXTS[0]]
     assert [m.kind for m in stored.active_messages] == ["user", "assistant"]
+
+
+# ---------------------------------------------------------------- the CLI's refusals
+
+
+def test_the_cli_refuses_an_ambiguous_redrive_an_unknown_id_and_an_aws_backend_without_the_queue(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    data_dir = str(tmp_path / "state")
+    both = runner.invoke(app, ["dlq", "redrive", "7", "--session", "s", "--yes", "--data-dir", data_dir])
+    assert both.exit_code == 2 and "either --session or dead-letter ids" in both.output
+    neither = runner.invoke(app, ["dlq", "redrive", "--yes", "--data-dir", data_dir])
+    assert neither.exit_code == 2
+    unknown = runner.invoke(app, ["dlq", "show", "7", "--data-dir", data_dir])
+    assert unknown.exit_code == 1 and "no dead letter '7'" in unknown.output
+    missing = runner.invoke(app, ["dlq", "redrive", "7", "--yes", "--data-dir", data_dir])
+    assert missing.exit_code == 1 and "not found 7" in missing.output
+    no_stack = runner.invoke(app, ["dlq", "list"], env={"SIGIL_BACKEND": "aws"})
+    assert no_stack.exit_code == 2 and "SIGIL_QUEUE_URL" in no_stack.output
+    stack_env = {
+        "SIGIL_BACKEND": "aws",
+        "SIGIL_SESSIONS_TABLE": "t-sessions",
+        "SIGIL_MEMORY_TABLE": "t-memory",
+        "SIGIL_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/t-turns.fifo",
+        "SIGIL_EVENT_BUS_NAME": "t-bus",
+        "SIGIL_OPENSEARCH_ENDPOINT": "https://search.invalid",
+        "AWS_REGION": REGION,
+    }
+    no_dlq = runner.invoke(app, ["dlq", "list"], env=stack_env)
+    assert no_dlq.exit_code == 2 and "--dlq-url or SIGIL_DEAD_LETTER_QUEUE_URL" in no_dlq.output
