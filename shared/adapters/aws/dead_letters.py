@@ -140,7 +140,9 @@ class SqsDeadLetters:
             messages = self.client.receive_message(
                 QueueUrl=self.dead_letter_queue_url,
                 MaxNumberOfMessages=10,
-                WaitTimeSeconds=0,
+                # Long polling, however short: a short poll samples only some of SQS's servers and
+                # can come back empty while messages wait, which would end the listing early.
+                WaitTimeSeconds=1,
                 VisibilityTimeout=VISIBILITY_S,
                 MessageSystemAttributeNames=["All"],
             ).get("Messages", [])

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import groupby
 
+import apsw
 import pydantic
 
 from shared import serde
@@ -77,7 +78,13 @@ class SqliteDeadLetters:
             return RedriveOutcome(
                 id=entry.id, group_id=entry.group_id, outcome="failed", detail="its body does not decode"
             )
-        again = requeue(entry.item)
+        try:
+            again = requeue(entry.item)
+        # The session could not be read: this item stays, and the rest of its session with it.
+        except apsw.Error as exc:
+            return RedriveOutcome(
+                id=entry.id, group_id=entry.group_id, outcome="failed", detail=f"{type(exc).__name__}: {exc}"
+            )
         seq = int(entry.id)
         with self._db.transaction() as conn:
             if first(conn, "SELECT 1 FROM lane_dead WHERE seq = ?", (seq,)) is None:
