@@ -10,6 +10,7 @@ from shared.ports import (
     AuditLog,
     BudgetStore,
     ConsolidationState,
+    DeadLetters,
     Embedder,
     EventBus,
     IdentityStore,
@@ -46,6 +47,9 @@ class Backend:
     # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
     # are off, and memory search is then BM25 only.
     embedder: Embedder | None = None
+    # The lanes' dead letters, for `sigil dlq` (docs/dead-letters.md); None on the aws backend
+    # unless SIGIL_DEAD_LETTER_QUEUE_URL names the queue (the functions never need it).
+    dead_letters: DeadLetters | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

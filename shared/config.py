@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     sessions_table: str | None = None
     memory_table: str | None = None
     queue_url: str | None = None
+    # The turns queue's dead-letter queue (the stack's DeadLettersQueueUrl output): read by
+    # `sigil dlq` on the aws backend only; no function needs it.
+    dead_letter_queue_url: str | None = None
     event_bus_name: str | None = None
     opensearch_endpoint: str | None = None
     secrets_prefix: str = "sigil/"

@@ -7,12 +7,12 @@ another's data. One contract suite per port runs against every adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from shared.models import (
     AuditRecord,
@@ -273,6 +273,81 @@ class Lanes(Protocol):
 
     def submit(self, item: LaneItem) -> SubmitResult:
         """Queue `item` on its session's lane; an item whose dedup id was seen is not queued again."""
+        ...
+
+
+class DeadLetterEntry(BaseModel):
+    """A lane item the lane gave up on, as an operator sees it (`sigil dlq`; docs/dead-letters.md).
+
+    `preview` is the start of the user's text: the CLI shows it to the operator, and nothing logs
+    it. `item` is the whole item (None when its body no longer decodes, which may be why it died).
+    `reason` is what the backend kept of the failure: the last error (embedded), or the turn's
+    audit record of it (SQS keeps none). `attempts` is how often the lane tried it.
+    """
+
+    id: str  # embedded: the item's queue position; SQS: the dead-letter message's id
+    group_id: str  # the lane (workspace.session): SQS's MessageGroupId
+    workspace_id: str | None
+    session_id: str | None
+    channel: str | None
+    event_id: str | None
+    preview: str = Field(default="", repr=False)
+    attempts: int
+    enqueued_at: datetime | None  # when it was first queued: its place in its session's order
+    failed_at: datetime | None
+    reason: str | None
+    item: LaneItem | None = Field(default=None, repr=False, exclude=True)
+
+
+PREVIEW_CHARS = 60
+
+
+class RedriveOutcome(BaseModel):
+    id: str
+    group_id: str
+    outcome: Literal["redriven", "skipped", "failed", "not_found"]
+    # redriven: the event id it went back under; skipped: why; failed: what went wrong.
+    detail: str = ""
+
+
+class RedriveReport(BaseModel):
+    """What a redrive did with each entry, in the order it did it (per session: original order)."""
+
+    outcomes: list[RedriveOutcome] = Field(default_factory=list)
+
+    def ids(self, outcome: str) -> list[str]:
+        return [o.id for o in self.outcomes if o.outcome == outcome]
+
+
+# What a redrive puts back for a dead-lettered item: the item to queue, or None to skip it (its
+# turn already committed). shared.agent.redrive.requeue_policy is the one the CLI uses.
+Requeue = Callable[[LaneItem], LaneItem | None]
+
+
+@runtime_checkable
+class DeadLetters(Protocol):
+    """The lanes' dead letters: the embedded lanes' table, or the SQS FIFO dead-letter queue.
+
+    A redrive puts a session's items back on its lane in their original order (LaneItem.enqueued_at,
+    then the order the lane held them), behind whatever the lane holds now, and removes each from
+    the dead letters only once it is queued again (or skipped), so nothing is lost between the two.
+    A session whose item cannot be queued keeps that item and those after it, in order.
+    """
+
+    def list_entries(self, workspace_id: str | None = None, *, limit: int = 100) -> list[DeadLetterEntry]:
+        """The dead letters (of `workspace_id`, or all), by session, oldest first."""
+        ...
+
+    def show(self, entry_id: str) -> DeadLetterEntry | None: ...
+
+    def redrive(
+        self,
+        requeue: Requeue,
+        *,
+        ids: Sequence[str] = (),
+        session: tuple[str, str] | None = None,
+    ) -> RedriveReport:
+        """Put back the entries `ids`, or every entry of `session` (workspace id, session id)."""
         ...
 
 

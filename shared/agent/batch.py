@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
+from aws_lambda_powertools.utilities.batch.exceptions import ExceptionInfo
 from aws_lambda_powertools.utilities.data_classes import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import ConfigDict, Json, ValidationError
 
 from shared import correlation
 from shared.agent.coalesce import coalesce
-from shared.agent.turn import TurnDeps, give_up_turn, run_turn
+from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
 from shared.errors import ProviderError, TurnNotStarted
 from shared.metric_catalogue import (
     APOLOGIES_UNDELIVERED,
@@ -192,15 +193,19 @@ def turn_metrics(audit: AuditRecord) -> None:
 def settle(processor: SqsFifoPartialProcessor, deps: Deps, max_receives: int) -> None:
     """After the batch, whether or not the processor raised (it does when every record failed,
     and those records are dead-lettered just the same): apologies, then the batch's counts."""
-    give_up_on_last_deliveries(processor.fail_messages, deps, max_receives)
+    give_up_on_last_deliveries(processor.fail_messages, deps, max_receives, errors=processor.exceptions)
     metrics.add_metric(
         name=TURNS_COMPLETED.name, unit=TURNS_COMPLETED.unit, value=len(processor.success_messages)
     )
     metrics.add_metric(name=TURNS_FAILED.name, unit=TURNS_FAILED.unit, value=len(processor.fail_messages))
 
 
-def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receives: int) -> None:
-    for record in failed:  # in batch order, so apologies keep the session's order
+def give_up_on_last_deliveries(
+    failed: Sequence[object], deps: Deps, max_receives: int, *, errors: Sequence[ExceptionInfo] = ()
+) -> None:
+    """`errors`: the processor's exception for each failed record, in the same order; each
+    record's is noted on its "given_up" audit record, the reason `sigil dlq` shows."""
+    for index, record in enumerate(failed):  # in batch order, so apologies keep the session's order
         if isinstance(record, SQSRecord):
             # The processor keeps a record as the plain SQS record when its body did not parse as
             # a lane item: there is no session to apologise to.
@@ -217,14 +222,22 @@ def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receive
                 # An apology the platform refuses (often the very failure that dead-lettered the
                 # record) is no error here: give_up_turn logs it in one line and notes it on the
                 # record it audits as "given_up".
-                given_up = give_up_turn(deps(), item)
+                given_up = give_up_turn(deps(), item, last_error=_describe(errors, index))
             except Exception:
                 # Best effort: the record goes to the dead-letter queue whatever happens here, and
                 # the other records of the batch still deserve their apology.
                 log.exception("could not apologise for a dead-lettered turn", extra=context)
                 continue
-            apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
+            undelivered = given_up is not None and (given_up.error or "").startswith(UNDELIVERED)
+            apology = "none" if given_up is None else "undelivered" if undelivered else "sent"
             log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
         metrics.add_metric(name=TURNS_GIVEN_UP.name, unit=TURNS_GIVEN_UP.unit, value=1)
         if apology == "undelivered":
             metrics.add_metric(name=APOLOGIES_UNDELIVERED.name, unit=APOLOGIES_UNDELIVERED.unit, value=1)
+
+
+def _describe(errors: Sequence[ExceptionInfo], index: int) -> str | None:
+    if index >= len(errors):
+        return None
+    kind, value, _ = errors[index]
+    return f"{kind.__name__ if kind else 'error'}: {value}" if value is not None else None

@@ -71,6 +71,8 @@ def merged_event_id(event_ids: Sequence[str]) -> str:
 
 
 def _joinable(previous: LaneItem, item: LaneItem) -> bool:
+    if previous.redrive_of is not None or item.redrive_of is not None:
+        return False  # a redrive answers each given-up message where it stands (shared.agent.redrive)
     a, b = previous.inbound, item.inbound
     if a.command is not None or b.command is not None:
         # A chat command is answered on its own: merged, it would carry the burst's text away

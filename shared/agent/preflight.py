@@ -72,6 +72,9 @@ class Proceed:
     provider: Provider
     model: str
     user: UserMessage
+    # A redrive's turn answering the message its given-up original kept (kept_message): `user`
+    # is that stored message, answered where it stands, and not committed again.
+    kept: bool = False
     kind: Literal["proceed"] = field(default="proceed", init=False)
 
     @property
@@ -144,18 +147,32 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
         return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
     if inbound.command is not None:
         return Command(inbound.command)
-    user = user_message(inbound, turn.id, turn.safety, sender.user_id)
+    kept = kept_message(turn.session, turn.item)
+    user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
+    keep_user = None if kept is not None else user
     try:
         provider, model = provider_factory(turn.session.model_override or turn.workspace.model)
     except ModelNotConfigured as exc:
         # Retrying can't help, so the turn ends here rather than failing.
-        return Stop(reply=exc.message, outcome="model_not_configured", keep_user=user, error=exc.message)
+        return Stop(reply=exc.message, outcome="model_not_configured", keep_user=keep_user, error=exc.message)
     if (denied := turn.budget.check()).exhausted is not None:
         spent = denied.exhausted
         return Stop(
-            reply=spent.message(denied.at), outcome="budget_denied", keep_user=user, error=spent.summary
+            reply=spent.message(denied.at), outcome="budget_denied", keep_user=keep_user, error=spent.summary
         )
-    return Proceed(provider=provider, model=model, user=user)
+    return Proceed(provider=provider, model=model, user=user, kept=kept is not None)
+
+
+def kept_message(session: Session, item: LaneItem) -> UserMessage | None:
+    """For an item put back from the dead letters (shared.agent.redrive), the user's message its
+    given-up original committed, while it is still in the session's window; None otherwise, and
+    the turn then keeps the message as any turn does."""
+    if item.redrive_of is None:
+        return None
+    for message in session.active_messages:
+        if isinstance(message, UserMessage) and message.event_id == item.redrive_of:
+            return message
+    return None
 
 
 def load_session(

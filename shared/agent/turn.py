@@ -64,6 +64,7 @@ Failure policy, decided once here:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -84,6 +85,7 @@ from shared.agent.preflight import (
     Stop,
     Turn,
     admit,
+    kept_message,
     load_session,
     open_turn,
     resolve,
@@ -192,7 +194,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     return log_turn(end.record, turn.safety)
 
 
-def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
+def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = None) -> AuditRecord | None:
     """For the lane, when it dead-letters an item: apologise once, keep what the user said, and
     audit the turn as "given_up". None when there was nothing to do (a sender not admitted, a turn
     already committed).
@@ -201,6 +203,9 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
     itself (no route to it, a revoked token): a ChannelError from its send is one line in the log
     and a note on the audit record (UNDELIVERED), and the user's message is committed all the same,
     so the lane dead-letters the item normally and goes on to the next.
+
+    `last_error` (the lane's, when it has one) is noted on the audit record too: the SQS
+    dead-letter queue keeps no reason, and `sigil dlq` finds it there (docs/dead-letters.md).
     """
     started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
@@ -215,12 +220,12 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
     # The failed attempts sent nothing (a provider error comes before the send), so the apology
     # takes the reply's position; had one of them sent, the user has the reply and the outbox
     # drops the apology as that part, sent again.
-    error = None
+    undelivered = None
     try:
         send(deps.senders, inbound, session, turn, APOLOGY)
     except ChannelError as exc:
         # No traceback: the cause is the platform's, already logged with the attempts that failed.
-        error = f"{UNDELIVERED}: {exc.message}"
+        undelivered = f"{UNDELIVERED}: {exc.message}"
         log.warning(
             "apology not delivered",
             extra={
@@ -231,12 +236,17 @@ def give_up_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord | None:
                 "code": exc.code,
             },
         )
+    notes = [undelivered, f"last error: {last_error[:500]}" if last_error else None]
+    error = "; ".join(n for n in notes if n) or None
     safety = Safety(pii=workspace.pii_redaction)
-    user = user_message(inbound, turn, safety, sender.user_id)
+    # A redrive given up again: its message is in the session already, from the first give-up.
+    new: list[Message] = []
+    if kept_message(session, item) is None:
+        new.append(user_message(inbound, turn, safety, sender.user_id))
     record = audit_record(
         inbound, turn, started, "given_up", user_id=sender.user_id, safety=safety, error=error
     )
-    commit(deps.backend, workspace, session, inbound, [user], clock=deps.clock, audit=record)
+    commit(deps.backend, workspace, session, inbound, new, clock=deps.clock, audit=record)
     return log_turn(record, safety)
 
 
@@ -267,6 +277,9 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     window on the way, and `turn.session` becomes that session, the one to commit."""
     inbound, session = turn.inbound, turn.session
     _, window = split_window(session.active_messages, turn.workspace.active_window)
+    if step.kept:
+        # A redrive answers the message where it was said: what came after it is not its context.
+        window = list(itertools.takewhile(lambda m: m.id != step.user.id, window))
     tools = deps.tools.specs()
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
     request = ChatRequest(
@@ -302,7 +315,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
-    return _Ending(record, [step.user, *result.messages], ctx.session_updates)
+    kept = [] if step.kept else [step.user]
+    return _Ending(record, [*kept, *result.messages], ctx.session_updates)
 
 
 def _record(

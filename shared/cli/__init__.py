@@ -6,6 +6,7 @@ One module per command group; importing them registers their commands on `app`.
 from shared.cli import (
     config,
     consolidate,
+    dlq,
     events,
     gateway,
     identity,
@@ -20,6 +21,7 @@ __all__ = [
     "app",
     "config",
     "consolidate",
+    "dlq",
     "events",
     "gateway",
     "identity",

@@ -574,6 +574,12 @@ class LaneItem(Model):
     enqueued_at: datetime = Field(default_factory=utcnow)
     # The webhook request's id (shared.correlation); None on items queued before it existed.
     correlation_id: str | None = None
+    # Put back from the dead letters (`sigil dlq redrive`; shared.agent.redrive): the event id the
+    # item first had, and how many redrives it has been through. Its inbound then carries a new
+    # event id (so the turn, its dedup id and its replies are its own), and the turn answers the
+    # message the give-up kept instead of keeping it a second time.
+    redrive_of: Identifier | None = None
+    redrives: int = Field(default=0, ge=0)
 
     @property
     def group_id(self) -> str:

@@ -21,6 +21,9 @@ The faults are made on the wire, the way a provider makes them, never inside the
     conflict first try: `on_conflict(text)` is called before the answer (the caller makes a
              second writer change the session meanwhile), then the ordinary answer
 
+An outage is switched rather than marked: while `model.down` is True every request gets HTTP 500
+(counted as injected["down"]), whatever its message, until the test sets it back to False.
+
     with FaultModel(hang_s=30, on_kill=..., on_conflict=...) as model:
         ...  # OPENAI_BASE_URL=model.base_url
         model.injected  # {"429": 12, "hang": 10, ...}: how many faults were really made
@@ -85,6 +88,7 @@ class FaultModel(FakeOpenAI):
         self.callback_errors: list[str] = []
         # Drips whose client hung up before the drip ended: cut by the call's overall deadline.
         self.drips_cut = 0
+        self.down = False  # an outage of the whole model, switched by the test
         self._request = _Request()
         self._closing = threading.Event()
         self._server.RequestHandlerClass = _FaultHandler
@@ -98,6 +102,13 @@ class FaultModel(FakeOpenAI):
 
     def _next(self, body: Json, headers: dict[str, str]) -> _Response:
         response = super()._next(body, headers)  # records the request
+        if self.down:
+            with self._lock:
+                self.injected["down"] += 1
+            self._request.fault = None
+            # A pair, as FakeOpenAI._next answers: the response and no pacing.
+            failure = _Failure(500, "The server had an error while processing your request.", None, {})
+            return (failure, None)  # type: ignore[return-value]
         text = echo_last_user(body)
         found = _MARKER.search(text)
         with self._lock:

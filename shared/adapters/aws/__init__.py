@@ -69,7 +69,7 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
     # Building it makes no AWS call: an OpenAI key is read from Secrets Manager, and a Bedrock
     # client built, on the first embedding.
     embedder = build_embedder(settings, secrets)
-    return Backend(
+    backend = Backend(
         # The memory table too: a turn's commit writes its Tier-1 records and audit record in the
         # session's transaction.
         sessions=DynamoSessionStore(
@@ -105,3 +105,11 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
             else None
         ),
     )
+    if settings.dead_letter_queue_url:
+        # `sigil dlq` only: the functions' environment has no SIGIL_DEAD_LETTER_QUEUE_URL.
+        from shared.adapters.aws.dead_letters import SqsDeadLetters
+
+        backend.dead_letters = SqsDeadLetters(
+            settings.dead_letter_queue_url, settings.queue_url, audit=backend.audit, region=region
+        )
+    return backend

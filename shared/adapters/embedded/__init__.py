@@ -12,6 +12,7 @@ from pathlib import Path
 from shared.adapters.embedded.budgets import SqliteBudgetStore
 from shared.adapters.embedded.consolidation_state import SqliteConsolidationState
 from shared.adapters.embedded.db import Database, DatabaseClosed
+from shared.adapters.embedded.dead_letters import SqliteDeadLetters
 from shared.adapters.embedded.embedding_cache import SqliteEmbeddingCache
 from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, StoredEvent
 from shared.adapters.embedded.identities import SqliteIdentityStore
@@ -39,6 +40,7 @@ __all__ = [
     "SqliteAuditLog",
     "SqliteBudgetStore",
     "SqliteConsolidationState",
+    "SqliteDeadLetters",
     "SqliteEmbeddingCache",
     "SqliteEventBus",
     "SqliteIdentityStore",
@@ -95,6 +97,10 @@ def build_embedded_backend(settings: Settings) -> Backend:
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
         )
+        # The lanes' own tables (SqliteLanes migrated them just above); a redrive wakes its runner.
+        lanes = backend.lanes
+        assert isinstance(lanes, SqliteLanes)
+        backend.dead_letters = SqliteDeadLetters(queue, notify=lanes.notify)
     except BaseException:
         for db in (main, index_db, queue):
             db.close()
