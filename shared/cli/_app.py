@@ -52,7 +52,10 @@ STACK_OUTPUTS = {
     "SearchEndpoint": "opensearch_endpoint",
 }
 # Optional: a stack deployed before it had the output uses the default prefix.
-OPTIONAL_STACK_OUTPUTS = {"SecretsPrefix": "secrets_prefix"}
+OPTIONAL_STACK_OUTPUTS = {
+    "SecretsPrefix": "secrets_prefix",
+    "DeadLettersQueueUrl": "dead_letter_queue_url",
+}
 
 
 def settings_for(data_dir: Path | None, **overrides: object) -> Settings:
@@ -80,7 +83,10 @@ def target_settings(
 ) -> Settings:
     """The settings of the backend a command administers: the local one (settings_for), or with
     `stack` the deployed stack its CloudFormation outputs name, in `region`."""
-    return settings_for(data_dir, **stack_settings(stack, region), **overrides)
+    values = stack_settings(stack, region)
+    # A flag given on the command line wins over the stack's output of the same setting.
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return settings_for(data_dir, **values)
 
 
 def target_config(

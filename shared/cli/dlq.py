@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared.cli._app import DataDir, app, settings_for
+from shared.cli._app import DataDir, Region, Stack, app, target_settings
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -39,10 +39,19 @@ DlqUrl = Annotated[
 ]
 
 
-def dlq_settings(data_dir: Path | None, queue_url: str | None, dlq_url: str | None) -> Settings:
-    """The one place the dlq commands get their settings (a shared target option replaces it)."""
+def dlq_settings(
+    data_dir: Path | None,
+    queue_url: str | None,
+    dlq_url: str | None,
+    stack: str | None = None,
+    region: str | None = None,
+) -> Settings:
+    """The one place the dlq commands get their settings: a deployed stack's (--stack, its
+    DeadLettersQueueUrl output included), or the local data dir, or explicit queue URLs."""
     backend = "aws" if dlq_url else None
-    return settings_for(data_dir, backend=backend, queue_url=queue_url, dead_letter_queue_url=dlq_url)
+    return target_settings(
+        data_dir, stack, region, backend=backend, queue_url=queue_url, dead_letter_queue_url=dlq_url
+    )
 
 
 @contextmanager
@@ -87,9 +96,11 @@ def dlq_list(
     data_dir: DataDir = None,
     queue_url: QueueUrl = None,
     dlq_url: DlqUrl = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """The dead letters, by session, each session's in its original order."""
-    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url)) as (dead, _):
+    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url, stack, region)) as (dead, _):
         entries = dead.list_entries(workspace, limit=limit)
     if not entries:
         typer.echo("no dead letters")
@@ -110,9 +121,11 @@ def dlq_show(
     data_dir: DataDir = None,
     queue_url: QueueUrl = None,
     dlq_url: DlqUrl = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """One dead letter, with its whole reason."""
-    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url)) as (dead, _):
+    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url, stack, region)) as (dead, _):
         entry = dead.show(entry_id)
     if entry is None:
         typer.echo(f"no dead letter {entry_id!r}", err=True)
@@ -153,11 +166,13 @@ def dlq_redrive(
     data_dir: DataDir = None,
     queue_url: QueueUrl = None,
     dlq_url: DlqUrl = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Put dead letters back on their lanes in original order; skip turns already committed."""
     if bool(ids) == (session is not None):
         raise typer.BadParameter("give either --session or dead-letter ids, not both and not neither")
-    settings = dlq_settings(data_dir, queue_url, dlq_url)
+    settings = dlq_settings(data_dir, queue_url, dlq_url, stack, region)
     target = (workspace or settings.default_workspace, session) if session is not None else None
     with open_dead_letters(settings) as (dead, requeue):
         if not yes:

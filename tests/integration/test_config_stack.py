@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -16,8 +17,8 @@ from shared.adapters.aws.dynamodb import DynamoIdentityStore, DynamoMemoryStore
 from shared.cli import app
 from shared.cli._app import target_settings
 from shared.identity import resolve_sender
-from shared.models import InboundMessage, Sender, Triple, WorkspaceConfig
-from tests.support.moto_stack import REGION, MotoStack, create_stack, moto_stack
+from shared.models import InboundMessage, LaneItem, Sender, Triple, WorkspaceConfig
+from tests.support.moto_stack import REGION, MotoStack, create_stack, moto_stack, outputs
 
 runner = CliRunner()
 WS = "default"
@@ -137,3 +138,37 @@ def test_secrets_against_a_stack(stack: MotoStack) -> None:
     )
     status, out = sigil("secret", "set", "telegram/Family/bot-token", *stack.args(), stdin="x")
     assert status == 2 and "unknown secret" in out
+
+
+def test_dlq_against_a_stack_reads_its_dead_letters_queue_output(tmp_path: Path) -> None:
+    with moto_stack(tmp_path) as deployed:
+        sqs = boto3.client("sqs", region_name=REGION)
+        dlq = sqs.create_queue(
+            QueueName=f"{deployed.name}-dlq.fifo",
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"},
+        )["QueueUrl"]
+        item = LaneItem(
+            inbound=InboundMessage(
+                event_id="evt-dead",
+                channel="web",
+                workspace_id=WS,
+                session_id="web.s1",
+                sender=Sender(id="u1"),
+                chat_id="s1",
+                text="a message the lane gave up on",
+            )
+        )
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=item.model_dump_json(),
+            MessageGroupId=item.inbound.lane_key,
+            MessageDeduplicationId="evt-dead",
+        )
+        with_dlq = f"{deployed.name}-with-dlq"
+        create_stack(with_dlq, {**outputs(deployed.resources), "DeadLettersQueueUrl": dlq})
+
+        assert target_settings(None, with_dlq, REGION).dead_letter_queue_url == dlq
+        status, out = sigil("dlq", "list", "--stack", with_dlq, "--region", REGION)
+        assert status == 0, out
+        assert f"{WS}/web.s1  event evt-dead" in out
+        assert out.rstrip().endswith("1 dead letter(s)")
