@@ -3,7 +3,7 @@
 One module per command group; importing them registers their commands on `app`.
 """
 
-from shared.cli import config, consolidate, gateway, identity, memory, pairing, secret, workspace
+from shared.cli import config, consolidate, gateway, identity, memory, pairing, secret, web, workspace
 from shared.cli._app import app
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "memory",
     "pairing",
     "secret",
+    "web",
     "workspace",
 ]
 
