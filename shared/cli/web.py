@@ -1,0 +1,71 @@
+"""`sigil web`: browser tokens for the chat page (shared.channels.web_tokens, docs/web-channel.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from shared.cli._app import DataDir, Url, Workspace, app, settings_for
+
+web_app = typer.Typer(
+    help="The web channel's chat page: browser tokens a page can hold instead of the web secret.",
+    no_args_is_help=True,
+)
+app.add_typer(web_app, name="web")
+
+User = Annotated[str, typer.Option("--user", "-u", help="the Sigil user the browser is")]
+Sessions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--session",
+        "-s",
+        help="a session the token may use (repeatable); 'name*' for every session starting with "
+        "'name' (default: '<user>.*', the user's own sessions)",
+    ),
+]
+Ttl = Annotated[str, typer.Option("--ttl", help="lifetime: 90s, 30m, 1h (default), at most 24h")]
+
+
+def _token(data_dir: DataDir, workspace: str, user: str, sessions: list[str] | None, ttl: str) -> str:
+    from shared.channels import web_tokens
+    from shared.cli.gateway import _secret
+    from shared.errors import SigilError
+
+    settings = settings_for(data_dir)
+    try:
+        ttl_s = web_tokens.parse_ttl(ttl)
+        claims = web_tokens.claims_for(
+            workspace, user, sessions or [f"{user}.*"], now=time.time(), ttl_s=ttl_s
+        )
+    except SigilError as exc:
+        raise typer.BadParameter(exc.message) from None
+    return web_tokens.mint(_secret(settings, workspace), claims)
+
+
+@web_app.command("token")
+def token(
+    user: User,
+    workspace: Workspace = "default",
+    session: Sessions = None,
+    ttl: Ttl = "1h",
+    data_dir: DataDir = None,
+) -> None:
+    """Print a browser token for USER (signed with a key derived from the workspace's web secret)."""
+    typer.echo(_token(data_dir, workspace, user, session, ttl))
+
+
+@web_app.command("open")
+def open_page(
+    user: User,
+    workspace: Workspace = "default",
+    session: Sessions = None,
+    ttl: Ttl = "1h",
+    url: Url = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Print the chat page's URL with a fresh token in its fragment (never sent to the server)."""
+    settings = settings_for(data_dir)
+    base = url or f"http://{settings.host}:{settings.port}"
+    typer.echo(f"{base.rstrip('/')}/#token={_token(data_dir, workspace, user, session, ttl)}")
