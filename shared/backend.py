@@ -20,6 +20,7 @@ from shared.ports import (
     SecretStore,
     SendLedger,
     SessionStore,
+    SkillStore,
     WorkspaceStore,
 )
 
@@ -40,6 +41,8 @@ class Backend:
     budgets: BudgetStore
     # Leases and checkpoints of the consolidation runs (shared.consolidation).
     consolidation: ConsolidationState
+    # Installed skills, per workspace (shared.skills, docs/skills.md).
+    skills: SkillStore
     # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
     # are off, and memory search is then BM25 only.
     embedder: Embedder | None = None
