@@ -112,7 +112,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ToolSpec
-from shared.skills import Skill, select_skills
+from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
 
@@ -136,8 +136,9 @@ class TurnDeps:
     # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit):
     # (workspace id, user id, the turn's RecallScope) -> facts.
     facts: Callable[[str, str, RecallScope], Sequence[Triple]] | None = None
-    # A workspace's skills (shared.skills); the local gateway loads <data_dir>/workspaces/<ws>/skills.
-    skills: Callable[[str], list[Skill]] = lambda workspace_id: []
+    # The skills a turn of a workspace may use (docs/skills.md); None: shared.skills.available_skills
+    # over backend.skills (the cloud agent's is cached for a minute, shared.skills.CachedSkills).
+    skills: Callable[[WorkspaceConfig], list[Skill]] | None = None
 
 
 @dataclass(frozen=True)
@@ -321,13 +322,15 @@ def system_prompt(
     scope: RecallScope,
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
-    the skills this message selects, the tools, the sender's tacit facts, the channel's hints, the
+    the skills it may load and those this message loads, the tools, the sender's tacit facts, the channel's hints, the
     time, the rolling summary and, last, the note that tells the model what a quoted block is.
     `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it);
     the tacit facts are those the turn's `scope` reaches."""
+    available = deps.skills(workspace) if deps.skills else available_skills(deps.backend, workspace)
     return assemble_system_prompt(
         workspace,
-        skills=select_skills(deps.skills(workspace.id), inbound.text),
+        skills=select_skills(available, inbound.text),
+        catalogue=catalogue(available),
         tools=tools,
         facts=deps.facts(workspace.id, user_id, scope) if deps.facts is not None else (),
         channel=inbound.channel,
