@@ -322,8 +322,9 @@ def system_prompt(
     scope: RecallScope,
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
-    the skills it may load and those this message loads, the tools, the sender's tacit facts, the channel's hints, the
-    time, the rolling summary and, last, the note that tells the model what a quoted block is.
+    the skills it may load and those this message loads, the tools, the sender's tacit facts,
+    the channel's hints, the time, the rolling summary and, last, the note that tells the model
+    what a quoted block is.
     `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it);
     the tacit facts are those the turn's `scope` reaches."""
     available = deps.skills(workspace) if deps.skills else available_skills(deps.backend, workspace)

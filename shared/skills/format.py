@@ -125,7 +125,8 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
     trigger = metadata.get("gateway:trigger", "auto")
     if trigger not in TRIGGERS:
         raise SkillError(
-            f"{source}:{at['gateway:trigger']}: gateway:trigger {trigger!r} is not one of {', '.join(TRIGGERS)}"
+            f"{source}:{at['gateway:trigger']}: gateway:trigger {trigger!r} "
+            f"is not one of {', '.join(TRIGGERS)}"
         )
     keywords = tuple(k.lower() for k in re.split(r"[\s,]+", metadata.get("gateway:keywords", "")) if k)
     if trigger == "keyword" and not keywords:
@@ -194,9 +195,7 @@ def _selected(skill: Skill, text: str, asked: set[str]) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(k)}(?!\w)", text, re.IGNORECASE) for k in skill.keywords)
 
 
-def _front_matter(
-    lines: list[str], source: str
-) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
+def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
     """(top-level fields, metadata, the line of each key) of the lines between the `---`s."""
     top: dict[str, str] = {}
     metadata: dict[str, str] = {}

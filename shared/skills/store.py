@@ -80,7 +80,9 @@ def link_record(source: SkillLink) -> bytes:
 
 def parse_link(data: bytes) -> SkillLink:
     raw: Any = json.loads(data)
-    return SkillLink(workspace_id=check_workspace(str(raw["workspace_id"])), name=check_name(str(raw["name"])))
+    return SkillLink(
+        workspace_id=check_workspace(str(raw["workspace_id"])), name=check_name(str(raw["name"]))
+    )
 
 
 def available_skills(backend_or_store: Backend | SkillStore, workspace: WorkspaceConfig | str) -> list[Skill]:
@@ -96,7 +98,9 @@ def available_skills(backend_or_store: Backend | SkillStore, workspace: Workspac
         try:
             skills.append(read_skill(store, workspace_id, name))
         except SkillError as exc:
-            log.error("skill left out", extra={"workspace_id": workspace_id, "skill": name, "reason": str(exc)})
+            log.error(
+                "skill left out", extra={"workspace_id": workspace_id, "skill": name, "reason": str(exc)}
+            )
     return skills
 
 
@@ -150,7 +154,9 @@ class CachedSkills:
         return list(self._cached(("list", workspace_id), lambda: self.store.list_skills(workspace_id)))
 
     def list_files(self, workspace_id: str, name: str) -> list[str]:
-        return list(self._cached(("files", workspace_id, name), lambda: self.store.list_files(workspace_id, name)))
+        return list(
+            self._cached(("files", workspace_id, name), lambda: self.store.list_files(workspace_id, name))
+        )
 
     def read_file(self, workspace_id: str, name: str, path: str) -> bytes | None:
         found: bytes | None = self._cached(

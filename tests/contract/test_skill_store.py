@@ -23,7 +23,9 @@ def store(contract: ContractBackend) -> SkillStore:
 
 
 def test_a_put_skill_reads_back_and_a_second_put_replaces_every_file(store: SkillStore, ws_a: str) -> None:
-    store.put_skill(ws_a, "notes", {"SKILL.md": skill_md("notes"), "references/a.md": b"# A", "assets/x.txt": b"x"})
+    store.put_skill(
+        ws_a, "notes", {"SKILL.md": skill_md("notes"), "references/a.md": b"# A", "assets/x.txt": b"x"}
+    )
     assert store.list_skills(ws_a) == ["notes"]
     assert store.list_files(ws_a, "notes") == ["SKILL.md", "assets/x.txt", "references/a.md"]
     assert store.read_file(ws_a, "notes", "references/a.md") == b"# A"
@@ -59,7 +61,9 @@ def test_a_copy_is_independent_and_a_link_propagates_edits(store: SkillStore, ws
     assert store.links_to(ws_a, "notes") == [SkillLink(ws_b, "notes")]
 
 
-def test_a_linked_to_skill_is_not_removed_until_its_links_are(store: SkillStore, ws_a: str, ws_b: str) -> None:
+def test_a_linked_to_skill_is_not_removed_until_its_links_are(
+    store: SkillStore, ws_a: str, ws_b: str
+) -> None:
     store.put_skill(ws_a, "notes", {"SKILL.md": skill_md("notes")})
     store.link_skill(ws_b, "notes", SkillLink(ws_a, "notes"))
     with pytest.raises(ConcurrencyConflict, match=f"linked from {ws_b}/notes"):
@@ -87,7 +91,9 @@ def test_a_link_to_a_link_reads_the_source_and_bad_links_are_refused(
         store.link_skill(ws_a, "notes", SkillLink(ws_a, "notes"))
 
 
-@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a/../../b", "a//b", "./SKILL.md", ".sigil-link.json", "C:x"])
+@pytest.mark.parametrize(
+    "path", ["../x", "/etc/passwd", "a/../../b", "a//b", "./SKILL.md", ".sigil-link.json", "C:x"]
+)
 def test_paths_outside_the_folder_are_refused(store: SkillStore, ws_a: str, path: str) -> None:
     with pytest.raises(BadRequest):
         store.put_skill(ws_a, "notes", {"SKILL.md": skill_md("notes"), path: b"x"})

@@ -89,7 +89,9 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         budgets=DynamoBudgetStore(settings.sessions_table, region=region),
         # The sessions table too: leases are conditional writes, like the budget counters.
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
-        skills=S3SkillStore(settings.skills_bucket, region=region) if settings.skills_bucket else NoSkillsBucket(),
+        skills=S3SkillStore(settings.skills_bucket, region=region)
+        if settings.skills_bucket
+        else NoSkillsBucket(),
         # The turn caches in its process only, so embedding adds no DynamoDB round trip to it;
         # bulk embedding (consolidation, backfill) shares entries in the memory table
         # (docs/dynamodb.md), expiring by its TTL.

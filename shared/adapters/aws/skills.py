@@ -131,7 +131,9 @@ class S3SkillStore:
             links = self.links_to(workspace_id, name)
             if links:
                 names = ", ".join(f"{link.workspace_id}/{link.name}" for link in links)
-                raise ConcurrencyConflict(f"{workspace_id}/{name} is linked from {names}: remove those links first")
+                raise ConcurrencyConflict(
+                    f"{workspace_id}/{name} is linked from {names}: remove those links first"
+                )
         self._delete(keys)
         return True
 
@@ -170,4 +172,6 @@ class NoSkillsBucket:
 
 
 def _unconfigured() -> SigilError:
-    return SigilError("skills need SIGIL_SKILLS_BUCKET (the stack's SkillsBucket output)", code="misconfigured")
+    return SigilError(
+        "skills need SIGIL_SKILLS_BUCKET (the stack's SkillsBucket output)", code="misconfigured"
+    )

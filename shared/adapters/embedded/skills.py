@@ -38,7 +38,9 @@ class FileSkillStore:
         return sorted(
             p.name
             for p in base.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and ((p / "SKILL.md").is_file() or (p / LINK_FILE).is_file())
+            if p.is_dir()
+            and not p.name.startswith(".")
+            and ((p / "SKILL.md").is_file() or (p / LINK_FILE).is_file())
         )
 
     def link_of(self, workspace_id: str, name: str) -> SkillLink | None:
@@ -87,7 +89,9 @@ class FileSkillStore:
                 raise ConcurrencyConflict(f"{workspace_id}/{name} can't link to itself")
             folder = self._dir(workspace_id, name)
             if folder.exists():
-                raise ConcurrencyConflict(f"{workspace_id} already has a skill named {name!r}; remove it first")
+                raise ConcurrencyConflict(
+                    f"{workspace_id} already has a skill named {name!r}; remove it first"
+                )
             self._write(folder, {LINK_FILE: link_record(root)})
 
     def links_to(self, workspace_id: str, name: str) -> list[SkillLink]:
