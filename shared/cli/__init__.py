@@ -3,10 +3,10 @@
 One module per command group; importing them registers their commands on `app`.
 """
 
-from shared.cli import consolidate, gateway, identity, memory, pairing, secret
+from shared.cli import consolidate, gateway, identity, memory, pairing, secret, skill
 from shared.cli._app import app
 
-__all__ = ["app", "consolidate", "gateway", "identity", "memory", "pairing", "secret"]
+__all__ = ["app", "consolidate", "gateway", "identity", "memory", "pairing", "secret", "skill"]
 
 if __name__ == "__main__":
     app()
