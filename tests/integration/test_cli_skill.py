@@ -155,7 +155,7 @@ class Files(Served):
         served = files
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 -- http.server's name
+            def do_GET(self) -> None:
                 body = served.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Length", str(len(body or b"")))
