@@ -38,7 +38,7 @@ from shared.skills import Skill
 # Token budgets per part; the note is fixed text and never trimmed.
 BUDGETS: Final[dict[str, int]] = {
     "personality": 1000,
-    "catalogue": 1000,
+    "catalogue": 2000,
     "skills": 1500,
     "tools": 500,
     "facts": 300,
@@ -48,8 +48,8 @@ BUDGETS: Final[dict[str, int]] = {
 }
 ELLIPSIS = " …"
 # A catalogue line carries at most this much of a description (agentskills.io allows 1,024
-# characters): enough to choose by, so 50 skills fit the catalogue's budget.
-CATALOGUE_DESCRIPTION_CHARS = 160
+# characters): enough to choose by, and 50 skills fit the catalogue's budget (bench/skills_prompt.py).
+CATALOGUE_DESCRIPTION_CHARS = 150
 
 CHANNEL_HINTS: Final[dict[str, str]] = {
     # The gateway renders the model's Markdown into each platform's dialect (shared.channels.format)
