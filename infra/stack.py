@@ -27,6 +27,7 @@ from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets, llm_keys
+from infra.constructs.skills import Skills
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 
 
@@ -78,9 +79,11 @@ class SigilStack(Stack):
             api_throttle=caps.api,
             turn_throttle=caps.turn_routes,
         )
+        skills = Skills(self, "Skills")
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
+        self.skills = skills
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -108,6 +111,7 @@ class SigilStack(Stack):
             **backend_env,
             "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
+            "SIGIL_SKILLS_BUCKET": skills.bucket.bucket_name,
         }
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
         for function, environment in (
@@ -128,6 +132,7 @@ class SigilStack(Stack):
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
+        skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
         memory.grant_memory_read_write(consolidate)
@@ -142,6 +147,7 @@ class SigilStack(Stack):
         CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
         CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
         CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
+        CfnOutput(self, "SkillsBucket", value=skills.bucket.bucket_name, description="sigil skill's store")
 
     def _grant_models(
         self, context: AppContext, turn_runner: lambda_.Function, consolidate: lambda_.Function
