@@ -331,7 +331,8 @@ def system_prompt(
     return assemble_system_prompt(
         workspace,
         skills=select_skills(available, inbound.text),
-        catalogue=catalogue(available),
+        # Listed only where the model may load them: a workspace that denies the tool gets none.
+        catalogue=catalogue(available) if deps.tools.permits("skill", workspace) else (),
         tools=tools,
         facts=deps.facts(workspace.id, user_id, scope) if deps.facts is not None else (),
         channel=inbound.channel,

@@ -30,8 +30,8 @@ values) is an error naming the file and line, never a silent misreading.
 Trigger modes: `auto` is listed in the prompt's catalogue and loaded by the model with the
 `skill` tool when it needs it; `keyword` is loaded into the prompt when one of `gateway:keywords`
 appears in the user's message as a whole word (case-insensitive); `manual` only when the message
-says "use skill: <name>" (and is left out of the catalogue). A skill without `gateway:trigger` is
-`auto` (a plain agentskills.io skill works as is).
+says "use skill: <name>" (and is left out of the catalogue), which loads any skill by name. A
+skill without `gateway:trigger` is `auto` (a plain agentskills.io skill works as is).
 """
 
 from __future__ import annotations
@@ -175,9 +175,9 @@ def load_skills(directory: Path, *, strict: bool = True) -> list[Skill]:
 
 
 def select_skills(skills: Iterable[Skill], user_text: str) -> list[Skill]:
-    """The skills whose body this message loads into the prompt, in the order given: `manual`
-    ones asked for by name, `keyword` ones whose keyword it has. `auto` ones are in the catalogue
-    (`catalogue`) and the model loads them with the `skill` tool."""
+    """The skills whose body this message loads into the prompt, in the order given: any one it
+    asks for by name ("use skill: NAME", the only way to a `manual` one), and `keyword` ones whose
+    keyword it has. The rest are in the catalogue (`catalogue`) for the `skill` tool."""
     asked = {m.lower() for m in _USE_SKILL.findall(user_text)}
     return [s for s in skills if _selected(s, user_text, asked)]
 
@@ -188,10 +188,11 @@ def catalogue(skills: Iterable[Skill]) -> list[Skill]:
 
 
 def _selected(skill: Skill, text: str, asked: set[str]) -> bool:
-    if skill.trigger == "auto":
+    # Asked for by name, any skill is loaded: the user knows what they want.
+    if skill.name in asked:
+        return True
+    if skill.trigger != "keyword":
         return False
-    if skill.trigger == "manual":
-        return skill.name in asked
     return any(re.search(rf"(?<!\w){re.escape(k)}(?!\w)", text, re.IGNORECASE) for k in skill.keywords)
 
 

@@ -181,3 +181,21 @@ def test_the_tool_lists_and_loads_only_what_the_workspace_config_allows(installe
 def test_a_model_supplied_workspace_is_an_argument_error(installed: Backend) -> None:
     result = run_tool(installed, {"name": "release-notes", "workspace_id": "ws2"})  # type: ignore[dict-item]
     assert result.is_error and json.loads(result.content)["error"] == "invalid_arguments"
+
+
+def test_a_workspace_that_denies_the_tool_gets_no_catalogue(backend: Backend, settings: Settings) -> None:
+    backend.skills.put_skill(WS, "release-notes", {"SKILL.md": SKILL_MD.encode()})
+    backend.workspaces.put(WorkspaceConfig(id=WS, tools_deny=["skill"]))
+    provider = FunctionProvider(lambda request: "ok")
+    deps = TurnDeps(
+        backend=backend,
+        settings=settings,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (provider, "test-model"),
+    )
+    run_turn(deps, item("e1", "notes please"))
+    run_turn(deps, item("e2", "use skill: release-notes"))
+    plain, asked = (r.system for r in provider.requests)
+    assert "release-notes" not in plain
+    # A manual request still loads the body directly: it needs no tool
+    assert "### Skill: release-notes" in asked and BODY in asked

@@ -60,6 +60,7 @@ def names(text: str) -> list[str]:
 def test_auto_is_listed_in_the_catalogue_and_never_loaded_directly() -> None:
     assert names("") == []
     assert names("anything at all, even always") == []
+    assert names("use skill: always") == ["always"]  # asked for by name, any skill is loaded
     assert [s.name for s in catalogue([AUTO, KEYWORD, MANUAL])] == ["always", "k8s"]
 
 
