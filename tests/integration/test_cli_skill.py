@@ -288,3 +288,30 @@ def test_search_matches_names_and_descriptions(index_url: str) -> None:
     assert result.stdout.splitlines() == ["k8s  [archive]  Kubernetes troubleshooting."]
     result = runner.invoke(app, ["skill", "search", "nothing-like-it", "--index", index_url])
     assert result.exit_code == 0 and "no skill" in result.stdout
+
+
+def test_install_from_a_skill_md_url_an_archive_url_and_an_archive_file(admin: Admin, index_url: str) -> None:
+    base = index_url.removesuffix("index.json")
+    code, out = admin.sigil("skill", "install", f"{base}pdf/SKILL.md", "-w", "ops")
+    assert code == 0 and "installed pdf in ops (1 files)" in out
+    code, out = admin.sigil("skill", "install", f"{base}k8s.tar.gz", "-w", "ops")
+    assert code == 0 and "installed k8s in ops (2 files)" in out
+    archive = admin.tmp / "notes.zip"
+    archive.write_bytes(ARTIFACTS["/skills/notes.zip"])
+    assert admin.sigil("skill", "install", str(archive), "-w", "ops")[0] == 0
+    assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
+    code, out = admin.sigil("skill", "install", f"{base}escape.tar.gz", "-w", "ops")
+    assert code == 1 and "escapes the skill's folder" in out
+    code, out = admin.sigil("skill", "install", f"{base}nothing.txt", "-w", "ops")
+    assert code == 1 and "give a SKILL.md's URL" in out
+    code, out = admin.sigil("skill", "install", f"{base}missing.zip", "-w", "ops")
+    assert code == 1 and "can't be fetched" in out
+    assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
+
+
+def test_the_aws_backend_without_a_bucket_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIGIL_BACKEND", "aws")
+    result = runner.invoke(app, ["skill", "list", "-w", "ops", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "SIGIL_SKILLS_BUCKET" in result.stderr
