@@ -68,7 +68,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # texts, later runs use .benchmarks/); search latency at 1k/10k/100k memories; MiniLM throughput;
 # maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run; the layer, bundles and
 # cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
-# faults on both backends (~7 min, docs/local-aws-mode.md). ~25 min in all.
+# faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
+# (docs/skills.md, seconds). ~25 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -78,4 +79,5 @@ bench: $(STAMP)
 	$(BIN)/python bench/consolidation.py
 	$(BIN)/python bench/bundle.py
 	$(BIN)/python bench/redaction.py
+	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py

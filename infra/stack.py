@@ -29,6 +29,7 @@ from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets, llm_keys
+from infra.constructs.skills import Skills
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 
 
@@ -84,10 +85,12 @@ class SigilStack(Stack):
             api_throttle=caps.api,
             turn_throttle=caps.turn_routes,
         )
+        skills = Skills(self, "Skills")
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
+        self.skills = skills
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -115,6 +118,7 @@ class SigilStack(Stack):
             **backend_env,
             "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
+            "SIGIL_SKILLS_BUCKET": skills.bucket.bucket_name,
         }
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
         for function, environment in (
@@ -135,6 +139,7 @@ class SigilStack(Stack):
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
+        skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
         memory.grant_memory_read_write(consolidate)
@@ -151,6 +156,7 @@ class SigilStack(Stack):
         CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
         # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
         CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
+        CfnOutput(self, "SkillsBucket", value=skills.bucket.bucket_name, description="sigil skill's store")
 
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup

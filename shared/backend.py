@@ -22,6 +22,7 @@ from shared.ports import (
     SecretStore,
     SendLedger,
     SessionStore,
+    SkillStore,
     WorkspaceStore,
 )
 
@@ -44,6 +45,8 @@ class Backend:
     consolidation: ConsolidationState
     # The channel routes (which bot feeds which workspace; `sigil config apply` writes them).
     routes: RouteStore
+    # Installed skills, per workspace (shared.skills, docs/skills.md).
+    skills: SkillStore
     # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
     # are off, and memory search is then BM25 only.
     embedder: Embedder | None = None

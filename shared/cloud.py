@@ -99,11 +99,13 @@ def turn_deps() -> TurnDeps:
     from shared.channels.out import build_senders
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
+    from shared.skills import with_skill_cache
     from shared.workspace_cache import with_workspace_cache
 
     # Workspace configs are cached for a minute, so a warm turn reads none: a change made through
-    # another container takes up to that long to apply here (shared.workspace_cache).
-    backend = with_workspace_cache(build_aws_backend(settings()))
+    # another container takes up to that long to apply here (shared.workspace_cache). Skills too
+    # (shared.skills.CachedSkills): a warm turn reads nothing from the skills bucket.
+    backend = with_skill_cache(with_workspace_cache(build_aws_backend(settings())))
     s = with_provider_keys(settings(), backend.secrets)
     return TurnDeps(
         backend=backend,

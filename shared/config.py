@@ -102,6 +102,7 @@ class Settings(BaseSettings):
     dead_letter_queue_url: str | None = None
     event_bus_name: str | None = None
     opensearch_endpoint: str | None = None
+    skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
 

@@ -415,6 +415,55 @@ class RouteStore(Protocol):
     def list_routes(self) -> list[ChannelRoute]: ...
 
 
+@dataclass(frozen=True)
+class SkillLink:
+    """Where a linked skill's one stored copy lives: (workspace, skill name)."""
+
+    workspace_id: str
+    name: str
+
+
+@runtime_checkable
+class SkillStore(Protocol):
+    """A workspace's installed skills as files (docs/skills.md): `<name>/SKILL.md`, and whatever
+    `scripts/`, `references/` and `assets/` hold, by relative POSIX path. Bytes in, bytes out:
+    what a SKILL.md must say is shared.skills' concern. A name may be a link to another
+    workspace's skill: reads follow it to that one stored copy, so an edit there shows here.
+
+    Refused (shared.errors): a bad name or path (BadRequest); `put_skill` over a link, `link_skill`
+    over an installed name, `remove_skill` of a skill other workspaces link to (ConcurrencyConflict,
+    naming them); `link_skill` to a skill that does not exist (NotFound).
+    """
+
+    def list_skills(self, workspace_id: str) -> list[str]:
+        """Installed names, links included, sorted."""
+        ...
+
+    def list_files(self, workspace_id: str, name: str) -> list[str]:
+        """The skill's file paths, sorted, links followed; [] when it is not installed."""
+        ...
+
+    def read_file(self, workspace_id: str, name: str, path: str) -> bytes | None: ...
+
+    def put_skill(self, workspace_id: str, name: str, files: Mapping[str, bytes]) -> None:
+        """Install or replace the skill: afterwards it holds exactly `files`."""
+        ...
+
+    def link_skill(self, workspace_id: str, name: str, source: SkillLink) -> None:
+        """`name` here reads `source`'s copy (a link to a link is stored as a link to its source)."""
+        ...
+
+    def link_of(self, workspace_id: str, name: str) -> SkillLink | None: ...
+
+    def links_to(self, workspace_id: str, name: str) -> list[SkillLink]:
+        """The links (workspace, name) that read this skill's copy."""
+        ...
+
+    def remove_skill(self, workspace_id: str, name: str) -> bool:
+        """Remove the skill or the link; False when there was none."""
+        ...
+
+
 @runtime_checkable
 class IdentityStore(Protocol):
     """Who a channel user is in a workspace: one Identity per (workspace, channel, channel user).

@@ -25,14 +25,13 @@ so a redelivered command is skipped, and carries what the command changes in the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from shared.agent.preflight import Turn
 from shared.budgets import Bucket, Counters, Metric, Period, as_utc
-from shared.models import ChatCommand, RecallPolicy, WorkspaceConfig
+from shared.models import ChatCommand, RecallPolicy
 from shared.models.budgets import _amount, _date, _duration
 from shared.skills import Skill
 
@@ -62,20 +61,10 @@ class Answer:
     error: str | None = None  # why a command was refused, for the audit record
 
 
-def available_skills(read: Callable[[str], list[Skill]], workspace: WorkspaceConfig) -> list[Skill]:
-    """The skills the workspace's turns may use: those installed (`read`, TurnDeps.skills), less
-    any the workspace's `skills` list leaves out. The one place commands read skills from."""
-    installed = read(workspace.id)
-    if workspace.skills is None:
-        return installed
-    allowed = set(workspace.skills)
-    return [s for s in installed if s.name in allowed]
-
-
 def answer_command(
     turn: Turn, command: ChatCommand, *, skills: list[Skill], default_model: str | None, now: datetime
 ) -> Answer:
-    """The answer to `command` in `turn`; `skills` are the workspace's (available_skills),
+    """The answer to `command` in `turn`; `skills` are the workspace's (shared.agent.turn.skills_of),
     `default_model` the gateway's, used when neither the session nor the workspace names one."""
     if command.name == "status":
         return Answer(_status(turn, skills, default_model, now))

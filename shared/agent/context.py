@@ -3,15 +3,19 @@
 Order (docs/context.md), each part trimmed to its own token budget and left out when empty:
 
 1. personality   the workspace's system_prompt
-2. skills        the SKILL.md bodies selected for this message (shared.skills.select_skills)
-3. tools         each tool's name and the first line of its description; the JSON schemas go to
+2. catalogue     one line per skill the turn may load with the `skill` tool: its name and the
+                 start of its description (progressive disclosure, docs/skills.md); `manual`
+                 skills and those loaded below are not listed
+3. skills        the SKILL.md bodies this message loads directly (shared.skills.select_skills:
+                 "use skill: NAME" and keyword triggers)
+4. tools         each tool's name and the first line of its description; the JSON schemas go to
                  the provider separately (ChatRequest.tools)
-4. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
+5. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
                  lines only, up to the budget (spec 004's injection)
-5. channel       what the channel renders and its message size
-6. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
-7. summary       the session's rolling summary of the messages that left the window
-8. safety        SYSTEM_PROMPT_NOTE, never trimmed, last so that it frames everything above
+6. channel       what the channel renders and its message size
+7. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
+8. summary       the session's rolling summary of the messages that left the window
+9. safety        SYSTEM_PROMPT_NOTE, never trimmed, last so that it frames everything above
 
 The active window and the new message follow as the request's messages. Tokens are estimated as
 characters / 4 (rounded up): no tokenizer on the turn path, and close enough for English text
@@ -34,6 +38,7 @@ from shared.skills import Skill
 # Token budgets per part; the note is fixed text and never trimmed.
 BUDGETS: Final[dict[str, int]] = {
     "personality": 1000,
+    "catalogue": 2000,
     "skills": 1500,
     "tools": 500,
     "facts": 300,
@@ -42,6 +47,9 @@ BUDGETS: Final[dict[str, int]] = {
     "summary": 800,
 }
 ELLIPSIS = " …"
+# A catalogue line carries at most this much of a description (agentskills.io allows 1,024
+# characters): enough to choose by, and 50 skills fit the catalogue's budget (bench/skills_prompt.py).
+CATALOGUE_DESCRIPTION_CHARS = 150
 
 CHANNEL_HINTS: Final[dict[str, str]] = {
     # The gateway renders the model's Markdown into each platform's dialect (shared.channels.format)
@@ -99,6 +107,7 @@ def assemble_system_prompt(
     workspace: WorkspaceConfig,
     *,
     skills: Sequence[Skill] = (),
+    catalogue: Sequence[Skill] = (),
     tools: Sequence[ToolSpec] = (),
     facts: Sequence[Triple] = (),
     channel: str = "web",
@@ -106,9 +115,12 @@ def assemble_system_prompt(
     active_task: str | None = None,
     summary: str = "",
 ) -> AssembledContext:
-    """The system prompt in the documented order; `skills` are those already selected."""
+    """The system prompt in the documented order; `skills` are those already selected, and
+    `catalogue` those the model may load (whichever of them are in `skills` are not listed)."""
+    loaded = {s.name for s in skills}
     sections = [
         ("personality", workspace.system_prompt.strip()),
+        ("catalogue", _catalogue([s for s in catalogue if s.name not in loaded], BUDGETS["catalogue"])),
         ("skills", _skills(skills)),
         ("tools", _tools(tools)),
         ("facts", _facts(facts, BUDGETS["facts"])),
@@ -132,6 +144,37 @@ def _skills(skills: Sequence[Skill]) -> str:
         return ""
     blocks = [f"### Skill: {s.name}\n{s.description}\n\n{s.body}".rstrip() for s in skills]
     return "## Skills\n" + "\n\n".join(blocks)
+
+
+def _catalogue(skills: Sequence[Skill], budget: int) -> str:
+    """Whole lines while they fit; past the budget, a count and how to get the rest."""
+    if not skills:
+        return ""
+    text = (
+        "## Skills you can load\n"
+        "When a task matches one of these, call the `skill` tool with its name to read its "
+        "instructions before you answer."
+    )
+    for i, s in enumerate(skills):
+        line = f"\n- {s.name}: {_first(s.description, CATALOGUE_DESCRIPTION_CHARS)}"
+        # Room for the closing note, unless this is the last line.
+        reserve = 0 if i == len(skills) - 1 else estimate(_more(len(skills)))
+        if estimate(text + line) + reserve > budget:
+            return text + _more(len(skills) - i)
+        text += line
+    return text
+
+
+def _more(count: int) -> str:
+    return f"\n- … and {count} more: call `skill` with no name for the full list."
+
+
+def _first(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut[: cut.rindex(" ")] if " " in cut else cut).rstrip(",;:") + "…"
 
 
 def _tools(tools: Sequence[ToolSpec]) -> str:

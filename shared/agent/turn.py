@@ -73,7 +73,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn
-from shared.agent.commands import answer_command, available_skills
+from shared.agent.commands import answer_command
 from shared.agent.commit import commit, settle
 from shared.agent.context import assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
@@ -116,7 +116,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ToolSpec
-from shared.skills import Skill, select_skills
+from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
 
@@ -140,8 +140,9 @@ class TurnDeps:
     # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit):
     # (workspace id, user id, the turn's RecallScope) -> facts.
     facts: Callable[[str, str, RecallScope], Sequence[Triple]] | None = None
-    # A workspace's skills (shared.skills); the local gateway loads <data_dir>/workspaces/<ws>/skills.
-    skills: Callable[[str], list[Skill]] = lambda workspace_id: []
+    # The skills a turn of a workspace may use (docs/skills.md); None: shared.skills.available_skills
+    # over backend.skills (the cloud agent's is cached for a minute, shared.skills.CachedSkills).
+    skills: Callable[[WorkspaceConfig], list[Skill]] | None = None
 
 
 @dataclass(frozen=True)
@@ -257,13 +258,18 @@ def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
     return _Ending(record, [step.keep_user] if step.keep_user is not None else None)
 
 
+def skills_of(deps: TurnDeps, workspace: WorkspaceConfig) -> list[Skill]:
+    """The skills `workspace`'s turns may use: the prompt's catalogue and /skills read the same."""
+    return deps.skills(workspace) if deps.skills else available_skills(deps.backend, workspace)
+
+
 def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Ending:
     """A chat command (shared.agent.commands): answered without the model, and no message kept;
     only what it changes in the session (and the event id) is committed."""
     answer = answer_command(
         turn,
         step.command,
-        skills=available_skills(deps.skills, turn.workspace),
+        skills=skills_of(deps, turn.workspace),
         default_model=deps.settings.resolved_model(),
         now=deps.clock(),
     )
@@ -356,13 +362,17 @@ def system_prompt(
     scope: RecallScope,
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
-    the skills this message selects, the tools, the sender's tacit facts, the channel's hints, the
-    time, the rolling summary and, last, the note that tells the model what a quoted block is.
+    the skills it may load and those this message loads, the tools, the sender's tacit facts,
+    the channel's hints, the time, the rolling summary and, last, the note that tells the model
+    what a quoted block is.
     `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it);
     the tacit facts are those the turn's `scope` reaches."""
+    available = skills_of(deps, workspace)
     return assemble_system_prompt(
         workspace,
-        skills=select_skills(deps.skills(workspace.id), inbound.text),
+        skills=select_skills(available, inbound.text),
+        # Listed only where the model may load them: a workspace that denies the tool gets none.
+        catalogue=catalogue(available) if deps.tools.permits("skill", workspace) else (),
         tools=tools,
         facts=deps.facts(workspace.id, user_id, scope) if deps.facts is not None else (),
         channel=inbound.channel,

@@ -49,7 +49,6 @@ from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
 from shared.providers.deadline import deadline
 from shared.serde import to_jsonable
-from shared.skills import local_skills
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
@@ -97,7 +96,6 @@ class LocalGateway:
             provider_factory=cached_provider_factory(self.settings),
             prices=PriceTable(self.settings.model_prices),
             facts=TacitFacts(self.backend.memory),
-            skills=local_skills(self.settings.data_dir),
         )
         self.runner = EmbeddedLaneRunner(
             lanes,

@@ -117,8 +117,10 @@ def default_registry() -> ToolRegistry:
 
 
 def agent_registry() -> ToolRegistry:
-    """The built-ins and the memory tools (shared.tools.memory): what a turn offers by default."""
+    """The built-ins, the memory tools (shared.tools.memory) and the skill tool
+    (shared.tools.skill): what a turn offers by default."""
     # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
     from shared.tools.memory import MEMORY_TOOLS
+    from shared.tools.skill import SKILL_TOOLS
 
-    return default_registry().extended(*MEMORY_TOOLS)
+    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS)

@@ -134,6 +134,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         **backend,
         "SIGIL_LANE_MAX_ATTEMPTS": "5",
         "SIGIL_PROVIDERS": "",
+        "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
 

@@ -1,5 +1,5 @@
 """The assembled system prompt through run_turn: a keyword skill reaches the model only when the
-user's message has the keyword; the local gateway's loader reads the workspace's skills folder."""
+user's message has the keyword; the embedded skill store reads the workspace's skills folder."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from shared.models import InboundMessage, LaneItem, Sender, WorkspaceConfig
 from shared.providers.base import Provider
 from shared.providers.function import FunctionProvider
 from shared.safety.injection import SYSTEM_PROMPT_NOTE
-from shared.skills import local_skills
 
 WS = "ws1"
 SKILL = """---
@@ -55,12 +54,13 @@ def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
         settings=settings,
         senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
         provider_factory=factory,
-        skills=local_skills(settings.data_dir),  # as the local gateway wires it
     )
     run_turn(deps, item("e1", "what's the weather?"))
     run_turn(deps, item("e2", "my Kubernetes pod keeps restarting"))
     without, with_skill = (r.system for r in provider.requests)
-    assert "k8s-help" not in without and "kubectl describe" not in without
+    # Without the keyword the skill is only listed, for the model to load with the skill tool
+    assert "- k8s-help: Kubernetes know-how." in without and "kubectl describe" not in without
+    assert "- k8s-help:" not in with_skill
     assert "### Skill: k8s-help" in with_skill and "Always suggest `kubectl describe` first." in with_skill
     for system in (without, with_skill):
         assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)

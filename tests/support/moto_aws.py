@@ -40,6 +40,7 @@ class AwsResources:
     queue_url: str
     event_bus_name: str
     secrets_prefix: str
+    skills_bucket: str = ""
 
     def settings(self, **overrides: Any) -> Settings:
         values: dict[str, Any] = {
@@ -51,6 +52,7 @@ class AwsResources:
             # Never contacted in these tests: the contract set swaps in the embedded index.
             "opensearch_endpoint": "https://search.invalid",
             "secrets_prefix": self.secrets_prefix,
+            "skills_bucket": self.skills_bucket or None,
             "AWS_REGION": REGION,
         }
         values.update(overrides)
@@ -168,12 +170,16 @@ def provision(name: str) -> AwsResources:
     # Asked by name: ListEventBuses pages its answer, and a test session makes hundreds of buses.
     if not events.list_event_buses(NamePrefix=res.event_bus_name)["EventBuses"]:
         events.create_event_bus(Name=res.event_bus_name)
+    # CreateBucket of a bucket this account owns succeeds again in us-east-1.
+    skills_bucket = f"{name.lower()}-skills"
+    clients.s3(REGION).create_bucket(Bucket=skills_bucket)
     return AwsResources(
         sessions_table=res.sessions_table,
         memory_table=res.memory_table,
         queue_url=queue_url,
         event_bus_name=res.event_bus_name,
         secrets_prefix=res.secrets_prefix,
+        skills_bucket=skills_bucket,
     )
 
 

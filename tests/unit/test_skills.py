@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.skills import Skill, SkillError, load_skills, local_skills, parse_skill, select_skills
+from shared.skills import Skill, SkillError, catalogue, load_skills, local_skills, parse_skill, select_skills
 
 SPEC_EXAMPLE = """---
 name: infra-ops
@@ -57,23 +57,25 @@ def names(text: str) -> list[str]:
     return [s.name for s in select_skills([AUTO, KEYWORD, MANUAL], text)]
 
 
-def test_auto_is_always_selected() -> None:
-    assert names("") == ["always"]
-    assert names("anything at all") == ["always"]
+def test_auto_is_listed_in_the_catalogue_and_never_loaded_directly() -> None:
+    assert names("") == []
+    assert names("anything at all, even always") == []
+    assert names("use skill: always") == ["always"]  # asked for by name, any skill is loaded
+    assert [s.name for s in catalogue([AUTO, KEYWORD, MANUAL])] == ["always", "k8s"]
 
 
 def test_keyword_matches_whole_words_case_insensitively() -> None:
-    assert names("My Kubernetes cluster is down") == ["always", "k8s"]
-    assert names("is the k8s-pod up?") == ["always", "k8s"]
-    assert names("kubernetesish things") == ["always"]
-    assert names("notkubernetes") == ["always"]
+    assert names("My Kubernetes cluster is down") == ["k8s"]
+    assert names("is the k8s-pod up?") == ["k8s"]
+    assert names("kubernetesish things") == []
+    assert names("notkubernetes") == []
 
 
 def test_manual_only_when_asked_by_name() -> None:
-    assert names("help with infra-ops") == ["always"]
-    assert names("Use skill: infra-ops and check the servers") == ["always", "infra-ops"]
-    assert names("use skill: infra-opsx") == ["always"]
-    assert names("use skill: other") == ["always"]
+    assert names("help with infra-ops") == []
+    assert names("Use skill: infra-ops and check the servers") == ["infra-ops"]
+    assert names("use skill: infra-opsx") == []
+    assert names("use skill: other") == []
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
     from shared.adapters.aws.events import EventBridgeBus
     from shared.adapters.aws.opensearch import OpenSearchIndex
     from shared.adapters.aws.secrets import SecretsManagerStore
+    from shared.adapters.aws.skills import NoSkillsBucket, S3SkillStore
     from shared.adapters.aws.sqs import SqsLanes
     from shared.backend import Backend
     from shared.identity import CachedIdentities
@@ -91,6 +92,9 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
         # The sessions table: the webhook reads a route per request and already reaches it.
         routes=DynamoRouteStore(settings.sessions_table, region=region),
+        skills=S3SkillStore(settings.skills_bucket, region=region)
+        if settings.skills_bucket
+        else NoSkillsBucket(),
         # The turn caches in its process only, so embedding adds no DynamoDB round trip to it;
         # bulk embedding (consolidation, backfill) shares entries in the memory table
         # (docs/dynamodb.md), expiring by its TTL.

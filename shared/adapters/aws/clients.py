@@ -63,6 +63,11 @@ def secretsmanager(region: str | None = None, endpoint_url: str | None = None) -
     return client
 
 
+def s3(region: str | None = None, endpoint_url: str | None = None) -> Any:
+    # Any: the layer's stubs hold no S3 types (mypy_boto3_s3 is not a dependency).
+    return _client("s3", region, _endpoint(endpoint_url))
+
+
 def reset() -> None:
     """Forget every cached client (tests that start a fresh moto mock call this)."""
     _client.cache_clear()

@@ -24,6 +24,7 @@ from shared.adapters.embedded.routes import SqliteRouteStore
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.send_ledger import SqliteSendLedger
 from shared.adapters.embedded.sessions import SqliteSessionStore
+from shared.adapters.embedded.skills import FileSkillStore
 from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceStore
 from shared.backend import Backend
 from shared.config import Settings
@@ -36,6 +37,7 @@ __all__ = [
     "DeadLetter",
     "EmbeddedLaneRunner",
     "FileSecretStore",
+    "FileSkillStore",
     "LocalScheduler",
     "SqliteAuditLog",
     "SqliteBudgetStore",
@@ -93,6 +95,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             budgets=SqliteBudgetStore(main),
             consolidation=SqliteConsolidationState(main),
             routes=SqliteRouteStore(main),
+            skills=FileSkillStore(data_dir),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],

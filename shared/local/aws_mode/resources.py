@@ -60,6 +60,7 @@ class LocalResources:
     events_dlq_url: str
     opensearch_endpoint: str
     secrets_prefix: str
+    skills_bucket: str = ""  # as the stack's SkillsBucket (docs/skills.md)
 
 
 def provision(
@@ -126,6 +127,8 @@ def provision(
     events.put_targets(
         Rule=COMPACTION_RULE, EventBusName=bus, Targets=[{"Id": "consolidate", "Arn": events_queue_arn}]
     )
+    skills_bucket = f"{NAME_PREFIX}-skills"
+    aws_client("s3", endpoint, region).create_bucket(Bucket=skills_bucket)
     return LocalResources(
         endpoint=endpoint,
         region=region,
@@ -139,6 +142,7 @@ def provision(
         events_dlq_url=events_dlq_url,
         opensearch_endpoint=opensearch_endpoint,
         secrets_prefix=secrets_prefix,
+        skills_bucket=skills_bucket,
     )
 
 
@@ -170,6 +174,8 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
             # Must equal the queue's maxReceiveCount: the agent apologises on the last delivery.
             "SIGIL_LANE_MAX_ATTEMPTS": str(settings.lane_max_attempts),
         }
+    if function == "agent" and resources.skills_bucket:
+        env["SIGIL_SKILLS_BUCKET"] = resources.skills_bucket
     return env
 
 

@@ -1,31 +1,37 @@
-"""Workspace skills (spec 000, "Skills"): SKILL.md files in the agentskills.io format.
+"""SKILL.md: the agentskills.io format (https://agentskills.io/specification) and our triggers.
 
-A SKILL.md opens with YAML front matter between two `---` lines, then the markdown body that is
-injected into the system prompt:
+A SKILL.md opens with YAML front matter between two `---` lines, then the markdown body:
 
     ---
     name: infra-ops
     description: Infrastructure operations expertise...
     license: MIT
+    compatibility: Requires kubectl, terraform CLI
     allowed-tools: Bash(kubectl:*) Bash(terraform:*)
     metadata:
       author: sean
       version: "1.0"
       gateway:trigger: keyword       # auto | manual | keyword
       gateway:keywords: server deploy kubernetes terraform
-      gateway:workspace: homelab
     ---
     You are an infrastructure operations expert...
+
+The specification's rules, checked here: `name` 1-64 characters of [a-z0-9-], no leading,
+trailing or doubled hyphen, equal to the skill's folder name; `description` 1-1024 characters;
+`compatibility` at most 500; `metadata` a map of strings; no other top-level field. Our
+extensions live in `metadata` (spec 000), so any agentskills.io skill works here and ours work
+elsewhere.
 
 The front matter the format uses is flat `key: value` lines plus one nested `metadata:` map, so
 it is read by the small parser below rather than a YAML library (PyYAML is not a runtime
 dependency of the gateway). Anything beyond that subset (lists, other nested maps, multi-line
 values) is an error naming the file and line, never a silent misreading.
 
-Trigger modes: `auto` is always injected; `keyword` when one of `gateway:keywords` appears in the
-user's message as a whole word (case-insensitive); `manual` only when the message says
-"use skill: <name>". A skill without `gateway:trigger` is `auto` (a plain agentskills.io skill
-works as is).
+Trigger modes: `auto` is listed in the prompt's catalogue and loaded by the model with the
+`skill` tool when it needs it; `keyword` is loaded into the prompt when one of `gateway:keywords`
+appears in the user's message as a whole word (case-insensitive); `manual` only when the message
+says "use skill: <name>" (and is left out of the catalogue), which loads any skill by name. A
+skill without `gateway:trigger` is `auto` (a plain agentskills.io skill works as is).
 """
 
 from __future__ import annotations
@@ -40,8 +46,12 @@ from typing import Literal
 Trigger = Literal["auto", "manual", "keyword"]
 TRIGGERS: tuple[Trigger, ...] = ("auto", "manual", "keyword")
 SKILL_FILE = "SKILL.md"
-# agentskills.io: lowercase letters, digits and hyphens, at most 64 characters.
-NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+# agentskills.io: lowercase letters, digits and single hyphens, at most 64 characters, neither
+# starting nor ending with a hyphen.
+NAME_PATTERN = re.compile(r"^(?!.*--)[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+MAX_DESCRIPTION = 1024
+MAX_COMPATIBILITY = 500
+FIELDS = frozenset({"name", "description", "license", "compatibility", "metadata", "allowed-tools"})
 _KEY = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_:.-]*):(?:\s+(.*))?$")
 _USE_SKILL = re.compile(r"\buse skill:\s*([a-z0-9][a-z0-9-]*)", re.IGNORECASE)
 
@@ -49,7 +59,8 @@ log = logging.getLogger("sigil.skills")
 
 
 class SkillError(ValueError):
-    """A SKILL.md that can't be read; the message names the file."""
+    """A SKILL.md (or a skill's folder) that breaks the format; the message names the file and,
+    where there is one, the line."""
 
 
 @dataclass(frozen=True)
@@ -65,27 +76,61 @@ class Skill:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def parse_skill(text: str, source: str = SKILL_FILE) -> Skill:
-    """One SKILL.md's text; `source` names it in errors."""
+def name_problem(name: str) -> str | None:
+    """Why `name` is not a valid skill name, or None."""
+    if not 1 <= len(name) <= 64:
+        return f"name {name!r} must be 1-64 characters"
+    if not NAME_PATTERN.match(name):
+        return (
+            f"name {name!r} is not lowercase letters, digits and hyphens (1-64), "
+            "without a leading, trailing or doubled hyphen"
+        )
+    return None
+
+
+def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = None) -> Skill:
+    """One SKILL.md's text; `source` names it in errors; `folder`, when given, must equal the name."""
     lines = text.lstrip("\ufeff").splitlines()
     if not lines or lines[0].strip() != "---":
-        raise SkillError(f"{source}: a SKILL.md starts with a '---' line opening its front matter")
+        raise SkillError(f"{source}:1: a SKILL.md starts with a '---' line opening its front matter")
     try:
         end = next(i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---")
     except StopIteration:
         raise SkillError(f"{source}: the front matter has no closing '---' line") from None
-    top, metadata = _front_matter(lines[1:end], source)
+    top, metadata, at = _front_matter(lines[1:end], source)
+    unknown = sorted(set(top) - FIELDS)
+    if unknown:
+        raise SkillError(
+            f"{source}:{at[unknown[0]]}: {unknown[0]!r} is not a SKILL.md field "
+            f"({', '.join(sorted(FIELDS))}); put extensions in metadata"
+        )
     name, description = top.pop("name", ""), top.pop("description", "")
-    if not NAME_PATTERN.match(name):
-        raise SkillError(f"{source}: name {name!r} is not lowercase letters, digits and hyphens (1-64)")
+    problem = name_problem(name)
+    if problem:
+        raise SkillError(f"{source}:{at.get('name', 2)}: {problem}")
+    if folder is not None and name != folder:
+        raise SkillError(f"{source}:{at['name']}: name {name!r} differs from its folder {folder!r}")
     if not description:
-        raise SkillError(f"{source}: description is required")
+        raise SkillError(f"{source}:{at.get('description', 2)}: description is required")
+    if len(description) > MAX_DESCRIPTION:
+        raise SkillError(
+            f"{source}:{at['description']}: description is {len(description)} characters "
+            f"(at most {MAX_DESCRIPTION})"
+        )
+    compatibility = top.get("compatibility")
+    if compatibility is not None and not 1 <= len(compatibility) <= MAX_COMPATIBILITY:
+        raise SkillError(
+            f"{source}:{at['compatibility']}: compatibility must be 1-{MAX_COMPATIBILITY} characters"
+        )
     trigger = metadata.get("gateway:trigger", "auto")
     if trigger not in TRIGGERS:
-        raise SkillError(f"{source}: gateway:trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+        raise SkillError(
+            f"{source}:{at['gateway:trigger']}: gateway:trigger {trigger!r} "
+            f"is not one of {', '.join(TRIGGERS)}"
+        )
     keywords = tuple(k.lower() for k in re.split(r"[\s,]+", metadata.get("gateway:keywords", "")) if k)
     if trigger == "keyword" and not keywords:
-        raise SkillError(f"{source}: gateway:trigger keyword needs gateway:keywords")
+        raise SkillError(f"{source}:{at['gateway:trigger']}: gateway:trigger keyword needs gateway:keywords")
     return Skill(
         name=name,
         description=description,
@@ -93,7 +138,7 @@ def parse_skill(text: str, source: str = SKILL_FILE) -> Skill:
         keywords=keywords,
         body="\n".join(lines[end + 1 :]).strip(),
         license=top.get("license"),
-        compatibility=top.get("compatibility"),
+        compatibility=compatibility,
         allowed_tools=top.get("allowed-tools"),
         metadata=metadata,
     )
@@ -104,7 +149,7 @@ def load_skill(path: Path) -> Skill:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SkillError(f"{path}: can't be read ({exc})") from exc
-    return parse_skill(text, str(path))
+    return parse_skill(text, str(path), folder=path.parent.name)
 
 
 def load_skills(directory: Path, *, strict: bool = True) -> list[Skill]:
@@ -120,8 +165,6 @@ def load_skills(directory: Path, *, strict: bool = True) -> list[Skill]:
     for path in sorted(directory.glob(f"*/{SKILL_FILE}")):
         try:
             skill = load_skill(path)
-            if skill.name != path.parent.name:
-                raise SkillError(f"{path}: name {skill.name!r} differs from its folder {path.parent.name!r}")
         except SkillError as exc:
             if strict:
                 raise
@@ -132,22 +175,32 @@ def load_skills(directory: Path, *, strict: bool = True) -> list[Skill]:
 
 
 def select_skills(skills: Iterable[Skill], user_text: str) -> list[Skill]:
-    """The skills to inject for this message, in the order given."""
+    """The skills whose body this message loads into the prompt, in the order given: any one it
+    asks for by name ("use skill: NAME", the only way to a `manual` one), and `keyword` ones whose
+    keyword it has. The rest are in the catalogue (`catalogue`) for the `skill` tool."""
     asked = {m.lower() for m in _USE_SKILL.findall(user_text)}
     return [s for s in skills if _selected(s, user_text, asked)]
 
 
+def catalogue(skills: Iterable[Skill]) -> list[Skill]:
+    """The skills the prompt lists by name and description: every one but the `manual` ones."""
+    return [s for s in skills if s.trigger != "manual"]
+
+
 def _selected(skill: Skill, text: str, asked: set[str]) -> bool:
-    if skill.trigger == "auto":
+    # Asked for by name, any skill is loaded: the user knows what they want.
+    if skill.name in asked:
         return True
-    if skill.trigger == "manual":
-        return skill.name in asked
+    if skill.trigger != "keyword":
+        return False
     return any(re.search(rf"(?<!\w){re.escape(k)}(?!\w)", text, re.IGNORECASE) for k in skill.keywords)
 
 
-def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[str, str]]:
+def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
+    """(top-level fields, metadata, the line of each key) of the lines between the `---`s."""
     top: dict[str, str] = {}
     metadata: dict[str, str] = {}
+    at: dict[str, int] = {}
     in_metadata = False
     for number, raw in enumerate(lines, start=2):
         line = _strip_comment(raw).rstrip()
@@ -161,8 +214,9 @@ def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[s
             raise SkillError(f"{source}:{number}: expected 'key: value', got {line.strip()!r}")
         key, value = match.group(1), _scalar(match.group(2) or "", source, number)
         target = metadata if nested else top
-        if key in target:
+        if key in target or (not nested and key == "metadata" and key in at):
             raise SkillError(f"{source}:{number}: {key!r} appears twice")
+        at.setdefault(key, number)
         if not nested:
             in_metadata = key == "metadata"
             if in_metadata:
@@ -170,7 +224,7 @@ def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[s
                     raise SkillError(f"{source}:{number}: metadata is a map of nested 'key: value' lines")
                 continue
         target[key] = value
-    return top, metadata
+    return top, metadata, at
 
 
 def _strip_comment(line: str) -> str:
@@ -196,6 +250,6 @@ def _scalar(value: str, source: str, number: int) -> str:
 
 
 def local_skills(data_dir: Path) -> Callable[[str], list[Skill]]:
-    """The embedded runtime's skills: <data_dir>/workspaces/<workspace>/skills/<name>/SKILL.md,
-    read on every turn (a few small files), so an edit applies to the next message."""
+    """<data_dir>/workspaces/<workspace>/skills/<name>/SKILL.md read straight from the folder,
+    every turn; links are not followed (the embedded SkillStore follows them)."""
     return lambda workspace_id: load_skills(data_dir / "workspaces" / workspace_id / "skills", strict=False)

@@ -1,0 +1,254 @@
+"""`sigil skill`: a workspace's skills (docs/skills.md), on the embedded data dir or the stack's
+skills bucket, as SIGIL_BACKEND says.
+
+    sigil skill list [-w WS]
+    sigil skill install PATH|URL|INDEX [-w WS] [--skill NAME ...] [--all] [--force]
+    sigil skill copy NAME --from WS --to WS [--force]
+    sigil skill link NAME --from WS --to WS
+    sigil skill remove NAME [-w WS]
+    sigil skill validate PATH|NAME [-w WS]
+    sigil skill search QUERY --index URL
+
+Every command reads its settings from `skill_settings` alone, so pointing the group at another
+target (a deployed stack) is one change there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from shared.cli._app import DataDir, app, settings_for
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.ports import SkillStore
+
+skill_app = typer.Typer(help="A workspace's skills (agentskills.io SKILL.md folders).", no_args_is_help=True)
+app.add_typer(skill_app, name="skill")
+
+SkillWorkspace = Annotated[
+    str | None, typer.Option("--workspace", "-w", help="workspace id (default: $SIGIL_DEFAULT_WORKSPACE)")
+]
+From = Annotated[str, typer.Option("--from", help="the workspace that has the skill")]
+To = Annotated[str, typer.Option("--to", help="the workspace to add it to")]
+Force = Annotated[bool, typer.Option("--force", help="replace a skill of the same name")]
+
+
+def skill_settings(data_dir: Path | None) -> Settings:
+    """The settings every `sigil skill` command works with (the backend, data dir, bucket)."""
+    return settings_for(data_dir)
+
+
+def skill_store(settings: Settings) -> SkillStore:
+    """The store SIGIL_BACKEND names; the cloud one needs only the skills bucket."""
+    if settings.backend == "embedded":
+        from shared.adapters.embedded.skills import FileSkillStore
+
+        return FileSkillStore(settings.data_dir)
+    from shared.adapters.aws.skills import S3SkillStore
+
+    if not settings.skills_bucket:
+        _fail("the aws backend's skills need SIGIL_SKILLS_BUCKET (the stack's SkillsBucket output)")
+    assert settings.skills_bucket
+    return S3SkillStore(settings.skills_bucket, region=settings.aws_region)
+
+
+def _open(data_dir: Path | None, workspace: str | None = None) -> tuple[SkillStore, str]:
+    from shared.errors import SigilError
+    from shared.skills import check_workspace
+
+    settings = skill_settings(data_dir)
+    ws = workspace or settings.default_workspace
+    try:
+        check_workspace(ws)
+    except SigilError as exc:
+        _fail(exc.message)
+    return skill_store(settings), ws
+
+
+def _fail(message: str) -> None:
+    typer.echo(message, err=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """A refused command prints why and exits 1: never a traceback for bad input."""
+    from shared.errors import SigilError
+    from shared.skills import SkillError
+
+    try:
+        yield
+    except SigilError as exc:
+        _fail(exc.message)
+    except SkillError as exc:
+        _fail(str(exc))
+
+
+@skill_app.command("list")
+def skill_list(workspace: SkillWorkspace = None, data_dir: DataDir = None) -> None:
+    """The workspace's skills: name, trigger, where a link reads from, description."""
+    from shared.skills import SkillError, read_skill
+
+    store, ws = _open(data_dir, workspace)
+    with _errors():
+        names = store.list_skills(ws)
+        if not names:
+            typer.echo(f"no skills in {ws}")
+            return
+        for name in names:
+            link = store.link_of(ws, name)
+            via = f"  (link to {link.workspace_id}/{link.name})" if link else ""
+            try:
+                found = read_skill(store, ws, name)
+            except SkillError as exc:
+                typer.echo(f"{name}  BROKEN{via}: {exc}")
+                continue
+            typer.echo(f"{name}  [{found.trigger}]{via}  {found.description}")
+
+
+@skill_app.command("install")
+def skill_install(
+    source: Annotated[
+        str, typer.Argument(help="a skill folder, a SKILL.md or archive (path or URL), or an index URL")
+    ],
+    workspace: SkillWorkspace = None,
+    skill: Annotated[
+        list[str] | None, typer.Option("--skill", help="from an index: the skill(s) to install")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="from an index: install every skill it lists")] = False,
+    force: Force = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Install a skill, checked against the agentskills.io rules (and, from an index, its sha256)."""
+    from shared.skills import install
+
+    store, ws = _open(data_dir, workspace)
+    with _errors():
+        kind = install.source_kind(source)
+        if kind == "index":
+            _install_from_index(store, ws, source, skill or [], every=every, force=force)
+            return
+        if kind == "folder":
+            folder = Path(source).expanduser().resolve()
+            files = install.read_folder(folder)
+            found = install.validate_files(files, folder.name, str(folder))
+        elif kind == "skill-md-file":
+            path = Path(source).expanduser().resolve()
+            found, files = install.from_skill_md(path.read_bytes(), str(path), expected=path.parent.name)
+        elif kind == "archive-file":
+            found, files = install.from_archive(Path(source).expanduser().read_bytes(), source)
+        elif kind == "archive":
+            found, files = install.from_archive(install.fetch(source), source)
+        else:
+            found, files = install.from_skill_md(install.fetch(source), source)
+        _put(store, ws, found.name, files, force=force)
+
+
+def _install_from_index(
+    store: SkillStore, ws: str, url: str, wanted: list[str], *, every: bool, force: bool
+) -> None:
+    from shared.skills import install
+
+    index = install.load_index(url)
+    listed = {e.name: e for e in index.skills}
+    if not wanted and not every:
+        names = ", ".join(sorted(listed)) or "none"
+        _fail(f"{url} lists {len(listed)} skills ({names}); name them with --skill NAME, or give --all")
+    unknown = sorted(set(wanted) - set(listed))
+    if unknown:
+        _fail(f"{url} lists no skill {', '.join(unknown)}; it lists: {', '.join(sorted(listed))}")
+    # Every artifact is fetched and verified before the first is stored: one bad digest installs none.
+    chosen = [listed[n] for n in (sorted(listed) if every else wanted)]
+    verified = [install.from_index_entry(url, entry) for entry in chosen]
+    for found, files in verified:
+        _put(store, ws, found.name, files, force=force)
+
+
+def _put(store: SkillStore, ws: str, name: str, files: dict[str, bytes], *, force: bool) -> None:
+    if name in store.list_skills(ws) and not force:
+        _fail(f"{ws} already has a skill named {name!r}; give --force to replace it")
+    store.put_skill(ws, name, files)
+    typer.echo(f"installed {name} in {ws} ({len(files)} files)")
+
+
+@skill_app.command("copy")
+def skill_copy(name: str, from_: From, to: To, force: Force = False, data_dir: DataDir = None) -> None:
+    """Copy a skill into another workspace: the copy is its own, later edits do not reach it."""
+    store, source = _open(data_dir, from_)
+    _, target = _open(data_dir, to)
+    with _errors():
+        paths = store.list_files(source, name)
+        if not paths:
+            _fail(f"no skill {name!r} in {source}")
+        files = {p: store.read_file(source, name, p) or b"" for p in paths}
+        _put(store, target, name, files, force=force)
+
+
+@skill_app.command("link")
+def skill_link(name: str, from_: From, to: To, data_dir: DataDir = None) -> None:
+    """Share a skill with another workspace: one stored copy, so an edit shows in both."""
+    from shared.ports import SkillLink
+
+    store, source = _open(data_dir, from_)
+    _, target = _open(data_dir, to)
+    with _errors():
+        store.link_skill(target, name, SkillLink(workspace_id=source, name=name))
+        typer.echo(f"linked {target}/{name} to {source}/{name}")
+
+
+@skill_app.command("remove")
+def skill_remove(name: str, workspace: SkillWorkspace = None, data_dir: DataDir = None) -> None:
+    """Remove a skill or a link (a skill other workspaces link to is kept until they unlink)."""
+    store, ws = _open(data_dir, workspace)
+    with _errors():
+        if not store.remove_skill(ws, name):
+            _fail(f"no skill {name!r} in {ws}")
+        typer.echo(f"removed {name} from {ws}")
+
+
+@skill_app.command("validate")
+def skill_validate(
+    target: Annotated[str, typer.Argument(help="a skill folder, or the name of an installed skill")],
+    workspace: SkillWorkspace = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Check a skill against the agentskills.io rules; errors name the file and line."""
+    from shared.skills import install
+
+    with _errors():
+        if Path(target).expanduser().is_dir():
+            folder = Path(target).expanduser().resolve()
+            found = install.validate_files(install.read_folder(folder), folder.name, str(folder))
+        else:
+            store, ws = _open(data_dir, workspace)
+            paths = store.list_files(ws, target)
+            if not paths:
+                _fail(f"{target}: neither a folder nor a skill installed in {ws}")
+            files = {p: store.read_file(ws, target, p) or b"" for p in paths}
+            found = install.validate_files(files, target, f"{ws}/{target}")
+        typer.echo(f"ok: {found.name} [{found.trigger}] {found.description}")
+
+
+@skill_app.command("search")
+def skill_search(
+    query: str,
+    index: Annotated[
+        str, typer.Option("--index", help="an index URL (https://host/.well-known/agent-skills/index.json)")
+    ],
+) -> None:
+    """Skills of an index whose name or description holds every word of QUERY."""
+    from shared.skills import install
+
+    with _errors():
+        hits = install.search(install.load_index(index), query)
+        if not hits:
+            typer.echo(f"no skill in {index} matches {query!r}")
+            return
+        for entry in hits:
+            typer.echo(f"{entry.name}  [{entry.type}]  {entry.description}")

@@ -1,0 +1,50 @@
+"""The prompt's catalogue of skills (shared.agent.context): name and description of each skill a
+turn may load, manual ones and directly loaded ones left out, cut to its budget with a note."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from shared.agent.context import BUDGETS, CATALOGUE_DESCRIPTION_CHARS, assemble_system_prompt
+from shared.models import WorkspaceConfig
+from shared.skills import Skill, catalogue, select_skills
+
+NOW = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+WS = WorkspaceConfig(id="ws1")
+AUTO = Skill(name="notes", description="Taking meeting notes.", body="NOTES BODY")
+KEYWORD = Skill(
+    name="k8s", description="Kubernetes.", trigger="keyword", keywords=("kubectl",), body="K8S BODY"
+)
+MANUAL = Skill(name="infra-ops", description="Infra.", trigger="manual", body="INFRA BODY")
+
+
+def prompt(text: str, skills: list[Skill]) -> str:
+    return assemble_system_prompt(
+        WS, skills=select_skills(skills, text), catalogue=catalogue(skills), now=NOW
+    ).text
+
+
+def test_the_catalogue_lists_auto_and_keyword_skills_but_no_body() -> None:
+    text = prompt("hello", [AUTO, KEYWORD, MANUAL])
+    assert "- notes: Taking meeting notes.\n- k8s: Kubernetes." in text
+    assert "infra-ops" not in text
+    assert not any(body in text for body in ("NOTES BODY", "K8S BODY", "INFRA BODY"))
+
+
+def test_a_directly_loaded_skill_is_in_the_prompt_and_not_listed() -> None:
+    text = prompt("use skill: infra-ops, and kubectl please", [AUTO, KEYWORD, MANUAL])
+    assert "### Skill: infra-ops" in text and "INFRA BODY" in text and "K8S BODY" in text
+    assert "- k8s:" not in text and "- notes: Taking meeting notes." in text
+
+
+def test_a_long_description_is_cut_and_a_long_list_ends_with_a_note() -> None:
+    long = Skill(name="long", description="word " * 300)
+    many = [Skill(name=f"skill-{i:03d}", description="d " * 70) for i in range(200)]
+    parts = dict(assemble_system_prompt(WS, catalogue=[long, *many], now=NOW).parts)
+    assert parts["catalogue"] <= BUDGETS["catalogue"]
+    text = assemble_system_prompt(WS, catalogue=[long, *many], now=NOW).text
+    line = next(x for x in text.splitlines() if x.startswith("- long:"))
+    assert len(line) <= len("- long: ") + CATALOGUE_DESCRIPTION_CHARS and line.endswith("…")
+    shown = sum(1 for x in text.splitlines() if x.startswith("- skill-"))
+    assert 0 < shown < 200
+    assert f"- … and {200 - shown} more: call `skill` with no name for the full list." in text
