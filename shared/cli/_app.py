@@ -55,6 +55,7 @@ STACK_OUTPUTS = {
 OPTIONAL_STACK_OUTPUTS = {
     "SecretsPrefix": "secrets_prefix",
     "DeadLettersQueueUrl": "dead_letter_queue_url",
+    "SkillsBucket": "skills_bucket",
 }
 
 

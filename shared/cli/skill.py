@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared.cli._app import DataDir, app, settings_for
+from shared.cli._app import DataDir, Region, Stack, app, target_settings
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -39,9 +39,10 @@ To = Annotated[str, typer.Option("--to", help="the workspace to add it to")]
 Force = Annotated[bool, typer.Option("--force", help="replace a skill of the same name")]
 
 
-def skill_settings(data_dir: Path | None) -> Settings:
-    """The settings every `sigil skill` command works with (the backend, data dir, bucket)."""
-    return settings_for(data_dir)
+def skill_settings(data_dir: Path | None, stack: str | None = None, region: str | None = None) -> Settings:
+    """The settings every `sigil skill` command works with: the local data dir, or a deployed
+    stack's (--stack; its SkillsBucket output names the bucket)."""
+    return target_settings(data_dir, stack, region)
 
 
 def skill_store(settings: Settings) -> SkillStore:
@@ -58,11 +59,13 @@ def skill_store(settings: Settings) -> SkillStore:
     return S3SkillStore(settings.skills_bucket, region=settings.aws_region)
 
 
-def _open(data_dir: Path | None, workspace: str | None = None) -> tuple[SkillStore, str]:
+def _open(
+    data_dir: Path | None, workspace: str | None = None, stack: str | None = None, region: str | None = None
+) -> tuple[SkillStore, str]:
     from shared.errors import SigilError
     from shared.skills import check_workspace
 
-    settings = skill_settings(data_dir)
+    settings = skill_settings(data_dir, stack, region)
     ws = workspace or settings.default_workspace
     try:
         check_workspace(ws)
@@ -91,11 +94,13 @@ def _errors() -> Iterator[None]:
 
 
 @skill_app.command("list")
-def skill_list(workspace: SkillWorkspace = None, data_dir: DataDir = None) -> None:
+def skill_list(
+    workspace: SkillWorkspace = None, data_dir: DataDir = None, stack: Stack = None, region: Region = None
+) -> None:
     """The workspace's skills: name, trigger, where a link reads from, description."""
     from shared.skills import SkillError, read_skill
 
-    store, ws = _open(data_dir, workspace)
+    store, ws = _open(data_dir, workspace, stack, region)
     with _errors():
         names = store.list_skills(ws)
         if not names:
@@ -124,11 +129,13 @@ def skill_install(
     every: Annotated[bool, typer.Option("--all", help="from an index: install every skill it lists")] = False,
     force: Force = False,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Install a skill, checked against the agentskills.io rules (and, from an index, its sha256)."""
     from shared.skills import install
 
-    store, ws = _open(data_dir, workspace)
+    store, ws = _open(data_dir, workspace, stack, region)
     with _errors():
         kind = install.source_kind(source)
         if kind == "index":
@@ -178,10 +185,18 @@ def _put(store: SkillStore, ws: str, name: str, files: dict[str, bytes], *, forc
 
 
 @skill_app.command("copy")
-def skill_copy(name: str, from_: From, to: To, force: Force = False, data_dir: DataDir = None) -> None:
+def skill_copy(
+    name: str,
+    from_: From,
+    to: To,
+    force: Force = False,
+    data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
+) -> None:
     """Copy a skill into another workspace: the copy is its own, later edits do not reach it."""
-    store, source = _open(data_dir, from_)
-    _, target = _open(data_dir, to)
+    store, source = _open(data_dir, from_, stack, region)
+    _, target = _open(data_dir, to, stack, region)
     with _errors():
         paths = store.list_files(source, name)
         if not paths:
@@ -191,21 +206,29 @@ def skill_copy(name: str, from_: From, to: To, force: Force = False, data_dir: D
 
 
 @skill_app.command("link")
-def skill_link(name: str, from_: From, to: To, data_dir: DataDir = None) -> None:
+def skill_link(
+    name: str, from_: From, to: To, data_dir: DataDir = None, stack: Stack = None, region: Region = None
+) -> None:
     """Share a skill with another workspace: one stored copy, so an edit shows in both."""
     from shared.ports import SkillLink
 
-    store, source = _open(data_dir, from_)
-    _, target = _open(data_dir, to)
+    store, source = _open(data_dir, from_, stack, region)
+    _, target = _open(data_dir, to, stack, region)
     with _errors():
         store.link_skill(target, name, SkillLink(workspace_id=source, name=name))
         typer.echo(f"linked {target}/{name} to {source}/{name}")
 
 
 @skill_app.command("remove")
-def skill_remove(name: str, workspace: SkillWorkspace = None, data_dir: DataDir = None) -> None:
+def skill_remove(
+    name: str,
+    workspace: SkillWorkspace = None,
+    data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
+) -> None:
     """Remove a skill or a link (a skill other workspaces link to is kept until they unlink)."""
-    store, ws = _open(data_dir, workspace)
+    store, ws = _open(data_dir, workspace, stack, region)
     with _errors():
         if not store.remove_skill(ws, name):
             _fail(f"no skill {name!r} in {ws}")
@@ -217,6 +240,8 @@ def skill_validate(
     target: Annotated[str, typer.Argument(help="a skill folder, or the name of an installed skill")],
     workspace: SkillWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Check a skill against the agentskills.io rules; errors name the file and line."""
     from shared.skills import install
@@ -226,7 +251,7 @@ def skill_validate(
             folder = Path(target).expanduser().resolve()
             found = install.validate_files(install.read_folder(folder), folder.name, str(folder))
         else:
-            store, ws = _open(data_dir, workspace)
+            store, ws = _open(data_dir, workspace, stack, region)
             paths = store.list_files(ws, target)
             if not paths:
                 _fail(f"{target}: neither a folder nor a skill installed in {ws}")

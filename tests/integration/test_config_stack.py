@@ -172,3 +172,20 @@ def test_dlq_against_a_stack_reads_its_dead_letters_queue_output(tmp_path: Path)
         assert status == 0, out
         assert f"{WS}/web.s1  event evt-dead" in out
         assert out.rstrip().endswith("1 dead letter(s)")
+
+
+def test_skills_against_a_stack_use_its_skills_bucket_output(stack: MotoStack, tmp_path: Path) -> None:
+    folder = tmp_path / "trip-notes"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text(
+        "---\nname: trip-notes\ndescription: Notes for trips.\n---\nPack light.\n"
+    )
+
+    status, out = sigil("skill", "install", str(folder), "-w", "family", *stack.args())
+    assert status == 0, out
+    status, out = sigil("skill", "list", "-w", "family", *stack.args())
+    assert status == 0 and "trip-notes" in out
+    # The bucket the stack's output names holds it, under the workspace's prefix.
+    s3 = boto3.client("s3", region_name=REGION)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.resources.skills_bucket)["Contents"]]
+    assert "skills/family/trip-notes/SKILL.md" in keys

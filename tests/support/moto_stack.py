@@ -34,6 +34,7 @@ def outputs(resources: moto_aws.AwsResources) -> dict[str, str]:
         # Never contacted by these commands: the index client is built on first use.
         "SearchEndpoint": "search.invalid",
         "SecretsPrefix": resources.secrets_prefix,
+        "SkillsBucket": resources.skills_bucket,
     }
 
 
