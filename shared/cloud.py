@@ -27,6 +27,7 @@ from shared.ports import SecretStore
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
     from shared.backend import Backend
+    from shared.channels.routes import RouteLookup
     from shared.consolidation.compaction import ConsolidationModel
     from shared.ingress.http import WebhookFront
 
@@ -39,6 +40,7 @@ class _Seed:
 
     settings: Settings | None = None
     clock: Clock = time.time
+    routes: RouteLookup | None = None  # None: the stack's route store
 
 
 _seed = _Seed()
@@ -59,6 +61,7 @@ def ingress() -> Ingress:
     from shared.adapters.aws.dynamodb import DynamoOutbox
     from shared.adapters.aws.secrets import SecretsManagerStore
     from shared.adapters.aws.sqs import SqsLanes
+    from shared.ingress.routes import cached_routes
 
     s = settings()
     required = {"SIGIL_QUEUE_URL": s.queue_url, "SIGIL_SESSIONS_TABLE": s.sessions_table}
@@ -78,7 +81,24 @@ def ingress() -> Ingress:
         # one Secrets Manager call a minute however often it is probed; found secrets are cached
         # by the store for its own max age.
         secret_miss_ttl_s=60.0,
+        # A route is read once a minute at most per name, found or not (shared.ingress.routes).
+        routes=cached_routes(_seed.routes or _stored_routes(s)),
     )
+
+
+def _stored_routes(s: Settings) -> RouteLookup:
+    """The stack's route store's `get` (RouteStore, written by `sigil config apply`).
+
+    Guarded until the store lands on this branch: the webhook then serves no named route.
+    """
+    from shared.adapters.aws import dynamodb
+    from shared.channels.routes import no_routes
+
+    store = getattr(dynamodb, "DynamoRouteStore", None)
+    if store is None or not s.memory_table:
+        return no_routes
+    lookup: RouteLookup = store(s.memory_table, region=s.aws_region).get
+    return lookup
 
 
 @cache
@@ -156,14 +176,18 @@ def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:
     return s.model_copy(update=found) if found else s
 
 
-def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
+def reset(
+    *, config: Settings | None = None, clock: Clock = time.time, routes: RouteLookup | None = None
+) -> None:
     """Forget everything built so far, including the boto3 clients the adapters held.
 
     `config` replaces the settings read from the environment and `clock` replaces `time.time` in
-    the next objects built (tests pin the clock to a sample event's signing time this way).
+    the next objects built (tests pin the clock to a sample event's signing time this way);
+    `routes` replaces the stack's route store as the webhook's route lookup.
     """
     _seed.settings = config
     _seed.clock = clock
+    _seed.routes = routes
     settings.cache_clear()
     ingress.cache_clear()
     webhook.cache_clear()

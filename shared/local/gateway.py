@@ -33,6 +33,7 @@ from shared.backend import Backend
 from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.out import build_senders
+from shared.channels.routes import RouteLookup, no_routes
 from shared.config import Settings
 from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
@@ -57,6 +58,8 @@ SSE_HEARTBEAT_S = 15.0
 @dataclass
 class LocalGateway:
     settings: Settings
+    # The named routes' lookup; None: the backend's route store (what `sigil config apply` wrote).
+    routes: RouteLookup | None = None
     backend: Backend = field(init=False)
     ingress: Ingress = field(init=False)
     front: WebhookFront = field(init=False)
@@ -76,6 +79,7 @@ class LocalGateway:
             secrets=self.backend.secrets,
             signature_window_s=self.settings.signature_window_s,
             max_body_bytes=self.settings.max_body_bytes,
+            routes=self.routes or _stored_routes(self.backend),
         )
         self.front = WebhookFront(self.ingress, self.settings.resolved_channel_workspace())
         senders = build_senders(
@@ -159,6 +163,9 @@ class LocalGateway:
                 Route("/webhooks/web/{workspace}", self._post_web, methods=["POST"]),
                 Route("/webhooks/{channel}", self._post_platform, methods=["POST"]),
                 Route("/webhooks/whatsapp", self._get_whatsapp, methods=["GET"]),
+                # A named route's bot (ChannelRoute): after the web channel's, which it would shadow.
+                Route("/webhooks/{channel}/{name}", self._post_platform, methods=["POST"]),
+                Route("/webhooks/whatsapp/{name}", self._get_whatsapp, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
@@ -177,13 +184,14 @@ class LocalGateway:
 
     async def _post_platform(self, request: Request) -> Response:
         req = await _to_webhook_request(request, await request.body())
-        channel = request.path_params["channel"]
-        return _response(await run_in_threadpool(self.front.platform, channel, req))
+        channel, route = request.path_params["channel"], request.path_params.get("name")
+        return _response(await run_in_threadpool(self.front.platform, channel, req, route))
 
     async def _get_whatsapp(self, request: Request) -> Response:
         # Meta's subscription handshake (hub.challenge), answered by the same channel.
         req = await _to_webhook_request(request, await request.body())
-        return _response(await run_in_threadpool(self.front.platform, "whatsapp", req))
+        route = request.path_params.get("name")
+        return _response(await run_in_threadpool(self.front.platform, "whatsapp", req, route))
 
     async def _get_outbox(self, request: Request) -> Response:
         req = await _to_webhook_request(request, b"")
@@ -223,6 +231,16 @@ class LocalGateway:
         return StreamingResponse(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
+
+
+def _stored_routes(backend: Backend) -> RouteLookup:
+    # Read on every request: a route `sigil config apply` writes applies at once, and the SQLite
+    # read is cheap. Guarded until the backend carries its route store on this branch.
+    store = getattr(backend, "routes", None)
+    if store is None:
+        return no_routes
+    lookup: RouteLookup = store.get
+    return lookup
 
 
 async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:
