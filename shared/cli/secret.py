@@ -39,8 +39,11 @@ def _known_secrets() -> list[str]:
 
 def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
     """`name`, if something reads it (or it is already stored); else a BadParameter listing the known."""
+    import re
+
     from shared.errors import SigilError
     from shared.ingress import check_id
+    from shared.models import PLATFORMS, ROUTE_NAME_PATTERN
 
     web_prefix = "web/"
     if name.startswith(web_prefix):
@@ -51,9 +54,16 @@ def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
         return name
     if name in _known_secrets():
         return name
+    # A named route's secret (ChannelRoute.secret_name): a platform key under the route's name,
+    # telegram/family/bot-token for telegram/bot-token.
+    platform, _, rest = name.partition("/")
+    route, _, key = rest.partition("/")
+    routed = platform in PLATFORMS and f"{platform}/{key}" in _known_secrets()
+    if routed and re.fullmatch(ROUTE_NAME_PATTERN, route):
+        return name
     if stored is not None and name in stored:
         return name
-    known = ", ".join([*_known_secrets(), "web/<workspace>"])
+    known = ", ".join([*_known_secrets(), "web/<workspace>", "<platform>/<route>/<key>"])
     raise typer.BadParameter(f"unknown secret {name!r}; the known ones are: {known}", param_hint="'NAME'")
 
 
