@@ -321,7 +321,7 @@ def test_the_lambda_refuses_a_wrong_secret_an_unknown_route_and_another_account(
     plain = fixture_bytes("telegram/update_message_text.json")
     assert deliver(api_event("telegram", plain, telegram_headers(plain)))[0] == 200
     [message] = clients.sqs(REGION).receive_message(QueueUrl=aws.queue_url)["Messages"]
-    item = serde.loads(LaneItem, message["Body"])
+    item: LaneItem = serde.loads(LaneItem, message["Body"])
     assert (item.inbound.workspace_id, "route" in item.inbound.reply_context) == ("default", False)
 
 
@@ -377,8 +377,7 @@ def test_each_bot_delivers_into_its_workspace_and_is_answered_with_its_token_loc
     assert wait_until(lambda: len(telegram_posts(platforms)) == 4 and len(slack_posts(platforms)) == 1)
     assert_replies(platforms)
     # ... and ran in its route's (or its chat's) workspace and session, with its chat's model
-    audited = lambda: sum(len(gw.backend.audit.list_records(w)) for w in ("family", "team"))  # noqa: E731
-    assert wait_until(lambda: audited() == 5)
+    assert wait_until(lambda: sum(len(gw.backend.audit.list_records(w)) for w in ("family", "team")) == 5)
     assert_landed(gw.backend, model)
 
 
@@ -481,5 +480,5 @@ def test_routes_are_lane_items_that_survive_serialisation() -> None:
     outcome = routed(ROUTES[0], TelegramChannel("family", ROUTES[0]).parse(request))
     assert isinstance(outcome, Accepted)
     [inbound] = outcome.messages
-    item = serde.loads(LaneItem, serde.dumps(LaneItem(inbound=inbound)))
+    item: LaneItem = serde.loads(LaneItem, serde.dumps(LaneItem(inbound=inbound)))
     assert (item.inbound.model, item.inbound.reply_context["route"]) == ("openai/fake-small", "family")
