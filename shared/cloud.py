@@ -95,9 +95,10 @@ def _stored_routes(s: Settings) -> RouteLookup:
     from shared.channels.routes import no_routes
 
     store = getattr(dynamodb, "DynamoRouteStore", None)
-    if store is None or not s.memory_table:
+    if store is None or not s.sessions_table:
         return no_routes
-    lookup: RouteLookup = store(s.memory_table, region=s.aws_region).get
+    # The sessions table, which the webhook already reaches for the outbox.
+    lookup: RouteLookup = store(s.sessions_table, region=s.aws_region).get
     return lookup
 
 

@@ -39,11 +39,8 @@ def _known_secrets() -> list[str]:
 
 def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
     """`name`, if something reads it (or it is already stored); else a BadParameter listing the known."""
-    import re
-
     from shared.errors import SigilError
     from shared.ingress import check_id
-    from shared.models import PLATFORMS, ROUTE_NAME_PATTERN
 
     web_prefix = "web/"
     if name.startswith(web_prefix):
@@ -52,19 +49,28 @@ def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
         except SigilError as exc:
             raise typer.BadParameter(f"{exc.message} in {name!r}", param_hint="'NAME'") from None
         return name
-    if name in _known_secrets():
-        return name
-    # A named route's secret (ChannelRoute.secret_name): a platform key under the route's name,
-    # telegram/family/bot-token for telegram/bot-token.
-    platform, _, rest = name.partition("/")
-    route, _, key = rest.partition("/")
-    routed = platform in PLATFORMS and f"{platform}/{key}" in _known_secrets()
-    if routed and re.fullmatch(ROUTE_NAME_PATTERN, route):
+    if name in _known_secrets() or _route_secret(name):
         return name
     if stored is not None and name in stored:
         return name
     known = ", ".join([*_known_secrets(), "web/<workspace>", "<platform>/<route>/<key>"])
     raise typer.BadParameter(f"unknown secret {name!r}; the known ones are: {known}", param_hint="'NAME'")
+
+
+def _route_secret(name: str) -> bool:
+    """A channel route's own secret: {platform}/{route}/{key} for a known {platform}/{key}
+    (telegram/family/bot-token; shared.models.ChannelRoute.secret_name)."""
+    import re
+
+    from shared.models import PLATFORMS, ROUTE_NAME_PATTERN
+
+    platform, _, rest = name.partition("/")
+    route, _, key = rest.partition("/")
+    return (
+        platform in PLATFORMS
+        and re.match(ROUTE_NAME_PATTERN, route) is not None
+        and f"{platform}/{key}" in _known_secrets()
+    )
 
 
 def _masked(value: str) -> str:

@@ -58,14 +58,14 @@ SSE_HEARTBEAT_S = 15.0
 @dataclass
 class LocalGateway:
     settings: Settings
-    # The named routes' lookup; None: the backend's route store (what `sigil config apply` wrote).
-    routes: RouteLookup | None = None
     backend: Backend = field(init=False)
     ingress: Ingress = field(init=False)
     front: WebhookFront = field(init=False)
     runner: EmbeddedLaneRunner = field(init=False)
     scheduler: LocalScheduler = field(init=False)
     data_dir_lock: DataDirLock = field(init=False)
+    # The named routes' lookup; None: the backend's route store (what `sigil config apply` wrote).
+    routes: RouteLookup | None = None
 
     def __post_init__(self) -> None:
         self.backend = with_workspace_cache(build_embedded_backend(self.settings))
