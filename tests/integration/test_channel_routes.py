@@ -45,12 +45,15 @@ from shared.models import ChannelRoute, ChatOverride, LaneItem
 from shared.observability import metrics
 from tests.integration.test_channels_end_to_end import run_agent, throttles_on
 from tests.integration.test_webhook_channels import (
+    DISCORD_PUBLIC_HEX,
     SECRETS,
     SIGNED_AT,
     SLACK_SECRET,
     WHATSAPP_SECRET,
     api_event,
     compact,
+    discord_command_variant,
+    discord_headers,
     fixture_bytes,
     fixture_json,
     slack_headers,
@@ -58,7 +61,13 @@ from tests.integration.test_webhook_channels import (
     whatsapp_headers,
 )
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.fake_platforms import DictSecrets, FakeClock, FakePlatforms, Recorded
+from tests.support.fake_platforms import (
+    DISCORD_APPLICATION,
+    DictSecrets,
+    FakeClock,
+    FakePlatforms,
+    Recorded,
+)
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, moto_like_aws, provision
 
@@ -85,6 +94,8 @@ ROUTES = [
     ChannelRoute(platform="slack", name="work", workspace="team", account="T111"),
     # The fixture's business number (whatsapp/messages_text_notification.json).
     ChannelRoute(platform="whatsapp", name="shop", workspace="team", account="106540352242922"),
+    # The Discord application the fake platform serves.
+    ChannelRoute(platform="discord", name="helper", workspace="team", account=DISCORD_APPLICATION),
 ]
 
 FAMILY_SECRET = "family-bot-secret-token_0123456789"
@@ -101,6 +112,7 @@ ROUTE_SECRETS = {
     "slack/work/signing-secret": SLACK_SECRET,
     "whatsapp/shop/app-secret": WHATSAPP_SECRET,
     "whatsapp/shop/verify-token": SHOP_VERIFY,
+    "discord/helper/public-key": DISCORD_PUBLIC_HEX,
     "telegram/family/bot-token": FAMILY_TOKEN,
     "telegram/team/bot-token": TEAM_TOKEN,
     "slack/work/bot-token": WORK_TOKEN,
@@ -395,6 +407,17 @@ def test_the_gateway_answers_a_routes_handshake_and_refuses_another_number(
     foreign = other_number(fixture_bytes("whatsapp/messages_text_notification.json"))
     refused = client.post("/webhooks/whatsapp/shop", content=foreign, headers=whatsapp_headers(foreign))
     assert (refused.status_code, refused.json()["error"]) == (403, "forbidden")
+    # A Discord command for the helper's application is deferred; one for another application is 403
+    now = int(time.time())
+    command = json.loads(discord_command_variant())
+    mine = compact(command | {"application_id": DISCORD_APPLICATION})
+    deferred = client.post("/webhooks/discord/helper", content=mine, headers=discord_headers(mine, ts=now))
+    assert (deferred.status_code, deferred.json()) == (200, {"type": 5})
+    theirs = discord_command_variant()  # application 787053080478613500
+    other_app = client.post(
+        "/webhooks/discord/helper", content=theirs, headers=discord_headers(theirs, ts=now)
+    )
+    assert (other_app.status_code, other_app.json()["error"]) == (403, "forbidden")
     # An unknown route and an unknown platform are typed 404s
     missing = client.post("/webhooks/slack/nobody", content=SLACK_MENTION)
     assert (missing.status_code, missing.json()["error"]) == (404, "route_not_found")
