@@ -120,6 +120,9 @@ class AppContext:
     # `embedding_model` use: for workspaces whose own model is of another provider.
     providers: tuple[str, ...] = ()
     caps: Caps = Caps()
+    # Where the stage's alarm topic sends e-mail (`-c alarm_email=...`, or `alarmEmail`); None
+    # subscribes no one, and the topic still takes other subscriptions (docs/operations.md).
+    alarm_email: str | None = None
 
     def provider_of(self, ref: str | None) -> str | None:
         provider, slash, model_id = (ref or "").partition("/")
@@ -173,7 +176,22 @@ def read_context(node: Node) -> AppContext:
         embedding_model=str(node.try_get_context("embedding_model") or DEFAULT_EMBEDDING_MODEL),
         providers=providers,
         caps=read_caps(node),
+        alarm_email=read_alarm_email(node),
     )
+
+
+# Enough to catch a wrong value (a list, a name without a domain); SNS confirms the address itself.
+_EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
+
+
+def read_alarm_email(node: Node) -> str | None:
+    raw = node.try_get_context("alarm_email") or node.try_get_context("alarmEmail")
+    if raw is None or not str(raw).strip():
+        return None
+    email = str(raw).strip()
+    if not _EMAIL.match(email):
+        raise ValueError(f"alarm_email must be one e-mail address, got {email!r}")
+    return email
 
 
 # What turns a reservation off: Lambda's own 0 would stop the function, which no one means here.

@@ -14,6 +14,7 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.config import AppContext
@@ -21,6 +22,7 @@ from infra.constructs.agent import TIMEOUT as AGENT_TIMEOUT
 from infra.constructs.agent import Agent
 from infra.constructs.bedrock import grant_chat_model
 from infra.constructs.consolidation import Consolidation
+from infra.constructs.dashboard import Dashboard
 from infra.constructs.function import DependencyLayer
 from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
@@ -37,7 +39,11 @@ class SigilStack(Stack):
         name_prefix = f"sigil-{stage.name}"
 
         observability = Observability(
-            self, "Observability", retention=stage.log_retention, removal_policy=stage.removal_policy
+            self,
+            "Observability",
+            retention=stage.log_retention,
+            removal_policy=stage.removal_policy,
+            alarm_email=context.alarm_email,
         )
         secrets = Secrets(
             self,
@@ -73,7 +79,7 @@ class SigilStack(Stack):
             "Ingress",
             layer=layer,
             log_group=observability.log_group("WebhookLogs"),
-            access_log_group=observability.log_group("ApiAccessLogs"),
+            access_log_group=(access_logs := observability.log_group("ApiAccessLogs")),
             reserved_concurrency=caps.webhook_reserved,
             api_throttle=caps.api,
             turn_throttle=caps.turn_routes,
@@ -81,6 +87,7 @@ class SigilStack(Stack):
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
+        self.dashboard = self._watch(observability, context, access_logs)
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -146,6 +153,39 @@ class SigilStack(Stack):
         CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
         CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
         CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
+        # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
+        CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
+
+    def _watch(
+        self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup
+    ) -> Dashboard:
+        """The alarms (each notifying the stage's topic) and the dashboard (docs/operations.md)."""
+        functions = {
+            "Webhook": self.ingress.function,
+            "Agent": self.agent.function,
+            "Consolidate": self.consolidation.function,
+        }
+        observability.alarm_on_functions(functions)
+        observability.alarm_on_api(self.ingress.api)
+        observability.alarm_on_lane(self.lanes.turns)
+        observability.alarm_on_turns()
+        search = context.stage.search
+        observability.alarm_on_search(
+            self.memory.domain, data_nodes=search.data_nodes, volume_gib=search.volume_gib
+        )
+        CfnOutput(self, "AlarmTopicArn", value=observability.topic.topic_arn)
+        return Dashboard(
+            self,
+            "Dashboard",
+            stage=context.stage.name,
+            api=self.ingress.api,
+            access_logs=access_logs,
+            functions=functions,
+            turns=self.lanes.turns,
+            dead_letters=self.lanes.dead_letters,
+            domain=self.memory.domain,
+            alarms=observability.alarms,
+        )
 
     def _grant_models(
         self, context: AppContext, turn_runner: lambda_.Function, consolidate: lambda_.Function

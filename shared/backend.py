@@ -17,6 +17,7 @@ from shared.ports import (
     MemoryIndex,
     MemoryStore,
     Outbox,
+    RouteStore,
     SecretStore,
     SendLedger,
     SessionStore,
@@ -40,6 +41,8 @@ class Backend:
     budgets: BudgetStore
     # Leases and checkpoints of the consolidation runs (shared.consolidation).
     consolidation: ConsolidationState
+    # The channel routes (which bot feeds which workspace; `sigil config apply` writes them).
+    routes: RouteStore
     # Text to vectors for Tier 4 (already wrapped in the embedding cache); None when embeddings
     # are off, and memory search is then BM25 only.
     embedder: Embedder | None = None

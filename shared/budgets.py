@@ -521,14 +521,18 @@ class TurnBudget:
         self.spent += usage
         return self._decide()
 
-    def _decide(self) -> BudgetDecision:
-        now = self.clock()
+    def readings(self) -> list[tuple[Bucket, Counters]]:
+        """Each limited bucket with its totals: as read at the turn's start, plus what this turn
+        spent since (what a decision judges, and what the /status command shows)."""
         limited = [b for b in self.buckets if b.limited]
         if not limited:
-            return evaluate(now, [])
+            return []
         if self._totals is None:
             self.seed(self.store.totals(self.workspace_id, [b.key for b in limited]))
         assert self._totals is not None
         # What this turn spent is not in the store yet (it lands with the commit): add it here.
         mine = self.spent.counters
-        return evaluate(now, [(b, self._totals[b.key] + mine) for b in limited])
+        return [(b, self._totals[b.key] + mine) for b in limited]
+
+    def _decide(self) -> BudgetDecision:
+        return evaluate(self.clock(), self.readings())

@@ -87,19 +87,12 @@ def ingress() -> Ingress:
 
 
 def _stored_routes(s: Settings) -> RouteLookup:
-    """The stack's route store's `get` (RouteStore, written by `sigil config apply`).
+    """The stack's route store's `get` (written by `sigil config apply`): the sessions table's
+    routes partition, which the webhook may read by key (infra: Memory.grant_route_read)."""
+    from shared.adapters.aws.dynamodb import DynamoRouteStore
 
-    Guarded until the store lands on this branch: the webhook then serves no named route.
-    """
-    from shared.adapters.aws import dynamodb
-    from shared.channels.routes import no_routes
-
-    store = getattr(dynamodb, "DynamoRouteStore", None)
-    if store is None or not s.sessions_table:
-        return no_routes
-    # The sessions table, which the webhook already reaches for the outbox.
-    lookup: RouteLookup = store(s.sessions_table, region=s.aws_region).get
-    return lookup
+    assert s.sessions_table  # ingress() has checked it
+    return DynamoRouteStore(s.sessions_table, region=s.aws_region).get
 
 
 @cache

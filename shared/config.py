@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
 
+    # The declarative configuration (sigil.yaml, docs/configuration.md): its `defaults` fill the
+    # model fields above that the environment leaves unset (shared.configuration.file_settings),
+    # and `sigil dev` applies its workspaces and routes at start. Absent at the default path: no
+    # file; named by SIGIL_CONFIG and absent: an error.
+    config_file: Path = Field(default=Path("sigil.yaml"), validation_alias="SIGIL_CONFIG")
+
     def resolved_channel_workspace(self) -> str:
         return self.channel_workspace or self.default_workspace
 

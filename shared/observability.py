@@ -1,15 +1,42 @@
 """The one observability module for the Lambda functions: powertools logger, tracer and metrics.
 
 Created at import as powertools intends (they read POWERTOOLS_* settings themselves); they hold
-no AWS clients, so importing them makes no network calls.
+no AWS clients, so importing them makes no network calls. What the metrics may be called is
+shared.metric_catalogue's list; importing this module also makes its `record` count here.
 """
 
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+import json
+from collections.abc import Mapping
 
-SERVICE = "sigil"
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics.base import MetricManager
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+from shared import metric_catalogue
+from shared.metric_catalogue import NAMESPACE, SERVICE, WORKSPACE_DIMENSION, Metric
+
+__all__ = ["SERVICE", "logger", "metrics", "per_workspace", "tracer"]
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
-metrics = Metrics(namespace="Sigil", service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+
+def _add(metric: Metric, value: float) -> None:
+    metrics.add_metric(name=metric.name, unit=metric.unit, value=value)
+
+
+metric_catalogue.set_sink(_add)
+
+
+def per_workspace(workspace_id: str, values: Mapping[Metric, float]) -> None:
+    """Publish `values` with the workspace as a dimension, now, as one EMF line of their own: the
+    invocation's metrics carry one dimension set, and a batch serves many workspaces."""
+    manager = MetricManager(namespace=NAMESPACE, service=SERVICE)
+    manager.add_dimension(name=WORKSPACE_DIMENSION, value=workspace_id)
+    for metric, value in values.items():
+        manager.add_metric(name=metric.name, unit=metric.unit, value=value)
+    if not is_metrics_disabled():
+        print(json.dumps(manager.serialize_metric_set(), separators=(",", ":")))

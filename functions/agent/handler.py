@@ -1,6 +1,7 @@
 """The agent: SQS FIFO batches of lane items to shared.agent.batch, one turn per item, in order
 within each session, all within the invocation's remaining time (less SIGIL_TURN_RESERVE_S); the
-answer is the partial batch response (batchItemFailures)."""
+answer is the partial batch response (batchItemFailures). Each record's turn runs under its lane
+item's correlation id (shared.agent.batch)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from shared.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    # Each record binds its own id; none is left over from the last invocation for the lines between.
+    logger.set_correlation_id(None)
     settings = cloud.settings()
     # Read first: the time the function has left bounds every turn and model call of the batch.
     until = batch_deadline(context, settings.turn_reserve_s)

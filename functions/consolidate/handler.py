@@ -1,5 +1,6 @@
 """The consolidate function: the hourly schedule and Sigil's CompactionDue and MaintenanceDue events,
-parsed here, run by shared.consolidation.trigger. Its result and logs hold counts and ids, never text."""
+parsed here, run by shared.consolidation.trigger. Its result and logs hold counts and ids, never text.
+A CompactionDue's run logs under the correlation id of the turn that emitted it (the schedule's, none)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared import cloud
+from shared import cloud, correlation
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.trigger import ConsolidateEvent, consolidate, publish, receive
 from shared.observability import logger, metrics, tracer
@@ -23,9 +24,10 @@ MARGIN_S = 60.0
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     deadline = Deadline.before_timeout(context, MARGIN_S)
     received = receive(parse(event=event, model=ConsolidateEvent))
-    publish(received.metrics())
-    # The detail holds sequence numbers only (shared.agent.window.announce_compaction), no text.
-    logger.info("consolidation requested", extra=received.model_dump(mode="json"))
-    done = consolidate(*cloud.consolidator(), received, deadline=deadline)
-    publish(done.metrics())
-    return received.model_dump(mode="json") | done.model_dump(mode="json")
+    with correlation.correlated(received.correlation_id, logger=logger, tracer=tracer):
+        publish(received.metrics())
+        # The detail holds sequence numbers only (shared.agent.window.announce_compaction), no text.
+        logger.info("consolidation requested", extra=received.model_dump(mode="json"))
+        done = consolidate(*cloud.consolidator(), received, deadline=deadline)
+        publish(done.metrics())
+        return received.model_dump(mode="json") | done.model_dump(mode="json")

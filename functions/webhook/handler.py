@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared import cloud
+from shared import cloud, correlation
 from shared.errors import SigilError
 from shared.ingress.http import HttpAnswer, refusal, request_from_v2
 from shared.ingress.metered import refused
@@ -68,4 +68,6 @@ def _answer(answer: HttpAnswer) -> Response[Any]:
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    # The request id the logger took from the event goes on each queued LaneItem (shared.ingress).
+    with correlation.correlated(logger.get_correlation_id(), tracer=tracer):
+        return app.resolve(event, context)

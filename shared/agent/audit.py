@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Literal
 
+from shared import correlation
 from shared.agent.loop import LoopResult, Safety
 from shared.budgets import TurnBudget
 from shared.models import AuditRecord, InboundMessage
@@ -30,6 +31,7 @@ Outcome = Literal[
     "budget_denied",  # a workspace or user budget ran out (before the turn, or between its calls)
     "refused",  # the model, or its provider's safety filter, declined to answer (Done.refused)
     "given_up",  # dead-lettered after the last attempt: the apology, delivered or not (give_up_turn)
+    "command",  # a chat command answered without the model (shared.agent.commands)
 ]
 
 
@@ -71,6 +73,7 @@ def audit_record(
         error=error,
         quoted=list(safety.quoted) if safety else [],
         injection_rules={source: list(rules) for source, rules in safety.findings.items()} if safety else {},
+        correlation_id=correlation.current(),
     )
 
 

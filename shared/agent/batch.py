@@ -23,8 +23,14 @@ with less than SIGIL_TURN_MIN_S left is not started: its record fails alone (Tur
 rest of its session's follow through skip_group_on_error) and SQS delivers it again, while the
 records that ran are reported done. On its last delivery it is apologised for like any failure.
 
+Each record's turn runs under its lane item's correlation id (shared.correlation): the webhook
+request's id is on every log line of the turn and of its outbound posts, on its audit record and on
+the CompactionDue it emits, and an X-Ray annotation on the turn's own subsegment.
+
 Each turn's audit record becomes metrics (TurnDuration, TokensIn, TokensOut, ToolCalls, CostUSD
-and a count named Outcome_<outcome>), without user or session dimensions.
+and a count named Outcome_<outcome>), without user or session dimensions, and its tokens and cost
+once more per workspace (WorkspaceTokensIn, WorkspaceTokensOut, WorkspaceCostUSD); a turn failed
+by its model provider also counts ProviderErrors. The names are shared.metric_catalogue's.
 
 The agent function drives it with powertools' processor as a context manager:
 `with processor(records, partial(run_record, plan, deps, until=..., min_turn_s=...)):
@@ -39,17 +45,35 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 from aws_lambda_powertools.utilities.data_classes import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import ConfigDict, Json, ValidationError
 
+from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
-from shared.errors import TurnNotStarted
+from shared.errors import ProviderError, TurnNotStarted
+from shared.metric_catalogue import (
+    APOLOGIES_UNDELIVERED,
+    COST_USD,
+    OUTCOMES,
+    PROVIDER_ERRORS,
+    TOKENS_IN,
+    TOKENS_OUT,
+    TOOL_CALLS,
+    TURN_DURATION,
+    TURNS_COALESCED,
+    TURNS_COMPLETED,
+    TURNS_FAILED,
+    TURNS_GIVEN_UP,
+    TURNS_NOT_STARTED,
+    WORKSPACE_COST_USD,
+    WORKSPACE_TOKENS_IN,
+    WORKSPACE_TOKENS_OUT,
+)
 from shared.models import AuditRecord, LaneItem
-from shared.observability import metrics
+from shared.observability import logger, metrics, per_workspace, tracer
 from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
@@ -118,38 +142,61 @@ def run_record(
         return  # its text ran in its burst's turn; had that failed, the processor skips this
     left = remaining(until)
     if left is not None and left < min_turn_s:
-        metrics.add_metric(name="TurnsNotStarted", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=TURNS_NOT_STARTED.name, unit=TURNS_NOT_STARTED.unit, value=1)
         raise TurnNotStarted(
             f"{max(left, 0.0):.1f}s left in the invocation, {min_turn_s:.1f}s needed: left to the "
             "queue's next delivery"
         )
     item = plan.leads.get(record.messageId, record.body)
     try:
-        with deadline(until):
-            audit = run_turn(deps(), item)
-    except Exception:
-        metrics.add_metric(name="Outcome_error", unit=MetricUnit.Count, value=1)
+        with deadline(until), correlation.correlated(record.body.correlation_id, logger=logger):
+            audit = turn(deps, item)
+    except Exception as exc:
+        failed = OUTCOMES["error"]
+        metrics.add_metric(name=failed.name, unit=failed.unit, value=1)
+        if isinstance(exc, ProviderError):
+            metrics.add_metric(name=PROVIDER_ERRORS.name, unit=PROVIDER_ERRORS.unit, value=1)
         raise
     turn_metrics(audit)
     if item is not record.body:
-        metrics.add_metric(name="TurnsCoalesced", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=TURNS_COALESCED.name, unit=TURNS_COALESCED.unit, value=1)
+
+
+# capture_error=False: a failed turn's exception may quote what the provider said about the message.
+@tracer.capture_method(capture_response=False, capture_error=False)
+def turn(deps: Deps, item: LaneItem) -> AuditRecord:
+    """One record's turn, in its own X-Ray subsegment annotated with the correlation id."""
+    if item.correlation_id:
+        tracer.put_annotation(correlation.KEY, item.correlation_id)
+    return run_turn(deps(), item)
 
 
 def turn_metrics(audit: AuditRecord) -> None:
-    metrics.add_metric(name="TurnDuration", unit=MetricUnit.Milliseconds, value=audit.duration_ms)
-    metrics.add_metric(name="TokensIn", unit=MetricUnit.Count, value=audit.tokens_in)
-    metrics.add_metric(name="TokensOut", unit=MetricUnit.Count, value=audit.tokens_out)
-    metrics.add_metric(name="ToolCalls", unit=MetricUnit.Count, value=len(audit.tools_used))
-    metrics.add_metric(name="CostUSD", unit=MetricUnit.NoUnit, value=audit.cost_usd)
-    metrics.add_metric(name=f"Outcome_{audit.outcome}", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=TURN_DURATION.name, unit=TURN_DURATION.unit, value=audit.duration_ms)
+    metrics.add_metric(name=TOKENS_IN.name, unit=TOKENS_IN.unit, value=audit.tokens_in)
+    metrics.add_metric(name=TOKENS_OUT.name, unit=TOKENS_OUT.unit, value=audit.tokens_out)
+    metrics.add_metric(name=TOOL_CALLS.name, unit=TOOL_CALLS.unit, value=len(audit.tools_used))
+    metrics.add_metric(name=COST_USD.name, unit=COST_USD.unit, value=audit.cost_usd)
+    outcome = OUTCOMES[audit.outcome]
+    metrics.add_metric(name=outcome.name, unit=outcome.unit, value=1)
+    per_workspace(
+        audit.workspace_id,
+        {
+            WORKSPACE_TOKENS_IN: audit.tokens_in,
+            WORKSPACE_TOKENS_OUT: audit.tokens_out,
+            WORKSPACE_COST_USD: audit.cost_usd,
+        },
+    )
 
 
 def settle(processor: SqsFifoPartialProcessor, deps: Deps, max_receives: int) -> None:
     """After the batch, whether or not the processor raised (it does when every record failed,
     and those records are dead-lettered just the same): apologies, then the batch's counts."""
     give_up_on_last_deliveries(processor.fail_messages, deps, max_receives)
-    metrics.add_metric(name="TurnsCompleted", unit=MetricUnit.Count, value=len(processor.success_messages))
-    metrics.add_metric(name="TurnsFailed", unit=MetricUnit.Count, value=len(processor.fail_messages))
+    metrics.add_metric(
+        name=TURNS_COMPLETED.name, unit=TURNS_COMPLETED.unit, value=len(processor.success_messages)
+    )
+    metrics.add_metric(name=TURNS_FAILED.name, unit=TURNS_FAILED.unit, value=len(processor.fail_messages))
 
 
 def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receives: int) -> None:
@@ -165,18 +212,19 @@ def give_up_on_last_deliveries(failed: Sequence[object], deps: Deps, max_receive
             continue
         item = record.body
         context = {"message_id": record.messageId, "session_id": item.inbound.session_id}
-        try:
-            # An apology the platform refuses (often the very failure that dead-lettered the
-            # record) is no error here: give_up_turn logs it in one line and notes it on the
-            # record it audits as "given_up".
-            given_up = give_up_turn(deps(), item)
-        except Exception:
-            # Best effort: the record goes to the dead-letter queue whatever happens here, and the
-            # other records of the batch still deserve their apology.
-            log.exception("could not apologise for a dead-lettered turn", extra=context)
-            continue
-        apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
-        log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
-        metrics.add_metric(name="TurnsGivenUp", unit=MetricUnit.Count, value=1)
+        with correlation.correlated(item.correlation_id, logger=logger):
+            try:
+                # An apology the platform refuses (often the very failure that dead-lettered the
+                # record) is no error here: give_up_turn logs it in one line and notes it on the
+                # record it audits as "given_up".
+                given_up = give_up_turn(deps(), item)
+            except Exception:
+                # Best effort: the record goes to the dead-letter queue whatever happens here, and
+                # the other records of the batch still deserve their apology.
+                log.exception("could not apologise for a dead-lettered turn", extra=context)
+                continue
+            apology = "none" if given_up is None else "undelivered" if given_up.error else "sent"
+            log.warning("turn given up on its last delivery", extra={**context, "apology": apology})
+        metrics.add_metric(name=TURNS_GIVEN_UP.name, unit=TURNS_GIVEN_UP.unit, value=1)
         if apology == "undelivered":
-            metrics.add_metric(name="ApologiesUndelivered", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=APOLOGIES_UNDELIVERED.name, unit=APOLOGIES_UNDELIVERED.unit, value=1)

@@ -46,14 +46,17 @@ def commit(
     audit: AuditRecord | None = None,
     updates: dict[str, Any] | None = None,
     budget: TurnBudget | None = None,
+    fresh: bool = False,
 ) -> Session:
     """Append to the window and save (optimistically), with the overflow's Tier-1 records and
     `audit` in the same write; the overflow goes to the index first. `updates` are the session
     changes the turn's tools asked for (ToolContext.session_updates, e.g. the active-task pin).
-    What `budget` spent is added to its counters in that write too."""
+    What `budget` spent is added to its counters in that write too. `fresh` rolls the whole
+    window out, leaving it empty (the /new command, shared.agent.commands)."""
     origin = origin_of(inbound)
     for _ in range(COMMIT_ATTEMPTS):
-        rolled, kept = split_window([*session.active_messages, *new], workspace.active_window)
+        messages = [*session.active_messages, *new]
+        rolled, kept = (messages, []) if fresh else split_window(messages, workspace.active_window)
         records = tier1_records(session, rolled, origin)
         # The index is another store, outside the save's transaction, so it goes first: a crash
         # before the save leaves documents the retry rewrites in place (ids are message ids),

@@ -7,6 +7,8 @@ the session, whose counters are read in the same request). `admit` then decides,
 - a sender the workspace does not admit: Stop with the policy's reply if it has one (a pairing
   code, a refusal; nothing to a blocked sender or a bot), "pairing_required" or "sender_refused",
   nothing kept: theirs is not an admitted conversation;
+- a chat command (InboundMessage.command, docs/commands.md): Command, answered by
+  shared.agent.commands without the model, whatever the model's configuration or the budget;
 - no model configured: Stop with the text that says how to configure one, the user's message
   kept, "model_not_configured";
 - a budget already run out: Stop saying what and when it resets, the user's message kept (it was
@@ -30,7 +32,15 @@ from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
 from shared.errors import ModelNotConfigured
 from shared.identity import Resolution, resolve_sender
-from shared.models import InboundMessage, LaneItem, Session, UserMessage, WorkspaceConfig, new_workspace
+from shared.models import (
+    ChatCommand,
+    InboundMessage,
+    LaneItem,
+    Session,
+    UserMessage,
+    WorkspaceConfig,
+    new_workspace,
+)
 from shared.ports import SessionStore
 from shared.providers.base import Provider
 
@@ -82,6 +92,15 @@ class Stop:
     kind: Literal["stop"] = field(default="stop", init=False)
 
 
+@dataclass(frozen=True)
+class Command:
+    """Answer a chat command without the model (shared.agent.commands): nothing is spent, and
+    neither the command nor its answer joins the window."""
+
+    command: ChatCommand
+    kind: Literal["command"] = field(default="command", init=False)
+
+
 def turn_id_for(item: LaneItem) -> str:
     """Deterministic per event, so every retry of a turn writes to the same send-ledger keys."""
     i = item.inbound
@@ -116,13 +135,15 @@ def open_turn(backend: Backend, item: LaneItem, *, prices: PriceTable, clock: Ca
     )
 
 
-def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop:
+def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Command:
     inbound, sender = turn.inbound, turn.sender
     if inbound.event_id in turn.session.recent_event_ids:
         return Stop(reply=None, outcome="skipped_duplicate")
     if not sender.admitted:
         outcome: Outcome = "pairing_required" if sender.admission == "pairing_required" else "sender_refused"
         return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
+    if inbound.command is not None:
+        return Command(inbound.command)
     user = user_message(inbound, turn.id, turn.safety, sender.user_id)
     try:
         # The session's own override, else the model its chat's route names, else the workspace's.

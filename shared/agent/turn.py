@@ -72,11 +72,13 @@ from datetime import datetime
 from typing import Any
 
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn
+from shared.agent.commands import answer_command, available_skills
 from shared.agent.commit import commit, settle
 from shared.agent.context import assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.preflight import (
+    Command,
     Proceed,
     ProviderFactory,
     Stop,
@@ -147,6 +149,7 @@ class _Ending:
     record: AuditRecord
     new: list[Message] | None
     updates: dict[str, Any] = field(default_factory=dict)  # the tools' session changes
+    fresh: bool = False  # roll the whole window into memory (the /new command)
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
@@ -159,6 +162,8 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 end = _stop(deps, turn, step, started)
             case Proceed():
                 end = _answer(deps, turn, step, started)
+            case Command():
+                end = _command(deps, turn, step, started)
         if end.new is None:
             return audit_alone(deps.backend.audit, end.record)
         commit(
@@ -171,6 +176,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
             audit=end.record,
             updates=end.updates,
             budget=turn.budget,
+            fresh=end.fresh,
         )
     except ProviderError as exc:
         # A failed model call (or an embedding for the commit's index) commits nothing: the
@@ -239,6 +245,21 @@ def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
         send(deps.senders, turn.inbound, turn.session, turn.id, step.reply)
     record = _record(turn, started, step.outcome, error=step.error)
     return _Ending(record, [step.keep_user] if step.keep_user is not None else None)
+
+
+def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Ending:
+    """A chat command (shared.agent.commands): answered without the model, and no message kept;
+    only what it changes in the session (and the event id) is committed."""
+    answer = answer_command(
+        turn,
+        step.command,
+        skills=available_skills(deps.skills, turn.workspace),
+        default_model=deps.settings.resolved_model(),
+        now=deps.clock(),
+    )
+    send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
+    record = _record(turn, started, "command", error=answer.error)
+    return _Ending(record, [], answer.updates, fresh=answer.fresh)
 
 
 def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Ending:

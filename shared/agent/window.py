@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shared import correlation
 from shared.backend import Backend
 from shared.channels.inbound import conversation_key
 from shared.memory.scope import is_group
@@ -126,6 +127,7 @@ def announce_compaction(
             workspace_id=after.workspace_id,
             session_id=after.id,
             detail={"first_seq": (k - 1) * batch, "last_seq": k * batch - 1},
+            correlation_id=correlation.current(),
         )
         try:
             events.publish(event)

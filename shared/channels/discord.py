@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field
 
+from shared.channels import commands
 from shared.channels.inbound import (
     JSON,
     Accepted,
@@ -58,6 +59,7 @@ DEFERRED_UPDATE_MESSAGE: Final = '{"type":6}'  # acknowledges a component; no vi
 NO_CHOICES: Final = '{"type":8,"data":{"choices":[]}}'
 SUBCOMMAND_TYPES: Final = (1, 2)  # SUB_COMMAND, SUB_COMMAND_GROUP
 ATTACHMENT_OPTION: Final = 11
+CHAT_INPUT: Final = 1  # a slash command typed in the chat box
 MESSAGE_COMMAND: Final = 3  # a context-menu command on a message: data.target_id is that message
 
 # Ignored reasons (docs/channels.md tables each with its why).
@@ -203,6 +205,13 @@ class DiscordChannel:
                 "interaction_id": interaction.id,
             },
         )
+        if command.type == CHAT_INPUT:
+            # Sigil's own commands take their options' values as the arguments (`/model ref:
+            # openai/gpt-4.1` is `/model openai/gpt-4.1`); any other command is for the model.
+            values = [str(o.value) for o in command.options if o.value is not None]
+            found = commands.from_platform(command.name, " ".join(values))
+            if found is not None:
+                inbound = inbound.model_copy(update={"command": found})
         return Accepted([inbound], DEFERRED_CHANNEL_MESSAGE, JSON)
 
 

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 from pydantic import Field
 
+from shared.channels import commands
 from shared.channels.inbound import (
     Accepted,
     ChatType,
@@ -281,6 +282,9 @@ class SlackChannel:
             text=text,
             reply_context=context,
         )
+        command = commands.from_platform(cmd.command, cmd.text)
+        if command is not None:
+            inbound = inbound.model_copy(update={"command": command})
         return Accepted([inbound])
 
 

@@ -16,6 +16,7 @@ from typing import ClassVar, Final, Literal
 
 from pydantic import ConfigDict, Field
 
+from shared.channels import commands
 from shared.channels.inbound import (
     Accepted,
     ChatType,
@@ -36,7 +37,7 @@ from shared.channels.inbound import (
     secret_for,
 )
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Attachment, ChannelRoute, Sender
+from shared.models import Attachment, ChannelRoute, ChatCommand, Sender
 from shared.ports import SecretStore
 
 SECRET: Final = "telegram/webhook-secret"  # noqa: S105 -- the secret's name, not its value
@@ -105,6 +106,12 @@ class TelegramFile(Payload):
     file_size: Size | None = None
 
 
+class TelegramEntity(Payload):
+    type: PlatformId
+    offset: int = Field(ge=0, le=2**31)  # in UTF-16 code units
+    length: int = Field(ge=0, le=2**31)
+
+
 class TelegramReply(Payload):
     message_id: Int64
 
@@ -119,6 +126,7 @@ class TelegramMessage(Payload):
     is_automatic_forward: bool = False
     reply_to_message: TelegramReply | None = None
     text: Text | None = None
+    entities: list[TelegramEntity] = Field(default_factory=list, max_length=10_000)
     caption: Text | None = None
     photo: list[TelegramFile] = Field(default_factory=list, max_length=50)
     document: TelegramFile | None = None
@@ -203,7 +211,18 @@ class TelegramChannel:
             attachments=attachments,
             reply_context={"message_id": str(msg.message_id)},
         )
+        command = _command(msg)
+        if command is not None:
+            inbound = inbound.model_copy(update={"command": command})
         return Accepted([inbound])
+
+
+def _command(msg: TelegramMessage) -> ChatCommand | None:
+    """Telegram marks a command with a bot_command entity; one at offset 0 makes the message a
+    command (`/status`, `/status@SigilBot`). A command later in the text is prose."""
+    if msg.text is None or not any(e.type == "bot_command" and e.offset == 0 for e in msg.entities):
+        return None
+    return commands.from_text(msg.text)
 
 
 def _attachments(msg: TelegramMessage) -> list[Attachment]:

@@ -19,6 +19,7 @@ import time
 
 from pydantic import Field, ValidationError
 
+from shared.channels import commands
 from shared.channels.inbound import MAX_UNIX_SECONDS, bounded_int, clean
 from shared.errors import BadRequest, Unauthorized
 from shared.models import Identifier, InboundMessage, Model, Sender
@@ -135,4 +136,6 @@ def parse(workspace_id: str, body: bytes) -> InboundMessage:
         chat_id=msg.session,
         chat_type="dm",
         text=clean(msg.text),
+        # The web channel has no command mechanism: text that opens with /name is a command.
+        command=commands.from_text(clean(msg.text)),
     )

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field
 
+from shared.channels import commands
 from shared.channels.inbound import (
     Accepted,
     Handshake,
@@ -205,7 +206,7 @@ class WhatsAppChannel:
         if value.metadata and value.metadata.phone_number_id:
             # The business number the reply must be sent from (POST /{phone_number_id}/messages).
             context["phone_number_id"] = value.metadata.phone_number_id
-        return message(
+        inbound = message(
             channel="whatsapp",
             workspace_id=self.workspace_id,
             event_id=msg.id,
@@ -217,3 +218,7 @@ class WhatsAppChannel:
             attachments=attachments,
             reply_context=context,
         )
+        # WhatsApp has no command mechanism: a text message that opens with /name is one (a
+        # caption is not).
+        command = commands.from_text(text) if msg.type == "text" else None
+        return inbound if command is None else inbound.model_copy(update={"command": command})

@@ -3,10 +3,31 @@
 One module per command group; importing them registers their commands on `app`.
 """
 
-from shared.cli import consolidate, gateway, identity, memory, pairing, secret
+from shared.cli import (
+    config,
+    consolidate,
+    events,
+    gateway,
+    identity,
+    memory,
+    pairing,
+    secret,
+    workspace,
+)
 from shared.cli._app import app
 
-__all__ = ["app", "consolidate", "gateway", "identity", "memory", "pairing", "secret"]
+__all__ = [
+    "app",
+    "config",
+    "consolidate",
+    "events",
+    "gateway",
+    "identity",
+    "memory",
+    "pairing",
+    "secret",
+    "workspace",
+]
 
 if __name__ == "__main__":
     app()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 if TYPE_CHECKING:
     from shared.backend import Backend
+    from shared.configuration import SigilFile
     from shared.models import Identity
     from shared.ports import IdentityStore
 
@@ -29,20 +30,143 @@ ChannelWorkspace = Annotated[
 Url = Annotated[str | None, typer.Option("--url", help="gateway base URL (default: from settings)")]
 
 
+Stack = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        help="administer this deployed stack (found from its CloudFormation outputs, with your own "
+        "AWS credentials) instead of the local data dir",
+    ),
+]
+Region = Annotated[
+    str | None,
+    typer.Option("--region", help="the stack's region (default: AWS_REGION or your AWS profile's)"),
+]
+
+# The stack's CloudFormation outputs (infra/stack.py) and the Settings field each one fills.
+STACK_OUTPUTS = {
+    "SessionsTable": "sessions_table",
+    "MemoryTable": "memory_table",
+    "TurnsQueueUrl": "queue_url",
+    "EventBusName": "event_bus_name",
+    "SearchEndpoint": "opensearch_endpoint",
+}
+# Optional: a stack deployed before it had the output uses the default prefix.
+OPTIONAL_STACK_OUTPUTS = {"SecretsPrefix": "secrets_prefix"}
+
+
 def settings_for(data_dir: Path | None, **overrides: object) -> Settings:
+    """What every command reads: its flags, then SIGIL_* variables, then the configuration file's
+    `defaults` (shared.configuration.file_settings); a file with errors ends the command."""
+    return settings_and_file(data_dir, **overrides)[0]
+
+
+def settings_and_file(data_dir: Path | None, **overrides: object) -> tuple[Settings, SigilFile | None]:
+    """settings_for, and the configuration file it read (None: no file at the default path)."""
+    from shared.configuration import ConfigFileError, file_settings
+
     values = {k: v for k, v in overrides.items() if v is not None}
     if data_dir is not None:
         values["data_dir"] = data_dir
-    return Settings(**values)  # type: ignore[arg-type]
+    try:
+        return file_settings(**values)
+    except ConfigFileError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from None
+
+
+def target_settings(
+    data_dir: Path | None, stack: str | None = None, region: str | None = None, **overrides: object
+) -> Settings:
+    """The settings of the backend a command administers: the local one (settings_for), or with
+    `stack` the deployed stack its CloudFormation outputs name, in `region`."""
+    return settings_for(data_dir, **stack_settings(stack, region), **overrides)
+
+
+def target_config(
+    data_dir: Path | None, stack: str | None, region: str | None, file: Path | None
+) -> tuple[Settings, SigilFile]:
+    """target_settings, and the configuration file (`file`, else $SIGIL_CONFIG or ./sigil.yaml),
+    which must exist and be valid; else the command ends with its errors, one line each."""
+    from shared.configuration import ConfigFileError, file_settings
+
+    values = {k: v for k, v in stack_settings(stack, region).items() if v is not None}
+    if data_dir is not None:
+        values["data_dir"] = data_dir
+    try:
+        settings = Settings(**values)  # type: ignore[arg-type]
+        path = file or settings.config_file
+        settings, loaded = file_settings(**values, SIGIL_CONFIG=path)
+    except ConfigFileError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from None
+    assert loaded is not None  # named explicitly, so file_settings loads it or raises
+    return settings, loaded
+
+
+def stack_settings(stack: str | None, region: str | None) -> dict[str, object]:
+    """The Settings values that point at a deployed stack (none without `stack`)."""
+    if stack is None:
+        if region is not None:
+            raise typer.BadParameter("--region goes with --stack", param_hint="'--region'")
+        return {}
+    resolved_region, outputs = stack_outputs(stack, region)
+    values: dict[str, object] = {"backend": "aws", "AWS_REGION": resolved_region}
+    for output, field in (STACK_OUTPUTS | OPTIONAL_STACK_OUTPUTS).items():
+        if output in outputs:
+            values[field] = outputs[output]
+    missing = sorted(set(STACK_OUTPUTS) - outputs.keys())
+    if missing:
+        typer.echo(
+            f"stack {stack!r} in {resolved_region} has no output {', '.join(missing)}: is it a Sigil "
+            "stack, deployed by this version (make deploy)?",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return values
+
+
+def stack_outputs(stack: str, region: str | None) -> tuple[str, dict[str, str]]:
+    """The region used and the stack's outputs by key (DescribeStacks, the operator's credentials)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+    region = region or boto3.session.Session().region_name
+    if not region:
+        typer.echo("no AWS region: pass --region or set AWS_REGION", err=True)
+        raise typer.Exit(2)
+    try:
+        client = boto3.client("cloudformation", region_name=region)
+        found = client.describe_stacks(StackName=stack)["Stacks"]
+    except NoCredentialsError:
+        typer.echo("no AWS credentials: configure a profile (aws configure) or set AWS_PROFILE", err=True)
+        raise typer.Exit(1) from None
+    except NoRegionError:
+        typer.echo("no AWS region: pass --region or set AWS_REGION", err=True)
+        raise typer.Exit(2) from None
+    except ClientError as exc:
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        typer.echo(f"cannot read stack {stack!r} in {region}: {message}", err=True)
+        raise typer.Exit(1) from None
+    except BotoCoreError as exc:
+        typer.echo(f"cannot reach CloudFormation in {region}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if not found:
+        typer.echo(f"no stack {stack!r} in {region}", err=True)
+        raise typer.Exit(1)
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in found[0].get("Outputs", []) if "OutputKey" in o}
+    return region, outputs
 
 
 @contextmanager
-def open_identities(data_dir: Path | None, workspace: str | None) -> Iterator[tuple[IdentityStore, str]]:
-    """The identity store SIGIL_BACKEND names (embedded: only the data dir's sigil.db is opened),
-    and the workspace."""
+def open_identities(
+    data_dir: Path | None, workspace: str | None, stack: str | None = None, region: str | None = None
+) -> Iterator[tuple[IdentityStore, str]]:
+    """The identity store of the target (target_settings; embedded: only the data dir's sigil.db
+    is opened), and the workspace."""
     from shared.adapters.embedded import Database, SqliteIdentityStore, open_data_dir
 
-    settings = settings_for(data_dir)
+    settings = target_settings(data_dir, stack, region)
     if settings.backend != "embedded":
         from shared.adapters import build_backend
 
@@ -75,11 +199,14 @@ def admin(action: Callable[[], Identity]) -> Identity:
 
 
 @contextmanager
-def open_backend(data_dir: Path | None, workspace: str | None) -> Iterator[tuple[Backend, str]]:
-    """The backend the settings name (the embedded data dir by default), and the workspace."""
+def open_backend(
+    data_dir: Path | None, workspace: str | None, stack: str | None = None, region: str | None = None
+) -> Iterator[tuple[Backend, str]]:
+    """The backend of the target (target_settings: the embedded data dir by default, or a
+    deployed stack), and the workspace."""
     from shared.adapters import build_backend
 
-    settings = settings_for(data_dir)
+    settings = target_settings(data_dir, stack, region)
     backend = build_backend(settings)
     try:
         yield backend, workspace or settings.default_workspace

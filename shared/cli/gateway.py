@@ -17,12 +17,13 @@ from shared.cli._app import (
     Url,
     Workspace,
     app,
+    settings_and_file,
     settings_for,
 )
 from shared.config import Settings
 
 if TYPE_CHECKING:
-    pass
+    from shared.configuration import SigilFile
 
 
 @app.command()
@@ -43,13 +44,13 @@ def dev(
     from shared.local.gateway import LocalGateway
 
     logs.configure()
-    settings = settings_for(data_dir, host=host, port=port, backend="embedded")
+    settings, config = settings_and_file(data_dir, host=host, port=port, backend="embedded")
     if aws:
         from shared.local.aws_mode import serve
 
         serve(settings)
         return
-    gateway = LocalGateway(settings)
+    gateway = LocalGateway(settings, config=config)
     # The data directory and the port are taken before start() puts in-flight items back on
     # their lanes: an instance that cannot serve must not run (again) another one's turns.
     try:
@@ -69,6 +70,7 @@ def dev(
             [
                 f"Sigil local gateway on {base}   state: {settings.data_dir.resolve()}",
                 f"  model:    {model_line}",
+                f"  config:   {_config_line(settings, config)}",
                 f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
                 "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
                 f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
@@ -83,6 +85,16 @@ def dev(
     finally:
         listener.close()
         gateway.stop()
+
+
+def _config_line(settings: Settings, config: SigilFile | None) -> str:
+    if config is None:
+        return f"none ({settings.config_file} not found: defaults, nothing applied)"
+    routes = ", ".join(r.key for r in config.channels) or "none"
+    return (
+        f"{settings.config_file.resolve()} applied: workspaces {', '.join(config.workspace_ids()) or 'none'}"
+        f"; routes {routes}"
+    )
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -9,6 +9,8 @@ import typer
 from shared.cli._app import (
     ChannelWorkspace,
     DataDir,
+    Region,
+    Stack,
     admin,
     app,
     describe,
@@ -38,11 +40,13 @@ def identity_link(
     ],
     workspace: ChannelWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Make WHO the Sigil user TO names: their conversations on both channels become one memory."""
     from shared.identity import link_identity, link_target
 
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         linked = admin(lambda: link_identity(store, ws, who, link_target(store, ws, to)))
     typer.echo(f"linked {describe(linked)}  ({linked.status})")
 
@@ -52,11 +56,13 @@ def identity_unlink(
     who: Annotated[str, typer.Argument(help="CHANNEL:USER to unlink, e.g. slack:U0123ABC")],
     workspace: ChannelWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Give WHO back their own Sigil user (the one derived from their channel id)."""
     from shared.identity import unlink_identity
 
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         unlinked = admin(lambda: unlink_identity(store, ws, who))
     typer.echo(f"unlinked {describe(unlinked)}")
 
@@ -66,9 +72,11 @@ def identity_list(
     workspace: ChannelWorkspace = None,
     user: Annotated[str | None, typer.Option("--user", "-u", help="only this Sigil user")] = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Each Sigil user of the workspace with the channel identities that are them."""
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         found = store.list_identities(ws)
     by_user: dict[str, list[Identity]] = {}
     for identity in found:

@@ -10,6 +10,8 @@ import typer
 
 from shared.cli._app import (
     DataDir,
+    Region,
+    Stack,
     app,
     open_backend,
 )
@@ -48,6 +50,8 @@ def memory_list(
     limit: Annotated[int, typer.Option(help="at most this many facts and this many summaries")] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """List facts (Tier 3) and summaries (Tier 2) with where they came from: session, messages,
     source, consolidation run, when, status and relevance."""
@@ -57,7 +61,7 @@ def memory_list(
     if status not in ("active", "all"):
         typer.echo("--status is active or all", err=True)
         raise typer.Exit(2)
-    with open_backend(data_dir, workspace) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
         facts: list[Triple] = []
         after: str | None = None
         while len(facts) < limit and (
@@ -117,9 +121,11 @@ def memory_share(
     fact: Annotated[str, typer.Argument(help="the fact's id (see `sigil memory list`)")],
     workspace: MemoryWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Mark a fact shared: everyone in the workspace recalls it under the personal policy."""
-    _set_shared(data_dir, workspace, fact, shared=True)
+    _set_shared(data_dir, workspace, fact, shared=True, stack=stack, region=region)
 
 
 @memory_app.command("unshare")
@@ -127,16 +133,26 @@ def memory_unshare(
     fact: Annotated[str, typer.Argument(help="the fact's id (see `sigil memory list`)")],
     workspace: MemoryWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Take a fact's sharing back: only its own people and conversation recall it again."""
-    _set_shared(data_dir, workspace, fact, shared=False)
+    _set_shared(data_dir, workspace, fact, shared=False, stack=stack, region=region)
 
 
-def _set_shared(data_dir: Path | None, workspace: str | None, fact_id: str, *, shared: bool) -> None:
+def _set_shared(
+    data_dir: Path | None,
+    workspace: str | None,
+    fact_id: str,
+    *,
+    shared: bool,
+    stack: str | None,
+    region: str | None,
+) -> None:
     from shared.errors import SigilError
     from shared.memory.sharing import set_shared
 
-    with open_backend(data_dir, workspace) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
         try:
             triple = set_shared(backend.memory, backend.index, ws, fact_id, shared=shared)
         except SigilError as exc:
@@ -154,11 +170,13 @@ def memory_erase(
     workspace: MemoryWorkspace = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Erase a user from every store of the workspace (the right to erasure; docs/consolidation.md)."""
     from shared.memory.erasure import erase_user
 
-    with open_backend(data_dir, workspace) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
         if not yes and not typer.confirm(
             f"erase everything of user {user!r} in workspace {ws!r}? This cannot be undone"
         ):
@@ -175,11 +193,13 @@ def memory_rollback(
     ],
     workspace: MemoryWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Undo a consolidation run: restore what it merged, pruned or promoted; delete what it wrote."""
     from shared.consolidation.rollback import rollback_run, run_exists
 
-    with open_backend(data_dir, workspace) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
         if not run_exists(backend, ws, run):
             typer.echo(
                 f"no consolidation run {run!r} in workspace {ws!r}: no fact or summary carries it "

@@ -9,6 +9,8 @@ import typer
 from shared.cli._app import (
     ChannelWorkspace,
     DataDir,
+    Region,
+    Stack,
     admin,
     app,
     describe,
@@ -31,9 +33,11 @@ def pairing_list(
     workspace: ChannelWorkspace = None,
     show_all: Annotated[bool, typer.Option("--all", help="every identity, not only pending ones")] = False,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """List the senders waiting for approval, with their pairing codes."""
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         found = store.list_identities(ws, status=None if show_all else "pending")
     if not found:
         typer.echo(f"no {'identities' if show_all else 'pending senders'} in workspace {ws!r}", err=True)
@@ -53,11 +57,13 @@ def pairing_approve(
         str | None, typer.Option("--user", "-u", help="the Sigil user they are (default: derived)")
     ] = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Approve a pending sender: their next message is answered, as USER."""
     from shared.identity import approve
 
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         approved = admin(lambda: approve(store, ws, code, user_id=user))
     typer.echo(f"approved {describe(approved)}")
 
@@ -67,10 +73,12 @@ def pairing_block(
     who: Annotated[str, typer.Argument(help="a pairing code, or CHANNEL:USER (e.g. telegram:12345)")],
     workspace: ChannelWorkspace = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Block a sender: their messages are dropped unanswered (and audited)."""
     from shared.identity import block
 
-    with open_identities(data_dir, workspace) as (store, ws):
+    with open_identities(data_dir, workspace, stack, region) as (store, ws):
         blocked = admin(lambda: block(store, ws, who))
     typer.echo(f"blocked {describe(blocked)}")

@@ -9,25 +9,49 @@ import typer
 
 from shared.cli._app import (
     DataDir,
+    Region,
+    Stack,
     app,
-    settings_for,
+    target_settings,
 )
 
 if TYPE_CHECKING:
-    from shared.adapters.embedded import FileSecretStore
+    from typing import Protocol
+
+    class AdminSecrets(Protocol):
+        """What `sigil secret` does with a store: the data dir's file, or the stack's Secrets Manager."""
+
+        def get(self, name: str) -> str | None: ...
+
+        def set(self, name: str, value: str) -> None: ...
+
+        def delete(self, name: str) -> None: ...
+
+        def names(self) -> list[str]: ...
 
 
 secret_app = typer.Typer(
-    help="The local gateway's secrets (bot tokens, signing secrets, API keys) in its data dir.",
+    help="Secrets (bot tokens, signing secrets, API keys): the local gateway's in its data dir, or a "
+    "deployed stack's in Secrets Manager (--stack).",
     no_args_is_help=True,
 )
 app.add_typer(secret_app, name="secret")
 
 
-def _local_secrets(data_dir: Path | None) -> FileSecretStore:
+def _secrets(data_dir: Path | None, stack: str | None = None, region: str | None = None) -> AdminSecrets:
+    """The target's secret store: the data dir's secrets.json, or the stack's, under its prefix."""
+    settings = target_settings(data_dir, stack, region)
+    if stack is not None:
+        from shared.adapters.aws import clients
+        from shared.adapters.aws.secrets import SecretsManagerStore
+
+        # No cache: an operator's read must see the value just set.
+        return SecretsManagerStore(
+            settings.secrets_prefix, client=clients.secretsmanager(settings.aws_region), max_age_s=0
+        )
     from shared.adapters.embedded import FileSecretStore, open_data_dir
 
-    return FileSecretStore(open_data_dir(settings_for(data_dir).data_dir) / "secrets.json")
+    return FileSecretStore(open_data_dir(settings.data_dir) / "secrets.json")
 
 
 def _known_secrets() -> list[str]:
@@ -83,6 +107,8 @@ def _masked(value: str) -> str:
 def secret_set(
     name: Annotated[str, typer.Argument(help="e.g. telegram/bot-token, slack/signing-secret")],
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Store a secret's value, read from the prompt (hidden) or from standard input."""
     import sys
@@ -93,7 +119,7 @@ def secret_set(
     if not value:
         typer.echo("an empty value was not stored", err=True)
         raise typer.Exit(2)
-    _local_secrets(data_dir).set(name, value)
+    _secrets(data_dir, stack, region).set(name, value)
     typer.echo(f"stored {name}", err=True)
 
 
@@ -101,11 +127,15 @@ def secret_set(
 def secret_get(
     name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Say whether a secret is set, with a masked form of it (never the value); exit 1 if not."""
-    store = _local_secrets(data_dir)
-    _known_secret(name, stored=store.names())
-    value = store.get(name)
+    store = _secrets(data_dir, stack, region)
+    stored = store.names()
+    _known_secret(name, stored=stored)
+    # Asked only when listed: Secrets Manager refuses to read one scheduled for deletion.
+    value = store.get(name) if name in stored else None
     if value is None:
         typer.echo(f"{name} is not set", err=True)
         raise typer.Exit(1)
@@ -117,22 +147,26 @@ def secret_delete(
     name: Annotated[str, typer.Argument(help="the secret's name (see `sigil secret list`)")],
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
-    """Remove a secret from the data dir."""
-    store = _local_secrets(data_dir)
-    _known_secret(name, stored=store.names())
-    if store.get(name) is None:
+    """Remove a secret: from the data dir; from a stack, scheduled for deletion in 7 days."""
+    store = _secrets(data_dir, stack, region)
+    stored = store.names()
+    _known_secret(name, stored=stored)
+    if name not in stored or store.get(name) is None:
         typer.echo(f"{name} is not set", err=True)
         raise typer.Exit(1)
     if not yes and not typer.confirm(f"delete secret {name}? This cannot be undone"):
         typer.echo("nothing deleted", err=True)
         raise typer.Exit(1)
     store.delete(name)
-    typer.echo(f"deleted {name}", err=True)
+    when = " (scheduled: Secrets Manager deletes it in 7 days; restore-secret undoes it)" if stack else ""
+    typer.echo(f"deleted {name}{when}", err=True)
 
 
 @secret_app.command("list")
-def secret_list(data_dir: DataDir = None) -> None:
+def secret_list(data_dir: DataDir = None, stack: Stack = None, region: Region = None) -> None:
     """List the names of the stored secrets (never their values)."""
-    for name in _local_secrets(data_dir).names():
+    for name in _secrets(data_dir, stack, region).names():
         typer.echo(name)

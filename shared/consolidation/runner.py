@@ -41,6 +41,20 @@ from shared.consolidation.compaction import (
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.maintenance import MaintenanceReport
 from shared.errors import ModelNotConfigured
+from shared.metric_catalogue import (
+    COMPACTION_BUSY,
+    COMPACTION_DURATION,
+    COMPACTION_OVER_BUDGET,
+    CONSOLIDATION_ERRORS,
+    CONSOLIDATION_PARTIAL,
+    CONSOLIDATION_RUN_DURATION,
+    CONSOLIDATION_TOKENS_IN,
+    CONSOLIDATION_TOKENS_OUT,
+    FACTS_DROPPED,
+    FACTS_EXTRACTED,
+    FACTS_MERGED,
+    SUMMARIES_WRITTEN,
+)
 from shared.models import DomainEvent, WorkspaceConfig, new_workspace
 
 log = logging.getLogger("sigil.consolidation")
@@ -98,21 +112,21 @@ class Totals(BaseModel):
 
     def metrics(self) -> dict[str, float]:
         return {
-            "SummariesWritten": self.summaries,
-            "FactsExtracted": self.facts_extracted,
-            "FactsMerged": self.facts_merged,
-            "FactsDropped": self.facts_dropped,
-            "CompactionBusy": self.busy,
-            "CompactionOverBudget": self.over_budget,
-            "ConsolidationErrors": self.errors,
-            "ConsolidationTokensIn": self.tokens_in,
-            "ConsolidationTokensOut": self.tokens_out,
+            SUMMARIES_WRITTEN.name: self.summaries,
+            FACTS_EXTRACTED.name: self.facts_extracted,
+            FACTS_MERGED.name: self.facts_merged,
+            FACTS_DROPPED.name: self.facts_dropped,
+            COMPACTION_BUSY.name: self.busy,
+            COMPACTION_OVER_BUDGET.name: self.over_budget,
+            CONSOLIDATION_ERRORS.name: self.errors,
+            CONSOLIDATION_TOKENS_IN.name: self.tokens_in,
+            CONSOLIDATION_TOKENS_OUT.name: self.tokens_out,
         }
 
 
 def compaction_metrics(result: CompactionResult) -> dict[str, float]:
     """One session's compaction (a CompactionDue): its counts and how long it took."""
-    return Totals.of(result).metrics() | {"CompactionDurationMs": result.duration_ms}
+    return Totals.of(result).metrics() | {COMPACTION_DURATION.name: result.duration_ms}
 
 
 class WorkspaceReport(BaseModel):
@@ -142,8 +156,8 @@ class HourlyReport(BaseModel):
         """The pass's counts, with every workspace's maintenance summed: per-workspace dimensions
         would be unbounded."""
         values = self.totals.metrics() | {
-            "ConsolidationRunMs": self.duration_ms,
-            "ConsolidationPartial": 1.0 if self.status == "partial" else 0.0,
+            CONSOLIDATION_RUN_DURATION.name: self.duration_ms,
+            CONSOLIDATION_PARTIAL.name: 1.0 if self.status == "partial" else 0.0,
         }
         for w in self.workspaces:
             for name, value in (w.maintenance.metrics() if w.maintenance else {}).items():

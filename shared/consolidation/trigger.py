@@ -36,15 +36,20 @@ from shared.consolidation.runner import (
     run_compaction_due,
     run_hourly,
 )
+from shared.metric_catalogue import (
+    COMPACTION_REQUESTS,
+    MAINTENANCE_REQUESTS,
+    SCHEDULE_TICKS,
+)
 from shared.models import EVENT_SOURCE, DomainEvent
 from shared.observability import metrics
 
 Trigger = Literal["schedule", "CompactionDue", "MaintenanceDue"]
 TRIGGER_METRICS: Final[Mapping[Trigger, str]] = MappingProxyType(
     {
-        "schedule": "ScheduleTicks",
-        "CompactionDue": "CompactionRequests",
-        "MaintenanceDue": "MaintenanceRequests",
+        "schedule": SCHEDULE_TICKS.name,
+        "CompactionDue": COMPACTION_REQUESTS.name,
+        "MaintenanceDue": MAINTENANCE_REQUESTS.name,
     }
 )
 
@@ -59,6 +64,11 @@ class Received(BaseModel):
     detail: dict[str, Any] = {}
     # The domain event itself (None for the schedule); what the run reads, not what it reports.
     event: DomainEvent | None = Field(default=None, exclude=True)
+
+    @property
+    def correlation_id(self) -> str | None:
+        """The id of the turn that emitted the event (shared.correlation); None for the schedule."""
+        return self.event.correlation_id if self.event is not None else None
 
     @classmethod
     def of(cls, event_id: str, event: DomainEvent | None) -> Received:

@@ -19,6 +19,7 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from shared import correlation
 from shared.channels import channel_for, web
 from shared.channels.inbound import (
     MAX_INT63,
@@ -64,7 +65,7 @@ class Ingress:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
         inbound = web.parse(workspace_id, request.body)
-        item = LaneItem(inbound=inbound)
+        item = LaneItem(inbound=inbound, correlation_id=correlation.current())
         return self.lanes.submit(item), item
 
     def channel(self, platform: str, route_name: str | None, workspace_id: str) -> InboundChannel:
@@ -104,7 +105,7 @@ class Ingress:
             outcome = routed(route, outcome)
         if isinstance(outcome, Accepted):
             for inbound in outcome.messages:
-                self.lanes.submit(LaneItem(inbound=inbound))
+                self.lanes.submit(LaneItem(inbound=inbound, correlation_id=correlation.current()))
         return outcome
 
     def authorise_read(self, workspace_id: str, request: WebhookRequest) -> None:

@@ -7,10 +7,15 @@ the body is the user's message, and logs outlive the memory retention rules.
 
 from __future__ import annotations
 
-from aws_lambda_powertools.metrics import MetricUnit
-
 from shared.channels.inbound import Accepted, Handshake, IngressOutcome
 from shared.errors import SigilError
+from shared.metric_catalogue import (
+    EVENTS_IGNORED,
+    HANDSHAKES,
+    MESSAGES_DUPLICATE,
+    MESSAGES_QUEUED,
+    REQUESTS_REFUSED,
+)
 from shared.models import LaneItem
 from shared.observability import logger, metrics
 from shared.ports import SubmitResult
@@ -20,11 +25,8 @@ class Metered:
     """The webhook front's observer in the Lambda (shared.ingress.http.Observer)."""
 
     def web_accepted(self, result: SubmitResult, item: LaneItem) -> None:
-        metrics.add_metric(
-            name="MessagesQueued" if result.status == "queued" else "MessagesDuplicate",
-            unit=MetricUnit.Count,
-            value=1,
-        )
+        counted = MESSAGES_QUEUED if result.status == "queued" else MESSAGES_DUPLICATE
+        metrics.add_metric(name=counted.name, unit=counted.unit, value=1)
         inbound = item.inbound
         logger.info(
             "message accepted",
@@ -38,7 +40,9 @@ class Metered:
 
     def platform_answered(self, channel: str, outcome: IngressOutcome) -> None:
         if isinstance(outcome, Accepted):
-            metrics.add_metric(name="MessagesQueued", unit=MetricUnit.Count, value=len(outcome.messages))
+            metrics.add_metric(
+                name=MESSAGES_QUEUED.name, unit=MESSAGES_QUEUED.unit, value=len(outcome.messages)
+            )
             for inbound in outcome.messages:
                 logger.info(
                     "message accepted",
@@ -50,10 +54,10 @@ class Metered:
                     },
                 )
         elif isinstance(outcome, Handshake):
-            metrics.add_metric(name="Handshakes", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=HANDSHAKES.name, unit=HANDSHAKES.unit, value=1)
             logger.info("handshake answered", extra={"channel": channel, "status": outcome.status})
         else:
-            metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=EVENTS_IGNORED.name, unit=EVENTS_IGNORED.unit, value=1)
             logger.info("event ignored", extra={"channel": channel, "reason": outcome.reason})
 
 
@@ -66,4 +70,4 @@ def refused(route: str, exc: SigilError) -> None:
         "request refused",
         extra={"route": route, "status": exc.http_status, "code": exc.code, "reason": exc.message},
     )
-    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=REQUESTS_REFUSED.name, unit=REQUESTS_REFUSED.unit, value=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
+from shared import correlation
 from shared.backend import Backend
 from shared.clock import new_id
 from shared.consolidation.deadline import Deadline
@@ -52,9 +53,10 @@ def register_consolidation(
     def on_compaction_due(event: DomainEvent) -> None:
         # Raised errors (the model is down) make the scheduler retry the event, then give up on
         # it; the hourly run catches the batch up either way.
-        run_compaction_due(
-            backend, model, event, run_id=run_id_for(event), deadline=Deadline.after(EVENT_RUN_S)
-        )
+        with correlation.correlated(event.correlation_id):  # the turn's that emitted it
+            run_compaction_due(
+                backend, model, event, run_id=run_id_for(event), deadline=Deadline.after(EVENT_RUN_S)
+            )
 
     def on_maintenance_due(event: DomainEvent) -> None:
         consolidate_workspace(

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from shared import correlation
 from shared.adapters.embedded import (
     EmbeddedLaneRunner,
     LocalScheduler,
@@ -33,14 +35,16 @@ from shared.backend import Backend
 from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.out import build_senders
-from shared.channels.routes import RouteLookup, no_routes
+from shared.channels.routes import RouteLookup
 from shared.config import Settings
+from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
+from shared.local.logs import RequestIds
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
@@ -58,6 +62,8 @@ SSE_HEARTBEAT_S = 15.0
 @dataclass
 class LocalGateway:
     settings: Settings
+    # sigil.yaml, applied to the data dir at start (shared.configuration); None: no file.
+    config: SigilFile | None = None
     backend: Backend = field(init=False)
     ingress: Ingress = field(init=False)
     front: WebhookFront = field(init=False)
@@ -79,7 +85,9 @@ class LocalGateway:
             secrets=self.backend.secrets,
             signature_window_s=self.settings.signature_window_s,
             max_body_bytes=self.settings.max_body_bytes,
-            routes=self.routes or _stored_routes(self.backend),
+            # Read on every request: a route `sigil config apply` writes applies at once, and the
+            # SQLite read is cheap.
+            routes=self.routes or self.backend.routes.get,
         )
         self.front = WebhookFront(self.ingress, self.settings.resolved_channel_workspace())
         senders = build_senders(
@@ -102,7 +110,7 @@ class LocalGateway:
             self._handle,
             workers=self.settings.lane_workers,
             max_attempts=self.settings.lane_max_attempts,
-            on_dead_letter=lambda item: give_up_turn(self.deps, item),
+            on_dead_letter=self._give_up,
         )
         self.scheduler = LocalScheduler(events)
         # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
@@ -111,8 +119,14 @@ class LocalGateway:
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
-        with deadline(time.monotonic() + self.settings.turn_timeout_s):
+        # Its log lines carry the id of the request that queued it (shared.correlation).
+        until = time.monotonic() + self.settings.turn_timeout_s
+        with correlation.correlated(item.correlation_id), deadline(until):
             run_turn(self.deps, item)
+
+    def _give_up(self, item: LaneItem) -> None:
+        with correlation.correlated(item.correlation_id):
+            give_up_turn(self.deps, item)
 
     def ensure_workspace(self, workspace_id: str) -> str:
         """Create the workspace and its web signing secret on first start; return the secret."""
@@ -144,6 +158,8 @@ class LocalGateway:
     def start(self) -> None:
         # Before anything is recovered: the in-flight items may be another gateway's running turns.
         self.lock_data_dir()
+        if self.config is not None:
+            apply(self.config, self.backend.workspaces, self.backend.routes)
         self.ensure_workspace(self.settings.default_workspace)
         self.scheduler.start()
         self.runner.start()
@@ -170,6 +186,7 @@ class LocalGateway:
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
             exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
+            middleware=[Middleware(RequestIds)],
         )
 
     async def _health(self, request: Request) -> Response:
@@ -231,16 +248,6 @@ class LocalGateway:
         return StreamingResponse(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
-
-
-def _stored_routes(backend: Backend) -> RouteLookup:
-    # Read on every request: a route `sigil config apply` writes applies at once, and the SQLite
-    # read is cheap. Guarded until the backend carries its route store on this branch.
-    store = getattr(backend, "routes", None)
-    if store is None:
-        return no_routes
-    lookup: RouteLookup = store.get
-    return lookup
 
 
 async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:

@@ -6,7 +6,8 @@ several chunk documents, each naming its record in metadata "record_id").
 
 When a part fails the search degrades instead of failing, and says so in the outcome:
 hybrid -> BM25 only (no embedder, or the embedder raised) -> the session's recent messages from
-the MemoryStore (the index raised).
+the MemoryStore (the index raised). Each step down counts SearchFallbackBm25 or
+SearchFallbackRecent (shared.metric_catalogue) in the functions that publish metrics.
 
 Every search names the RecallScope it may reach (built by the turn, shared.memory.scope), and the
 index applies it inside its query. The recent-messages stand-in reads one session, and only one
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.errors import BadRequest
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
 from shared.memory.scope import visible
+from shared.metric_catalogue import SEARCH_FALLBACK_BM25, SEARCH_FALLBACK_RECENT, record
 from shared.models import IndexQuery, MemoryTier, RecallScope
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
@@ -204,6 +206,8 @@ class MemorySearch:
                     logger.warning("query embedding failed; BM25 only", exc_info=True)
                     degraded = f"embedding model unavailable: {type(exc).__name__}"
         answered: SearchMode = mode if vector is not None else "bm25"
+        if answered != mode:
+            record(SEARCH_FALLBACK_BM25)
 
         index_query = IndexQuery(
             text=keyword_query(text) if answered != "vector" else None,
@@ -218,6 +222,7 @@ class MemorySearch:
             result = self._index.search(workspace_id, index_query)
         except Exception as exc:
             logger.warning("memory index search failed; recent messages instead", exc_info=True)
+            record(SEARCH_FALLBACK_RECENT)
             return self._recent(
                 workspace_id,
                 session_id or recent_from,

@@ -152,6 +152,18 @@ class Attachment(Model):
 Channel = Literal["web", "telegram", "slack", "discord", "whatsapp"]
 
 
+class ChatCommand(Model):
+    """A chat command (docs/commands.md), as the channel recognised it: `/status`, `/model ref`.
+
+    Set only where the platform says the message is a command (Telegram's bot_command entity at
+    offset 0, a Slack slash command, a Discord application command) or, on WhatsApp and the web,
+    where the text opens with `/name`, so "/status" inside a sentence stays ordinary text.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9_]{1,32}$")  # lower-case, without the "/" or "@bot"
+    args: str = Field(default="", max_length=4096)
+
+
 class InboundMessage(Model):
     """A user's message, normalised from any channel, as it travels through the lane."""
 
@@ -165,6 +177,8 @@ class InboundMessage(Model):
     thread_id: str | None = None
     reply_to: str | None = None
     text: str
+    # A chat command: answered by the turn without the model (shared.agent.commands).
+    command: ChatCommand | None = None
     attachments: list[Attachment] = Field(default_factory=list)
     received_at: datetime = Field(default_factory=utcnow)
     # Channel-specific routing data the outbound client needs (e.g. Discord's interaction token).
@@ -561,6 +575,8 @@ class LaneItem(Model):
 
     inbound: InboundMessage
     enqueued_at: datetime = Field(default_factory=utcnow)
+    # The webhook request's id (shared.correlation); None on items queued before it existed.
+    correlation_id: str | None = None
 
     @property
     def group_id(self) -> str:
@@ -579,6 +595,8 @@ class DomainEvent(Model):
     session_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     at: datetime = Field(default_factory=utcnow)
+    # The id of the turn that emitted it (shared.correlation), bound by the consolidation run.
+    correlation_id: str | None = None
 
 
 # The source every DomainEvent carries on EventBridge; the consolidate function accepts no other.
@@ -609,6 +627,7 @@ class AuditRecord(Model):
         "sender_refused",  # not on the allow list, blocked, or a bot: no model call, nothing kept
         "refused",  # the model, or its provider's safety filter, declined to answer
         "given_up",  # dead-lettered after its last attempt: the user was sent an apology
+        "command",  # a chat command, answered without the model (shared.agent.commands)
     ]
     error: str | None = None
     # What the safety filters found (docs/safety.md), as names only, never the text: the sources
@@ -617,12 +636,21 @@ class AuditRecord(Model):
     # fields existed still load.
     quoted: list[str] = Field(default_factory=list)
     injection_rules: dict[str, list[str]] = Field(default_factory=dict)
+    # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
+    correlation_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
     def anonymised(self) -> AuditRecord:
         """The record without the person (AuditLog.anonymise): the accounting stays."""
         return self.model_copy(
-            update={"user_id": None, "session_id": "erased", "event_id": None, "error": None}
+            update={
+                "user_id": None,
+                "session_id": "erased",
+                "event_id": None,
+                "error": None,
+                # It finds the turn's log lines, which name the session.
+                "correlation_id": None,
+            }
         )
 
 

@@ -15,6 +15,9 @@ attempt that reaches the deadline (DeadlineExceeded) is neither retried nor hand
 
 The helpers below turn an SDK's HTTP error into (retryable, retry-after) so every provider
 classifies failures the same way.
+
+Each retry counts ProviderRetries and each hand-over ProviderFallbacks (shared.metric_catalogue),
+in the functions that publish metrics.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from shared.errors import DeadlineExceeded, ProviderError
+from shared.metric_catalogue import PROVIDER_FALLBACKS, PROVIDER_RETRIES, record
 from shared.providers.base import ChatRequest, Provider, ProviderEvent
 from shared.providers.deadline import bounded, remaining, within
 
@@ -91,6 +95,7 @@ class ResilientProvider:
                         "model provider failed, using the fallback",
                         extra={"provider": provider.name, "error": exc.message},
                     )
+                    record(PROVIDER_FALLBACKS)
         raise _combined(failures) from None
 
     def _with_retries(
@@ -123,6 +128,7 @@ class ResilientProvider:
                         "error": exc.message,
                     },
                 )
+                record(PROVIDER_RETRIES)
                 self._sleep(delay)
                 attempt += 1
 

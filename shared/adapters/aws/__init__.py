@@ -35,6 +35,7 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         DynamoIdentityStore,
         DynamoMemoryStore,
         DynamoOutbox,
+        DynamoRouteStore,
         DynamoSendLedger,
         DynamoSessionStore,
         DynamoWorkspaceStore,
@@ -88,6 +89,8 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         budgets=DynamoBudgetStore(settings.sessions_table, region=region),
         # The sessions table too: leases are conditional writes, like the budget counters.
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
+        # The sessions table: the webhook reads a route per request and already reaches it.
+        routes=DynamoRouteStore(settings.sessions_table, region=region),
         # The turn caches in its process only, so embedding adds no DynamoDB round trip to it;
         # bulk embedding (consolidation, backfill) shares entries in the memory table
         # (docs/dynamodb.md), expiring by its TTL.

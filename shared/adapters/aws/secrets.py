@@ -59,3 +59,41 @@ class SecretsManagerStore:
             return value
         # No transform is requested, so powertools returns the SecretString or SecretBinary.
         raise TypeError(f"unexpected secret value type {type(value).__name__} for {self.prefix + name}")
+
+    # The operator's side (`sigil secret --stack`): never called by a function, whose role can
+    # only read (infra/constructs/secrets.py).
+
+    def _client(self) -> SecretsManagerClient:
+        client: SecretsManagerClient = self.provider.client
+        return client
+
+    def set(self, name: str, value: str) -> None:
+        """Store a value: a new version of the secret, or the secret itself when it is not there."""
+        client = self._client()
+        try:
+            client.put_secret_value(SecretId=self.prefix + name, SecretString=value)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+            client.create_secret(Name=self.prefix + name, SecretString=value)
+        self.provider.clear_cache()  # type: ignore[no-untyped-call]
+
+    def delete(self, name: str) -> None:
+        """Schedule the secret's deletion, with Secrets Manager's shortest recovery window (7 days:
+        `aws secretsmanager restore-secret` undoes it)."""
+        self._client().delete_secret(SecretId=self.prefix + name, RecoveryWindowInDays=7)
+        self.provider.clear_cache()  # type: ignore[no-untyped-call]
+
+    def names(self) -> list[str]:
+        """The names under the prefix, without it, sorted; those scheduled for deletion left out."""
+        found: list[str] = []
+        for page in (
+            self._client()
+            .get_paginator("list_secrets")
+            .paginate(Filters=[{"Key": "name", "Values": [self.prefix]}])
+        ):
+            for entry in page.get("SecretList", []):
+                full = entry.get("Name", "")
+                if full.startswith(self.prefix) and "DeletedDate" not in entry:
+                    found.append(full.removeprefix(self.prefix))
+        return sorted(found)

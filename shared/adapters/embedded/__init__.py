@@ -19,6 +19,7 @@ from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
+from shared.adapters.embedded.routes import SqliteRouteStore
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.send_ledger import SqliteSendLedger
 from shared.adapters.embedded.sessions import SqliteSessionStore
@@ -45,6 +46,7 @@ __all__ = [
     "SqliteMemoryIndex",
     "SqliteMemoryStore",
     "SqliteOutbox",
+    "SqliteRouteStore",
     "SqliteSendLedger",
     "SqliteSessionStore",
     "SqliteWorkspaceStore",
@@ -88,6 +90,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             send_ledger=SqliteSendLedger(main),
             budgets=SqliteBudgetStore(main),
             consolidation=SqliteConsolidationState(main),
+            routes=SqliteRouteStore(main),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],

@@ -10,6 +10,20 @@ from typing import Literal, Self
 
 from pydantic import BaseModel
 
+from shared.metric_catalogue import (
+    MAINTENANCE_BACKFILLED,
+    MAINTENANCE_COMPLETE,
+    MAINTENANCE_DURATION,
+    MAINTENANCE_MERGED,
+    MAINTENANCE_MESSAGES_BACKFILLED,
+    MAINTENANCE_PROMOTED,
+    MAINTENANCE_PRUNED,
+    MAINTENANCE_PURGED,
+    MAINTENANCE_SCOPES_BACKFILLED,
+    MAINTENANCE_SCORED,
+    MAINTENANCE_SUMMARIES_BACKFILLED,
+)
+
 # The phases a run goes through, in order; "done" in a checkpoint means the last one finished.
 Stage = Literal["scopes", "score", "finish", "messages"]
 
@@ -70,15 +84,15 @@ class MaintenanceReport(BaseModel):
     def metrics(self) -> dict[str, float]:
         """What the handler publishes (no workspace or user dimension)."""
         return {
-            "MaintenanceScored": self.scored,
-            "MaintenancePromoted": self.promoted,
-            "MaintenancePruned": self.pruned + self.capped,
-            "MaintenanceMerged": self.merged,
-            "MaintenanceBackfilled": self.backfilled,
-            "MaintenancePurged": self.purged,
-            "MaintenanceMessagesBackfilled": self.messages_backfilled,
-            "MaintenanceSummariesBackfilled": self.summaries_backfilled,
-            "MaintenanceScopesBackfilled": self.scopes_backfilled,
-            "MaintenanceDurationMs": self.duration_s * 1000.0,
-            "MaintenanceComplete": 1.0 if self.complete else 0.0,
+            MAINTENANCE_SCORED.name: self.scored,
+            MAINTENANCE_PROMOTED.name: self.promoted,
+            MAINTENANCE_PRUNED.name: self.pruned + self.capped,
+            MAINTENANCE_MERGED.name: self.merged,
+            MAINTENANCE_BACKFILLED.name: self.backfilled,
+            MAINTENANCE_PURGED.name: self.purged,
+            MAINTENANCE_MESSAGES_BACKFILLED.name: self.messages_backfilled,
+            MAINTENANCE_SUMMARIES_BACKFILLED.name: self.summaries_backfilled,
+            MAINTENANCE_SCOPES_BACKFILLED.name: self.scopes_backfilled,
+            MAINTENANCE_DURATION.name: self.duration_s * 1000.0,
+            MAINTENANCE_COMPLETE.name: 1.0 if self.complete else 0.0,
         }

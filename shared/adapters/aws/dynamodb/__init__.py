@@ -4,8 +4,8 @@ audit, identities, budget counters, consolidation leases and the embedding cache
 Two tables, one per concern (docs/dynamodb.md has the whole key design):
 
 - the sessions table (pk, sk; no index) holds what a turn reads and writes under a condition:
-  sessions (optimistic concurrency on `version`), the outbox, the send ledger, budget counters
-  and consolidation leases;
+  sessions (optimistic concurrency on `version`), the outbox, the send ledger, budget counters,
+  consolidation leases and the channel routes;
 - the memory table (pk, sk, GSI1, GSI2, TTL on `ttl`) holds what has secondary access paths or
   expires: Tier-1 messages, Tier-2 summaries, Tier-3 triples, workspace configs, audit records,
   identities (a pending one's pairing code is its GSI1 key), cached embeddings.
@@ -23,6 +23,7 @@ from shared.adapters.aws.dynamodb.embedding_cache import DynamoEmbeddingCache
 from shared.adapters.aws.dynamodb.identities import DynamoIdentityStore
 from shared.adapters.aws.dynamodb.memory import DynamoMemoryStore
 from shared.adapters.aws.dynamodb.outbox import DynamoOutbox
+from shared.adapters.aws.dynamodb.routes import DynamoRouteStore
 from shared.adapters.aws.dynamodb.send_ledger import DynamoSendLedger
 from shared.adapters.aws.dynamodb.sessions import DynamoSessionStore
 from shared.adapters.aws.dynamodb.table import (
@@ -52,6 +53,7 @@ __all__ = [
     "DynamoIdentityStore",
     "DynamoMemoryStore",
     "DynamoOutbox",
+    "DynamoRouteStore",
     "DynamoSendLedger",
     "DynamoSessionStore",
     "DynamoWorkspaceStore",

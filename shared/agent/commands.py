@@ -1,0 +1,194 @@
+"""Chat commands (docs/commands.md): answered in the turn, without the model.
+
+The channel marks a message as a command (shared.channels.commands, InboundMessage.command) and
+the pre-flight hands an admitted sender's command here (shared.agent.preflight.Command), after the
+duplicate and admission checks and before the model and budget ones: a sender not admitted gets
+what they got before (a pairing code, a refusal, nothing), and `/status` and `/model` still work
+when the budget is used up or the model is misconfigured, which is when they are wanted.
+
+A command calls no model and spends no budget. Its answer is sent like a reply and audited
+("command"), and the turn commits no message: neither the command nor its answer joins the
+window, which is the conversation with the model (a `/status` table in it would only cost tokens
+and could mislead the model about its own configuration). The commit still records the event id,
+so a redelivered command is skipped, and carries what the command changes in the session:
+
+- `/status`: the model in effect, the sender's and the workspace's budget left and when each
+  period resets (UTC days and months, docs/budgets.md), the workspace's skills, its memory policy;
+- `/new`: a fresh window; the whole old window rolls into Tier 1 and the index as the commit rolls
+  out any message (shared.agent.commit, `fresh`), with a CompactionDue when a batch completes, so
+  memory search still finds it. The pinned task goes too; the rolling summary stays (memory);
+- `/model [ref|default]`: shows the model and the workspace's `model_choices`, sets
+  Session.model_override to one of them, or clears it;
+- `/skills`: the skills available to the workspace, name and description;
+- `/help`, and any other `/name`: the one-line list of commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from shared.agent.preflight import Turn
+from shared.budgets import Bucket, Counters, Metric, Period, as_utc
+from shared.models import ChatCommand, RecallPolicy, WorkspaceConfig
+from shared.models.budgets import _amount, _date, _duration
+from shared.skills import Skill
+
+HELP: Final = (
+    "Commands: /status (model, budget, skills, memory), /new (start a fresh conversation), "
+    "/model [name|default] (switch model), /skills (list skills), /help."
+)
+# What each memory policy lets a turn recall (docs/privacy.md), as /status tells the user.
+RECALL: Final[dict[RecallPolicy, str]] = {
+    "personal": (
+        "in a direct conversation, what you said on any channel plus shared facts; in a group, "
+        "the group's conversation plus shared facts"
+    ),
+    "workspace": "everything said in this workspace",
+    "conversation": "this conversation only",
+}
+_METRIC_NAMES: Final[dict[Metric, str]] = {"tokens": "tokens", "tool_calls": "tool calls", "usd": ""}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A command's reply, and what the turn commits for it (no message: see the module)."""
+
+    text: str
+    updates: dict[str, Any] = field(default_factory=dict)  # Session fields the command changes
+    fresh: bool = False  # roll the whole window into memory (/new)
+    error: str | None = None  # why a command was refused, for the audit record
+
+
+def available_skills(read: Callable[[str], list[Skill]], workspace: WorkspaceConfig) -> list[Skill]:
+    """The skills the workspace's turns may use: those installed (`read`, TurnDeps.skills), less
+    any the workspace's `skills` list leaves out. The one place commands read skills from."""
+    installed = read(workspace.id)
+    if workspace.skills is None:
+        return installed
+    allowed = set(workspace.skills)
+    return [s for s in installed if s.name in allowed]
+
+
+def answer_command(
+    turn: Turn, command: ChatCommand, *, skills: list[Skill], default_model: str | None, now: datetime
+) -> Answer:
+    """The answer to `command` in `turn`; `skills` are the workspace's (available_skills),
+    `default_model` the gateway's, used when neither the session nor the workspace names one."""
+    if command.name == "status":
+        return Answer(_status(turn, skills, default_model, now))
+    if command.name == "new":
+        return _new(turn)
+    if command.name == "model":
+        return _model(turn, command.args, default_model)
+    if command.name == "skills":
+        return Answer(_skills(skills))
+    if command.name == "help":
+        return Answer(HELP)
+    return Answer(f"Unknown command /{command.name}. {HELP}", error=f"unknown command /{command.name}")
+
+
+# ---------------------------------------------------------------- the commands
+
+
+def _status(turn: Turn, skills: list[Skill], default_model: str | None, now: datetime) -> str:
+    lines = [f"Model: {_model_line(turn, default_model)}"]
+    lines += _budget_lines(turn, now)
+    names = ", ".join(s.name for s in skills) if skills else "none"
+    lines.append(f"Skills: {names}")
+    policy = turn.workspace.memory.recall
+    lines.append(f"Memory: {policy} ({RECALL[policy]})")
+    return "\n".join(lines)
+
+
+def _new(turn: Turn) -> Answer:
+    count = len(turn.session.active_messages)
+    text = "Started a fresh conversation."
+    if count:
+        text += f" The previous {count} message{'s' if count != 1 else ''} are kept in memory."
+    # The pinned task was this conversation's; the rolling summary is memory, and stays.
+    return Answer(text, updates={"active_task": None}, fresh=True)
+
+
+def _model(turn: Turn, args: str, default_model: str | None) -> Answer:
+    choices = turn.workspace.model_choices
+    ref = args.strip()
+    workspace_model = turn.workspace.model or default_model or "none configured"
+    if not ref:
+        current = f"Model: {_model_line(turn, default_model)}."
+        if not choices:
+            return Answer(f"{current} This workspace offers no other models.")
+        return Answer(
+            f"{current} Choices: {', '.join(choices)}. "
+            "Switch with /model <name>, go back with /model default."
+        )
+    if ref == "default":
+        return Answer(f"Back to the workspace's model, {workspace_model}.", updates={"model_override": None})
+    if not choices:
+        return Answer(
+            "Switching models is not enabled in this workspace (it lists no model_choices).",
+            error="model_choices is empty",
+        )
+    if ref not in choices:
+        return Answer(
+            # Cut: the user's own text, repeated where a group may read it.
+            f"{ref[:100]} is not one of this workspace's models: {', '.join(choices)}.",
+            error="model not in model_choices",
+        )
+    return Answer(f"This conversation now uses {ref}.", updates={"model_override": ref})
+
+
+def _skills(skills: list[Skill]) -> str:
+    if not skills:
+        return "No skills are available in this workspace."
+    return "Skills:\n" + "\n".join(f"- {s.name}: {s.description}" for s in skills)
+
+
+# ---------------------------------------------------------------- status lines
+
+
+def _model_line(turn: Turn, default_model: str | None) -> str:
+    override = turn.session.model_override
+    workspace_model = turn.workspace.model or default_model
+    if override:
+        return f"{override} (chosen for this conversation; the workspace's is {workspace_model or 'none'})"
+    if turn.inbound.model:
+        # The chat's own model, from its channel route (shared.channels.routes).
+        return f"{turn.inbound.model} (this chat's; the workspace's is {workspace_model or 'none'})"
+    return workspace_model or "none configured"
+
+
+def _budget_lines(turn: Turn, now: datetime) -> list[str]:
+    if turn.workspace.budget is None:
+        return ["Budget: none (budgets are off in this workspace)"]
+    readings = turn.budget.readings()
+    lines = []
+    for scope, label in (("user", "Your budget"), ("workspace", "Workspace budget")):
+        mine = [(b, c) for b, c in readings if b.scope == scope]
+        if scope == "user" and not turn.budget.user_id:
+            continue
+        parts = [_period_left(b, c, now) for b, c in mine]
+        lines.append(f"{label}: {'; '.join(parts) if parts else 'no limit'}")
+    return lines
+
+
+def _period_left(bucket: Bucket, totals: Counters, now: datetime) -> str:
+    """ "998,765 of 1,000,000 tokens, $1.99 of $2.00 left today (resets at 00:00 UTC, in 3 h)" """
+    left = []
+    for metric, limit in bucket.limits.items():
+        remaining = max(0, limit - totals.get(metric))
+        unit = _METRIC_NAMES[metric]
+        amounts = f"{_amount(metric, remaining, limit)} of {_amount(metric, limit)}"
+        left.append(f"{amounts} {unit}".rstrip())
+    return f"{', '.join(left)} left {_period_name(bucket.period)} ({_resets(bucket, now)})"
+
+
+def _period_name(period: Period) -> str:
+    return "today" if period == "day" else "this month"
+
+
+def _resets(bucket: Bucket, now: datetime) -> str:
+    when = "at 00:00 UTC" if bucket.period == "day" else f"on {_date(bucket.resets_at)} at 00:00 UTC"
+    return f"resets {when}, in {_duration(as_utc(bucket.resets_at) - as_utc(now))}"

@@ -1,0 +1,155 @@
+"""The file's effective configuration, and how it differs from (`plan`) and is written to
+(`apply`) a backend's WorkspaceStore and RouteStore.
+
+`apply` writes every workspace of the file and the file's whole route set: a route the store has
+and the file has not is deleted (routes are the deployment's, all of them in the file), while a
+workspace the file does not name is left alone (it may hold conversations; the file need not
+list every workspace Sigil ever created). Writing what is already stored changes nothing, so
+`apply` is idempotent and `plan` after it is empty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from shared.configuration.model import Defaults, SigilFile, _WorkspaceSpecBase
+from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
+from shared.ports import RouteStore, WorkspaceStore
+
+
+def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -> WorkspaceConfig:
+    """The WorkspaceConfig a workspace section stands for: what it sets, its defaults for the rest.
+
+    The model: its own, else `defaults.model` (else None: the gateway's SIGIL_MODEL at turn time).
+    The budget: its own (`null` turns budgets off), else DEFAULT_BUDGET, as for a workspace Sigil
+    creates itself (shared.models.new_workspace).
+    """
+    values: dict[str, Any] = {name: getattr(spec, name) for name in spec.model_fields_set}
+    personality = values.pop("personality", None)
+    if personality is not None:
+        values["system_prompt"] = personality
+    if values.get("model") is None:
+        values["model"] = defaults.model
+    if "budget" not in values:
+        values["budget"] = DEFAULT_BUDGET.model_copy(deep=True)
+    return WorkspaceConfig.model_validate({"id": workspace_id, **{k: _plain(v) for k, v in values.items()}})
+
+
+def _plain(value: Any) -> Any:
+    # Nested models of the spec are WorkspaceConfig's own types; a dump keeps validation simple.
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return value
+
+
+def effective_configs(file: SigilFile) -> dict[str, WorkspaceConfig]:
+    return {ws: effective(ws, spec, file.defaults) for ws, spec in sorted(file.workspaces.items())}
+
+
+Action = Literal["create", "update", "delete", "left alone"]
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: Literal["workspace", "route"]
+    key: str
+    action: Action
+    # For an update: each changed field with its stored and its new value (JSON text).
+    fields: tuple[tuple[str, str, str], ...] = ()
+
+    def lines(self) -> list[str]:
+        sign = {"create": "+", "update": "~", "delete": "-", "left alone": "="}[self.action]
+        if self.action == "left alone":
+            return [f"{sign} {self.kind} {self.key}: not in the file, left alone"]
+        head = f"{sign} {self.kind} {self.key}" + (f" ({self.action})" if self.action != "update" else "")
+        return [head] + [f"    {name}: {old} -> {new}" for name, old, new in self.fields]
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def writes(self) -> list[Change]:
+        return [c for c in self.changes if c.action != "left alone"]
+
+    @property
+    def empty(self) -> bool:
+        return not self.writes
+
+    def lines(self) -> list[str]:
+        out = [line for change in self.changes for line in change.lines()]
+        if self.empty:
+            out.append("no changes")
+        return out
+
+
+def plan(file: SigilFile, workspaces: WorkspaceStore, routes: RouteStore) -> Plan:
+    """What `apply` would write: workspaces created or updated, routes created, updated or
+    deleted, and the stored workspaces the file leaves alone."""
+    changes: list[Change] = []
+    wanted = effective_configs(file)
+    for ws, config in wanted.items():
+        stored = workspaces.get(ws)
+        if stored is None:
+            changes.append(Change("workspace", ws, "create"))
+        elif stored != config:
+            changes.append(Change("workspace", ws, "update", _changed(stored, config)))
+    for stored in workspaces.list_workspaces():
+        if stored.id not in wanted:
+            changes.append(Change("workspace", stored.id, "left alone"))
+    stored_routes = {r.key: r for r in routes.list_routes()}
+    wanted_routes = {r.key: r for r in file.channels}
+    for key, route in sorted(wanted_routes.items()):
+        old = stored_routes.get(key)
+        if old is None:
+            changes.append(Change("route", key, "create"))
+        elif old != route:
+            changes.append(Change("route", key, "update", _changed(old, route)))
+    for key in sorted(stored_routes.keys() - wanted_routes.keys()):
+        changes.append(Change("route", key, "delete"))
+    return Plan(changes)
+
+
+def apply(
+    file: SigilFile,
+    workspaces: WorkspaceStore,
+    routes: RouteStore,
+    *,
+    on_change: Callable[[Change], None] | None = None,
+) -> Plan:
+    """Write the file to the stores; the plan it carried out (empty when nothing differed).
+    `on_change` hears of each change once it is written (the CLI's progress)."""
+    todo = plan(file, workspaces, routes)
+    wanted = effective_configs(file)
+    by_key = {r.key: r for r in file.channels}
+    for change in todo.writes:
+        if change.kind == "workspace":
+            workspaces.put(wanted[change.key])
+        elif change.action == "delete":
+            platform, _, name = change.key.partition("/")
+            routes.delete(platform, name)
+        else:
+            routes.put(by_key[change.key])
+        if on_change is not None:
+            on_change(change)
+    return todo
+
+
+def _changed(
+    old: WorkspaceConfig | ChannelRoute, new: WorkspaceConfig | ChannelRoute
+) -> tuple[tuple[str, str, str], ...]:
+    before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
+    return tuple(
+        (name, _short(before.get(name)), _short(after.get(name)))
+        for name in after
+        if before.get(name) != after.get(name)
+    )
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

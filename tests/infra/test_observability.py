@@ -1,0 +1,258 @@
+"""The alarms, their topic and the dashboard, against the metric catalogue and docs/operations.md.
+
+The metric names the code emits are shared.metric_catalogue's (tests/unit/test_metric_catalogue.py
+holds the code to it); here the synthesised dashboard and alarms are held to the same list, both
+ways, so a widget or an alarm cannot read a metric nothing emits and no metric goes undrawn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App
+from aws_cdk.assertions import Match
+
+from infra.config import ROOT, read_context
+from shared.metric_catalogue import CATALOGUE, NAMESPACE, SERVICE, SERVICE_DIMENSION
+from tests.infra.helpers import Synth, logical_id, synthesize
+
+pytestmark = pytest.mark.slow
+
+RUNBOOK_LINE = re.compile(r"Look first at [^;]+; docs/operations\.md#([a-z0-9-]+)$")
+SECURE = "aws:SecureTransport"
+SEARCH_METRIC = re.compile(r"SEARCH\('\{([^}]*)\}\s*MetricName=\"([^\"]+)\"")
+
+
+def _alarms(synth: Synth) -> dict[str, dict[str, Any]]:
+    return {k: r["Properties"] for k, r in synth.resources("AWS::CloudWatch::Alarm").items()}
+
+
+def _topic(synth: Synth) -> str:
+    return logical_id(synth.stack.node.find_child("Observability").node.find_child("AlarmTopic"))
+
+
+def _anchors() -> set[str]:
+    """GitHub's heading anchors in docs/operations.md."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def _dashboard_body(synth: Synth) -> dict[str, Any]:
+    """The dashboard's JSON, its CloudFormation references replaced by a placeholder."""
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    return json.loads("".join(p if isinstance(p, str) else "REF" for p in parts))
+
+
+def _custom_metrics_in_dashboard(body: dict[str, Any]) -> set[tuple[str, tuple[str, ...]]]:
+    """(metric name, dimension names) of every metric of our namespace the widgets read."""
+    found: set[tuple[str, tuple[str, ...]]] = set()
+    for widget in body["widgets"]:
+        for row in widget.get("properties", {}).get("metrics", []):
+            if isinstance(row[-1], dict) and "expression" in row[-1]:
+                for dims, name in SEARCH_METRIC.findall(row[-1]["expression"]):
+                    namespace, *dimensions = [d.strip() for d in dims.split(",")]
+                    if namespace == NAMESPACE:
+                        found.add((name, tuple(sorted(dimensions))))
+                continue
+            fields = [f for f in row if not isinstance(f, dict)]
+            if fields and fields[0] == NAMESPACE:
+                found.add((fields[1], tuple(sorted(fields[2::2]))))
+    return found
+
+
+def _custom_metrics_in_alarm(alarm: dict[str, Any]) -> set[tuple[str, tuple[str, ...]]]:
+    stats = (
+        [alarm] if "MetricName" in alarm else [m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m]
+    )
+    found = set()
+    for stat in stats:
+        metric = stat.get("Metric", stat)
+        if metric.get("Namespace") == NAMESPACE:
+            dims = tuple(sorted(d["Name"] for d in metric.get("Dimensions", [])))
+            found.add((metric["MetricName"], dims))
+    return found
+
+
+def _catalogued() -> set[tuple[str, tuple[str, ...]]]:
+    return {(m.name, tuple(sorted(m.dimensions))) for m in CATALOGUE.values()}
+
+
+# ---------------------------------------------------------------- alarms
+
+
+def test_every_alarm_notifies_the_stages_topic(each_stage: Synth) -> None:
+    alarms = _alarms(each_stage)
+
+    assert len(alarms) >= 14
+    assert {k: a.get("AlarmActions") for k, a in alarms.items()} == {
+        k: [{"Ref": _topic(each_stage)}] for k in alarms
+    }
+
+
+def test_every_alarm_says_what_to_look_at_first_and_links_an_existing_runbook_section(
+    each_stage: Synth,
+) -> None:
+    anchors = _anchors()
+    links = {k: RUNBOOK_LINE.search(a["AlarmDescription"]) for k, a in _alarms(each_stage).items()}
+
+    assert [k for k, m in links.items() if m is None] == []
+    assert {m.group(1) for m in links.values() if m} <= anchors
+
+
+def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_and_search(prod: Synth) -> None:
+    stack = prod.stack
+    functions = (stack.ingress.function, stack.agent.function, stack.consolidation.function)
+    by_metric: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for alarm in _alarms(prod).values():
+        if "MetricName" in alarm:
+            by_metric.setdefault((alarm["Namespace"], alarm["MetricName"]), []).append(alarm)
+
+    for name in ("Errors", "Throttles"):
+        watched = {a["Dimensions"][0]["Value"]["Ref"] for a in by_metric[("AWS/Lambda", name)]}
+        assert watched == {logical_id(f) for f in functions}
+    assert ("AWS/ApiGateway", "5xx") in by_metric
+    (age,) = by_metric[("AWS/SQS", "ApproximateAgeOfOldestMessage")]
+    assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [logical_id(stack.lanes.turns), "QueueName"]}
+    (dead,) = by_metric[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
+    assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    for name in ("ClusterStatus.red", "ClusterStatus.yellow", "FreeStorageSpace"):
+        assert ("AWS/ES", name) in by_metric
+    assert {(NAMESPACE, "Outcome_budget_denied"), (NAMESPACE, "ConsolidationErrors")} <= set(by_metric)
+    rates = [a for a in _alarms(prod).values() if "Metrics" in a]
+    assert [sorted(n for n, _ in _custom_metrics_in_alarm(a)) for a in rates] == [
+        ["ProviderErrors", "ProviderFallbacks", "TurnsCompleted", "TurnsFailed"]
+    ]
+
+
+def test_a_one_node_domain_has_no_yellow_alarm_it_could_never_clear(dev: Synth) -> None:
+    # One data node cannot hold a replica: its indexes are yellow for good.
+    names = {a.get("MetricName") for a in _alarms(dev).values()}
+
+    assert "ClusterStatus.red" in names
+    assert "ClusterStatus.yellow" not in names
+
+
+def test_every_metric_an_alarm_reads_is_one_the_code_emits(each_stage: Synth) -> None:
+    read = set().union(*(_custom_metrics_in_alarm(a) for a in _alarms(each_stage).values()))
+
+    assert read
+    assert read - _catalogued() == set()
+
+
+# ---------------------------------------------------------------- the topic
+
+
+def test_the_topic_is_encrypted_with_a_key_cloudwatch_may_use_and_refuses_plain_http(dev: Synth) -> None:
+    (topic,) = dev.resources("AWS::SNS::Topic").values()
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = dev.raw["Resources"][key_id]["Properties"]
+
+    assert key["EnableKeyRotation"] is True
+    assert any(
+        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+        and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(s["Action"])
+        for s in key["KeyPolicy"]["Statement"]
+    )
+    dev.template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "Topics": [{"Ref": _topic(dev)}],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                )
+            },
+        },
+    )
+
+
+def test_no_one_is_subscribed_unless_the_context_names_an_address(each_stage: Synth) -> None:
+    assert each_stage.resources("AWS::SNS::Subscription") == {}
+
+
+def test_alarm_email_subscribes_that_address_to_the_topic(tmp_path: Path, stand_in_layer: Path) -> None:
+    synth = synthesize("dev", tmp_path, stand_in_layer, alarm_email="oncall@example.com")
+
+    synth.template.has_resource_properties(
+        "AWS::SNS::Subscription",
+        {"Protocol": "email", "Endpoint": "oncall@example.com", "TopicArn": {"Ref": _topic(synth)}},
+    )
+
+
+@pytest.mark.parametrize("value", ["not-an-address", "a@example.com,b@example.com"])
+def test_an_alarm_email_that_is_not_one_address_is_refused(value: str) -> None:
+    app = App(context={"alarmEmail": value})
+
+    with pytest.raises(ValueError, match="alarm_email must be one e-mail address"):
+        read_context(app.node)
+
+
+def test_alarm_email_is_read_under_either_spelling() -> None:
+    for key in ("alarm_email", "alarmEmail"):
+        assert read_context(App(context={key: "ops@example.com"}).node).alarm_email == "ops@example.com"
+    assert read_context(App().node).alarm_email is None
+
+
+# ---------------------------------------------------------------- the dashboard
+
+
+def test_one_dashboard_per_stage_named_after_it(each_stage: Synth) -> None:
+    (dashboard,) = each_stage.resources("AWS::CloudWatch::Dashboard").values()
+
+    assert dashboard["Properties"]["DashboardName"] == f"sigil-{each_stage.stage}"
+
+
+def test_every_metric_the_code_emits_is_on_the_dashboard_and_nothing_else_of_ours(each_stage: Synth) -> None:
+    drawn = _custom_metrics_in_dashboard(_dashboard_body(each_stage))
+
+    assert drawn - _catalogued() == set()
+    assert _catalogued() - drawn == set()
+
+
+def test_the_dashboard_reads_our_metrics_under_the_service_dimension_powertools_adds(dev: Synth) -> None:
+    body = json.dumps(_dashboard_body(dev))
+
+    assert f'"{NAMESPACE}", "TurnDuration", "{SERVICE_DIMENSION}", "{SERVICE}"' in body
+    assert "WorkspaceCostUSD" in body and "SEARCH(" in body
+
+
+def test_the_dashboard_shows_the_aws_side_too(dev: Synth) -> None:
+    body = _dashboard_body(dev)
+    rows = [
+        row
+        for widget in body["widgets"]
+        for row in widget.get("properties", {}).get("metrics", [])
+        if isinstance(row[0], str)
+    ]
+    aws = {(row[0], row[1]) for row in rows}
+    queries = [w["properties"]["query"] for w in body["widgets"] if w["type"] == "log"]
+
+    assert {
+        ("AWS/ApiGateway", "Count"),
+        ("AWS/ApiGateway", "4xx"),
+        ("AWS/ApiGateway", "5xx"),
+        ("AWS/ApiGateway", "Latency"),
+        ("AWS/SQS", "ApproximateAgeOfOldestMessage"),
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+        ("AWS/ES", "ClusterStatus.red"),
+        ("AWS/ES", "ClusterStatus.yellow"),
+        ("AWS/ES", "FreeStorageSpace"),
+        ("AWS/Lambda", "Errors"),
+        ("AWS/Lambda", "Throttles"),
+    } <= aws
+    # Per channel: the access log's route key, counted by status.
+    assert len(queries) == 1 and "by routeKey, status" in queries[0]

@@ -1,0 +1,233 @@
+"""`sigil config apply | diff` and `sigil workspace list | show` on the embedded backend and on a
+deployed stack (moto, found through its CloudFormation outputs): apply is idempotent, diff after
+it is empty, routes follow the file, and the same file gives the same effective configuration on
+both backends."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shared.adapters.embedded import build_embedded_backend
+from shared.cli import app
+from shared.config import Settings
+from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
+from tests.support.moto_stack import MotoStack, moto_stack
+
+runner = CliRunner()
+
+FILE = """
+defaults:
+  model: openai/gpt-4.1-mini
+workspaces:
+  family:
+    name: Family
+    personality: You are the family's assistant.
+    active_window: 30
+    tools_deny: [web_fetch]
+    unknown_sender_policy: pairing
+  team:
+    name: Team
+    model: anthropic/claude-sonnet-4-5
+    max_tool_calls_per_turn: 5
+    budget:
+      workspace: {usd_per_day: "3.50"}
+    memory: {recall: workspace}
+    skills: [meeting-notes]
+    model_choices: [anthropic/claude-haiku-4-5]
+channels:
+  - {platform: telegram, name: family, workspace: family, account: "7012345678"}
+  - platform: telegram
+    name: team
+    workspace: team
+    chats:
+      "-100200": {workspace: family}
+  - {platform: slack, name: acme, workspace: team, account: T0123}
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SIGIL_CONFIG", "SIGIL_MODEL", "SIGIL_DATA_DIR", "SIGIL_BACKEND", "SIGIL_DEFAULT_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    # No sigil.yaml of the developer's is read by the commands that look in the working directory.
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config" / "sigil.yaml"
+    path.parent.mkdir()
+    path.write_text(textwrap.dedent(FILE).lstrip())
+    return path
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[MotoStack]:
+    with moto_stack(tmp_path) as deployed:
+        yield deployed
+
+
+def sigil(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_apply_then_diff_is_empty_and_a_second_apply_changes_nothing(
+    tmp_path: Path, config_file: Path
+) -> None:
+    data = ["--data-dir", str(tmp_path / "state")]
+    status, out = sigil("config", "diff", str(config_file), *data)
+    assert status == 0
+    assert out.splitlines() == [
+        "+ workspace family (create)",
+        "+ workspace team (create)",
+        "+ route slack/acme (create)",
+        "+ route telegram/family (create)",
+        "+ route telegram/team (create)",
+    ]
+    status, out = sigil("config", "apply", str(config_file), *data)
+    assert status == 0, out
+    assert f"applied 5 changes to the local data dir {tmp_path / 'state'}" in out
+    assert sigil("config", "diff", str(config_file), *data) == (0, "no changes\n")
+    status, out = sigil("config", "apply", str(config_file), *data)
+    assert status == 0
+    assert out.splitlines() == ["no changes", f"applied 0 changes to the local data dir {tmp_path / 'state'}"]
+
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        family = backend.workspaces.get("family")
+        team = backend.workspaces.get("team")
+        routes = backend.routes.list_routes()
+    finally:
+        backend.close()
+    # Defaults filled in: the file's default model, DEFAULT_BUDGET where the file sets none.
+    assert family == WorkspaceConfig(
+        id="family",
+        name="Family",
+        system_prompt="You are the family's assistant.",
+        model="openai/gpt-4.1-mini",
+        active_window=30,
+        tools_deny=["web_fetch"],
+        unknown_sender_policy="pairing",
+        budget=DEFAULT_BUDGET,
+    )
+    assert team is not None and team.model == "anthropic/claude-sonnet-4-5"
+    assert team.budget is not None and str(team.budget.workspace.usd_per_day) == "3.50"
+    assert team.budget.user.usd_per_day is None
+    assert (team.skills, team.model_choices, team.memory.recall) == (
+        ["meeting-notes"],
+        ["anthropic/claude-haiku-4-5"],
+        "workspace",
+    )
+    assert [r.key for r in routes] == ["slack/acme", "telegram/family", "telegram/team"]
+    assert routes[2].chats["-100200"].workspace == "family"
+
+
+def test_a_route_removed_from_the_file_is_deleted_and_an_unnamed_workspace_left_alone(
+    tmp_path: Path, config_file: Path
+) -> None:
+    data = ["--data-dir", str(tmp_path / "state")]
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        backend.workspaces.put(WorkspaceConfig(id="legacy", name="Old"))
+        backend.routes.put(ChannelRoute(platform="discord", name="old", workspace="legacy"))
+    finally:
+        backend.close()
+    assert sigil("config", "apply", str(config_file), *data)[0] == 0
+
+    edited = config_file.read_text()
+    edited = edited.replace("  - {platform: slack, name: acme, workspace: team, account: T0123}\n", "")
+    edited = edited.replace("active_window: 30", "active_window: 40")
+    config_file.write_text(edited)
+    status, out = sigil("config", "diff", str(config_file), *data)
+    assert status == 0
+    assert out.splitlines() == [
+        "~ workspace family",
+        "    active_window: 30 -> 40",
+        "= workspace legacy: not in the file, left alone",
+        "- route slack/acme (delete)",
+    ]
+    status, out = sigil("config", "apply", str(config_file), *data)
+    assert status == 0
+    # Each change as it is written, then what was left alone.
+    assert out.splitlines() == [
+        "~ workspace family",
+        "    active_window: 30 -> 40",
+        "- route slack/acme (delete)",
+        "= workspace legacy: not in the file, left alone",
+        f"applied 2 changes to the local data dir {tmp_path / 'state'}",
+    ]
+    assert sigil("config", "diff", str(config_file), *data) == (
+        0,
+        "= workspace legacy: not in the file, left alone\nno changes\n",
+    )
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        assert [r.key for r in backend.routes.list_routes()] == ["telegram/family", "telegram/team"]
+        assert backend.workspaces.get("legacy") == WorkspaceConfig(id="legacy", name="Old")
+        family = backend.workspaces.get("family")
+        assert family is not None and family.active_window == 40
+    finally:
+        backend.close()
+
+
+def test_the_same_file_gives_identical_effective_configs_on_embedded_and_on_a_stack(
+    tmp_path: Path, config_file: Path, stack: MotoStack
+) -> None:
+    local = ["--data-dir", str(tmp_path / "state")]
+    assert sigil("config", "apply", str(config_file), *local)[0] == 0
+    status, out = sigil("config", "apply", str(config_file), *stack.args())
+    assert status == 0, out
+    assert f"applied 5 changes to stack {stack.name}" in out
+    assert sigil("config", "diff", str(config_file), *stack.args()) == (0, "no changes\n")
+
+    listed_local, listed_stack = sigil("workspace", "list", *local), sigil("workspace", "list", *stack.args())
+    assert listed_local == listed_stack
+    assert listed_local[1].split() == [
+        "family", "openai/gpt-4.1-mini", "Family", "team", "anthropic/claude-sonnet-4-5", "Team",
+    ]  # fmt: skip
+    for workspace in ("family", "team"):
+        for output in ("yaml", "json"):
+            shown_local = sigil("workspace", "show", workspace, "-o", output, *local)
+            shown_stack = sigil("workspace", "show", workspace, "-o", output, *stack.args())
+            assert shown_local[0] == shown_stack[0] == 0
+            assert shown_local[1] == shown_stack[1]
+    family = json.loads(sigil("workspace", "show", "family", "-o", "json", *stack.args())[1])
+    assert (family["id"], family["model"], family["active_window"]) == ("family", "openai/gpt-4.1-mini", 30)
+
+    # The routes too: the stack's RouteStore holds what the embedded one does.
+    from shared.adapters.aws.dynamodb import DynamoRouteStore
+
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        local_routes = backend.routes.list_routes()
+    finally:
+        backend.close()
+    assert DynamoRouteStore(stack.resources.sessions_table, region="us-east-1").list_routes() == local_routes
+
+
+def test_show_of_an_unknown_workspace_lists_the_known_ones(tmp_path: Path, config_file: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "state")]
+    assert sigil("config", "apply", str(config_file), *data)[0] == 0
+    status, out = sigil("workspace", "show", "famly", *data)
+    assert (status, out) == (1, "unknown workspace 'famly'; the known ones are: family, team\n")
+
+
+def test_a_workspace_with_no_model_shows_the_gateways_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "sigil.yaml"
+    path.write_text("workspaces:\n  plain: {}\n")
+    data = ["--data-dir", str(tmp_path / "state")]
+    assert sigil("config", "apply", *data)[0] == 0  # ./sigil.yaml, the default file
+    monkeypatch.setenv("SIGIL_MODEL", "openai/gpt-4.1")
+    shown = json.loads(sigil("workspace", "show", "plain", "-o", "json", *data)[1])
+    assert shown["model"] == "openai/gpt-4.1"
+    assert shown["budget"] == DEFAULT_BUDGET.model_dump(mode="json")
+    assert sigil("workspace", "list", *data) == (0, f"{'plain':<24}  {'openai/gpt-4.1 (default)':<40}  \n")

@@ -1,0 +1,139 @@
+"""`--stack NAME [--region R]`: the CLI finds a deployed stack from its CloudFormation outputs (a
+real DescribeStacks, on moto) and administers it as it does the local data dir: pairing, memory,
+secrets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from shared.adapters.aws import clients
+from shared.adapters.aws.dynamodb import DynamoIdentityStore, DynamoMemoryStore
+from shared.cli import app
+from shared.cli._app import target_settings
+from shared.identity import resolve_sender
+from shared.models import InboundMessage, Sender, Triple, WorkspaceConfig
+from tests.support.moto_stack import REGION, MotoStack, create_stack, moto_stack
+
+runner = CliRunner()
+WS = "default"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SIGIL_CONFIG", "SIGIL_DATA_DIR", "SIGIL_BACKEND", "SIGIL_CHANNEL_WORKSPACE", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[MotoStack]:
+    with moto_stack(tmp_path) as deployed:
+        yield deployed
+
+
+def sigil(*args: str, stdin: str | None = None) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), input=stdin)
+    return result.exit_code, result.output
+
+
+def test_a_stack_resolves_to_the_settings_of_its_outputs(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = target_settings(None, stack.name, REGION)
+    res = stack.resources
+    assert (settings.backend, settings.aws_region) == ("aws", REGION)
+    assert (settings.sessions_table, settings.memory_table) == (res.sessions_table, res.memory_table)
+    assert (settings.queue_url, settings.event_bus_name) == (res.queue_url, res.event_bus_name)
+    assert (settings.opensearch_endpoint, settings.secrets_prefix) == ("search.invalid", res.secrets_prefix)
+    # Without --region: the profile's (here AWS_DEFAULT_REGION), as the AWS CLI would.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    assert target_settings(None, stack.name, None).sessions_table == res.sessions_table
+
+
+def test_an_unknown_stack_a_foreign_stack_and_a_lone_region_are_clear_errors(stack: MotoStack) -> None:
+    status, out = sigil("workspace", "list", "--stack", "nope", "--region", REGION)
+    assert status == 1
+    assert out.startswith(f"cannot read stack 'nope' in {REGION}: ")
+    assert "does not exist" in out
+
+    create_stack("not-sigil", {"Something": "else"})
+    status, out = sigil("pairing", "list", "--stack", "not-sigil", "--region", REGION)
+    assert (status, out) == (
+        1,
+        f"stack 'not-sigil' in {REGION} has no output EventBusName, MemoryTable, SearchEndpoint, "
+        "SessionsTable, TurnsQueueUrl: is it a Sigil stack, deployed by this version (make deploy)?\n",
+    )
+    with pytest.raises(typer.BadParameter):
+        target_settings(None, None, REGION)
+    status, out = sigil("memory", "list", "--region", REGION)
+    assert status == 2 and "--region goes with --stack" in out
+
+
+def test_pairing_against_a_stack(stack: MotoStack) -> None:
+    identities = DynamoIdentityStore(stack.resources.memory_table, region=REGION)
+    resolve_sender(
+        identities,
+        WorkspaceConfig(id=WS, unknown_sender_policy="pairing"),
+        InboundMessage(
+            event_id="e1",
+            channel="telegram",
+            workspace_id=WS,
+            session_id="telegram.42",
+            sender=Sender(id="42", name="Ada"),
+            chat_id="42",
+            text="hello",
+        ),
+    )
+    pending = identities.get(WS, "telegram", "42")
+    assert pending is not None and pending.pairing_code is not None
+    status, out = sigil("pairing", "list", *stack.args())
+    assert status == 0
+    assert out.startswith(f"{pending.pairing_code}  pending") and "telegram:42  as telegram:42  Ada" in out
+    status, out = sigil("pairing", "approve", pending.pairing_code, "--user", "ada", *stack.args())
+    assert (status, out) == (0, "approved telegram:42  as ada  Ada\n")
+    approved = identities.get(WS, "telegram", "42")
+    assert approved is not None and (approved.status, approved.user_id) == ("approved", "ada")
+
+
+def test_memory_against_a_stack(stack: MotoStack) -> None:
+    assert sigil("memory", "list", *stack.args()) == (0, f"no memories in workspace {WS!r}\n")
+    DynamoMemoryStore(stack.resources.memory_table, region=REGION).put_triple(
+        Triple(id="k1", workspace_id=WS, subject="Ada", predicate="likes", object="tea", run_id="run-1")
+    )
+    status, out = sigil("memory", "list", *stack.args())
+    assert status == 0
+    assert out.startswith("fact k1  [active] relevance") and "Ada | likes | tea" in out
+    status, out = sigil("memory", "rollback", "--run", "run-9", *stack.args())
+    assert status == 1
+    assert out.startswith(f"no consolidation run 'run-9' in workspace {WS!r}")
+
+
+def test_secrets_against_a_stack(stack: MotoStack) -> None:
+    token = "123456:" + "B" * 35
+    status, out = sigil("secret", "set", "telegram/family/bot-token", *stack.args(), stdin=token)
+    assert (status, out) == (0, "stored telegram/family/bot-token\n")
+    stored = clients.secretsmanager(REGION).get_secret_value(
+        SecretId=f"{stack.resources.secrets_prefix}telegram/family/bot-token"
+    )
+    assert stored["SecretString"] == token
+    # A second set is a new version of the same secret.
+    assert sigil("secret", "set", "telegram/family/bot-token", *stack.args(), stdin=token + "C")[0] == 0
+    assert sigil("secret", "list", *stack.args()) == (0, "telegram/family/bot-token\n")
+    status, out = sigil("secret", "get", "telegram/family/bot-token", *stack.args())
+    assert (status, out) == (0, f"telegram/family/bot-token is set: ****BBBC ({len(token) + 1} characters)\n")
+    assert token not in out
+    status, out = sigil("secret", "delete", "telegram/family/bot-token", "--yes", *stack.args())
+    assert status == 0 and out.startswith("deleted telegram/family/bot-token (scheduled")
+    assert sigil("secret", "list", *stack.args()) == (0, "")
+    assert sigil("secret", "get", "telegram/family/bot-token", *stack.args()) == (
+        1,
+        "telegram/family/bot-token is not set\n",
+    )
+    status, out = sigil("secret", "set", "telegram/Family/bot-token", *stack.args(), stdin="x")
+    assert status == 2 and "unknown secret" in out
