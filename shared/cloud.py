@@ -27,7 +27,6 @@ from shared.ports import SecretStore
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
     from shared.backend import Backend
-    from shared.channels.routes import RouteLookup
     from shared.consolidation.compaction import ConsolidationModel
     from shared.ingress.http import WebhookFront
 
@@ -40,7 +39,6 @@ class _Seed:
 
     settings: Settings | None = None
     clock: Clock = time.time
-    routes: RouteLookup | None = None  # None: the stack's route store
 
 
 _seed = _Seed()
@@ -58,7 +56,7 @@ def ingress() -> Ingress:
     """The webhook's logic over SQS (lanes), DynamoDB (outbox) and Secrets Manager (signing secrets)."""
     # Imported here, not at the top: the agent and consolidator import this module too and never
     # build an Ingress.
-    from shared.adapters.aws.dynamodb import DynamoOutbox
+    from shared.adapters.aws.dynamodb import DynamoOutbox, DynamoRouteStore
     from shared.adapters.aws.secrets import SecretsManagerStore
     from shared.adapters.aws.sqs import SqsLanes
     from shared.ingress.routes import cached_routes
@@ -82,17 +80,10 @@ def ingress() -> Ingress:
         # by the store for its own max age.
         secret_miss_ttl_s=60.0,
         # A route is read once a minute at most per name, found or not (shared.ingress.routes).
-        routes=cached_routes(_seed.routes or _stored_routes(s)),
+        # The route store `sigil config apply` writes: the sessions table's routes partition,
+        # which the webhook may read by key (infra: Memory.grant_route_read).
+        routes=cached_routes(DynamoRouteStore(s.sessions_table, region=s.aws_region).get),
     )
-
-
-def _stored_routes(s: Settings) -> RouteLookup:
-    """The stack's route store's `get` (written by `sigil config apply`): the sessions table's
-    routes partition, which the webhook may read by key (infra: Memory.grant_route_read)."""
-    from shared.adapters.aws.dynamodb import DynamoRouteStore
-
-    assert s.sessions_table  # ingress() has checked it
-    return DynamoRouteStore(s.sessions_table, region=s.aws_region).get
 
 
 @cache
@@ -170,18 +161,14 @@ def with_provider_keys(s: Settings, secrets: SecretStore) -> Settings:
     return s.model_copy(update=found) if found else s
 
 
-def reset(
-    *, config: Settings | None = None, clock: Clock = time.time, routes: RouteLookup | None = None
-) -> None:
+def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     """Forget everything built so far, including the boto3 clients the adapters held.
 
     `config` replaces the settings read from the environment and `clock` replaces `time.time` in
-    the next objects built (tests pin the clock to a sample event's signing time this way);
-    `routes` replaces the stack's route store as the webhook's route lookup.
+    the next objects built (tests pin the clock to a sample event's signing time this way).
     """
     _seed.settings = config
     _seed.clock = clock
-    _seed.routes = routes
     settings.cache_clear()
     ingress.cache_clear()
     webhook.cache_clear()

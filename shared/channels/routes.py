@@ -15,7 +15,7 @@ the route's secrets (shared.channels.inbound.secret_for), then, here:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -33,16 +33,6 @@ ROUTE_KEY: Final = "route"
 def no_routes(platform: str, name: str) -> ChannelRoute | None:
     """The lookup of a deployment that serves no named route: every /webhooks/{p}/{name} is a 404."""
     return None
-
-
-def routes_from(routes: Iterable[ChannelRoute]) -> RouteLookup:
-    """A lookup over a fixed set of routes (a configuration file read at start, a test's)."""
-    table: dict[tuple[str, str], ChannelRoute] = {(r.platform, r.name): r for r in routes}
-
-    def lookup(platform: str, name: str) -> ChannelRoute | None:
-        return table.get((platform, name))
-
-    return lookup
 
 
 def check_account(route: ChannelRoute, request: WebhookRequest) -> None:

@@ -35,7 +35,6 @@ from shared.backend import Backend
 from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.out import build_senders
-from shared.channels.routes import RouteLookup
 from shared.config import Settings
 from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
@@ -70,8 +69,6 @@ class LocalGateway:
     runner: EmbeddedLaneRunner = field(init=False)
     scheduler: LocalScheduler = field(init=False)
     data_dir_lock: DataDirLock = field(init=False)
-    # The named routes' lookup; None: the backend's route store (what `sigil config apply` wrote).
-    routes: RouteLookup | None = None
 
     def __post_init__(self) -> None:
         self.backend = with_workspace_cache(build_embedded_backend(self.settings))
@@ -87,7 +84,7 @@ class LocalGateway:
             max_body_bytes=self.settings.max_body_bytes,
             # Read on every request: a route `sigil config apply` writes applies at once, and the
             # SQLite read is cheap.
-            routes=self.routes or self.backend.routes.get,
+            routes=self.backend.routes.get,
         )
         self.front = WebhookFront(self.ingress, self.settings.resolved_channel_workspace())
         senders = build_senders(

@@ -10,8 +10,8 @@ agent handler (test_channels_end_to_end's runtime), and through the local gatewa
 its lane workers running: both times each message must land in its route's (or its chat's)
 workspace and be answered with its own bot's token, which the fake platform servers record.
 
-The route lookup is a fixed list (shared.channels.routes.routes_from) given to the composition
-roots, as `sigil config apply`'s store will be.
+The routes are put in each backend's route store, as `sigil config apply` leaves them: the
+sessions table on moto, the data directory's locally.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typer.testing import CliRunner
 from functions.webhook import handler as webhook
 from shared import cloud, serde
 from shared.adapters.aws import clients
+from shared.adapters.aws.dynamodb import DynamoRouteStore
 from shared.adapters.embedded import FileSecretStore
 from shared.backend import Backend
-from shared.channels.routes import routes_from
 from shared.cli import app as cli_app
 from shared.config import Settings
 from shared.errors import NotFound
@@ -266,7 +266,11 @@ def on_moto() -> Iterator[tuple[AwsResources, FakeOpenAI, FakePlatforms]]:
             provider_max_retries=0,
             platform_base_urls=platforms.base_urls,
         )
-        cloud.reset(config=settings, clock=lambda: float(SIGNED_AT), routes=routes_from(ROUTES))
+        # The routes as `sigil config apply` leaves them: in the stack's route store
+        store_routes = DynamoRouteStore(aws.sessions_table, region=REGION)
+        for route in ROUTES:
+            store_routes.put(route)
+        cloud.reset(config=settings, clock=lambda: float(SIGNED_AT))
         clock = FakeClock()
         throttles_on(clock, patch)
         stack.enter_context(moto_like_aws())
@@ -355,7 +359,9 @@ def gateway(
             provider_max_retries=0,
             platform_base_urls=platforms.base_urls,
         )
-        gw = LocalGateway(settings, routes=routes_from(ROUTES))
+        gw = LocalGateway(settings)
+        for route in ROUTES:
+            gw.backend.routes.put(route)
         store = gw.backend.secrets
         assert isinstance(store, FileSecretStore)
         for name, value in {**SECRETS, **ROUTE_SECRETS}.items():
@@ -427,9 +433,14 @@ def test_the_gateway_answers_a_routes_handshake_and_refuses_another_number(
 # ---------------------------------------------------------------- the lookup itself
 
 
+def lookup_of(routes: list[ChannelRoute]) -> Callable[[str, str], ChannelRoute | None]:
+    table: dict[tuple[str, str], ChannelRoute] = {(r.platform, r.name): r for r in routes}
+    return lambda platform, name: table.get((platform, name))
+
+
 def test_an_unknown_route_is_refused_before_any_secret_is_read(backend: Backend) -> None:
     asked: list[tuple[str, str]] = []
-    lookup = routes_from(ROUTES)
+    lookup = lookup_of(ROUTES)
 
     def counted(platform: str, name: str) -> ChannelRoute | None:
         asked.append((platform, name))
@@ -451,7 +462,7 @@ def test_an_unknown_route_is_refused_before_any_secret_is_read(backend: Backend)
 
 def test_the_route_cache_keeps_an_answer_and_a_miss_for_its_ttl() -> None:
     reads: list[tuple[str, str]] = []
-    lookup = routes_from(ROUTES)
+    lookup = lookup_of(ROUTES)
     now = [0.0]
 
     def counted(platform: str, name: str) -> ChannelRoute | None:
