@@ -10,8 +10,9 @@ agent handler (test_channels_end_to_end's runtime), and through the local gatewa
 its lane workers running: both times each message must land in its route's (or its chat's)
 workspace and be answered with its own bot's token, which the fake platform servers record.
 
-The routes are put in each backend's route store, as `sigil config apply` leaves them: the
-sessions table on moto, the data directory's locally.
+The configuration is a sigil.yaml applied with `sigil config apply`'s code (shared.configuration):
+its workspaces (the family's with its own model) and routes go to the stack's stores on moto (the
+routes into the sessions table) and to the data directory's locally, as `sigil dev` applies it.
 """
 
 from __future__ import annotations
@@ -31,17 +32,17 @@ from typer.testing import CliRunner
 from functions.webhook import handler as webhook
 from shared import cloud, serde
 from shared.adapters.aws import clients
-from shared.adapters.aws.dynamodb import DynamoRouteStore
 from shared.adapters.embedded import FileSecretStore
 from shared.backend import Backend
 from shared.cli import app as cli_app
 from shared.config import Settings
+from shared.configuration import apply, load_text
 from shared.errors import NotFound
 from shared.ingress import Ingress, WebhookRequest
 from shared.ingress.http import WebhookFront
 from shared.ingress.routes import cached_routes
 from shared.local.gateway import LocalGateway
-from shared.models import ChannelRoute, ChatOverride, LaneItem
+from shared.models import ChannelRoute, LaneItem
 from shared.observability import metrics
 from tests.integration.test_channels_end_to_end import run_agent, throttles_on
 from tests.integration.test_webhook_channels import (
@@ -75,28 +76,37 @@ CONTEXT: Any = context_for("sigil-webhook")
 WAIT_S = 30.0
 
 FAMILY_CHAT, GRANDMA_CHAT, TEAM_GROUP = 1111111, 2222222, -1003333333
-ROUTES = [
-    ChannelRoute(
-        platform="telegram",
-        name="family",
-        workspace="family",
-        # Grandma's chat runs on a smaller model.
-        chats={str(GRANDMA_CHAT): ChatOverride(model="openai/fake-small")},
-    ),
-    ChannelRoute(
-        platform="telegram",
-        name="team",
-        workspace="team",
-        # A group the team bot is in, whose conversation belongs with the family's.
-        chats={str(TEAM_GROUP): ChatOverride(workspace="family")},
-    ),
-    # The fixture's team and app (slack/event_app_mention.json: team_id T111, api_app_id A111).
-    ChannelRoute(platform="slack", name="work", workspace="team", account="T111"),
-    # The fixture's business number (whatsapp/messages_text_notification.json).
-    ChannelRoute(platform="whatsapp", name="shop", workspace="team", account="106540352242922"),
-    # The Discord application the fake platform serves.
-    ChannelRoute(platform="discord", name="helper", workspace="team", account=DISCORD_APPLICATION),
-]
+# The configuration as an operator writes it (docs/configuration.md), applied to each backend with
+# `sigil config apply`'s code. The family workspace has its own model; the team's is the default.
+CONFIG = f"""
+defaults:
+  model: openai/fake-model
+workspaces:
+  family:
+    model: openai/fake-family
+  team: {{}}
+channels:
+  - platform: telegram
+    name: family
+    workspace: family
+    chats:
+      # Grandma's chat runs on a smaller model.
+      "{GRANDMA_CHAT}": {{model: openai/fake-small}}
+  - platform: telegram
+    name: team
+    workspace: team
+    chats:
+      # A group the team bot is in, whose conversation belongs with the family's.
+      "{TEAM_GROUP}": {{workspace: family}}
+  # The fixture's team and app (slack/event_app_mention.json: team_id T111, api_app_id A111).
+  - {{platform: slack, name: work, workspace: team, account: "T111"}}
+  # The fixture's business number (whatsapp/messages_text_notification.json).
+  - {{platform: whatsapp, name: shop, workspace: team, account: "106540352242922"}}
+  # The Discord application the fake platform serves.
+  - {{platform: discord, name: helper, workspace: team, account: "{DISCORD_APPLICATION}"}}
+"""
+SIGIL_FILE = load_text(CONFIG)
+ROUTES: list[ChannelRoute] = list(SIGIL_FILE.channels)
 
 FAMILY_SECRET = "family-bot-secret-token_0123456789"
 TEAM_SECRET = "team-bot-secret-token_9876543210"
@@ -138,10 +148,10 @@ SLACK_MENTION = fixture_bytes("slack/event_app_mention.json")
 
 # What each delivery must become: (workspace, session, model) and the reply's sender.
 LANDS = {
-    "tg20001": ("family", f"telegram.{FAMILY_CHAT}", "openai/fake-model"),
+    "tg20001": ("family", f"telegram.{FAMILY_CHAT}", "openai/fake-family"),
     "tg20002": ("team", f"telegram.{FAMILY_CHAT}", "openai/fake-model"),
     "tg20003": ("family", f"telegram.{GRANDMA_CHAT}", "openai/fake-small"),
-    "tg20004": ("family", f"telegram.{TEAM_GROUP}", "openai/fake-model"),
+    "tg20004": ("family", f"telegram.{TEAM_GROUP}", "openai/fake-family"),  # the family's model
     "Ev111": ("team", "slack.C111", "openai/fake-model"),
 }
 # The model echoes the user's text (fake_openai's default), so each reply names its message.
@@ -212,10 +222,16 @@ def assert_landed(backend: Backend, model: FakeOpenAI) -> None:
     for other in ("default", "family", "team"):
         found = {r.event_id for r in backend.audit.list_records(other)}
         assert found == {e for e, (w, _, _) in LANDS.items() if w == other}, other
-    # The model was asked as the chats say: grandma's turn on the small model, the rest on the default
+    # The model was asked as the workspaces and chats say: grandma's turn on her chat's model, the
+    # family's others on the family's, the team's on the default
     asked = {_last_user(body): body["model"] for body in model.requests}
-    assert asked["hello from grandma"] == "fake-small"
-    assert {m for text, m in asked.items() if text != "hello from grandma"} == {"fake-model"}
+    assert asked == {
+        "hello family bot": "fake-family",
+        "hello team bot": "fake-model",
+        "hello from grandma": "fake-small",
+        "hello from the group": "fake-family",
+        "Hi there!": "fake-model",
+    }
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -266,11 +282,10 @@ def on_moto() -> Iterator[tuple[AwsResources, FakeOpenAI, FakePlatforms]]:
             provider_max_retries=0,
             platform_base_urls=platforms.base_urls,
         )
-        # The routes as `sigil config apply` leaves them: in the stack's route store
-        store_routes = DynamoRouteStore(aws.sessions_table, region=REGION)
-        for route in ROUTES:
-            store_routes.put(route)
         cloud.reset(config=settings, clock=lambda: float(SIGNED_AT))
+        # The file applied to the stack's stores (its workspaces, and its routes in the sessions table)
+        backend = cloud.turn_deps().backend
+        apply(SIGIL_FILE, backend.workspaces, backend.routes)
         clock = FakeClock()
         throttles_on(clock, patch)
         stack.enter_context(moto_like_aws())
@@ -359,9 +374,8 @@ def gateway(
             provider_max_retries=0,
             platform_base_urls=platforms.base_urls,
         )
-        gw = LocalGateway(settings)
-        for route in ROUTES:
-            gw.backend.routes.put(route)
+        # `sigil dev` applies the file to its data dir at start
+        gw = LocalGateway(settings, SIGIL_FILE)
         store = gw.backend.secrets
         assert isinstance(store, FileSecretStore)
         for name, value in {**SECRETS, **ROUTE_SECRETS}.items():
