@@ -2,13 +2,14 @@
 and workspace, and per-chat overrides.
 
 Two Telegram bots ("family" into workspace family, "team" into workspace team) and one Slack app
-("work" into team, pinned to its team id), plus a WhatsApp number for the handshake and account
-checks. Deliveries are the fixtures of tests/fixtures (Telegram's text update with its chat and
-text varied, Slack's signed app_mention, WhatsApp's signed notification), signed as each platform
-signs (the signers of test_webhook_channels). They go through the Lambda webhook on moto, then the
-agent handler (test_channels_end_to_end's runtime), and through the local gateway's HTTP app with
-its lane workers running: both times each message must land in its route's (or its chat's)
-workspace and be answered with its own bot's token, which the fake platform servers record.
+("work" into team, pinned to its team id), plus a WhatsApp number and a Discord application for
+the handshake and account checks. Deliveries are the fixtures of tests/fixtures (Telegram's text
+update with its chat and text varied, Slack's signed app_mention, WhatsApp's signed notification,
+Discord's command), signed as each platform signs (the signers of test_webhook_channels). They
+go through the Lambda webhook on moto, then the agent handler (test_channels_end_to_end's
+runtime), and through the local gateway's HTTP app with its lane workers running: both times each
+message must land in its route's (or its chat's) workspace and be answered with its own bot's
+token, which the fake platform servers record.
 
 The configuration is a sigil.yaml applied with `sigil config apply`'s code (shared.configuration):
 its workspaces (the family's with its own model) and routes go to the stack's stores on moto (the
