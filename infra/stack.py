@@ -131,6 +131,9 @@ class SigilStack(Stack):
 
         # webhook: verify with the channel secrets, queue the turn, serve the web outbox.
         secrets.grant_read(webhook, [s.key for s in INGRESS_SECRETS] + list(secrets.web_keys))
+        # Named channel routes: each bot's ingress secrets, and its route read by key.
+        secrets.grant_read_routes(webhook, [s.key for s in INGRESS_SECRETS])
+        memory.grant_route_read(webhook)
         lanes.turns.grant_send_messages(webhook)
         memory.grant_outbox_read(webhook, context.web_workspaces)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
@@ -140,6 +143,7 @@ class SigilStack(Stack):
         consolidation.bus.grant_put_events_to(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
+        secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
         memory.grant_memory_read_write(consolidate)

@@ -56,9 +56,10 @@ def ingress() -> Ingress:
     """The webhook's logic over SQS (lanes), DynamoDB (outbox) and Secrets Manager (signing secrets)."""
     # Imported here, not at the top: the agent and consolidator import this module too and never
     # build an Ingress.
-    from shared.adapters.aws.dynamodb import DynamoOutbox
+    from shared.adapters.aws.dynamodb import DynamoOutbox, DynamoRouteStore
     from shared.adapters.aws.secrets import SecretsManagerStore
     from shared.adapters.aws.sqs import SqsLanes
+    from shared.ingress.routes import cached_routes
 
     s = settings()
     required = {"SIGIL_QUEUE_URL": s.queue_url, "SIGIL_SESSIONS_TABLE": s.sessions_table}
@@ -78,6 +79,10 @@ def ingress() -> Ingress:
         # one Secrets Manager call a minute however often it is probed; found secrets are cached
         # by the store for its own max age.
         secret_miss_ttl_s=60.0,
+        # A route is read once a minute at most per name, found or not (shared.ingress.routes).
+        # The route store `sigil config apply` writes: the sessions table's routes partition,
+        # which the webhook may read by key (infra: Memory.grant_route_read).
+        routes=cached_routes(DynamoRouteStore(s.sessions_table, region=s.aws_region).get),
     )
 
 

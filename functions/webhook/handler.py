@@ -35,6 +35,17 @@ def get_whatsapp() -> Response[Any]:
     return _answer(cloud.webhook().platform("whatsapp", request_from_v2(app.current_event)))
 
 
+# A named route's bot (ChannelRoute); registered after the web channel's route, which matches first.
+@app.post("/webhooks/<channel>/<route>")
+def post_platform_route(channel: str, route: str) -> Response[Any]:
+    return _answer(cloud.webhook().platform(channel, request_from_v2(app.current_event), route))
+
+
+@app.get("/webhooks/whatsapp/<route>")
+def get_whatsapp_route(route: str) -> Response[Any]:
+    return _answer(cloud.webhook().platform("whatsapp", request_from_v2(app.current_event), route))
+
+
 @app.get("/sessions/<workspace>/<session>/outbox")
 def get_outbox(workspace: str, session: str) -> Response[Any]:
     return _answer(cloud.webhook().outbox(workspace, session, request_from_v2(app.current_event)))

@@ -31,6 +31,12 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/webhooks/discord"),
     ("POST", "/webhooks/whatsapp"),
     ("GET", "/webhooks/whatsapp"),
+    # Named routes (shared.models.ChannelRoute): one bot each, several per platform.
+    ("POST", "/webhooks/telegram/{name}"),
+    ("POST", "/webhooks/slack/{name}"),
+    ("POST", "/webhooks/discord/{name}"),
+    ("POST", "/webhooks/whatsapp/{name}"),
+    ("GET", "/webhooks/whatsapp/{name}"),
     ("GET", "/sessions/{workspace}/{session}/outbox"),
 )
 # The routes whose requests may each become a turn, and so a model call: throttled tighter.

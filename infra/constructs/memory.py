@@ -34,6 +34,8 @@ INDEX_ACTIONS = [
     "es:ESHttpPatch",
 ]
 STRING = dynamodb.AttributeType.STRING
+# The sessions table's partition of the channel routes (shared.adapters.aws.dynamodb.routes).
+ROUTES_PARTITION = "ROUTES"
 
 
 def outbox_partitions(workspace_id: str) -> str:
@@ -217,6 +219,23 @@ class Memory(Construct):
                     },
                     # ForAllValues holds for a request with no partition key at all; a Query always
                     # names one, and this keeps the statement from ever matching one that does not.
+                    "Null": {"dynamodb:LeadingKeys": "false"},
+                },
+            )
+        )
+
+    def grant_route_read(self, function: lambda_.Function) -> None:
+        """dynamodb:GetItem on the sessions table's channel routes partition, and nothing else.
+
+        The webhook reads one route per request to /webhooks/{platform}/{name} (DynamoRouteStore:
+        pk "ROUTES", sk "{platform}#{name}"); LeadingKeys pins it to that one partition.
+        """
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem"],
+                resources=[self.sessions.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [ROUTES_PARTITION]},
                     "Null": {"dynamodb:LeadingKeys": "false"},
                 },
             )

@@ -7,14 +7,20 @@ the random value simply fails verification. Values Sigil chooses itself (the web
 Telegram's webhook secret token, WhatsApp's verify token) can stay random.
 
 A function reads a secret as `SIGIL_SECRETS_PREFIX + key`, e.g. "sigil/" + "slack/signing-secret".
+
+A named channel route's secrets (shared.models.ChannelRoute: `telegram/family/bot-token`) are not
+created here: routes are configuration (`sigil config apply`), not stack resources, and their
+values are put with `sigil secret set --stack`. `grant_read_routes` grants them by name pattern,
+one platform key at a time, so a function reads the same keys under any route and nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
@@ -22,6 +28,19 @@ from infra.constructs.nag import acknowledge
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS, SecretSpec
 
 DEFAULT_PREFIX = "sigil/"
+# Secrets Manager appends "-" and six random characters to a secret's name in its ARN.
+ARN_SUFFIX = "-??????"
+# docs/cdk-nag.md quotes this reason (tests/infra checks it word for word).
+ROUTE_SECRETS_REASON = (
+    "Channel routes are configuration applied after deploy, each bot with its own secrets under "
+    "its route's name; the grant names one platform key under any route name and nothing else."
+)
+
+
+def route_secret_pattern(prefix: str, key: str) -> str:
+    """The names of `key` ("telegram/bot-token") under every route: "sigil/telegram/*/bot-token"."""
+    platform, _, rest = key.partition("/")
+    return f"{prefix}{platform}/*/{rest}"
 
 
 def llm_keys(providers: Iterable[str]) -> list[str]:
@@ -75,3 +94,34 @@ class Secrets(Construct):
         """secretsmanager:GetSecretValue/DescribeSecret on exactly these secrets, and no others."""
         for key in keys:
             self.secrets[key].grant_read(grantee)
+
+    def grant_read_routes(self, function: lambda_.Function, keys: Iterable[str]) -> None:
+        """The same actions on these keys of every named route (`route_secret_pattern`).
+
+        `*` in an IAM resource also spans "/", so a name must still end in the key: a grant for
+        telegram's bot token under any route never reaches its webhook secret, or another platform.
+        """
+        patterns = [route_secret_pattern(self.prefix, key) + ARN_SUFFIX for key in keys]
+        stack = Stack.of(self)
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                resources=[
+                    stack.format_arn(
+                        service="secretsmanager",
+                        resource="secret",
+                        resource_name=pattern,
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                    for pattern in patterns
+                ],
+            )
+        )
+        assert function.role is not None  # every SigilFunction has a role of its own
+        for pattern in patterns:
+            acknowledge(
+                function.role,
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                f"<AWS::AccountId>:secret:{pattern}]",
+                ROUTE_SECRETS_REASON,
+            )

@@ -143,6 +143,9 @@ def _model_line(turn: Turn, default_model: str | None) -> str:
     workspace_model = turn.workspace.model or default_model
     if override:
         return f"{override} (chosen for this conversation; the workspace's is {workspace_model or 'none'})"
+    if turn.inbound.model:
+        # The chat's own model, from its channel route (shared.channels.routes).
+        return f"{turn.inbound.model} (this chat's; the workspace's is {workspace_model or 'none'})"
     return workspace_model or "none configured"
 
 

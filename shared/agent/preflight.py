@@ -151,7 +151,9 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
     user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
     keep_user = None if kept is not None else user
     try:
-        provider, model = provider_factory(turn.session.model_override or turn.workspace.model)
+        # The session's own override, else the model its chat's route names, else the workspace's.
+        ref = turn.session.model_override or inbound.model or turn.workspace.model
+        provider, model = provider_factory(ref)
     except ModelNotConfigured as exc:
         # Retrying can't help, so the turn ends here rather than failing.
         return Stop(reply=exc.message, outcome="model_not_configured", keep_user=keep_user, error=exc.message)

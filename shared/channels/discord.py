@@ -38,10 +38,11 @@ from shared.channels.inbound import (
     fresh_timestamp,
     message,
     parse_json,
+    secret_for,
     validate,
 )
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Attachment, Sender
+from shared.models import Attachment, ChannelRoute, Sender
 from shared.ports import SecretStore
 
 log = logging.getLogger("sigil.channels.discord")
@@ -128,6 +129,7 @@ class DiscordInteraction(Payload):
 @dataclass(frozen=True)
 class DiscordChannel:
     workspace_id: str
+    route: ChannelRoute | None = None
     name: ClassVar[Literal["discord"]] = "discord"
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
@@ -144,7 +146,7 @@ class DiscordChannel:
             signature = bytes.fromhex(signature_hex)
         except ValueError:
             raise Unauthorized("signature mismatch") from None
-        public_key = _public_key(configured(secrets, SECRET))
+        public_key = _public_key(configured(secrets, secret_for(self.route, SECRET)))
 
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

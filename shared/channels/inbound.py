@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.errors import BadRequest, SigilError, Unauthorized
-from shared.models import Attachment, InboundMessage, Sender
+from shared.models import Attachment, ChannelRoute, InboundMessage, Sender
 from shared.ports import SecretStore
 
 ChannelName = Literal["telegram", "slack", "discord", "whatsapp"]
@@ -92,6 +92,11 @@ class InboundChannel(Protocol):
 
     @property
     def name(self) -> ChannelName: ...
+
+    @property
+    def route(self) -> ChannelRoute | None:
+        """The named route (/webhooks/{platform}/{name}) this request came to; None: the unnamed one."""
+        ...
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
         """Answer an unsigned endpoint check (WhatsApp's GET); None for every other request."""
@@ -304,6 +309,14 @@ def same(given: str, expected: str) -> bool:
 
 def _raw(value: str) -> bytes:
     return value.encode("utf-8", "surrogatepass")
+
+
+def secret_for(route: ChannelRoute | None, name: str) -> str:
+    """The secret `name` ("telegram/webhook-secret") as `route` names it: the same key under the
+    route's name ("telegram/family/webhook-secret"); the unnamed route reads `name` itself."""
+    if route is None:
+        return name
+    return route.secret_name(name.split("/", 1)[1])
 
 
 def configured(secrets: SecretStore, name: str) -> str:

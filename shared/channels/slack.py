@@ -37,10 +37,11 @@ from shared.channels.inbound import (
     fresh_timestamp,
     message,
     parse_json,
+    secret_for,
     validate,
 )
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Attachment, InboundMessage, Sender
+from shared.models import Attachment, ChannelRoute, InboundMessage, Sender
 from shared.ports import SecretStore
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class SlackCommand(Payload):
 @dataclass(frozen=True)
 class SlackChannel:
     workspace_id: str
+    route: ChannelRoute | None = None
     name: ClassVar[Literal["slack"]] = "slack"
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
@@ -164,7 +166,8 @@ class SlackChannel:
         except UnicodeDecodeError:
             # Slack only sends UTF-8; the SDK would raise decoding anything else.
             raise BadRequest("body is not UTF-8 text") from None
-        if not _verifier(configured(secrets, SECRET), now).is_valid(body, ts, signature):
+        secret = configured(secrets, secret_for(self.route, SECRET))
+        if not _verifier(secret, now).is_valid(body, ts, signature):
             raise Unauthorized("signature mismatch")
 
     def parse(self, request: WebhookRequest) -> IngressOutcome:

@@ -34,9 +34,10 @@ from shared.channels.inbound import (
     message,
     parse_json,
     same,
+    secret_for,
 )
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Attachment, ChatCommand, Sender
+from shared.models import Attachment, ChannelRoute, ChatCommand, Sender
 from shared.ports import SecretStore
 
 SECRET: Final = "telegram/webhook-secret"  # noqa: S105 -- the secret's name, not its value
@@ -148,6 +149,7 @@ class TelegramUpdate(Payload):
 @dataclass(frozen=True)
 class TelegramChannel:
     workspace_id: str
+    route: ChannelRoute | None = None
     name: ClassVar[Literal["telegram"]] = "telegram"
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
@@ -157,7 +159,7 @@ class TelegramChannel:
         token = request.headers.get(HEADER)
         if not token:
             raise Unauthorized("missing X-Telegram-Bot-Api-Secret-Token header")
-        if not same(token, configured(secrets, SECRET)):
+        if not same(token, configured(secrets, secret_for(self.route, SECRET))):
             raise Unauthorized("signature mismatch")
 
     def parse(self, request: WebhookRequest) -> IngressOutcome:

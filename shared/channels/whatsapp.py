@@ -36,10 +36,11 @@ from shared.channels.inbound import (
     message,
     parse_json,
     same,
+    secret_for,
     validate,
 )
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Attachment, InboundMessage, Sender
+from shared.models import Attachment, ChannelRoute, InboundMessage, Sender
 from shared.ports import SecretStore
 
 APP_SECRET: Final = "whatsapp/app-secret"  # noqa: S105 -- the secret's name, not its value
@@ -126,6 +127,7 @@ class WaNotification(Payload):
 @dataclass(frozen=True)
 class WhatsAppChannel:
     workspace_id: str
+    route: ChannelRoute | None = None
     name: ClassVar[Literal["whatsapp"]] = "whatsapp"
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
@@ -138,7 +140,7 @@ class WhatsAppChannel:
             raise BadRequest("hub.mode, hub.verify_token and hub.challenge are required")
         if mode != "subscribe":
             raise BadRequest("hub.mode must be 'subscribe'")
-        expected = secrets.get(VERIFY_TOKEN)
+        expected = secrets.get(secret_for(self.route, VERIFY_TOKEN))
         if not expected or not same(token, expected):
             raise Unauthorized("verify token mismatch")
         if len(challenge) > MAX_CHALLENGE_CHARS:
@@ -149,7 +151,7 @@ class WhatsAppChannel:
         signature = request.headers.get(SIGNATURE_HEADER)
         if not signature:
             raise Unauthorized("missing X-Hub-Signature-256 header")
-        secret = configured(secrets, APP_SECRET)
+        secret = configured(secrets, secret_for(self.route, APP_SECRET))
         expected = "sha256=" + hmac.new(secret.encode(), request.body, hashlib.sha256).hexdigest()
         if not same(signature.strip(), expected):
             raise Unauthorized("signature mismatch")

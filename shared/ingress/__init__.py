@@ -11,6 +11,7 @@ SigilError to a status code, once.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Final
 from pydantic import TypeAdapter, ValidationError
 
 from shared import correlation
-from shared.channels import web
+from shared.channels import channel_for, web
 from shared.channels.inbound import (
     MAX_INT63,
     Accepted,
@@ -28,8 +29,9 @@ from shared.channels.inbound import (
     WebhookRequest,
     bounded_int,
 )
-from shared.errors import BadRequest
-from shared.models import Identifier, LaneItem, OutboxEntry
+from shared.channels.routes import RouteLookup, check_account, no_routes, routed
+from shared.errors import BadRequest, NotFound
+from shared.models import PLATFORMS, ROUTE_NAME_PATTERN, Identifier, LaneItem, OutboxEntry
 from shared.ports import Lanes, Outbox, SecretStore, SubmitResult
 from shared.serde import to_jsonable
 
@@ -52,6 +54,8 @@ class Ingress:
     # How long a workspace whose web secret could not be read answers 401 without reading again.
     # 0 (the local gateway's file store is cheap to read, and a secret created there works at once).
     secret_miss_ttl_s: float = 0.0
+    # The named routes (/webhooks/{platform}/{name}); the cloud's is cached (shared.ingress.routes).
+    routes: RouteLookup = no_routes
     _misses: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def accept_web(self, workspace_id: str, request: WebhookRequest) -> tuple[SubmitResult, LaneItem]:
@@ -64,11 +68,28 @@ class Ingress:
         item = LaneItem(inbound=inbound, correlation_id=correlation.current())
         return self.lanes.submit(item), item
 
+    def channel(self, platform: str, route_name: str | None, workspace_id: str) -> InboundChannel:
+        """The channel behind /webhooks/{platform} (delivering into `workspace_id`), or behind
+        /webhooks/{platform}/{route_name}: NotFound for a route nobody declared, before any
+        secret is read."""
+        if route_name is None:
+            return channel_for(platform, workspace_id)
+        if platform not in PLATFORMS:
+            raise NotFound("no such channel")
+        # A name that can't be a route's is not looked up: a probe costs no store read.
+        route = self.routes(platform, route_name) if _ROUTE_NAME.fullmatch(route_name) else None
+        if route is None or route.platform != platform:
+            raise NotFound(f"no {platform} route by that name", code="route_not_found")
+        return channel_for(platform, route.workspace, route)
+
     def accept(self, channel: InboundChannel, request: WebhookRequest) -> IngressOutcome:
-        """POST (and WhatsApp's GET) /webhooks/{platform}: answer a handshake, or verify and queue.
+        """POST (and WhatsApp's GET) /webhooks/{platform}[/{name}]: answer a handshake, or verify
+        and queue.
 
         Every message of an Accepted outcome is on its lane before this returns; its dedup id is
-        the platform's event id, so a retried delivery is acknowledged again and queued once.
+        the platform's event id, so a retried delivery is acknowledged again and queued once. A
+        named route's messages are checked against its account and sent to its workspaces
+        (shared.channels.routes).
         """
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
@@ -76,7 +97,12 @@ class Ingress:
         if handshake is not None:
             return handshake
         channel.verify(request, self.secrets, now=self.clock(), window_s=self.signature_window_s)
+        route = channel.route
+        if route is not None:
+            check_account(route, request)
         outcome = channel.parse(request)
+        if route is not None:
+            outcome = routed(route, outcome)
         if isinstance(outcome, Accepted):
             for inbound in outcome.messages:
                 self.lanes.submit(LaneItem(inbound=inbound, correlation_id=correlation.current()))
@@ -154,6 +180,7 @@ def outbox_json(entries: list[OutboxEntry]) -> dict[str, object]:
 
 
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_ROUTE_NAME = re.compile(ROUTE_NAME_PATTERN)
 
 
 def check_id(value: str, what: str) -> None:

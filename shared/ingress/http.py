@@ -2,7 +2,7 @@
 and the local gateway (Starlette).
 
 A front turns its request into a WebhookRequest, calls one method of `WebhookFront` per route
-(POST /webhooks/web/{workspace}, POST /webhooks/{channel}, WhatsApp's GET /webhooks/whatsapp,
+(POST /webhooks/web/{workspace}, POST /webhooks/{channel}[/{route}], WhatsApp's GET,
 GET /sessions/{workspace}/{session}/outbox) and writes the `HttpAnswer` back in its own response
 type; its SigilError handler answers `refusal(exc)`. The routes' calls, status codes and bodies
 live here once, so the two fronts cannot drift. Each front serialises a JSON body itself, as
@@ -15,7 +15,6 @@ import base64
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.channels import channel_for
 from shared.channels.inbound import JSON, IngressOutcome, WebhookRequest
 from shared.errors import SigilError
 from shared.ingress import Ingress, outbox_json
@@ -66,9 +65,12 @@ class WebhookFront:
             202, {"status": result.status, "event_id": inbound.event_id, "session": inbound.chat_id}
         )
 
-    def platform(self, name: str, request: WebhookRequest) -> HttpAnswer:
-        """POST /webhooks/{channel} (and WhatsApp's GET handshake): the body the platform expects."""
-        channel = channel_for(name, self.channel_workspace)
+    def platform(self, name: str, request: WebhookRequest, route: str | None = None) -> HttpAnswer:
+        """POST /webhooks/{channel} (and WhatsApp's GET handshake): the body the platform expects.
+
+        With `route`, POST (and GET) /webhooks/{channel}/{route}: that named route's bot, a 404
+        when there is none by that name."""
+        channel = self.ingress.channel(name, route, self.channel_workspace)
         outcome = self.ingress.accept(channel, request)
         self.observer.platform_answered(name, outcome)
         return HttpAnswer(outcome.status, outcome.body, outcome.content_type)

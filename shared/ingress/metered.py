@@ -8,6 +8,7 @@ the body is the user's message, and logs outlive the memory retention rules.
 from __future__ import annotations
 
 from shared.channels.inbound import Accepted, Handshake, IngressOutcome
+from shared.channels.routes import ROUTE_KEY
 from shared.errors import SigilError
 from shared.metric_catalogue import (
     EVENTS_IGNORED,
@@ -44,15 +45,16 @@ class Metered:
                 name=MESSAGES_QUEUED.name, unit=MESSAGES_QUEUED.unit, value=len(outcome.messages)
             )
             for inbound in outcome.messages:
-                logger.info(
-                    "message accepted",
-                    extra={
-                        "channel": channel,
-                        "workspace_id": inbound.workspace_id,
-                        "session_id": inbound.session_id,
-                        "event_id": inbound.event_id,
-                    },
-                )
+                fields = {
+                    "channel": channel,
+                    "workspace_id": inbound.workspace_id,
+                    "session_id": inbound.session_id,
+                    "event_id": inbound.event_id,
+                }
+                if named := inbound.reply_context.get(ROUTE_KEY):
+                    # Which bot it came to (/webhooks/{channel}/{name}); "route" is the API's key.
+                    fields["channel_route"] = named
+                logger.info("message accepted", extra=fields)
         elif isinstance(outcome, Handshake):
             metrics.add_metric(name=HANDSHAKES.name, unit=HANDSHAKES.unit, value=1)
             logger.info("handshake answered", extra={"channel": channel, "status": outcome.status})

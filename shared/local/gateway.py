@@ -81,6 +81,9 @@ class LocalGateway:
             secrets=self.backend.secrets,
             signature_window_s=self.settings.signature_window_s,
             max_body_bytes=self.settings.max_body_bytes,
+            # Read on every request: a route `sigil config apply` writes applies at once, and the
+            # SQLite read is cheap.
+            routes=self.backend.routes.get,
         )
         self.front = WebhookFront(self.ingress, self.settings.resolved_channel_workspace())
         senders = build_senders(
@@ -171,6 +174,9 @@ class LocalGateway:
                 Route("/webhooks/web/{workspace}", self._post_web, methods=["POST"]),
                 Route("/webhooks/{channel}", self._post_platform, methods=["POST"]),
                 Route("/webhooks/whatsapp", self._get_whatsapp, methods=["GET"]),
+                # A named route's bot (ChannelRoute): after the web channel's, which it would shadow.
+                Route("/webhooks/{channel}/{name}", self._post_platform, methods=["POST"]),
+                Route("/webhooks/whatsapp/{name}", self._get_whatsapp, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
             ],
@@ -190,13 +196,14 @@ class LocalGateway:
 
     async def _post_platform(self, request: Request) -> Response:
         req = await _to_webhook_request(request, await request.body())
-        channel = request.path_params["channel"]
-        return _response(await run_in_threadpool(self.front.platform, channel, req))
+        channel, route = request.path_params["channel"], request.path_params.get("name")
+        return _response(await run_in_threadpool(self.front.platform, channel, req, route))
 
     async def _get_whatsapp(self, request: Request) -> Response:
         # Meta's subscription handshake (hub.challenge), answered by the same channel.
         req = await _to_webhook_request(request, await request.body())
-        return _response(await run_in_threadpool(self.front.platform, "whatsapp", req))
+        route = request.path_params.get("name")
+        return _response(await run_in_threadpool(self.front.platform, "whatsapp", req, route))
 
     async def _get_outbox(self, request: Request) -> Response:
         req = await _to_webhook_request(request, b"")

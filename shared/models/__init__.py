@@ -186,6 +186,9 @@ class InboundMessage(Model):
     # A coalesced burst's original event ids (shared.agent.coalesce): the turn remembers each, so
     # a late redelivery of any one of them on its own is still recognised as already handled.
     merged_event_ids: list[Identifier] = Field(default_factory=list)
+    # The model its chat's route names (ChannelRoute.chats[chat].model): the turn uses it unless
+    # the session has its own override (shared.agent.preflight.admit). None: the workspace's.
+    model: str | None = None
 
     @property
     def lane_key(self) -> str:

@@ -83,8 +83,9 @@ def test_by_default_every_route_is_throttled_and_the_turn_routes_tighter(each_st
     assert props["RouteSettings"] == {
         key: {"ThrottlingRateLimit": 10, "ThrottlingBurstLimit": 20} for key in TURN_ROUTES
     }
-    # The five POST routes queue turns; the GETs (WhatsApp's handshake, the outbox) do not.
-    assert len(TURN_ROUTES) == 5
+    # The nine POST routes queue turns (web, each platform's unnamed route and its named routes');
+    # the GETs (WhatsApp's handshakes, the outbox) do not.
+    assert len(TURN_ROUTES) == 9
     # Route settings name routes by key: the stage is created after every route.
     routes = {k for k, r in each_stage.raw["Resources"].items() if r["Type"] == "AWS::ApiGatewayV2::Route"}
     assert routes <= set(stage.get("DependsOn", []))

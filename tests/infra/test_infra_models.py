@@ -98,6 +98,8 @@ def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
         for statement in _statements(synth, role_owner)
         if "secretsmanager:GetSecretValue" in _as_list(statement["Action"])
         for r in _as_list(statement["Resource"])
+        # The named routes' secrets are granted by ARN pattern (test_infra_policies checks them).
+        if "Fn::Join" not in r
     }
 
 

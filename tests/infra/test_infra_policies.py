@@ -67,8 +67,32 @@ def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
     granted: set[str] = set()
     for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
         if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
-            granted |= {secret_ids[ref_or_getatt_target(r)] for r in _as_list(statement["Resource"])}
+            granted |= {
+                secret_ids[ref_or_getatt_target(r)]
+                for r in _as_list(statement["Resource"])
+                if "Fn::Join" not in r  # a named route's, by ARN pattern: _granted_route_secrets
+            }
     return granted
+
+
+def _granted_route_secrets(synth: Synth, role_owner: Any) -> set[str]:
+    """The secret name patterns a role may read by ARN (the named routes' secrets)."""
+    policy = next(
+        r
+        for r in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
+    )
+    patterns: set[str] = set()
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        if "secretsmanager:GetSecretValue" not in _as_list(statement["Action"]):
+            continue
+        for r in _as_list(statement["Resource"]):
+            if "Fn::Join" in r:
+                parts = r["Fn::Join"][1]
+                # arn:<partition>:secretsmanager:<region>:<account>:secret:<name>-??????
+                assert parts[-2:-1] == [{"Ref": "AWS::AccountId"}] and parts[-1].startswith(":secret:")
+                patterns.add(parts[-1].removeprefix(":secret:"))
+    return patterns
 
 
 def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
@@ -79,6 +103,36 @@ def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
     # is granted (tests/infra/test_infra_models.py has each model choice).
     assert _granted_secrets(dev, stack.agent) == {s.key for s in CHANNEL_TOKENS}
     assert _granted_secrets(dev, stack.consolidation) == set()
+    # A named route's secrets (telegram/family/webhook-secret): the same keys under any route name,
+    # the webhook its ingress secrets, the agent its tokens, each ending in the key
+    assert _granted_route_secrets(dev, stack.ingress) == {
+        "sigil/telegram/*/webhook-secret-??????",
+        "sigil/slack/*/signing-secret-??????",
+        "sigil/discord/*/public-key-??????",
+        "sigil/whatsapp/*/app-secret-??????",
+        "sigil/whatsapp/*/verify-token-??????",
+    }
+    assert _granted_route_secrets(dev, stack.agent) == {
+        "sigil/telegram/*/bot-token-??????",
+        "sigil/slack/*/bot-token-??????",
+        "sigil/discord/*/bot-token-??????",
+        "sigil/whatsapp/*/access-token-??????",
+    }
+    assert _granted_route_secrets(dev, stack.consolidation) == set()
+
+
+def test_the_webhook_reads_only_the_routes_partition_of_the_sessions_table(dev: Synth) -> None:
+    [statement] = [
+        s
+        for s in _statements_on(dev, dev.stack.ingress, dev.stack.memory.sessions)
+        if "dynamodb:GetItem" in _as_list(s["Action"])
+    ]
+    assert statement["Action"] == "dynamodb:GetItem"
+    assert statement["Resource"] == {"Fn::GetAtt": [logical_id(dev.stack.memory.sessions), "Arn"]}
+    assert statement["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["ROUTES"]},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }
 
 
 def _actions_on(synth: Synth, role_owner: Any, resource: Any) -> set[str]:
@@ -145,7 +199,12 @@ def test_the_webhook_may_query_only_the_web_outbox_partitions(dev: Synth) -> Non
     # which only pages a web session's replies, may name no other partition and may not Scan.
     stack = dev.stack
 
-    [statement] = _statements_on(dev, stack.ingress, stack.memory.sessions)
+    # Besides the outbox, one GetItem in the routes partition (the next test)
+    [statement] = [
+        s
+        for s in _statements_on(dev, stack.ingress, stack.memory.sessions)
+        if s["Action"] != "dynamodb:GetItem"
+    ]
     assert statement["Action"] == "dynamodb:Query"
     assert statement["Resource"] == {"Fn::GetAtt": [logical_id(stack.memory.sessions), "Arn"]}
     assert statement["Condition"] == {

@@ -306,6 +306,11 @@ def test_one_route_per_channel_all_to_the_webhook(each_stage: Synth) -> None:
         "POST /webhooks/discord",
         "POST /webhooks/whatsapp",
         "GET /webhooks/whatsapp",
+        "POST /webhooks/telegram/{name}",
+        "POST /webhooks/slack/{name}",
+        "POST /webhooks/discord/{name}",
+        "POST /webhooks/whatsapp/{name}",
+        "GET /webhooks/whatsapp/{name}",
         "GET /sessions/{workspace}/{session}/outbox",
     }
     (integration,) = integrations.values()

@@ -74,8 +74,17 @@ class _Scripted:
 
 
 class FakePlatforms:
-    def __init__(self, *, tokens: dict[str, str] | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        *,
+        tokens: dict[str, str] | None = None,
+        extra_tokens: dict[str, list[str]] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
         # The credentials the fake accepts; any other gets the platform's authentication error.
+        # `extra_tokens`: more bots of one platform (named channel routes), each its own token.
+        self.extra_tokens = extra_tokens or {}
         self.tokens = {
             "telegram": "123456:TEST-telegram-token",
             "slack": "xoxb-test-slack-token",
@@ -174,12 +183,15 @@ class FakePlatforms:
             self.requests.append(Recorded(platform, op, method, path, query, headers, payload, status))
         return status, answer, extra
 
+    def _accepted(self, platform: str) -> set[str]:
+        return {self.tokens[platform], *self.extra_tokens.get(platform, [])}
+
     def _post(self, platform: str, chat: str, text: str, *, mid: str, thread: str | None = None) -> None:
         self.messages[(platform, mid)] = FakeMessage(platform, chat, mid, [text], thread)
 
     def _telegram(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
         token = path.split("/")[1].removeprefix("bot")
-        if token != self.tokens["telegram"]:
+        if token not in self._accepted("telegram"):
             return 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}, {}
         chat, text = body.get("chat_id"), str(body.get("text"))
         if op == "sendMessage":
@@ -200,7 +212,7 @@ class FakePlatforms:
         return 200, {"ok": True, "result": result | {"text": text}}, {}
 
     def _slack(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
-        if headers.get("authorization") != f"Bearer {self.tokens['slack']}":
+        if headers.get("authorization") not in {f"Bearer {t}" for t in self._accepted("slack")}:
             return 200, {"ok": False, "error": "invalid_auth"}, {}
         channel, text = str(body.get("channel")), str(body.get("text"))
         if op == "chat.postMessage":
@@ -250,7 +262,7 @@ class FakePlatforms:
     def _whatsapp(self, op: str, path: str, headers: dict[str, str], body: Json) -> Answer:
         if not re.fullmatch(rf"/{re.escape(WHATSAPP_VERSION)}/\d+/messages", path):
             return 404, _graph_error("Unknown path components", 2500), {}
-        if headers.get("authorization") != f"Bearer {self.tokens['whatsapp']}":
+        if headers.get("authorization") not in {f"Bearer {t}" for t in self._accepted("whatsapp")}:
             return 401, _graph_error("Invalid OAuth access token - Cannot parse access token", 190), {}
         to, text = str(body.get("to")), body.get("text")
         mid = f"wamid.HBgLMTU1NTAwMDEyMzQVAgARGBI{next(self._ids)}"

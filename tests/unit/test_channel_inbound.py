@@ -158,6 +158,7 @@ class Scripted:
     outcome: IngressOutcome = field(default_factory=lambda: Ignored("nothing"))
     steps: list[str] = field(default_factory=list)
     name: ChannelName = "slack"
+    route: None = None  # the unnamed route
 
     def handshake(self, request: WebhookRequest, secrets: SecretStore) -> Handshake | None:
         self.steps.append("handshake")

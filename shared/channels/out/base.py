@@ -21,6 +21,7 @@ of the two orders this one never loses a reply.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -33,7 +34,7 @@ from cachetools import LRUCache
 from shared.channels.format import Dialect, split_for
 from shared.channels.ledger import digest
 from shared.channels.out.http import ChannelError
-from shared.models import OutboundMessage
+from shared.models import ROUTE_NAME_PATTERN, OutboundMessage
 from shared.ports import ChannelSender, SendLedger, SentPiece
 
 log = logging.getLogger("sigil.channels")
@@ -43,6 +44,7 @@ Sleep = Callable[[float], None]
 # What a piece that a retried turn no longer needs is edited to: platforms refuse empty text.
 RETIRED_TEXT = "…"
 MAX_THROTTLED_CHATS = 1024
+_ROUTE_NAME = re.compile(ROUTE_NAME_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,20 @@ class PlatformSender:
                     self.api.rate_windows(target), clock=self._clock, sleep=self._sleep
                 )
             return throttle
+
+
+def route_secret(target: Target, name: str) -> str:
+    """The secret `name` ("telegram/bot-token") of the route the user wrote through: the same key
+    under the route's name ("telegram/family/bot-token") when the inbound came through a named
+    route (shared.channels.routes puts its name in reply_context), else `name` itself."""
+    route = target.context.get("route")
+    if not route:
+        return name
+    platform, _, key = name.partition("/")
+    if not _ROUTE_NAME.fullmatch(route):
+        # Never a secret name built from something that isn't a route's name.
+        raise ChannelError(f"reply context names no valid route ({name} not read)", platform=platform)
+    return f"{platform}/{route}/{key}"
 
 
 def reply_context(message: OutboundMessage, explicit: Mapping[str, str] | None) -> dict[str, str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from shared.channels.format import LIMITS, Dialect
-from shared.channels.out.base import Slot, Target
+from shared.channels.out.base import Slot, Target, route_secret
 from shared.channels.out.http import ApiClient, ChannelError, ChannelNotConfigured, json_body
 from shared.ports import SecretStore
 
@@ -43,16 +43,17 @@ class SlackApi:
         }
         if target.thread_id:
             payload["thread_ts"] = target.thread_id
-        answer = self._call("chat.postMessage", payload)
+        answer = self._call("chat.postMessage", payload, route_secret(target, TOKEN_SECRET))
         return str(answer["ts"])
 
     def edit(self, target: Target, message_id: str, text: str) -> None:
-        self._call("chat.update", {"channel": target.chat_id, "ts": message_id, "text": text})
+        payload = {"channel": target.chat_id, "ts": message_id, "text": text}
+        self._call("chat.update", payload, route_secret(target, TOKEN_SECRET))
 
-    def _call(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
-        token = self._secrets.get(TOKEN_SECRET)
+    def _call(self, method: str, payload: dict[str, Any], secret: str) -> dict[str, Any]:
+        token = self._secrets.get(secret)
         if not token:
-            raise ChannelNotConfigured(f"secret {TOKEN_SECRET} is not set", platform=self.platform)
+            raise ChannelNotConfigured(f"secret {secret} is not set", platform=self.platform)
         headers = {
             "Authorization": f"Bearer {token}",
             # Without the charset Slack answers with a missing_charset warning.

@@ -15,7 +15,7 @@ from typing import Any, Final
 import httpx
 
 from shared.channels.format import LIMITS, Dialect
-from shared.channels.out.base import Slot, Target
+from shared.channels.out.base import Slot, Target, route_secret
 from shared.channels.out.http import ApiClient, ChannelError, ChannelNotConfigured, json_body
 from shared.ports import SecretStore
 
@@ -58,17 +58,17 @@ class TelegramApi:
         if slot.first and reply_to and _NUMERIC.fullmatch(reply_to):
             # Quote the user's message, unless it was deleted meanwhile.
             payload["reply_parameters"] = {"message_id": int(reply_to), "allow_sending_without_reply": True}
-        result = self._call("sendMessage", payload)
+        result = self._call("sendMessage", payload, route_secret(target, TOKEN_SECRET))
         return str(result["message_id"])
 
     def edit(self, target: Target, message_id: str, text: str) -> None:
         payload = {"chat_id": _chat_id(target.chat_id), "message_id": int(message_id), "text": text}
-        self._call("editMessageText", payload)
+        self._call("editMessageText", payload, route_secret(target, TOKEN_SECRET))
 
-    def _call(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
-        token = self._secrets.get(TOKEN_SECRET)
+    def _call(self, method: str, payload: dict[str, Any], secret: str) -> dict[str, Any]:
+        token = self._secrets.get(secret)
         if not token:
-            raise ChannelNotConfigured(f"secret {TOKEN_SECRET} is not set", platform=self.platform)
+            raise ChannelNotConfigured(f"secret {secret} is not set", platform=self.platform)
         body = payload | {"parse_mode": "HTML", "link_preview_options": {"is_disabled": True}}
         response = self._client.request(
             "POST", f"/bot{token}/{method}", op=method, json=body, secrets=[token]

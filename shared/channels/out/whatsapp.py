@@ -17,7 +17,7 @@ from typing import Any, Final
 import httpx
 
 from shared.channels.format import LIMITS, Dialect
-from shared.channels.out.base import Slot, Target
+from shared.channels.out.base import Slot, Target, route_secret
 from shared.channels.out.http import ApiClient, ChannelError, ChannelNotConfigured, json_body
 from shared.ports import SecretStore
 
@@ -53,13 +53,15 @@ class WhatsAppApi:
         return [(1, 1.0)]  # pieces of one reply a second apart, well inside the pair rate limit
 
     def post(self, target: Target, text: str, slot: Slot) -> str:
-        token = self._secrets.get(TOKEN_SECRET)
+        token_secret = route_secret(target, TOKEN_SECRET)
+        token = self._secrets.get(token_secret)
         if not token:
-            raise ChannelNotConfigured(f"secret {TOKEN_SECRET} is not set", platform=self.platform)
-        phone = target.context.get("phone_number_id") or self._secrets.get(PHONE_NUMBER_SECRET)
+            raise ChannelNotConfigured(f"secret {token_secret} is not set", platform=self.platform)
+        phone_secret = route_secret(target, PHONE_NUMBER_SECRET)
+        phone = target.context.get("phone_number_id") or self._secrets.get(phone_secret)
         if not phone:
             raise ChannelNotConfigured(
-                f"no phone_number_id in the reply context and no secret {PHONE_NUMBER_SECRET}",
+                f"no phone_number_id in the reply context and no secret {phone_secret}",
                 platform=self.platform,
             )
         payload: dict[str, Any] = {

@@ -140,6 +140,18 @@ class HttpFront:
                     for name in PLATFORM_CHANNELS
                 ),
                 Route("/webhooks/whatsapp", self._route("GET /webhooks/whatsapp"), methods=["GET"]),
+                # Each platform's named routes (ChannelRoute), as the stack declares them too.
+                *(
+                    Route(
+                        f"/webhooks/{name}/{{name}}",
+                        self._route(f"POST /webhooks/{name}/{{name}}"),
+                        methods=["POST"],
+                    )
+                    for name in PLATFORM_CHANNELS
+                ),
+                Route(
+                    "/webhooks/whatsapp/{name}", self._route("GET /webhooks/whatsapp/{name}"), methods=["GET"]
+                ),
             ]
         )
 
