@@ -151,16 +151,22 @@ class SigilStack(Stack):
         memory.grant_index_read_write(consolidate)
         self._grant_models(context, turn_runner, consolidate)
 
-        CfnOutput(self, "ApiUrl", value=ingress.stage.url, description="Base URL of the webhooks")
-        CfnOutput(self, "TurnsQueueUrl", value=lanes.turns.queue_url)
-        CfnOutput(self, "DeadLettersQueueUrl", value=lanes.dead_letters.queue_url)
-        CfnOutput(self, "EventBusName", value=consolidation.bus.event_bus_name)
-        CfnOutput(self, "SessionsTable", value=memory.sessions.table_name)
-        CfnOutput(self, "MemoryTable", value=memory.memory.table_name)
-        CfnOutput(self, "SearchEndpoint", value=memory.domain.domain_endpoint)
+        self._outputs()
+
+    def _outputs(self) -> None:
+        """What the operator's tools find the stack by (`sigil --stack`, shared.cli._app)."""
+        CfnOutput(self, "ApiUrl", value=self.ingress.stage.url, description="Base URL of the webhooks")
+        CfnOutput(self, "TurnsQueueUrl", value=self.lanes.turns.queue_url)
+        CfnOutput(self, "DeadLettersQueueUrl", value=self.lanes.dead_letters.queue_url)
+        CfnOutput(self, "EventBusName", value=self.consolidation.bus.event_bus_name)
+        CfnOutput(self, "SessionsTable", value=self.memory.sessions.table_name)
+        CfnOutput(self, "MemoryTable", value=self.memory.memory.table_name)
+        CfnOutput(self, "SearchEndpoint", value=self.memory.domain.domain_endpoint)
         # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
-        CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
-        CfnOutput(self, "SkillsBucket", value=skills.bucket.bucket_name, description="sigil skill's store")
+        CfnOutput(self, "SecretsPrefix", value=self.secrets.prefix)
+        CfnOutput(
+            self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
+        )
 
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup

@@ -44,6 +44,9 @@ DEV_KIT = (
     PurePosixPath("shared/local"),
     PurePosixPath("shared/cli"),
     PurePosixPath("shared/adapters/embedded"),
+    # sigil.yaml is read by the operator's CLI and the local gateway (PyYAML, the `local` extra);
+    # the functions read what `sigil config apply` stored.
+    PurePosixPath("shared/configuration"),
     # build_embedder answers SIGIL_EMBEDDING_MODEL=local without it as misconfigured, as it does
     # without its packages.
     PurePosixPath("shared/memory/embeddings/minilm.py"),
