@@ -65,9 +65,9 @@ def consolidate(
             if session is not None:
                 report = compact_session(backend, model, ws, session, run_id=run_id)
             elif workspace is not None:
-                report = consolidate_workspace(backend, model, ws, run_id=run_id)
+                report = consolidate_workspace(backend, model, ws, run_id=run_id, progress=_progress)
             else:
-                report = run_hourly(backend, model, run_id=run_id)
+                report = run_hourly(backend, model, run_id=run_id, progress=_progress)
         except ModelNotConfigured as exc:
             typer.echo(exc.message, err=True)
             raise typer.Exit(2) from exc
@@ -76,3 +76,8 @@ def consolidate(
         return
     for line in summary_lines(report):
         typer.echo(line)
+
+
+def _progress(line: str) -> None:
+    # On stderr, so `--json` output stays one document on stdout.
+    typer.echo(f"... {line}", err=True)

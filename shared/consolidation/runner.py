@@ -260,8 +260,10 @@ def consolidate_workspace(
     deadline: Deadline | None = None,
     clock: Callable[[], datetime] = utcnow,
     maintenance: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> WorkspaceReport:
-    """Catch up the workspace's compactions, then maintain its facts (module docstring)."""
+    """Catch up the workspace's compactions, then maintain its facts (module docstring).
+    `progress` hears a line as each step starts (`sigil consolidate` prints them)."""
     deadline = deadline or Deadline.never()
     report = WorkspaceReport(workspace_id=workspace_id)
     workspace = backend.workspaces.get(workspace_id) or new_workspace(workspace_id)
@@ -270,6 +272,7 @@ def consolidate_workspace(
         if deadline.expired(UNIT_RESERVE_S):
             report.status = "partial"
             return report
+        progress(f"{workspace_id}: compacting session {session_id}")
         try:
             result = compact_session(
                 backend, model, workspace_id, session_id, run_id=run_id, clock=clock, deadline=deadline
@@ -294,6 +297,7 @@ def consolidate_workspace(
         if result.status == "over_budget":
             break  # the workspace's other sessions would find the same budget used up
     if maintenance:
+        progress(f"{workspace_id}: maintaining facts")
         _maintain(backend, workspace_id, run_id=run_id, deadline=deadline, clock=clock, report=report)
     return report
 
@@ -345,6 +349,7 @@ def run_hourly(
     run_id: str,
     deadline: Deadline | None = None,
     clock: Callable[[], datetime] = utcnow,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> HourlyReport:
     """Catch-up and maintenance of every workspace, resuming where a previous run stopped."""
     started = time.monotonic()
@@ -372,7 +377,13 @@ def run_hourly(
             state.put_checkpoint(GLOBAL_SCOPE, CATCHUP_CHECKPOINT, workspace_id)
             try:
                 done = consolidate_workspace(
-                    backend, model, workspace_id, run_id=run_id, deadline=deadline, clock=clock
+                    backend,
+                    model,
+                    workspace_id,
+                    run_id=run_id,
+                    deadline=deadline,
+                    clock=clock,
+                    progress=progress,
                 )
             except Exception:  # e.g. the workspace's store calls failing: the others still run
                 log.exception("workspace consolidation failed", extra={"workspace_id": workspace_id})

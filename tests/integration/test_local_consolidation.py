@@ -139,8 +139,14 @@ def test_sigil_consolidate_runs_once_and_says_what_it_did(
 ) -> None:
     seed(backend, workspace_id="default")
     seed(backend, workspace_id="other", turns=30)
-    status, out, _ = sigil(data_dir)
+    status, out, err = sigil(data_dir)
     assert status == 0, out
+    # As it works, it says on stderr what it is doing (other's 30 turns are under one batch)
+    assert err.splitlines() == [
+        f"... default: compacting session {SID}",
+        "... default: maintaining facts",
+        "... other: maintaining facts",
+    ]
     lines = out.splitlines()
     assert lines[0].startswith("run cli-") and ": done in " in lines[0]
     assert lines[1:3] == [
