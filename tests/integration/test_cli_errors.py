@@ -152,6 +152,15 @@ def test_a_web_session_named_without_its_prefix_is_pointed_at(backend: Backend, 
     assert one_line_error(result) == "no session 'demo' in workspace 'team' (did you mean web.demo?)"
 
 
+def test_consolidating_a_workspace_nobody_configured_lists_the_known_ones(
+    backend: Backend, data_dir: Path
+) -> None:
+    seed(backend, workspace_id="team", session_id="web.demo", turns=1)
+    result = sigil(data_dir, "consolidate", "--workspace", "taem")
+    assert result.exit_code == 1
+    assert one_line_error(result) == "no workspace 'taem'; the known ones are: team"
+
+
 # ---------------------------------------------------------------- memory rollback
 
 
