@@ -101,6 +101,7 @@ def delta_frame(delta: web.WebDelta) -> dict[str, object]:
         "session": delta.session,
         "turn_id": delta.turn_id,
         "part": delta.part,
+        "in_reply_to": delta.in_reply_to,
         "offset": delta.offset,
         "text": delta.text,
     }
