@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, expect, sync_playwright
 
 from shared.channels import web, web_tokens
 from tests.e2e.conftest import DevGateway, gateway_env
@@ -26,6 +26,9 @@ from tests.support.fake_openai import FakeOpenAI
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Replies on a loaded two-core machine: a turn is queued, run and committed by a subprocess.
 REPLY_TIMEOUT_MS = 120_000
+
+# Every expectation waits for a condition, as long as a reply may take (never a fixed sleep).
+expect.set_options(timeout=REPLY_TIMEOUT_MS)
 
 CONFIG = """\
 workspaces:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.browser.conftest import REPLY_TIMEOUT_MS, Site, start_site
+from tests.e2e.processes import kill_group
 from tests.support.fake_openai import FakeOpenAI
 
 # Records every length the streaming reply is shown at, before its stored version replaces it.
@@ -131,9 +133,12 @@ def test_the_page_holds_no_secret(context: BrowserContext, site: Site) -> None:
     assert loaded and not any(secret in everything for secret in secrets.values())
 
 
+@pytest.mark.parametrize("how", ["stopped", "killed"])
 def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
-    context: BrowserContext, tmp_path: Path
+    context: BrowserContext, tmp_path: Path, how: str
 ) -> None:
+    # Stopped (Ctrl-C): the sockets close at once and the running turn finishes before the exit.
+    # Killed (SIGKILL): the turn dies with it and runs again, from the start, after the restart.
     with FakeOpenAI() as fake:
         site = start_site(tmp_path, fake)
         try:
@@ -143,6 +148,9 @@ def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
             send(page, text)
             # Once the reply is streaming, the gateway goes away under the page.
             page.wait_for_function("window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
+            if how == "killed":
+                assert site.gateway.proc is not None
+                kill_group(site.gateway.proc.pid)
             site.gateway.stop()
             expect(page.locator("#banner")).to_have_attribute("data-code", "connection_lost")
             expect(page.locator("#status")).to_have_attribute("data-state", "reconnecting")
