@@ -165,3 +165,20 @@ def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
             assert replies(page) == [text] and page.locator(".msg.user").count() == 1
         finally:
             site.gateway.stop()
+
+
+def test_markup_in_a_reply_is_shown_as_text_never_run(context: BrowserContext, site: Site) -> None:
+    page = open_page(context, site, "alice.xss")
+    hostile = (
+        '<img src=x onerror="window.__pwned=1"> <b>bold?</b> [click](javascript:window.__pwned=2) '
+        "**fine** and [docs](https://example.com/a)"
+    )
+    send(page, hostile)
+    reply = page.locator(".msg.assistant[data-seq]")
+    expect(reply).to_have_count(1)
+    # The model's text (the fake echoes it) became text nodes: no element from it but markdown's.
+    assert reply.locator("img, b, script").count() == 0
+    assert reply.locator("strong").all_text_contents() == ["fine"]
+    assert reply.locator("a").evaluate_all("links => links.map(a => a.href)") == ["https://example.com/a"]
+    assert "<img src=x" in (reply.text_content() or "")
+    assert page.evaluate("window.__pwned") is None

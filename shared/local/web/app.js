@@ -130,8 +130,19 @@
     const div = bubble("user", { event: msg.event_id });
     div.textContent = msg.text;
     if (!msg.accepted && !msg.refused) div.classList.add("pending");
-    if (msg.refused) div.dataset.refused = msg.refused;
+    if (msg.refused) markRefused(div, msg.refused);
     return div;
+  }
+
+  function markRefused(div, code) {
+    div.classList.remove("pending");
+    div.dataset.refused = code;
+    if (!div.querySelector(".not-sent")) {
+      const note = document.createElement("span");
+      note.className = "not-sent";
+      note.textContent = "Not sent";
+      div.append(note);
+    }
   }
 
   function renderLog() {
@@ -317,7 +328,7 @@
       const m = sent.find((x) => x.event_id === f.event_id);
       if (m) { m.refused = f.code; saveSent(f.session, sent); }
       const div = $("log").querySelector(`.msg.user[data-event="${CSS.escape(f.event_id)}"]`);
-      if (div) { div.classList.remove("pending"); div.dataset.refused = f.code; }
+      if (div) markRefused(div, f.code);
     }
     if (f.code === "token_expired" || f.code === "token_invalid") stop(null);
   }
