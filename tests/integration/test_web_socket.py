@@ -216,3 +216,32 @@ def test_the_page_is_served_and_holds_no_secret(gateway: LocalGateway) -> None:
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert secret not in page.text
+
+
+def test_deltas_are_redacted_as_they_stream_and_a_late_joiner_gets_the_text_so_far(
+    gateway: LocalGateway,
+) -> None:
+    client = TestClient(gateway.app())
+    key = "AKIA" + "Q" * 16  # an AWS access key id, as a model might repeat one
+    words = [f"w{i}" for i in range(120)]
+    words[20] = key
+    text = " ".join(words) + " [fake:pace=50]"
+    tok = token(gateway)
+    with (
+        client.websocket_connect(f"/ws?token={tok}") as first,
+        client.websocket_connect(f"/ws?token={tok}") as late,
+    ):
+        first.receive_json()
+        late.receive_json()
+        first.send_json({"type": "resume", "session": "alice.k", "after": 0})
+        first.send_json({"type": "send", "event_id": "k1", "session": "alice.k", "text": text})
+        seen = frames_until(first, lambda f: f["type"] == "delta" and len(f["text"]) + f["offset"] > 200)
+        # A second page joins mid-reply: its first frame is the reply so far, from offset 0.
+        late.send_json({"type": "resume", "session": "alice.k", "after": 0})
+        joined = late.receive_json()
+        assert joined["type"] == "delta" and joined["offset"] == 0 and len(joined["text"]) > 200
+        seen += frames_until(first, is_reply)
+        rest = frames_until(late, is_reply)
+    streamed = [f["text"] for f in [*seen, joined, *rest] if f["type"] in ("delta", "reply")]
+    assert streamed and not any(key in t for t in streamed)
+    assert "[REDACTED:aws_access_key]" in seen[-1]["text"] and seen[-1] == rest[-1]
