@@ -42,6 +42,8 @@ log = logging.getLogger("sigil.gateway.ws")
 
 OUTBOX_POLL_S = 1.0
 AUTH_TIMEOUT_S = 10.0
+# Parts streaming at once, across every session of this gateway (each holds its text so far).
+MAX_INFLIGHT = 1000
 # WebSocket close codes (4000-4999 are the application's): the page tells them apart.
 CLOSE_TOKEN = 4401
 CLOSE_ORIGIN = 4403
@@ -76,6 +78,9 @@ class DeltaHub:
             if delta.final:
                 self._inflight.pop(part, None)
             else:
+                if part not in self._inflight and len(self._inflight) >= MAX_INFLIGHT:
+                    # A part whose turn died before its final stays here; the oldest goes first.
+                    del self._inflight[next(iter(self._inflight))]
                 so_far = self._inflight.get(part)
                 text = (so_far.text if so_far is not None else "")[: delta.offset] + delta.text
                 self._inflight[part] = delta.model_copy(update={"offset": 0, "text": text})
@@ -170,7 +175,7 @@ class Connection:
         token = self.ws.query_params.get("token")
         try:
             if token is None:
-                raw = await asyncio.wait_for(self.ws.receive_text(), AUTH_TIMEOUT_S)
+                raw = await asyncio.wait_for(self._receive(), AUTH_TIMEOUT_S)
                 try:
                     frame = json.loads(raw)
                 except ValueError:
@@ -200,9 +205,18 @@ class Connection:
         )
         return claims
 
+    async def _receive(self) -> str:
+        """The next frame's text; a binary frame is read as UTF-8 (and is a bad_request if not)."""
+        message = await self.ws.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        if message.get("text") is not None:
+            return str(message["text"])
+        return bytes(message.get("bytes") or b"").decode("utf-8", errors="replace")
+
     async def _read(self, claims: BrowserClaims, sub: _Subscriber) -> None:
         while True:
-            raw = await self.ws.receive_text()
+            raw = await self._receive()
             try:
                 frame = parse_frame(raw)
                 if isinstance(frame, ResumeFrame):
@@ -215,10 +229,12 @@ class Connection:
                 await self.ws.close(code=CLOSE_TOKEN)
                 return
             except SigilError as exc:
-                extra = {}
-                if isinstance(frame_ids := _ids(raw), dict):
-                    extra = frame_ids
-                await self.send(error_frame(exc, **extra))
+                await self.send(error_frame(exc, **(_ids(raw) or {})))
+            except Exception:  # one bad frame must not end the page's connection
+                # Not SigilError: ours to fix, so logged in full; the page gets no internals.
+                log.exception("web socket frame failed", extra={"workspace_id": claims.workspace})
+                failed = SigilError("the message could not be handled; try again", code="internal_error")
+                await self.send(error_frame(failed, **(_ids(raw) or {})))
 
     async def _send_message(self, claims: BrowserClaims, frame: SendFrame) -> None:
         result = await run_in_threadpool(self.browser.send, claims, frame)

@@ -245,3 +245,23 @@ def test_deltas_are_redacted_as_they_stream_and_a_late_joiner_gets_the_text_so_f
     streamed = [f["text"] for f in [*seen, joined, *rest] if f["type"] in ("delta", "reply")]
     assert streamed and not any(key in t for t in streamed)
     assert "[REDACTED:aws_access_key]" in seen[-1]["text"] and seen[-1] == rest[-1]
+
+
+def test_bad_frames_are_told_and_the_connection_stays_usable(gateway: LocalGateway) -> None:
+    client = TestClient(gateway.app())
+    with client.websocket_connect(f"/ws?token={token(gateway)}") as ws:
+        ws.receive_json()
+        for bad in (
+            "not json",
+            '{"type": "dance"}',
+            '{"type": "send", "event_id": "e", "session": "alice.1"}',
+        ):
+            ws.send_text(bad)
+            error = ws.receive_json()
+            assert error["type"] == "error" and error["code"] == "bad_request", error
+            assert bad not in error["message"]
+        ws.send_bytes(b"\xff\xfe")
+        assert ws.receive_json()["code"] == "bad_request"
+        ws.send_json({"type": "resume", "session": "alice.1", "after": 0})
+        ws.send_json({"type": "send", "event_id": "ok", "session": "alice.1", "text": "still here"})
+        assert frames_until(ws, is_reply)[-1]["text"] == "still here"
