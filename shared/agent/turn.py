@@ -298,7 +298,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
-    # Slack, Discord); the web outbox and WhatsApp get the final text once.
+    # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
+    # the final text once.
     shown = progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, ""))
     # A context overflow rolls more of the window into Tier 1 and calls again (10, 3, then 1
     # message kept): shared.agent.emergency. The session it saves is the one to commit.

@@ -76,6 +76,7 @@ def dev(
                 f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
                 f"            GET  {base}/sessions/{ws}/<session>/stream               (server-sent events)",
                 '  try:      sigil send "hello" --session demo --wait',
+                f"  chat:     {base}/   (a browser token: sigil web open --user <you>)",
             ]
         ),
         err=True,

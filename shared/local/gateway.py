@@ -20,7 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
 
 from shared import correlation
 from shared.adapters.embedded import (
@@ -40,10 +42,12 @@ from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
+from shared.ingress.browser import BrowserIngress
 from shared.ingress.http import HttpAnswer, WebhookFront, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.local.logs import RequestIds
+from shared.local.web_socket import Connection, CorsMiddleware, DeltaHub, preflight
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
@@ -55,6 +59,8 @@ log = logging.getLogger("sigil.gateway")
 
 SSE_POLL_S = 0.1
 SSE_HEARTBEAT_S = 15.0
+# The chat page (plain HTML, CSS and JS: no build step), served at /.
+WEB_PAGE_DIR = Path(__file__).parent / "web"
 
 
 @dataclass
@@ -68,6 +74,8 @@ class LocalGateway:
     runner: EmbeddedLaneRunner = field(init=False)
     scheduler: LocalScheduler = field(init=False)
     data_dir_lock: DataDirLock = field(init=False)
+    # The web replies' live deltas, for the chat page's WebSockets (shared.local.web_socket).
+    deltas: DeltaHub = field(init=False, default_factory=DeltaHub)
 
     def __post_init__(self) -> None:
         self.backend = with_workspace_cache(build_embedded_backend(self.settings))
@@ -91,6 +99,7 @@ class LocalGateway:
             self.backend.outbox,
             ledger=self.backend.send_ledger,
             base_urls=self.settings.platform_base_urls or None,
+            deltas=self.deltas,
         )
         self.deps = TurnDeps(
             backend=self.backend,
@@ -100,6 +109,7 @@ class LocalGateway:
             prices=PriceTable(self.settings.model_prices),
             facts=TacitFacts(self.backend.memory),
         )
+        self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
         self.runner = EmbeddedLaneRunner(
             lanes,
             self._handle,
@@ -179,10 +189,31 @@ class LocalGateway:
                 Route("/webhooks/whatsapp/{name}", self._get_whatsapp, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
+                Route("/webhooks/web/{workspace}", self._preflight, methods=["OPTIONS"]),
+                Route("/sessions/{workspace}/{session}/{what}", self._preflight, methods=["OPTIONS"]),
+                WebSocketRoute("/ws", self._ws),
+                Mount("/", StaticFiles(directory=WEB_PAGE_DIR, html=True), name="page"),
             ],
             exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
-            middleware=[Middleware(RequestIds)],
+            middleware=[Middleware(RequestIds), Middleware(CorsMiddleware, origins=self.web_origins)],
         )
+
+    def web_origins(self) -> list[str]:
+        """Where the chat page may be served from: Settings.web_origins, else this gateway."""
+        if self.settings.web_origins:
+            return [o.rstrip("/") for o in self.settings.web_origins]
+        host, port = self.settings.host, self.settings.port
+        own = [f"http://{host}:{port}"]
+        if host in ("127.0.0.1", "localhost", "::1"):
+            own += [f"http://localhost:{port}", f"http://127.0.0.1:{port}", f"http://[::1]:{port}"]
+        return sorted(set(own))
+
+    async def _preflight(self, request: Request) -> Response:
+        return preflight(request, self.web_origins())
+
+    async def _ws(self, websocket: WebSocket) -> None:
+        """The chat page's WebSocket (shared.ingress.browser's protocol, docs/web-channel.md)."""
+        await Connection(websocket, self.browser, self.deltas).run(self.web_origins())
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_configured": self.model_status() is None})

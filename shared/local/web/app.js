@@ -1,0 +1,401 @@
+// The Sigil chat page: one WebSocket speaking docs/web-channel.md's browser protocol.
+//
+// The token comes from the URL fragment (#token=..., never sent to a server, so never in a log) or
+// the paste box, and is kept in sessionStorage: this tab only, and a reload keeps it. The outbox is
+// the source of truth: the page keeps the last seq it has per session and resumes after it on every
+// reconnection, so a dropped connection loses and repeats nothing. The user's own messages are kept
+// in localStorage (the outbox holds replies only) and each reply is placed under the message it
+// answers (`in_reply_to`). Text from users and models only ever becomes DOM text (markdown.js).
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const MAX_BACKOFF_MS = 15000;
+  const MAX_KEPT = 200;
+
+  const state = {
+    token: null, claims: null, ws: null, ready: false, attempts: 0, retryTimer: null, stopped: false,
+    session: null, lastSeq: {}, // session → highest seq shown
+  };
+
+  // ------------------------------------------------------------------ token
+
+  function decodeClaims(token) {
+    const parts = String(token).trim().split(".");
+    if (parts.length !== 3 || parts[0] !== "v1") return null;
+    try {
+      const b64 = parts[1].replace(/-/g, "+").replace(/_/g, "/");
+      const json = new TextDecoder().decode(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)));
+      const claims = JSON.parse(json);
+      if (typeof claims.workspace !== "string" || typeof claims.user !== "string") return null;
+      claims.sessions = [].concat(claims.sessions || []);
+      return claims;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function takeFragment() {
+    const params = new URLSearchParams(location.hash.replace(/^#/, ""));
+    if (params.get("token")) sessionStorage.setItem("sigil.token", params.get("token"));
+    if (params.get("session")) sessionStorage.setItem("sigil.session", params.get("session"));
+    if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  }
+
+  // ------------------------------------------------------------------ storage
+
+  const key = (...parts) => ["sigil", state.claims.workspace, state.claims.user, ...parts].join("|");
+  function load(name, fallback) {
+    try { return JSON.parse(localStorage.getItem(name)) ?? fallback; } catch (_) { return fallback; }
+  }
+  function save(name, value) {
+    try { localStorage.setItem(name, JSON.stringify(value)); } catch (_) { /* full or disabled */ }
+  }
+  const sentOf = (session) => load(key("sent", session), []);
+  const saveSent = (session, list) => save(key("sent", session), list.slice(-MAX_KEPT));
+
+  // ------------------------------------------------------------------ sessions
+
+  function prefixes() {
+    return state.claims.sessions.filter((p) => p.endsWith("*")).map((p) => p.slice(0, -1));
+  }
+  function allowed(name) {
+    return state.claims.sessions.some((p) => (p.endsWith("*") ? name.startsWith(p.slice(0, -1)) && name !== p.slice(0, -1) : name === p));
+  }
+  function knownSessions() {
+    const stored = load(key("sessions"), []).filter((s) => allowed(s.name));
+    for (const p of state.claims.sessions) {
+      if (!p.endsWith("*") && !stored.some((s) => s.name === p)) stored.push({ name: p, title: p, updated: 0 });
+    }
+    return stored;
+  }
+  function remember(name, title) {
+    const list = knownSessions();
+    const found = list.find((s) => s.name === name);
+    if (found) {
+      if (title && (!found.title || found.title === found.name || found.title === "New conversation")) found.title = title;
+      found.updated = Date.now();
+    } else {
+      list.push({ name, title: title || "New conversation", updated: Date.now() });
+    }
+    list.sort((a, b) => b.updated - a.updated);
+    save(key("sessions"), list.slice(0, MAX_KEPT));
+    renderSessions();
+  }
+  function newSessionName() {
+    const prefix = prefixes()[0];
+    return prefix + Date.now().toString(36) + Math.random().toString(36).slice(2, 6);
+  }
+
+  function renderSessions() {
+    const ul = $("session-list");
+    ul.replaceChildren();
+    for (const s of knownSessions()) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = s.title || s.name;
+      button.title = s.name;
+      button.dataset.session = s.name;
+      if (s.name === state.session) button.setAttribute("aria-current", "true");
+      button.addEventListener("click", () => switchTo(s.name));
+      const li = document.createElement("li");
+      li.append(button);
+      ul.append(li);
+    }
+    const canCreate = prefixes().length > 0;
+    $("new-session").disabled = !canCreate;
+    $("new-session").title = canCreate ? "" : "This link is for the conversations it names only";
+  }
+
+  function switchTo(name) {
+    state.session = name;
+    sessionStorage.setItem("sigil.session", name);
+    remember(name);
+    $("session-title").textContent = "Conversation " + name;
+    renderLog();
+    if (state.ready) resume(name);
+    $("message").focus();
+  }
+
+  // ------------------------------------------------------------------ the log
+
+  function bubble(kind, attrs) {
+    const div = document.createElement("div");
+    div.className = "msg " + kind;
+    for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) div.dataset[k] = v;
+    return div;
+  }
+
+  function userBubble(msg) {
+    const div = bubble("user", { event: msg.event_id });
+    div.textContent = msg.text;
+    if (!msg.accepted && !msg.refused) div.classList.add("pending");
+    if (msg.refused) markRefused(div, msg.refused);
+    return div;
+  }
+
+  function markRefused(div, code) {
+    div.classList.remove("pending");
+    div.dataset.refused = code;
+    if (!div.querySelector(".not-sent")) {
+      const note = document.createElement("span");
+      note.className = "not-sent";
+      note.textContent = "Not sent";
+      div.append(note);
+    }
+  }
+
+  function renderLog() {
+    state.lastSeq[state.session] = 0;
+    const log = $("log");
+    log.replaceChildren(...sentOf(state.session).map(userBubble));
+  }
+
+  // Where a reply to `event` goes: after its message and the replies already under it.
+  function placeAfter(event) {
+    const log = $("log");
+    const mine = event ? log.querySelector(`.msg.user[data-event="${CSS.escape(event)}"]`) : null;
+    if (!mine) return null;
+    let at = mine;
+    while (at.nextElementSibling && at.nextElementSibling.classList.contains("assistant") &&
+           at.nextElementSibling.dataset.event === event) at = at.nextElementSibling;
+    return at;
+  }
+
+  function assistantBubble(turn, part, event) {
+    const log = $("log");
+    let div = log.querySelector(`.msg.assistant[data-turn="${CSS.escape(turn)}"][data-part="${part}"]`);
+    if (div) return div;
+    div = bubble("assistant", { turn, part: String(part), event });
+    div.streamed = "";
+    const after = placeAfter(event);
+    if (after) after.after(div); else log.append(div);
+    return div;
+  }
+
+  function showMarkdown(div, text) {
+    div.replaceChildren(SigilMarkdown.render(text));
+    const log = $("log");
+    if (log.scrollHeight - log.scrollTop - log.clientHeight < 120) log.scrollTop = log.scrollHeight;
+  }
+
+  function onDelta(f) {
+    if (f.session !== state.session) return;
+    const div = assistantBubble(f.turn_id, f.part, f.in_reply_to);
+    if (div.dataset.seq) return; // the stored reply is already shown
+    div.streamed = (div.streamed || "").slice(0, f.offset) + f.text;
+    div.setAttribute("aria-busy", "true");
+    showMarkdown(div, div.streamed);
+  }
+
+  function onReply(f) {
+    if (f.session !== state.session) return;
+    if (f.seq <= (state.lastSeq[f.session] || 0)) return; // already have it
+    state.lastSeq[f.session] = f.seq;
+    const div = assistantBubble(f.turn_id, f.part, f.in_reply_to);
+    div.dataset.seq = String(f.seq);
+    div.removeAttribute("aria-busy");
+    showMarkdown(div, f.text);
+    const sent = sentOf(f.session);
+    const mine = sent.find((m) => m.event_id === f.in_reply_to);
+    if (mine && !mine.accepted) { mine.accepted = true; saveSent(f.session, sent); markAccepted(f.in_reply_to); }
+  }
+
+  function markAccepted(event) {
+    const div = $("log").querySelector(`.msg.user[data-event="${CSS.escape(event)}"]`);
+    if (div) div.classList.remove("pending");
+  }
+
+  // ------------------------------------------------------------------ banners and status
+
+  const MESSAGES = {
+    token_expired: "Your access to this conversation has expired. Open a fresh link (sigil web open) or paste a new token.",
+    token_invalid: "This link is not valid for this Sigil. Ask for a new one, or paste a token.",
+    sender_refused: "This workspace does not accept messages from you. Ask its administrator to let you in.",
+    budget_exhausted: "The budget for your messages has run out.",
+    session_forbidden: "This link does not cover that conversation.",
+    connection_lost: "The connection was lost. Reconnecting…",
+  };
+
+  function banner(code, message, kind) {
+    const b = $("banner");
+    if (!code) { b.hidden = true; delete b.dataset.code; return; }
+    b.hidden = false;
+    b.dataset.code = code;
+    b.dataset.kind = kind || "error";
+    const known = MESSAGES[code];
+    $("banner-text").textContent = code === "budget_exhausted" && message ? `${known} ${message}` : (known || message || code);
+  }
+
+  function status(kind, text) {
+    const s = $("status");
+    s.dataset.state = kind;
+    s.textContent = text;
+  }
+
+  // ------------------------------------------------------------------ the connection
+
+  function wsUrl() {
+    if (window.SIGIL_WS_URL) return window.SIGIL_WS_URL;
+    return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+  }
+
+  function connect() {
+    clearTimeout(state.retryTimer);
+    if (state.stopped) return;
+    status(state.attempts ? "reconnecting" : "connecting", state.attempts ? "Reconnecting…" : "Connecting…");
+    const ws = new WebSocket(wsUrl());
+    state.ws = ws;
+    state.ready = false;
+    // The token in the first frame, not the URL: it stays out of access logs.
+    ws.addEventListener("open", () => ws.send(JSON.stringify({ type: "auth", token: state.token })));
+    ws.addEventListener("message", (e) => {
+      let f;
+      try { f = JSON.parse(e.data); } catch (_) { return; }
+      handle(f);
+    });
+    ws.addEventListener("close", (e) => {
+      if (state.ws !== ws) return;
+      state.ready = false;
+      if (e.code === 4401 || e.code === 4403 || state.stopped) {
+        stop(e.code === 4403 ? "This page's address is not allowed to reach Sigil (CORS origins)." : null);
+        return;
+      }
+      retry();
+    });
+  }
+
+  function retry() {
+    const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** state.attempts) * (0.5 + Math.random() / 2);
+    state.attempts += 1;
+    banner("connection_lost", null, "warn");
+    status("reconnecting", `Connection lost; retrying in ${Math.ceil(delay / 1000)} s`);
+    state.retryTimer = setTimeout(connect, delay);
+  }
+
+  function stop(reason) {
+    state.stopped = true;
+    status("closed", "Disconnected");
+    if (reason) banner("origin", reason);
+    $("token-panel").hidden = false;
+    $("send").disabled = true;
+  }
+
+  function resume(session) {
+    send({ type: "resume", session, after: state.lastSeq[session] || 0 });
+  }
+
+  function send(frame) {
+    if (state.ws && state.ws.readyState === WebSocket.OPEN && state.ready) {
+      state.ws.send(JSON.stringify(frame));
+      return true;
+    }
+    return false;
+  }
+
+  function handle(f) {
+    switch (f.type) {
+      case "ready":
+        state.ready = true;
+        state.attempts = 0;
+        if ($("banner").dataset.code === "connection_lost") banner(null);
+        status("open", "Connected");
+        resume(state.session);
+        // Messages typed while offline, or sent just before a drop: the same event id again is
+        // recognised by the server, so this never makes a second turn.
+        for (const m of sentOf(state.session)) {
+          if (!m.accepted && !m.refused) send({ type: "send", event_id: m.event_id, session: state.session, text: m.text });
+        }
+        break;
+      case "accepted": {
+        const sent = sentOf(f.session);
+        const m = sent.find((x) => x.event_id === f.event_id);
+        if (m) { m.accepted = true; saveSent(f.session, sent); }
+        if (f.session === state.session) markAccepted(f.event_id);
+        break;
+      }
+      case "delta": onDelta(f); break;
+      case "reply": onReply(f); break;
+      case "error": onError(f); break;
+      default: break;
+    }
+  }
+
+  function onError(f) {
+    banner(f.code, f.message, "error");
+    if (f.event_id && f.session && (f.code === "sender_refused" || f.code === "budget_exhausted" || f.code === "session_forbidden")) {
+      const sent = sentOf(f.session);
+      const m = sent.find((x) => x.event_id === f.event_id);
+      if (m) { m.refused = f.code; saveSent(f.session, sent); }
+      const div = $("log").querySelector(`.msg.user[data-event="${CSS.escape(f.event_id)}"]`);
+      if (div) markRefused(div, f.code);
+    }
+    if (f.code === "token_expired" || f.code === "token_invalid") stop(null);
+  }
+
+  // ------------------------------------------------------------------ the composer
+
+  function submit() {
+    const box = $("message");
+    const text = box.value.trim();
+    if (!text || state.stopped) return;
+    const msg = {
+      event_id: "e" + Date.now().toString(36) + Math.random().toString(36).slice(2, 8),
+      text, at: Date.now(), accepted: false,
+    };
+    const sent = sentOf(state.session);
+    sent.push(msg);
+    saveSent(state.session, sent);
+    remember(state.session, text.slice(0, 40));
+    $("log").append(userBubble(msg));
+    $("log").scrollTop = $("log").scrollHeight;
+    box.value = "";
+    if ($("banner").dataset.code && $("banner").dataset.code !== "connection_lost") banner(null);
+    send({ type: "send", event_id: msg.event_id, session: state.session, text });
+  }
+
+  // ------------------------------------------------------------------ start
+
+  function start(token) {
+    const claims = decodeClaims(token);
+    if (!claims) {
+      $("token-panel").hidden = false;
+      banner("token_invalid", null);
+      return;
+    }
+    state.token = token;
+    state.claims = claims;
+    state.stopped = false;
+    $("token-panel").hidden = true;
+    $("app").hidden = false;
+    $("send").disabled = false;
+    $("who").textContent = `${claims.user} · ${claims.workspace}`;
+    const wanted = sessionStorage.getItem("sigil.session");
+    const known = knownSessions();
+    const first = wanted && allowed(wanted) ? wanted : known.length ? known[0].name : prefixes().length ? newSessionName() : null;
+    if (!first) { banner("session_forbidden", null); return; }
+    switchTo(first);
+    connect();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    takeFragment();
+    $("composer").addEventListener("submit", (e) => { e.preventDefault(); submit(); });
+    $("message").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
+    });
+    $("new-session").addEventListener("click", () => switchTo(newSessionName()));
+    $("token-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const token = $("token-input").value.trim();
+      $("token-input").value = "";
+      sessionStorage.setItem("sigil.token", token);
+      if (state.ws) { state.stopped = true; state.ws.close(); }
+      banner(null);
+      start(token);
+    });
+    window.addEventListener("online", () => { if (!state.ready && !state.stopped) connect(); });
+    const token = sessionStorage.getItem("sigil.token");
+    if (token) start(token); else $("token-panel").hidden = false;
+  });
+})();
