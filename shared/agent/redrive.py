@@ -20,7 +20,7 @@ import hashlib
 
 from shared.agent.preflight import kept_message, turn_id_for
 from shared.models import LaneItem, Session, UserMessage
-from shared.ports import Requeue, SessionStore
+from shared.ports import DeadLetterEntry, RedriveOutcome, Requeue, SessionStore
 
 __all__ = [
     "answered",
@@ -102,3 +102,14 @@ def requeue_policy(sessions: SessionStore) -> Requeue:
         return None if answered(session, item) else redriven(item)
 
     return requeue
+
+
+def held_back(entry: DeadLetterEntry) -> RedriveOutcome:
+    """What a redrive reports for an item it leaves in the dead letters because an earlier item
+    of its session could not be put back: redriving it alone would answer it out of order."""
+    return RedriveOutcome(
+        id=entry.id,
+        group_id=entry.group_id,
+        outcome="failed",
+        detail="held back behind an earlier item of its session that could not be redriven",
+    )

@@ -26,7 +26,7 @@ from typing import Any, Final
 from cachetools import TTLCache
 
 from shared.backend import Backend
-from shared.errors import BadRequest
+from shared.errors import BadRequest, ConcurrencyConflict
 from shared.models import ID_PATTERN, WorkspaceConfig
 from shared.ports import SkillLink, SkillStore
 from shared.skills.format import SKILL_FILE, Skill, SkillError, name_problem, parse_skill
@@ -197,3 +197,11 @@ def with_skill_cache(backend: Backend, *, ttl_s: float = SKILL_TTL_S) -> Backend
     if isinstance(backend.skills, CachedSkills):
         return backend
     return replace(backend, skills=CachedSkills(backend.skills, ttl_s=ttl_s))
+
+
+def refuse_if_linked(links: list[SkillLink], workspace_id: str, name: str) -> None:
+    """A stored copy other workspaces link to is not removed from under them: ConcurrencyConflict
+    naming each link, removed first."""
+    if links:
+        names = ", ".join(f"{link.workspace_id}/{link.name}" for link in links)
+        raise ConcurrencyConflict(f"{workspace_id}/{name} is linked from {names}: remove those links first")

@@ -31,7 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from shared import serde
 from shared.adapters.aws import clients
 from shared.adapters.aws.sqs import fifo_id
-from shared.agent.redrive import turn_ids
+from shared.agent.redrive import held_back, turn_ids
 from shared.models import AuditRecord, LaneItem
 from shared.ports import (
     PREVIEW_CHARS,
@@ -106,7 +106,7 @@ class SqsDeadLetters:
                 for group_id, group in groupby(entries, key=lambda e: e.group_id):
                     for entry in group:
                         if group_id in failed_groups:
-                            report.outcomes.append(_held(entry))
+                            report.outcomes.append(held_back(entry))
                             held.append({"ReceiptHandle": handles[entry.id]})
                             continue
                         outcome = self._redrive_one(entry, handles[entry.id], requeue)
@@ -243,15 +243,6 @@ def _reasoned(entry: DeadLetterEntry, records: dict[str, list[AuditRecord]]) -> 
     reason = "; ".join(n for n in notes if n) or ("given up" if given_up is not None else None)
     return entry.model_copy(
         update={"reason": reason, "failed_at": given_up.created_at if given_up is not None else None}
-    )
-
-
-def _held(entry: DeadLetterEntry) -> RedriveOutcome:
-    return RedriveOutcome(
-        id=entry.id,
-        group_id=entry.group_id,
-        outcome="failed",
-        detail="held back behind an earlier item of its session that could not be redriven",
     )
 
 

@@ -21,7 +21,7 @@ from shared.adapters.aws import clients
 from shared.errors import ConcurrencyConflict, NotFound, SigilError
 from shared.ports import SkillLink
 from shared.skills import LINK_FILE, SKILL_FILE, check_name, check_path, check_workspace
-from shared.skills.store import link_record, parse_link
+from shared.skills.store import link_record, parse_link, refuse_if_linked
 
 PREFIX = "skills/"
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -128,12 +128,7 @@ class S3SkillStore:
         if not keys:
             return False
         if prefix + LINK_FILE not in keys:
-            links = self.links_to(workspace_id, name)
-            if links:
-                names = ", ".join(f"{link.workspace_id}/{link.name}" for link in links)
-                raise ConcurrencyConflict(
-                    f"{workspace_id}/{name} is linked from {names}: remove those links first"
-                )
+            refuse_if_linked(self.links_to(workspace_id, name), workspace_id, name)
         self._delete(keys)
         return True
 

@@ -18,6 +18,7 @@ import pydantic
 
 from shared import serde
 from shared.adapters.embedded.db import Database, first
+from shared.agent.redrive import held_back
 from shared.models import LaneItem
 from shared.ports import PREVIEW_CHARS, DeadLetterEntry, RedriveOutcome, RedriveReport, Requeue
 
@@ -65,7 +66,7 @@ class SqliteDeadLetters:
             held = False
             for entry in group:
                 if held:
-                    report.outcomes.append(_held(entry))
+                    report.outcomes.append(held_back(entry))
                     continue
                 outcome = self._redrive_one(entry, requeue)
                 report.outcomes.append(outcome)
@@ -103,15 +104,6 @@ class SqliteDeadLetters:
         return RedriveOutcome(
             id=entry.id, group_id=entry.group_id, outcome="redriven", detail=again.inbound.event_id
         )
-
-
-def _held(entry: DeadLetterEntry) -> RedriveOutcome:
-    return RedriveOutcome(
-        id=entry.id,
-        group_id=entry.group_id,
-        outcome="failed",
-        detail="held back behind an earlier item of its session that could not be redriven",
-    )
 
 
 def _seq(entry_id: str) -> int | None:

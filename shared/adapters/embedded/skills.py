@@ -17,7 +17,7 @@ from pathlib import Path
 from shared.errors import ConcurrencyConflict, NotFound
 from shared.ports import SkillLink
 from shared.skills import LINK_FILE, check_name, check_path, check_workspace
-from shared.skills.store import link_record, parse_link
+from shared.skills.store import link_record, parse_link, refuse_if_linked
 
 
 class FileSkillStore:
@@ -108,12 +108,7 @@ class FileSkillStore:
             if not folder.is_dir():
                 return False
             if not (folder / LINK_FILE).is_file():
-                links = self.links_to(workspace_id, name)
-                if links:
-                    names = ", ".join(f"{link.workspace_id}/{link.name}" for link in links)
-                    raise ConcurrencyConflict(
-                        f"{workspace_id}/{name} is linked from {names}: remove those links first"
-                    )
+                refuse_if_linked(self.links_to(workspace_id, name), workspace_id, name)
             shutil.rmtree(folder)
             return True
 
