@@ -48,7 +48,7 @@ def dev(
     if aws:
         from shared.local.aws_mode import serve
 
-        serve(settings)
+        serve(settings, config)
         return
     gateway = LocalGateway(settings, config=config)
     # The data directory and the port are taken before start() puts in-flight items back on

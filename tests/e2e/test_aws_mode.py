@@ -353,3 +353,38 @@ def test_each_session_keeps_its_order_through_failures_and_poison_ends_in_the_dl
         assert visible_and_in_flight(sqs, "turns.fifo") == 0
     finally:
         gw.stop()
+
+
+def test_sigil_yaml_is_applied_to_motos_stores_at_start(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    from shared.adapters.aws.dynamodb import DynamoRouteStore, DynamoWorkspaceStore
+
+    config = tmp_path / "sigil.yaml"
+    config.write_text(
+        "workspaces:\n"
+        "  family: {name: Family, model: openai/fake-family, active_window: 12}\n"
+        "channels:\n"
+        "  - {platform: telegram, name: family, workspace: family}\n"
+    )
+    gw = DevGateway(
+        tmp_path / "state", aws_env(fake_openai, SIGIL_CONFIG=str(config)), extra_args=AWS
+    ).start()
+    try:
+        found = re.search(r"moto on (http://\S+) \(region (\S+)\)", gw.log_text())
+        assert found, "the start-up help names moto's endpoint"
+        dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=found.group(1),
+            region_name=found.group(2),
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        tables = dynamodb.list_tables()["TableNames"]
+        [memory] = [t for t in tables if t.endswith("-memory")]
+        [sessions] = [t for t in tables if t.endswith("-sessions")]
+        family = DynamoWorkspaceStore(memory, client=dynamodb).get("family")
+        assert family is not None
+        assert (family.name, family.model, family.active_window) == ("Family", "openai/fake-family", 12)
+        [route] = DynamoRouteStore(sessions, client=dynamodb).list_routes()
+        assert (route.key, route.workspace) == ("telegram/family", "family")
+    finally:
+        gw.stop()

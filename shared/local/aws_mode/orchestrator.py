@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +36,9 @@ from shared.local.aws_mode.resources import (
 from shared.local.aws_mode.schedule import ConsolidationFeed
 from shared.local.aws_mode.servers import fifo_redelivery_in_order, start_moto, start_osmem
 from shared.local.lambda_runtime import FunctionPool, FunctionSpec, watch_parent
+
+if TYPE_CHECKING:
+    from shared.configuration import SigilFile
 
 log = logging.getLogger("sigil.aws_mode")
 
@@ -62,8 +65,12 @@ class AwsModeOptions(BaseSettings):
 class AwsModeGateway:
     """moto, osmem-server, the three functions' containers, the HTTP front and the pollers."""
 
-    def __init__(self, settings: Settings, options: AwsModeOptions | None = None) -> None:
+    def __init__(
+        self, settings: Settings, options: AwsModeOptions | None = None, *, config: SigilFile | None = None
+    ) -> None:
         self.settings = settings
+        # sigil.yaml, applied to moto's stores at start as `sigil dev` applies it to the data dir.
+        self.config = config
         self.options = options if options is not None else AwsModeOptions()
         self.region = settings.aws_region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
         self._stack = contextlib.ExitStack()
@@ -200,9 +207,14 @@ class AwsModeGateway:
         aws_client("secretsmanager", resources.endpoint, resources.region).create_secret(
             Name=resources.secrets_prefix + web.secret_name(workspace), SecretString=secret
         )
-        DynamoWorkspaceStore(
-            resources.memory_table, client=aws_client("dynamodb", resources.endpoint, resources.region)
-        ).put(new_workspace(workspace, name=workspace))
+        dynamodb = aws_client("dynamodb", resources.endpoint, resources.region)
+        workspaces = DynamoWorkspaceStore(resources.memory_table, client=dynamodb)
+        workspaces.put(new_workspace(workspace, name=workspace))
+        if self.config is not None:
+            from shared.adapters.aws.dynamodb import DynamoRouteStore
+            from shared.configuration import apply
+
+            apply(self.config, workspaces, DynamoRouteStore(resources.sessions_table, client=dynamodb))
         return secret
 
     def _check_model(self) -> None:
@@ -249,8 +261,8 @@ class AwsModeGateway:
         )
 
 
-def serve(settings: Settings) -> None:
-    """Run the mode until interrupted (the `sigil dev --aws` command)."""
+def serve(settings: Settings, config: SigilFile | None = None) -> None:
+    """Run the mode until interrupted (the `sigil dev --aws` command), `config` applied at start."""
     import uvicorn
 
     # Left at its default, SIGTERM would end the process on the spot (uvicorn re-raises it once it
@@ -259,7 +271,7 @@ def serve(settings: Settings) -> None:
     # A parent that dies without signalling (a killed test run, a closed terminal's supervisor)
     # ends the mode as SIGTERM would, rather than leaving it serving with no one to stop it.
     watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
-    gateway = AwsModeGateway(settings)
+    gateway = AwsModeGateway(settings, config=config)
     gateway.start()
     try:
         print(gateway.banner(), file=sys.stderr, flush=True)
