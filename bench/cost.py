@@ -46,6 +46,7 @@ import logging
 import math
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -443,6 +444,7 @@ class Meter:
         self.calls: list[ApiCall] = []
         self.overhead_s = 0.0
         self.overhead_cpu_s = 0.0
+        self.errors: list[str] = []
         self._keys: dict[str, list[str]] = {}
 
     def attach(self, events: Any, stage: str | None = None) -> None:
@@ -451,10 +453,14 @@ class Meter:
         events.register("after-call", self._after)
 
     @contextlib.contextmanager
-    def _timed(self) -> Iterator[None]:
+    def _timed(self, what: str) -> Iterator[None]:
+        """Time the hook, and keep its error instead of raising it into the adapter's call (which
+        would fail the turn); the run reports every error and fails."""
         start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             yield
+        except Exception as exc:  # noqa: BLE001 - reported at the end of the run
+            self.errors.append(f"{what}: {exc!r}")
         finally:
             self.overhead_s += time.perf_counter() - start
             self.overhead_cpu_s += time.thread_time() - start_cpu
@@ -462,8 +468,8 @@ class Meter:
     def _params(
         self, stage: str | None, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
     ) -> None:
-        with self._timed():
-            name = f"{model.service_model.service_name}.{model.name}"
+        name = f"{model.service_model.service_name}.{model.name}"
+        with self._timed(name):
             call = ApiCall(stage or self.stage_of() or "other", name)
             context["bench_call"] = call
             context["bench_params"] = params
@@ -482,7 +488,7 @@ class Meter:
         call: ApiCall | None = context.get("bench_call")
         if call is None:
             return
-        with self._timed():
+        with self._timed(call.name):
             call.response_bytes = len(http_response.content or b"")
             params: dict[str, Any] = context.get("bench_params", {})
             service = model.service_model.service_name
@@ -592,7 +598,7 @@ class Meter:
                 "ConsistentRead",
             )
         }
-        used = str(keep.get("KeyConditionExpression", ""))
+        used = set(re.findall(r"[#:][A-Za-z0-9_]+", str(keep.get("KeyConditionExpression", ""))))
         names = {k: v for k, v in params.get("ExpressionAttributeNames", {}).items() if k in used}
         values = {k: v for k, v in params.get("ExpressionAttributeValues", {}).items() if k in used}
         if names:
@@ -1096,6 +1102,8 @@ class Workload:
                 while feed.poll_once():
                     pass
             self.invoke("schedule", consolidate.lambda_handler, aws_mode.schedule_event(resources.region))
+            if self.meter.errors:
+                raise SystemExit("counting failed:\n  " + "\n  ".join(self.meter.errors[:10]))
             # Every turn must have reached the model: a budget refusal or an apology is a reply too.
             if replies != turns or len(self.script.reached) != turns:
                 raise SystemExit(
@@ -1283,7 +1291,7 @@ class Report:
             f"What 1,000 turns cost on AWS (bench/cost.py): {self.turns} turns, {self.sessions} sessions, "
             f"measured on moto, scaled to 1,000; list prices of bench/prices.json (us-east-1)",
             "",
-            "(a) $ per 1,000 turns, excluding the chat model's own price, at 3 s and 15 s of wait per model call",
+            "(a) $ per 1,000 turns, without the chat model's own price, at 3 s and 15 s of wait a model call",
         ]
         short, long = (self.per_thousand(w) for w in (WAITS_S[0], WAITS_S[-1]))
         rows = []
@@ -1302,6 +1310,20 @@ class Report:
             "  own work per turn, wall (CPU): "
             + ", ".join(f"{f} {own[f]:.0f} ms ({cpu[f]:.0f})" for f in self.functions)
             + f"; {model_calls:.2f} model calls a turn; tools called: {tools}"
+        )
+        parts = {"webhook": ("webhook",), "agent": ("agent", "esm"), "consolidation": ("consolidate",)}
+        shares = {
+            part: [
+                sum(x.usd for x in price_usage(usage_of(self.run, stages, n), self.functions, self.prices, w))
+                * 1000
+                / n
+                for w in (WAITS_S[0], WAITS_S[-1])
+            ]
+            for part, stages in parts.items()
+        }
+        out.append(
+            "  by function, everything it calls included (3 s | 15 s): "
+            + ", ".join(f"{part} {money(a)} | {money(b)}" for part, (a, b) in shares.items())
         )
         memory = sum(x.usd for x in short if x.item.startswith(("DynamoDB", "Bedrock Titan")))
         core = self.agentcore()
