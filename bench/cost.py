@@ -47,6 +47,7 @@ import math
 import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -410,7 +411,7 @@ def floor_lines(
         run = sum(x.usd for x in price_usage(schedule, functions, prices, WAITS_S[0])) / max(
             1, schedule.turns
         )
-        lines.append(Line("hourly consolidation runs", run * runs, runs, "runs (measured)"))
+        lines.append(Line("hourly consolidation runs", run * runs, runs, "measured runs"))
     return lines
 
 
@@ -884,6 +885,9 @@ class Workload:
         self.script = Script(random.Random(seed))  # noqa: S311 - made-up text, not a secret
         self.chat = FunctionProvider(self.script.chat)
         self.summariser = FunctionProvider(Script.consolidate)
+        # Both answer as the listed model MODEL, so the workspace's default budget charges their
+        # calls at its price ("function/..." is unknown and would be priced at the dearest model's).
+        self.chat.name = self.summariser.name = MODEL.split("/", maxsplit=1)[0]
         self.invocations: dict[str, list[Invocation]] = {}
         self.http: list[int] = []
         self.search = SearchLog()
@@ -957,7 +961,7 @@ class Workload:
         clients.reset()
         cloud.reset()
         real_turn_deps, real_consolidator = cloud.turn_deps, cloud.consolidator
-        chat, model = self.chat, ConsolidationModel(self.summariser, "fake-cheap")
+        chat, model = self.chat, ConsolidationModel(self.summariser, MODEL.split("/")[1])
 
         @functools.cache
         def turn_deps() -> Any:
@@ -1200,21 +1204,41 @@ def usage_of(run: Run, stages: Sequence[str], turns: int) -> Usage:
 
 
 def synth_stages(stages: Sequence[str] = ("dev", "prod")) -> dict[str, dict[str, Any]]:
-    """Each stage's CloudFormation template, synthesised offline as tests/infra does."""
+    """Each stage's CloudFormation template, synthesised offline as tests/infra does, in a child
+    interpreter: jsii's node process ends with it instead of outliving the bench."""
+    code = "\n".join(
+        (
+            f"import sys; sys.path.insert(0, {str(ROOT)!r})",
+            "from bench import cost",
+            f"cost.synth_here({list(stages)!r})",
+        )
+    )
+    # JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION takes the node major versions not to warn about.
+    env = os.environ | {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "18,20"}
+    out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"synthesising {', '.join(stages)} failed:\n{out.stderr[-4000:]}")
+    templates: dict[str, dict[str, Any]] = json.loads(out.stdout)
+    return templates
+
+
+def synth_here(stages: Sequence[str]) -> None:
+    """synth_stages' child: the templates as one JSON object on stdout (nothing else goes there)."""
     from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION
     from tests.infra.helpers import synthesize
 
     out: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
         layer = Path(tmp) / "layer"
         (layer / "python").mkdir(parents=True)
         (layer / LAYER_MANIFEST).write_text(
             json.dumps({"python_version": PYTHON_VERSION, "lock_sha256": "0" * 64})
         )
         for stage in stages:
-            with contextlib.redirect_stderr(io.StringIO()):
-                out[stage] = synthesize(stage, Path(tmp) / f"cdk-{stage}", layer).raw
-    return out
+            out[stage] = synthesize(stage, Path(tmp) / f"cdk-{stage}", layer).raw
+    print(json.dumps(out))
 
 
 def batch_size(template: Mapping[str, Any]) -> int:
