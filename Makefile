@@ -68,7 +68,7 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # texts, later runs use .benchmarks/); search latency at 1k/10k/100k memories; MiniLM throughput;
 # maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run; the layer, bundles and
 # cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
-# faults on both backends (~7 min, docs/local-aws-mode.md); the cost of 1,000 turns (docs/cost.md, ~5 min).
+# faults on both backends (~7 min, docs/local-aws-mode.md); the cost of 1,000 turns (500 measured, docs/cost.md, ~3 min).
 # ~30 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py

@@ -3,8 +3,8 @@
 A realistic workload runs through the real webhook, agent and consolidate Lambda handlers, in this
 process, on moto in server mode with osmem-server for OpenSearch (the resources `sigil dev --aws`
 creates) and the function-backed fake model (shared.providers.function) as the chat and the
-consolidation model: --turns turns (1,000 by default) dealt round-robin across --sessions sessions
-of one workspace with its default budget. Each turn is one signed web-channel POST (the webhook),
+consolidation model: --turns turns (500 by default, the table scaled to 1,000) dealt round-robin
+across --sessions sessions of one workspace with its default budget. Each turn is one signed web-channel POST (the webhook),
 one agent turn (the SQS event-source mapping's batches: what is queued when it polls, at most the
 stack's BatchSize) and one GET of the session's outbox (the web client fetching the reply). The
 model answers plainly or first calls one tool (memory_search, memory_store, memory_recall or
@@ -24,14 +24,14 @@ Measured, not guessed:
 - CloudWatch: the bytes each function writes to stdout (powertools' log lines, the EMF metric lines
   and the stdlib loggers' lines in Lambda's JSON format) and the metric values and series in them;
 - each invocation's own time (wall clock, less the time the counting hooks take), plus the model's
-  wait added arithmetically: nothing sleeps. A turn of k model calls waits k x --wait; the Lambda
-  bill is priced at each function's memorySize and architecture read from the synthesised stack.
+  wait added arithmetically: nothing sleeps. An invocation of k model calls waits k x 3 s (or 15 s);
+  the Lambda bill is priced at each function's memorySize and architecture read from the synthesised stack.
 
 Priced with bench/prices.json (one file, a date and a source page per line). A benchmark, not a
 test: it prints tables, and fails only if the workload does not run.
 
-    .venv/bin/python bench/cost.py                  # 1,000 turns, 10 sessions (~3-5 min)
-    .venv/bin/python bench/cost.py --turns 200      # smaller, scaled to 1,000 turns
+    .venv/bin/python bench/cost.py                  # 500 turns, 10 sessions, scaled (~3 min)
+    .venv/bin/python bench/cost.py --turns 1000     # 1,000 turns (~10 min: moto slows as tables grow)
 """
 
 from __future__ import annotations
@@ -1426,7 +1426,7 @@ def measure(turns: int, sessions: int, *, stages: Sequence[str] = ("dev", "prod"
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--turns", type=int, default=1000, help="turns measured (the table is per 1,000)")
+    parser.add_argument("--turns", type=int, default=500, help="turns measured (the table is per 1,000)")
     parser.add_argument("--sessions", type=int, default=10, help="sessions the turns are dealt across")
     args = parser.parse_args(argv)
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:

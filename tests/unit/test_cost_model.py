@@ -196,7 +196,8 @@ def test_emf_lines_are_counted_as_metric_values_and_series() -> None:
 
 
 def test_sqs_and_eventbridge_payload_sizes() -> None:
-    sent = {"MessageBody": "é" * 10, "MessageAttributes": {"kind": {"DataType": "String", "StringValue": "turn"}}}
+    attributes = {"kind": {"DataType": "String", "StringValue": "turn"}}
+    sent = {"MessageBody": "é" * 10, "MessageAttributes": attributes}
     assert cost._sqs_payload("SendMessage", sent, {}) == 20 + 4 + 6 + 4
     received = {"Messages": [{"Body": "x" * 100}, {"Body": "y" * 50}]}
     assert cost._sqs_payload("ReceiveMessage", {}, received) == 150
