@@ -4,8 +4,8 @@ A realistic workload runs through the real webhook, agent and consolidate Lambda
 process, on moto in server mode with osmem-server for OpenSearch (the resources `sigil dev --aws`
 creates) and the function-backed fake model (shared.providers.function) as the chat and the
 consolidation model: --turns turns (500 by default, the table scaled to 1,000) dealt round-robin
-across --sessions sessions of one workspace with its default budget. Each turn is one signed web-channel POST (the webhook),
-one agent turn (the SQS event-source mapping's batches: what is queued when it polls, at most the
+across --sessions sessions of one workspace with its default budget. Each turn is one signed
+web-channel POST (the webhook), one agent turn (the SQS event-source mapping's batches: what is queued when it polls, at most the
 stack's BatchSize) and one GET of the session's outbox (the web client fetching the reply). The
 model answers plainly or first calls one tool (memory_search, memory_store, memory_recall or
 current_time) with the mix in MIX; every 20-message window rolls its oldest messages out to Tier 1
