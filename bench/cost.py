@@ -6,11 +6,11 @@ creates) and the function-backed fake model (shared.providers.function) as the c
 consolidation model: --turns turns (500 by default, the table scaled to 1,000) dealt round-robin
 across --sessions sessions of one workspace with its default budget. Each turn is one signed
 web-channel POST (the webhook), one agent turn (the SQS event-source mapping's batches: what is
-queued when it polls, at most the stack's BatchSize) and one GET of the session's outbox (the web client fetching the reply). The
-model answers plainly or first calls one tool (memory_search, memory_store, memory_recall or
-current_time) with the mix in MIX; every 20-message window rolls its oldest messages out to Tier 1
-and OpenSearch, and every CompactionDue the agent publishes runs the consolidate function (its
-summaries and facts); one scheduled (hourly) run follows the workload.
+queued when it polls, at most the stack's BatchSize) and one GET of the session's outbox (the web
+client fetching the reply). The model answers plainly or first calls one tool (memory_search,
+memory_store, memory_recall or current_time) with the mix in MIX; every 20-message window rolls
+its oldest messages out to Tier 1 and OpenSearch, and every CompactionDue the agent publishes runs
+the consolidate function (its summaries and facts); one scheduled (hourly) run follows the workload.
 
 Measured, not guessed:
 - every AWS API call, per service and operation, with its request and response bytes (botocore's
