@@ -944,6 +944,8 @@ class Workload:
         self.meter = Meter(
             aws_mode.aws_client("dynamodb", resources.endpoint, resources.region), self.current
         )
+        # A session of the run's own, whose hooks end with it (later boto3 users get the one before).
+        stack.callback(setattr, boto3, "DEFAULT_SESSION", boto3.DEFAULT_SESSION)
         boto3.setup_default_session()
         assert boto3.DEFAULT_SESSION is not None
         # Registered before any handler builds a client: a client copies the session's hooks.
