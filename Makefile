@@ -69,7 +69,7 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # maintenance at 1k/10k/50k facts and the 5,000-turn bounded-memory run; the layer, bundles and
 # cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
 # faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
-# (docs/skills.md, seconds). ~25 min in all.
+# (docs/skills.md, seconds); the cost of 1,000 turns (500 measured, docs/cost.md, ~6 min). ~30 min in all.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -81,3 +81,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/redaction.py
 	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/cost.py
