@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     dead_letter_queue_url: str | None = None
     event_bus_name: str | None = None
     opensearch_endpoint: str | None = None
+    # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
+    # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
+    ws_endpoint: str | None = None
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
 

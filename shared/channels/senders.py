@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from shared.channels.web import DeltaSink, StreamedDeltas
 from shared.errors import SigilError
 from shared.models import OutboundMessage
 from shared.ports import ChannelSender, Outbox
@@ -19,10 +20,24 @@ class OutboxSender:
     position, `seq`, which the turn derived from the session (shared.agent.reply.reply_seq).
     """
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Outbox, deltas: DeltaSink | None = None) -> None:
         self.outbox = outbox
+        # Where the reply's deltas stream as the model writes (the local gateway's WebSockets);
+        # None: the outbox only, as before.
+        self.deltas = deltas
+
+    def progressive(
+        self, message: OutboundMessage, *, context: Mapping[str, str] | None = None
+    ) -> OutboxReply:
+        """A reply part streamed to the sink as it grows, written to the outbox once, at finish."""
+        return OutboxReply(self, message)
 
     def send(self, message: OutboundMessage) -> None:
+        self._append(message)
+        if self.deltas is not None:
+            StreamedDeltas(self.deltas, message).finished()
+
+    def _append(self, message: OutboundMessage) -> None:
         if self.outbox.append(message) is None:
             # The outbox is the send ledger: a retried turn reaches here with the same
             # (turn_id, part) and so the same seq, and the user must see the reply once.
@@ -30,6 +45,25 @@ class OutboxSender:
                 "reply part already sent",
                 extra={"turn_id": message.turn_id, "part": message.part, "seq": message.seq},
             )
+
+
+class OutboxReply:
+    """A web reply part: deltas to the sink while it streams (if there is one), the outbox at finish."""
+
+    def __init__(self, sender: OutboxSender, message: OutboundMessage) -> None:
+        self._sender = sender
+        self._message = message
+        self._deltas = None if sender.deltas is None else StreamedDeltas(sender.deltas, message)
+
+    def update(self, text_so_far: str) -> None:
+        if self._deltas is not None:
+            self._deltas.update(text_so_far)
+
+    def finish(self, final_text: str) -> None:
+        # The outbox first: a reader told "final" must find the reply there.
+        self._sender._append(self._message.model_copy(update={"text": final_text}))
+        if self._deltas is not None:
+            self._deltas.finished()
 
 
 class SenderRegistry:

@@ -1,4 +1,5 @@
-"""The web channel: HMAC-SHA256 signed JSON posts in, an outbox (JSON or server-sent events) out.
+"""The web channel: HMAC-SHA256 signed JSON posts in, an outbox (JSON or server-sent events) out;
+browsers use browser tokens (shared.channels.web_tokens) and a WebSocket (shared.ingress.browser).
 
 Signing, for a client: with the workspace's web signing secret,
 
@@ -14,15 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import time
+from typing import Protocol
 
 from pydantic import Field, ValidationError
 
 from shared.channels import commands
 from shared.channels.inbound import MAX_UNIX_SECONDS, bounded_int, clean
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Identifier, InboundMessage, Model, Sender
+from shared.models import Identifier, InboundMessage, Model, OutboundMessage, Sender
+
+log = logging.getLogger("sigil.web")
 
 TIMESTAMP_HEADER = "x-sigil-timestamp"
 SIGNATURE_HEADER = "x-sigil-signature"
@@ -139,3 +144,64 @@ def parse(workspace_id: str, body: bytes) -> InboundMessage:
         # The web channel has no command mechanism: text that opens with /name is a command.
         command=commands.from_text(clean(msg.text)),
     )
+
+
+class WebDelta(Model):
+    """A piece of a web reply as the model streams it, for the page's live view (docs/web-channel.md).
+
+    `text` replaces the part's streamed text from character `offset` on: usually `offset` is the
+    length already sent (the text grew), 0 when the stream started over (the loop's next model
+    call). The text is already redacted (shared.agent.reply.redacted). `final` marks the part's
+    outbox write: no more deltas for it, and readers fetch the reply from the outbox.
+    """
+
+    workspace_id: str
+    session_id: str  # the lane's id, web.{session}
+    session: str  # the web channel's session name
+    turn_id: str
+    part: int = 0
+    offset: int = 0
+    text: str = ""
+    final: bool = False
+
+
+class DeltaSink(Protocol):
+    """Where web deltas go: the local gateway's listeners, or (later) the cloud's WebSocket API."""
+
+    def publish(self, delta: WebDelta) -> None: ...
+
+
+class StreamedDeltas:
+    """One reply part's deltas: the text so far, sent as what changed since the last one."""
+
+    def __init__(self, sink: DeltaSink, message: OutboundMessage) -> None:
+        self._sink = sink
+        self._message = message
+        self._sent = ""
+
+    def update(self, text_so_far: str) -> None:
+        if text_so_far == self._sent:
+            return
+        offset = len(self._sent) if text_so_far.startswith(self._sent) else 0
+        self._sent = text_so_far
+        self._publish(offset, text_so_far[offset:], final=False)
+
+    def finished(self) -> None:
+        self._publish(0, "", final=True)
+
+    def _publish(self, offset: int, text: str, *, final: bool) -> None:
+        m = self._message
+        delta = WebDelta(
+            workspace_id=m.workspace_id,
+            session_id=m.session_id,
+            session=m.chat_id,
+            turn_id=m.turn_id,
+            part=m.part,
+            offset=offset,
+            text=text,
+            final=final,
+        )
+        try:
+            self._sink.publish(delta)
+        except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
+            log.warning("web delta not published", extra={"turn_id": m.turn_id, "error": type(exc).__name__})

@@ -29,7 +29,7 @@ from shared.channels.inbound import (
     bounded_int,
 )
 from shared.errors import BadRequest
-from shared.models import Identifier, LaneItem, OutboxEntry
+from shared.models import Identifier, InboundMessage, LaneItem, OutboxEntry
 from shared.ports import Lanes, Outbox, SecretStore, SubmitResult
 from shared.serde import to_jsonable
 
@@ -60,7 +60,11 @@ class Ingress:
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
-        inbound = web.parse(workspace_id, request.body)
+        return self.accept_verified(web.parse(workspace_id, request.body))
+
+    def accept_verified(self, inbound: InboundMessage) -> tuple[SubmitResult, LaneItem]:
+        """A message whose sender is already authenticated (a browser token's user on the
+        WebSocket API: shared.ingress.ws) onto its session's lane, as `accept_web` queues one."""
         item = LaneItem(inbound=inbound, correlation_id=correlation.current())
         return self.lanes.submit(item), item
 

@@ -40,6 +40,7 @@ from shared.channels.out.http import (
     retry_after_header,
 )
 from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.channels.web import DeltaSink
 from shared.ports import Outbox, SecretStore, SendLedger
 
 __all__ = [
@@ -80,13 +81,15 @@ def build_senders(
     policy: RetryPolicy | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = time.sleep,
+    deltas: DeltaSink | None = None,
 ) -> SenderRegistry:
     """Senders for web and every platform.
 
     `base_urls` overrides a platform's API root (tests point them at local servers). `ledger`
     should be the backend's persistent one (SqliteSendLedger / DynamoSendLedger): the in-memory
     default only dedupes retries inside one process. `clock` and `sleep` drive the throttles
-    and 429 waits, so tests run without real waiting.
+    and 429 waits, so tests run without real waiting. `deltas` receives the web replies' streamed
+    text (the local gateway's WebSockets); without it a web reply is only written to the outbox.
     """
     urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
     client = http or httpx.Client(timeout=DEFAULT_TIMEOUT)
@@ -110,7 +113,7 @@ def build_senders(
         discord.DiscordApi(api_client("discord", discord.retry_after)),
         whatsapp.WhatsAppApi(api_client("whatsapp", whatsapp.retry_after, whatsapp.rate_limited), secrets),
     ]
-    registry = SenderRegistry({"web": OutboxSender(outbox)})
+    registry = SenderRegistry({"web": OutboxSender(outbox, deltas)})
     for api in apis:
         registry.register(api.platform, PlatformSender(api, ledger, clock=clock, sleep=sleep))
     return registry

@@ -33,6 +33,7 @@ from cachetools import LRUCache
 from shared.channels.format import Dialect, split_for
 from shared.channels.ledger import digest
 from shared.channels.out.http import ChannelError
+from shared.channels.senders import OutboxSender
 from shared.models import OutboundMessage
 from shared.ports import ChannelSender, SendLedger, SentPiece
 
@@ -320,7 +321,7 @@ def reply_context(message: OutboundMessage, explicit: Mapping[str, str] | None) 
 
 
 class BufferedReply:
-    """A Reply for senders that cannot show progress (the web outbox): sends once, at finish."""
+    """A Reply for senders that cannot show progress: sends once, at finish."""
 
     def __init__(self, sender: ChannelSender, message: OutboundMessage) -> None:
         self._sender = sender
@@ -337,6 +338,6 @@ def progressive_reply(
     sender: ChannelSender, message: OutboundMessage, *, context: Mapping[str, str] | None = None
 ) -> Reply:
     """The Reply a turn streams into, whatever the channel: progressive where it can be."""
-    if isinstance(sender, PlatformSender):
+    if isinstance(sender, PlatformSender | OutboxSender):
         return sender.progressive(message, context=context)
     return BufferedReply(sender, message)

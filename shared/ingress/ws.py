@@ -1,0 +1,217 @@
+"""The browser protocol on the cloud's WebSocket API: $connect, $disconnect and the client frames.
+
+API Gateway holds the sockets and hands each event to functions/ws, which calls one method here;
+every answer goes back to the browser as a frame posted through the management API (a route
+response is not used: the turn's frames take the same path). The protocol is the one the local
+gateway speaks (docs/web-channel.md, docs/web-streaming-cloud.md):
+
+- connect with `?token=<browser token>`: the token is verified with its workspace's web secret (as
+  a signed request is) and the connection recorded with the token's workspace, user, sessions and
+  expiry (ports.Connections). A bad or expired token refuses the connection (401).
+- `{"type": "send", "event_id", "session", "text"}`: the token's user (never the frame's) says
+  `text` in `session`, which the token must allow; the message is queued through
+  `Ingress.accept_verified`, the path POST /webhooks/web takes after its signature check, and the
+  connection now listens to the session. Answer: `{"type": "accepted", "event_id", "session", "status"}`.
+- `{"type": "resume", "session", "after": seq}`: the connection listens to the session, then gets
+  the outbox's replies after `after` as `reply` frames; later ones arrive live (delta, reply).
+- anything wrong: `{"type": "error", "code", "message"}` (token_expired, token_invalid,
+  session_forbidden, bad_request, ...), the message ours, never an echo of the frame.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from shared.channels import web, web_tokens
+from shared.channels.inbound import MAX_INT63
+from shared.channels.web_socket import SessionSockets, reply_frame
+from shared.channels.web_tokens import BrowserClaims
+from shared.errors import BadRequest, Forbidden, SigilError
+from shared.ingress import Ingress, check_id
+from shared.models import Identifier, InboundMessage, Model
+from shared.ports import Connections, WebConnection
+
+log = logging.getLogger("sigil.ws")
+
+# API Gateway closes a WebSocket connection after two hours, whatever happens on it.
+MAX_CONNECTION_S: Final = 2 * 3600
+# A frame is at most MAX_TEXT_CHARS characters of text, 4 bytes each in UTF-8 at worst, plus the
+# envelope; API Gateway's own limit on a frame is 128 KB.
+MAX_FRAME_BYTES: Final = 4 * web.MAX_TEXT_CHARS + 4096
+# Replies a `resume` replays at most: a page that was away longer reads the rest through
+# GET .../outbox, or resumes again from the last seq it got.
+MAX_REPLAY: Final = 500
+
+
+class SendFrame(Model):
+    type: Literal["send"]
+    event_id: Identifier
+    session: Identifier
+    text: str = Field(min_length=1, max_length=web.MAX_TEXT_CHARS)
+    user_name: str | None = Field(default=None, max_length=200)
+
+
+class ResumeFrame(Model):
+    type: Literal["resume"]
+    session: Identifier
+    after: int = Field(default=0, ge=0, le=MAX_INT63)
+
+
+_CLIENT_FRAME: TypeAdapter[SendFrame | ResumeFrame] = TypeAdapter(
+    Annotated[SendFrame | ResumeFrame, Field(discriminator="type")]
+)
+
+
+class SessionForbidden(Forbidden):
+    """The connection's token does not cover the session the frame names."""
+
+    code = "session_forbidden"
+
+
+class ConnectionUnknown(web_tokens.TokenError):
+    """A frame on a connection with no record: closed, or its record expired with its token."""
+
+
+def parse_frame(raw: str | bytes) -> SendFrame | ResumeFrame:
+    """A client frame; BadRequest says what is wrong and never echoes the frame."""
+    if len(raw) > MAX_FRAME_BYTES:
+        raise BadRequest("frame too large")
+    try:
+        return _CLIENT_FRAME.validate_json(raw)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise BadRequest("frame is not valid JSON") from None
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "frame"
+        raise BadRequest(f"invalid frame: {where}: {first['msg']}") from None
+
+
+def error_frame(exc: SigilError, **extra: object) -> dict[str, object]:
+    # `message` is ours (SigilError's reasons never echo input), so the page may show it.
+    return {"type": "error", "code": exc.code, "message": exc.message, **extra}
+
+
+def allows(connection: WebConnection, session: str) -> bool:
+    # The token's own rule (exact names and "prefix*" patterns), over the patterns kept at $connect.
+    claims = BrowserClaims.model_construct(
+        workspace=connection.workspace_id,
+        user=connection.user,
+        sessions=connection.sessions,
+        iat=0,
+        exp=connection.expires_at,
+    )
+    return claims.allows(session)
+
+
+@dataclass
+class SocketFront:
+    """What a browser connection may do, checked against the token it connected with."""
+
+    ingress: Ingress
+    connections: Connections
+    sockets: SessionSockets
+    clock: Callable[[], float] = time.time
+
+    def connect(self, connection_id: str, token: str | None) -> WebConnection:
+        """$connect: the token's claims become the connection's record; a TokenError refuses it."""
+        if not token:
+            raise web_tokens.TokenMalformed("connect with ?token=<browser token>")
+        workspace = web_tokens.unverified_workspace(token)
+        check_id(workspace, "workspace")
+        # An unknown workspace (no secret, or one outside the function's policy) answers as a
+        # bad signature does, so a probe can't tell workspaces apart.
+        now = self.clock()
+        claims = web_tokens.verify(self.ingress._web_secret(workspace), token, now=now, workspace=workspace)
+        connection = WebConnection(
+            connection_id=connection_id,
+            workspace_id=claims.workspace,
+            user=claims.user,
+            sessions=list(claims.sessions),
+            expires_at=claims.exp,
+            ttl_at=min(claims.exp, int(now) + MAX_CONNECTION_S),
+        )
+        self.connections.open(connection)
+        log.info(
+            "web socket connected", extra={"workspace_id": claims.workspace, "connection_id": connection_id}
+        )
+        return connection
+
+    def disconnect(self, connection_id: str) -> None:
+        self.connections.close(connection_id)
+
+    def message(self, connection_id: str, raw: str | bytes) -> None:
+        """$default: one client frame, answered with frames posted to the connection."""
+        event_id: str | None = None
+        try:
+            connection = self._connection(connection_id)
+            frame = parse_frame(raw)
+            if isinstance(frame, SendFrame):
+                event_id = frame.event_id
+                self._send(connection, frame)
+            else:
+                self._resume(connection, frame)
+        except SigilError as exc:
+            extra = {} if event_id is None else {"event_id": event_id}
+            self.sockets.post_to(connection_id, error_frame(exc, **extra))
+
+    def _connection(self, connection_id: str) -> WebConnection:
+        connection = self.connections.get(connection_id)
+        if connection is None:
+            raise ConnectionUnknown("this connection is not open: reconnect with a token")
+        # A connection outlives no token: each frame is refused once the token has expired.
+        if self.clock() >= connection.expires_at:
+            raise web_tokens.TokenExpired("the token has expired")
+        return connection
+
+    def _check_session(self, connection: WebConnection, session: str) -> None:
+        if not allows(connection, session):
+            raise SessionForbidden("this token does not cover that session")
+
+    def _send(self, connection: WebConnection, frame: SendFrame) -> None:
+        self._check_session(connection, frame.session)
+        body = {
+            "event_id": frame.event_id,
+            "session": frame.session,
+            "user": connection.user,  # the token's user, never the frame's
+            "text": frame.text,
+            "user_name": frame.user_name,
+        }
+        inbound: InboundMessage = web.parse(connection.workspace_id, json.dumps(body).encode())
+        # Listening before queueing: the turn's first delta can't come before the listener is there.
+        self.connections.subscribe(connection, frame.session)
+        result, _ = self.ingress.accept_verified(inbound)
+        self.sockets.post_to(
+            connection.connection_id,
+            {
+                "type": "accepted",
+                "event_id": frame.event_id,
+                "session": frame.session,
+                "status": result.status,
+            },
+        )
+
+    def _resume(self, connection: WebConnection, frame: ResumeFrame) -> None:
+        self._check_session(connection, frame.session)
+        # Listening first, then reading: a reply stored in between is in the read, or posted
+        # live, or both (the page keeps one per seq); never neither.
+        self.connections.subscribe(connection, frame.session)
+        after, sent = frame.after, 0
+        session_id = web.session_id_for(frame.session)
+        while sent < MAX_REPLAY:
+            entries = self.ingress.outbox.read(
+                connection.workspace_id, session_id, after_seq=after, limit=100
+            )
+            for entry in entries:
+                if not self.sockets.post_to(connection.connection_id, reply_frame(frame.session, entry)):
+                    return  # gone: the next connection resumes from what it has
+                sent += 1
+                after = entry.seq
+            if len(entries) < 100:
+                return
