@@ -93,6 +93,18 @@ def parse_frame(raw: str | bytes) -> SendFrame | ResumeFrame:
         raise BadRequest(f"invalid frame: {where}: {first['msg']}") from None
 
 
+def _event_id_of(raw: str | bytes) -> str | None:
+    """The event id of a refused frame, if it names a well-formed one: the page marks that message."""
+    try:
+        value = json.loads(raw).get("event_id") if len(raw) <= MAX_FRAME_BYTES else None
+        return _EVENT_ID.validate_python(value)
+    except (ValueError, AttributeError, ValidationError):
+        return None
+
+
+_EVENT_ID: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
 def error_frame(exc: SigilError, **extra: object) -> dict[str, object]:
     # `message` is ours (SigilError's reasons never echo input), so the page may show it.
     return {"type": "error", "code": exc.code, "message": exc.message, **extra}
@@ -158,6 +170,7 @@ class SocketFront:
             else:
                 self._resume(connection, frame)
         except SigilError as exc:
+            event_id = event_id or _event_id_of(raw)
             extra = {} if event_id is None else {"event_id": event_id}
             self.sockets.post_to(connection_id, error_frame(exc, **extra))
 
