@@ -29,6 +29,7 @@ from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets, llm_keys
+from infra.constructs.websocket import WebSocket
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 
 
@@ -83,6 +84,18 @@ class SigilStack(Stack):
             reserved_concurrency=caps.webhook_reserved,
             api_throttle=caps.api,
             turn_throttle=caps.turn_routes,
+            cors_origin=context.web_origin,
+        )
+        # The web channel's WebSocket API: its messages may each become a turn, so its stage is
+        # throttled as the turn routes are.
+        self.websocket = websocket = WebSocket(
+            self,
+            "WebSocket",
+            layer=layer,
+            log_group=observability.log_group("WsLogs"),
+            access_log_group=observability.log_group("WsAccessLogs"),
+            reserved_concurrency=None,
+            throttle=caps.turn_routes,
         )
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
@@ -117,8 +130,12 @@ class SigilStack(Stack):
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
         }
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
+        # The agent streams web replies to the WebSocket API's connections (shared.cloud.turn_deps).
+        agent_env["SIGIL_WS_ENDPOINT"] = websocket.management_endpoint
+        ws_env = {**webhook_env, "SIGIL_WS_ENDPOINT": websocket.management_endpoint}
         for function, environment in (
             (webhook, webhook_env),
+            (websocket.function, ws_env),
             (turn_runner, agent_env),
             (consolidate, consolidate_env),
         ):
@@ -129,6 +146,7 @@ class SigilStack(Stack):
         secrets.grant_read(webhook, [s.key for s in INGRESS_SECRETS] + list(secrets.web_keys))
         lanes.turns.grant_send_messages(webhook)
         memory.grant_outbox_read(webhook, context.web_workspaces)
+        self._serve_browsers(context)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
         memory.sessions.grant_read_write_data(turn_runner)
         memory.grant_memory_read_write(turn_runner)
@@ -152,6 +170,19 @@ class SigilStack(Stack):
         # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
         CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
 
+    def _serve_browsers(self, context: AppContext) -> None:
+        """The WebSocket API's grants and its URL."""
+        ws = self.websocket.function
+        # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on
+        # `resume`, keep its connection items, post frames (WebSocket.__init__ grants the posts).
+        self.secrets.grant_read(ws, list(self.secrets.web_keys))
+        self.lanes.turns.grant_send_messages(ws)
+        self.memory.grant_outbox_read(ws, context.web_workspaces)
+        self.websocket.grant_connections(ws, self.memory.sessions)
+        # agent: posts deltas and replies to the connections of this API alone.
+        self.websocket.grant_post_to_connections(self.agent.function)
+        CfnOutput(self, "WebSocketUrl", value=self.websocket.stage.url, description="wss:// URL of the chat")
+
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup
     ) -> Dashboard:
@@ -160,6 +191,7 @@ class SigilStack(Stack):
             "Webhook": self.ingress.function,
             "Agent": self.agent.function,
             "Consolidate": self.consolidation.function,
+            "Ws": self.websocket.function,
         }
         observability.alarm_on_functions(functions)
         observability.alarm_on_api(self.ingress.api)
