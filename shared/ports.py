@@ -604,6 +604,10 @@ class ConnectionPoster(Protocol):
         """True once sent; False when the connection is gone (closed, or never existed)."""
         ...
 
+    def hang_up(self, connection_id: str) -> None:
+        """Close the connection from the server's side; one already gone is no error."""
+        ...
+
 
 # ---------------------------------------------------------------- send ledger (shared.channels.ledger)
 

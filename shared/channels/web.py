@@ -160,6 +160,7 @@ class WebDelta(Model):
     session: str  # the web channel's session name
     turn_id: str
     part: int = 0
+    in_reply_to: str | None = None  # the message's event id, so the page places the reply under it
     offset: int = 0
     text: str = ""
     final: bool = False
@@ -197,6 +198,7 @@ class StreamedDeltas:
             session=m.chat_id,
             turn_id=m.turn_id,
             part=m.part,
+            in_reply_to=m.in_reply_to,
             offset=offset,
             text=text,
             final=final,

@@ -8,7 +8,7 @@ redacted: shared.agent.reply.redacted), never stored.
 
 The frames are the browser protocol's (docs/web-channel.md, docs/web-streaming-cloud.md):
 
-    {"type": "delta", "session", "turn_id", "part", "offset", "text"}
+    {"type": "delta", "session", "turn_id", "part", "in_reply_to", "offset", "text"}   (offset always 0)
     {"type": "reply", "session", "seq", "turn_id", "part", "text", "final", "in_reply_to", "created_at"}
 """
 
@@ -19,12 +19,17 @@ import logging
 import time
 from collections.abc import Callable
 
+from cachetools import LRUCache
+
 from shared.channels.senders import OutboxSender
 from shared.channels.web import WebDelta
 from shared.models import OutboundMessage, OutboxEntry
 from shared.ports import ConnectionPoster, Connections, Outbox
 
 log = logging.getLogger("sigil.web_socket")
+
+# API Gateway takes frames of up to 128 KB; a delta above this waits for its reply frame.
+MAX_DELTA_BYTES = 96 * 1024
 
 
 def dumps(frame: dict[str, object]) -> bytes:
@@ -37,6 +42,7 @@ def delta_frame(delta: WebDelta) -> dict[str, object]:
         "session": delta.session,
         "turn_id": delta.turn_id,
         "part": delta.part,
+        "in_reply_to": delta.in_reply_to,
         "offset": delta.offset,
         "text": delta.text,
     }
@@ -70,11 +76,24 @@ class SessionSockets:
         self.connections = connections
         self.poster = poster
         self._clock = clock
+        # The text so far of each part being streamed; a part whose turn died is dropped with the
+        # oldest (a container runs one turn at a time, so a handful is plenty).
+        self._so_far: LRUCache[tuple[str, str, int], str] = LRUCache(64)
 
     def publish(self, delta: WebDelta) -> None:
+        key = (delta.workspace_id, delta.turn_id, delta.part)
         if delta.final:
+            self._so_far.pop(key, None)
             return  # the part's `reply` frame, posted after the outbox write, ends it
-        self.post(delta.workspace_id, delta.session, delta_frame(delta))
+        # Every delta goes out as the whole text so far (offset 0): a connection that joined
+        # mid-reply, or missed a post, has no prefix to apply an increment to, and a socket
+        # holds no state here between posts. A reply is a few KB, redacted in 64-character steps.
+        text = self._so_far.get(key, "")[: delta.offset] + delta.text
+        self._so_far[key] = text
+        if len(text.encode()) > MAX_DELTA_BYTES:
+            return  # past what one frame may carry: the reply frame brings the whole text
+        whole = delta.model_copy(update={"offset": 0, "text": text})
+        self.post(delta.workspace_id, delta.session, delta_frame(whole))
 
     def post(self, workspace_id: str, session: str, frame: dict[str, object]) -> int:
         """Post `frame` to the session's listeners; returns to how many it went."""
@@ -86,6 +105,15 @@ class SessionSockets:
             )
             return 0
         return sum(self.post_to(connection_id, frame) for connection_id in listeners)
+
+    def hang_up(self, connection_id: str) -> None:
+        try:
+            self.poster.hang_up(connection_id)
+        except Exception as exc:  # noqa: BLE001 -- API Gateway closes an idle connection anyway
+            log.warning(
+                "web connection not closed",
+                extra={"connection_id": connection_id, "error": type(exc).__name__},
+            )
 
     def post_to(self, connection_id: str, frame: dict[str, object]) -> bool:
         try:

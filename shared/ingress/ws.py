@@ -58,15 +58,19 @@ class SendFrame(Model):
     user_name: str | None = Field(default=None, max_length=200)
 
 
+class AuthFrame(Model):
+    type: Literal["auth"]
+    token: str = Field(min_length=1, max_length=web_tokens.MAX_TOKEN_CHARS)
+
+
 class ResumeFrame(Model):
     type: Literal["resume"]
     session: Identifier
     after: int = Field(default=0, ge=0, le=MAX_INT63)
 
 
-_CLIENT_FRAME: TypeAdapter[SendFrame | ResumeFrame] = TypeAdapter(
-    Annotated[SendFrame | ResumeFrame, Field(discriminator="type")]
-)
+ClientFrame = SendFrame | ResumeFrame | AuthFrame
+_CLIENT_FRAME: TypeAdapter[ClientFrame] = TypeAdapter(Annotated[ClientFrame, Field(discriminator="type")])
 
 
 class SessionForbidden(Forbidden):
@@ -79,7 +83,7 @@ class ConnectionUnknown(web_tokens.TokenError):
     """A frame on a connection with no record: closed, or its record expired with its token."""
 
 
-def parse_frame(raw: str | bytes) -> SendFrame | ResumeFrame:
+def parse_frame(raw: str | bytes) -> ClientFrame:
     """A client frame; BadRequest says what is wrong and never echoes the frame."""
     if len(raw) > MAX_FRAME_BYTES:
         raise BadRequest("frame too large")
@@ -131,10 +135,17 @@ class SocketFront:
     sockets: SessionSockets
     clock: Callable[[], float] = time.time
 
-    def connect(self, connection_id: str, token: str | None) -> WebConnection:
-        """$connect: the token's claims become the connection's record; a TokenError refuses it."""
+    def connect(self, connection_id: str, token: str | None) -> WebConnection | None:
+        """$connect: the token's claims become the connection's record; a TokenError refuses it.
+
+        Without a token the connection is admitted unauthenticated (None): it may only send an
+        `auth` frame, as the page does to keep its token out of URLs and access logs.
+        """
         if not token:
-            raise web_tokens.TokenMalformed("connect with ?token=<browser token>")
+            return None
+        return self._open(connection_id, token)
+
+    def _open(self, connection_id: str, token: str) -> WebConnection:
         workspace = web_tokens.unverified_workspace(token)
         check_id(workspace, "workspace")
         # An unknown workspace (no secret, or one outside the function's policy) answers as a
@@ -162,8 +173,11 @@ class SocketFront:
         """$default: one client frame, answered with frames posted to the connection."""
         event_id: str | None = None
         try:
-            connection = self._connection(connection_id)
             frame = parse_frame(raw)
+            if isinstance(frame, AuthFrame):
+                self._auth(connection_id, frame)
+                return
+            connection = self._connection(connection_id)
             if isinstance(frame, SendFrame):
                 event_id = frame.event_id
                 self._send(connection, frame)
@@ -173,6 +187,22 @@ class SocketFront:
             event_id = event_id or _event_id_of(raw)
             extra = {} if event_id is None else {"event_id": event_id}
             self.sockets.post_to(connection_id, error_frame(exc, **extra))
+            if isinstance(exc, web_tokens.TokenError):
+                # As the local gateway closes with 4401: a token that failed never gets a second
+                # chance on this connection. The page reconnects with a new token.
+                self.connections.close(connection_id)
+                self.sockets.hang_up(connection_id)
+
+    def _auth(self, connection_id: str, frame: AuthFrame) -> None:
+        connection = self._open(connection_id, frame.token)
+        ready = {
+            "type": "ready",
+            "workspace": connection.workspace_id,
+            "user": connection.user,
+            "sessions": connection.sessions,
+            "exp": connection.expires_at,
+        }
+        self.sockets.post_to(connection_id, ready)
 
     def _connection(self, connection_id: str) -> WebConnection:
         connection = self.connections.get(connection_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -151,7 +152,6 @@ def test_a_good_token_connects_and_the_connection_carries_the_tokens_user_and_se
 @pytest.mark.parametrize(
     ("presented", "why"),
     [
-        (None, "no token"),
         (token(secret="another-secret"), "forged: signed with another secret"),
         (token(ws="elsewhere"), "a workspace with no web secret"),
         (token()[:-4] + "AAAA", "tampered signature"),
@@ -231,20 +231,88 @@ def test_send_to_a_session_the_token_does_not_cover_is_refused(aws: AwsResources
     assert posted()[-1]["type"] == "accepted"
 
 
-def test_a_frame_after_the_token_expired_is_refused(aws: AwsResources) -> None:
-    at(aws)
+@dataclass
+class Browsers:
+    """The management API's stand-in (410 for a connection that is not open; a DELETE closes one,
+    where moto forgets what was posted) and the frames each open connection got."""
+
+    management: ManagementApi
+    received: dict[str, list[dict[str, Any]]]
+
+    def open(self, connection: str) -> None:
+        frames = self.received.setdefault(connection, [])
+        self.management.open(connection, lambda data: frames.append(json.loads(data)))
+
+    def is_open(self, connection: str) -> bool:
+        return self.management.deliver(connection, b"{}")
+
+
+@pytest.fixture
+def browsers() -> Iterator[Browsers]:
+    with ManagementApi(stage="prod") as management:
+        yield Browsers(management, {})
+
+
+def test_a_frame_after_the_token_expired_is_refused_and_the_connection_closed(
+    aws: AwsResources, browsers: Browsers
+) -> None:
+    browsers.open(CONNECTION)
+    received = browsers.received
+    at(aws, endpoint=browsers.management.endpoint)
     handle(load("ws_connect.json"))
-    at(aws, when=SIGNED_AT + 3600)
+    at(aws, when=SIGNED_AT + 3600, endpoint=browsers.management.endpoint)
     handle(load("ws_send.json"))
     assert queued(aws) == []
-    assert [(f["type"], f["code"]) for f in posted()] == [("error", "token_expired")]
+    assert [(f["type"], f["code"]) for f in received[CONNECTION]] == [("error", "token_expired")]
+    # As the local gateway closes with 4401: the server hangs up, and forgets the connection
+    assert not browsers.is_open(CONNECTION)
+    assert connections().get(CONNECTION) is None
 
 
-def test_a_frame_on_an_unknown_connection_is_refused(aws: AwsResources) -> None:
-    at(aws)
-    handle(load("ws_send.json"))  # no $connect
+def test_a_frame_on_an_unauthenticated_connection_is_refused(aws: AwsResources, browsers: Browsers) -> None:
+    browsers.open(CONNECTION)
+    received = browsers.received
+    at(aws, endpoint=browsers.management.endpoint)
+    assert handle(connect_event(None)) == 200  # admitted, to authenticate with an `auth` frame
+    handle(load("ws_send.json"))
     assert queued(aws) == []
-    assert [f["code"] for f in posted()] == ["token_invalid"]
+    assert [f["code"] for f in received[CONNECTION]] == ["token_invalid"]
+    assert not browsers.is_open(CONNECTION)
+
+
+def test_an_auth_frame_authenticates_a_connection_opened_without_a_token(
+    aws: AwsResources, browsers: Browsers
+) -> None:
+    # The page's way: no token in the URL (it would reach access logs), then {"type": "auth"}
+    browsers.open(CONNECTION)
+    received = browsers.received
+    at(aws, endpoint=browsers.management.endpoint)
+    assert handle(connect_event(None)) == 200
+    handle(frame_event({"type": "auth", "token": token(sessions=["demo", "alice.*"])}))
+    [ready] = received[CONNECTION]
+    assert ready == {
+        "type": "ready",
+        "workspace": WS,
+        "user": "alice",
+        "sessions": ["demo", "alice.*"],
+        "exp": SIGNED_AT + 3600,
+    }
+    handle(load("ws_send.json"))
+    assert received[CONNECTION][-1]["type"] == "accepted"
+    assert serde.loads(LaneItem, queued(aws)[0]["Body"]).inbound.sender.id == "alice"
+
+
+def test_an_auth_frame_with_a_forged_token_is_refused_and_the_connection_closed(
+    aws: AwsResources, browsers: Browsers
+) -> None:
+    browsers.open(CONNECTION)
+    received = browsers.received
+    at(aws, endpoint=browsers.management.endpoint)
+    handle(connect_event(None))
+    handle(frame_event({"type": "auth", "token": token(secret="another-secret")}))
+    assert [f["code"] for f in received[CONNECTION]] == ["token_invalid"]
+    assert not browsers.is_open(CONNECTION)
+    assert connections().get(CONNECTION) is None
 
 
 @pytest.mark.parametrize(

@@ -39,3 +39,10 @@ class ManagementApiPoster:
                 return False
             raise
         return True
+
+    def hang_up(self, connection_id: str) -> None:
+        try:
+            self.client.delete_connection(ConnectionId=connection_id)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "GoneException":
+                raise
