@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 Deliver = Callable[[bytes], None]
+HangUp = Callable[[], None]
 _PATH = re.compile(r"^(?:/[^/]+)?/@connections/(?P<id>[^/?]+)$")
 
 
@@ -26,6 +27,7 @@ class ManagementApi:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, stage: str = "local") -> None:
         self._open: dict[str, Deliver] = {}
+        self._hang_ups: dict[str, HangUp] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
@@ -37,13 +39,27 @@ class ManagementApi:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/{self.stage}"
 
-    def open(self, connection_id: str, deliver: Deliver) -> None:
+    def open(self, connection_id: str, deliver: Deliver, hang_up: HangUp | None = None) -> None:
+        """`deliver` takes each frame posted to the connection; `hang_up` closes the socket when
+        the server deletes the connection (DELETE @connections/{id})."""
         with self._lock:
             self._open[connection_id] = deliver
+            if hang_up is not None:
+                self._hang_ups[connection_id] = hang_up
 
     def close(self, connection_id: str) -> None:
+        """The browser left: later posts answer 410."""
         with self._lock:
             self._open.pop(connection_id, None)
+            self._hang_ups.pop(connection_id, None)
+
+    def hang_up(self, connection_id: str) -> None:
+        """DELETE @connections/{id}: the server closes the connection."""
+        with self._lock:
+            hang_up = self._hang_ups.get(connection_id)
+        self.close(connection_id)
+        if hang_up is not None:
+            hang_up()
 
     def deliver(self, connection_id: str, data: bytes) -> bool:
         with self._lock:
@@ -110,7 +126,7 @@ def _handler_for(api: ManagementApi) -> type[BaseHTTPRequestHandler]:
             if connection_id is None:
                 self._answer(404, {"message": "Not Found"}, "NotFoundException")
                 return
-            api.close(connection_id)
+            api.hang_up(connection_id)
             self._answer(200)
 
     return Handler

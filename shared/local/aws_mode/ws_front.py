@@ -73,6 +73,7 @@ def ws_event(
         event["queryStringParameters"] = dict(query)
         event["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()}
     if route_key == "$default":
+        event["requestContext"]["messageId"] = request_id
         event["body"] = body or ""
     return event
 
@@ -116,7 +117,12 @@ class WsFront:
             future = asyncio.run_coroutine_threadsafe(socket.send_text(data.decode()), loop)
             future.result(timeout=SEND_TIMEOUT_S)
 
-        self.management.open(connection_id, deliver)
+        def hang_up() -> None:
+            # API Gateway closes a deleted connection; the code is not the server's to choose.
+            future = asyncio.run_coroutine_threadsafe(socket.close(code=1000), loop)
+            future.result(timeout=SEND_TIMEOUT_S)
+
+        self.management.open(connection_id, deliver, hang_up)
         try:
             while True:
                 message = await socket.receive()
