@@ -132,7 +132,12 @@ class SigilStack(Stack):
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
         # The agent streams web replies to the WebSocket API's connections (shared.cloud.turn_deps).
         agent_env["SIGIL_WS_ENDPOINT"] = websocket.management_endpoint
-        ws_env = {**webhook_env, "SIGIL_WS_ENDPOINT": websocket.management_endpoint}
+        ws_env = {
+            **webhook_env,
+            "SIGIL_WS_ENDPOINT": websocket.management_endpoint,
+            # The check before queueing reads workspace configs and identities (shared.cloud.admission).
+            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
+        }
         for function, environment in (
             (webhook, webhook_env),
             (websocket.function, ws_env),
@@ -179,6 +184,9 @@ class SigilStack(Stack):
         self.lanes.turns.grant_send_messages(ws)
         self.memory.grant_outbox_read(ws, context.web_workspaces)
         self.websocket.grant_connections(ws, self.memory.sessions)
+        self.websocket.grant_admission(
+            ws, memory=self.memory.memory, sessions=self.memory.sessions, workspaces=context.web_workspaces
+        )
         # agent: posts deltas and replies to the connections of this API alone.
         self.websocket.grant_post_to_connections(self.agent.function)
         CfnOutput(self, "WebSocketUrl", value=self.websocket.stage.url, description="wss:// URL of the chat")

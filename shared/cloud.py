@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from shared.channels.web_socket import SessionSockets
     from shared.consolidation.compaction import ConsolidationModel
     from shared.ingress.http import WebhookFront
-    from shared.ingress.ws import SocketFront
+    from shared.ingress.ws import Admission, SocketFront
 
 Clock = Callable[[], float]
 
@@ -117,7 +117,25 @@ def ws_front() -> SocketFront:
     queued through the webhook's own Ingress, answers posted through the management API."""
     from shared.ingress.ws import SocketFront
 
-    return SocketFront(ingress(), sockets().connections, sockets(), clock=_seed.clock)
+    return SocketFront(ingress(), sockets().connections, sockets(), clock=_seed.clock, admission=admission())
+
+
+def admission() -> Admission | None:
+    """The ws function's check of the sender and the budget before queueing: with the memory table
+    (workspace configs, identities) only; without it the turn alone checks."""
+    from shared.adapters.aws.dynamodb import DynamoBudgetStore, DynamoIdentityStore, DynamoWorkspaceStore
+    from shared.budgets import PriceTable
+    from shared.ingress.ws import Admission
+
+    s = settings()
+    if not s.memory_table or not s.sessions_table:
+        return None
+    return Admission(
+        DynamoWorkspaceStore(s.memory_table, region=s.aws_region),
+        DynamoIdentityStore(s.memory_table, region=s.aws_region),
+        DynamoBudgetStore(s.sessions_table, region=s.aws_region),
+        PriceTable(s.model_prices),
+    )
 
 
 @cache

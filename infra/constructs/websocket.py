@@ -10,6 +10,7 @@ ws function (its answers are frames too). docs/web-streaming-cloud.md has the pr
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import jsii
 from aws_cdk import CfnElement, Duration, Stack
@@ -167,3 +168,29 @@ class WebSocket(Construct):
                 },
             )
         )
+
+    def grant_admission(
+        self,
+        function: lambda_.Function,
+        *,
+        memory: dynamodb.ITable,
+        sessions: dynamodb.ITable,
+        workspaces: Iterable[str],
+    ) -> None:
+        """What the check before queueing reads (shared.ingress.ws.Admission), read-only and only
+        in the web workspaces: each one's config and identities, and its budget counters."""
+        names = list(workspaces)
+        for table, actions, partitions in (
+            (memory, ["dynamodb:GetItem"], [f"WS#{w}" for w in names] + [f"WS#{w}#IDENTITY" for w in names]),
+            (sessions, ["dynamodb:BatchGetItem"], [f"WS#{w}#BUDGET" for w in names]),
+        ):
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=actions,
+                    resources=[table.table_arn],
+                    conditions={
+                        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": partitions},
+                        "Null": {"dynamodb:LeadingKeys": "false"},
+                    },
+                )
+            )

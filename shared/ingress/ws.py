@@ -25,18 +25,22 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from shared.budgets import PriceTable, TurnBudget
 from shared.channels import web, web_tokens
 from shared.channels.inbound import MAX_INT63
 from shared.channels.web_socket import SessionSockets, reply_frame
 from shared.channels.web_tokens import BrowserClaims
+from shared.clock import utcnow
 from shared.errors import BadRequest, Forbidden, SigilError
+from shared.identity import derived_user_id, resolve_sender
 from shared.ingress import Ingress, check_id
-from shared.models import Identifier, InboundMessage, Model
-from shared.ports import Connections, WebConnection
+from shared.models import Identifier, InboundMessage, Model, new_workspace
+from shared.ports import BudgetStore, Connections, IdentityStore, WebConnection, WorkspaceStore
 
 log = logging.getLogger("sigil.ws")
 
@@ -77,6 +81,55 @@ class SessionForbidden(Forbidden):
     """The connection's token does not cover the session the frame names."""
 
     code = "session_forbidden"
+
+
+class SenderRefused(Forbidden):
+    """The workspace does not admit this user (blocked, or not on its allow list)."""
+
+    code = "sender_refused"
+
+
+class BudgetExhausted(Forbidden):
+    """The user's (or the workspace's) budget has run out; the message says which and until when."""
+
+    code = "budget_exhausted"
+    http_status = 429
+
+
+@dataclass
+class Admission:
+    """What a `send` is refused for before anything is queued, so the page can say so at once: a
+    refused sender and an exhausted budget. The turn checks both again, as for every channel.
+
+    Read-only: a first contact under the pairing policy is left to the turn, which creates the
+    pending identity and answers with its code (resolve_sender writes only in that case).
+    """
+
+    workspaces: WorkspaceStore
+    identities: IdentityStore
+    budgets: BudgetStore
+    prices: PriceTable
+    now: Callable[[], datetime] = utcnow
+
+    def check(self, inbound: InboundMessage) -> None:
+        ws = inbound.workspace_id
+        workspace = self.workspaces.get(ws) or new_workspace(ws)
+        policy = workspace.unknown_sender_policy
+        if self.identities.get(ws, inbound.channel, inbound.sender.id) is None and policy != "allow_list":
+            if policy != "allow":
+                return  # a first contact the turn pairs: it creates the identity, not this check
+            user_id = derived_user_id(inbound.channel, inbound.sender.id)
+        else:
+            verdict = resolve_sender(self.identities, workspace, inbound, now=self.now())
+            if verdict.admission == "sender_refused":
+                raise SenderRefused("this workspace does not accept messages from you")
+            if verdict.admission != "admitted":
+                return  # pending: the turn answers with the pairing code
+            user_id = verdict.user_id
+        budget = TurnBudget(self.budgets, ws, user_id, workspace.budget, self.prices, self.now)
+        decision = budget.check()
+        if decision.exhausted is not None:
+            raise BudgetExhausted(decision.exhausted.message(decision.at))
 
 
 class ConnectionUnknown(web_tokens.TokenError):
@@ -134,6 +187,9 @@ class SocketFront:
     connections: Connections
     sockets: SessionSockets
     clock: Callable[[], float] = time.time
+    # None: no check before queueing (the turn still checks); the cloud's ws function has one
+    # when it is given the memory table (shared.cloud.ws_front).
+    admission: Admission | None = None
 
     def connect(self, connection_id: str, token: str | None) -> WebConnection | None:
         """$connect: the token's claims become the connection's record; a TokenError refuses it.
@@ -172,12 +228,14 @@ class SocketFront:
     def message(self, connection_id: str, raw: str | bytes) -> None:
         """$default: one client frame, answered with frames posted to the connection."""
         event_id: str | None = None
+        session: str | None = None
         try:
             frame = parse_frame(raw)
             if isinstance(frame, AuthFrame):
                 self._auth(connection_id, frame)
                 return
             connection = self._connection(connection_id)
+            session = frame.session
             if isinstance(frame, SendFrame):
                 event_id = frame.event_id
                 self._send(connection, frame)
@@ -185,7 +243,7 @@ class SocketFront:
                 self._resume(connection, frame)
         except SigilError as exc:
             event_id = event_id or _event_id_of(raw)
-            extra = {} if event_id is None else {"event_id": event_id}
+            extra = {k: v for k, v in (("event_id", event_id), ("session", session)) if v is not None}
             self.sockets.post_to(connection_id, error_frame(exc, **extra))
             if isinstance(exc, web_tokens.TokenError):
                 # As the local gateway closes with 4401: a token that failed never gets a second
@@ -227,6 +285,8 @@ class SocketFront:
             "user_name": frame.user_name,
         }
         inbound: InboundMessage = web.parse(connection.workspace_id, json.dumps(body).encode())
+        if self.admission is not None:
+            self.admission.check(inbound)
         # Listening before queueing: the turn's first delta can't come before the listener is there.
         self.connections.subscribe(connection, frame.session)
         result, _ = self.ingress.accept_verified(inbound)

@@ -130,7 +130,8 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
     assert variables(stack.ingress.function) == webhook
     # The WebSocket API's management endpoint: where the agent and the ws function post frames.
     ws_endpoint = {"SIGIL_WS_ENDPOINT": each_stage.stack.resolve(stack.websocket.management_endpoint)}
-    assert variables(stack.websocket.function) == {**webhook, **ws_endpoint}
+    memory_table = {"SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)}}
+    assert variables(stack.websocket.function) == {**webhook, **ws_endpoint, **memory_table}
     # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount. No
     # model and Titan embeddings: no provider is granted, so none may be used (SIGIL_PROVIDERS).
     assert variables(stack.agent.function) == {

@@ -42,6 +42,12 @@ def _statements(synth: Synth, function: Any) -> list[dict[str, Any]]:
     return found
 
 
+def _leading_keys(statement: dict[str, Any]) -> list[str]:
+    conditions = statement["Condition"]
+    [keys] = [c["dynamodb:LeadingKeys"] for op, c in conditions.items() if op.startswith("ForAllValues")]
+    return list(keys)
+
+
 def _actions(statement: dict[str, Any]) -> list[str]:
     actions = statement["Action"]
     return [actions] if isinstance(actions, str) else list(actions)
@@ -118,18 +124,21 @@ def test_the_ws_function_reaches_only_the_connection_items_and_the_outbox(each_s
     stack = each_stage.stack
     table = logical_id(stack.memory.sessions)
     on_table = [s for s in _statements(each_stage, stack.websocket.function) if table in str(s["Resource"])]
-    by_keys = {
-        tuple(sorted(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])): _actions(s)
-        for s in on_table
-    }
+    by_keys = {tuple(sorted(_leading_keys(s))): _actions(s) for s in on_table}
     # Every statement on the sessions table is pinned to partitions: no whole-table access
     assert all("Condition" in s for s in on_table)
     assert sorted(by_keys[tuple(sorted(CONNECTION_PARTITIONS))]) == sorted(
         ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"]
     )
-    assert [a for keys, a in by_keys.items() if keys != tuple(sorted(CONNECTION_PARTITIONS))] == [
-        ["dynamodb:Query"]
-    ]
+    # The outbox (resume) and the budget counters (the check before queueing), read-only
+    others = {keys: a for keys, a in by_keys.items() if keys != tuple(sorted(CONNECTION_PARTITIONS))}
+    assert sorted(map(tuple, others.values())) == [("dynamodb:BatchGetItem",), ("dynamodb:Query",)]
+    assert others[("WS#default#BUDGET",)] == ["dynamodb:BatchGetItem"]
+    # In the memory table: each web workspace's config and identities, by key
+    memory = logical_id(stack.memory.memory)
+    on_memory = [s for s in _statements(each_stage, stack.websocket.function) if memory in str(s["Resource"])]
+    found = [(_actions(s), _leading_keys(s)) for s in on_memory]
+    assert found == [(["dynamodb:GetItem"], ["WS#default", "WS#default#IDENTITY"])]
     # And it may send to the lanes, as the webhook does
     queue = logical_id(stack.lanes.turns)
     sends = [s for s in _statements(each_stage, stack.websocket.function) if queue in str(s["Resource"])]

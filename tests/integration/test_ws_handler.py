@@ -14,6 +14,7 @@ import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,12 +28,13 @@ from functions.agent import handler as agent
 from functions.ws import handler as ws
 from shared import cloud, serde
 from shared.adapters.aws import clients
-from shared.adapters.aws.dynamodb import DynamoConnections
+from shared.adapters.aws.dynamodb import DynamoConnections, DynamoIdentityStore, DynamoWorkspaceStore
 from shared.adapters.aws.dynamodb.connections import listeners_pk
 from shared.channels import web, web_tokens
+from shared.identity import derived_user_id
 from shared.local.aws_mode.event_source import sqs_event
 from shared.local.aws_mode.management_api import ManagementApi
-from shared.models import LaneItem, OutboundMessage
+from shared.models import BudgetLimits, Identity, LaneItem, OutboundMessage, ScopeLimits, new_workspace
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
@@ -471,3 +473,53 @@ def test_the_sample_events_reach_the_handler(aws: AwsResources) -> None:
     for name in ("ws_connect.json", "ws_resume.json", "ws_send.json", "ws_disconnect.json"):
         assert handle(copy.deepcopy(load(name))) == 200, name
     assert [f["type"] for f in posted()] == ["accepted"]
+
+
+# ---------------------------------------------------------------- refused before queueing
+
+
+def workspace_stores(aws: AwsResources) -> tuple[DynamoWorkspaceStore, DynamoIdentityStore]:
+    client = clients.dynamodb(REGION)
+    return (
+        DynamoWorkspaceStore(aws.memory_table, client=client),
+        DynamoIdentityStore(aws.memory_table, client=client),
+    )
+
+
+@pytest.mark.parametrize("why", ["blocked", "not on the allow list"])
+def test_a_refused_sender_is_told_before_anything_is_queued(aws: AwsResources, why: str) -> None:
+    workspaces, identities = workspace_stores(aws)
+    if why == "blocked":
+        now = datetime.now(UTC)
+        identities.put(
+            Identity(
+                workspace_id=WS,
+                channel="web",
+                channel_user_id="alice",
+                user_id=derived_user_id("web", "alice"),
+                status="blocked",
+                created_at=now,
+            )
+        )
+    else:
+        workspaces.put(new_workspace(WS).model_copy(update={"unknown_sender_policy": "allow_list"}))
+    at(aws)
+    handle(load("ws_connect.json"))
+    handle(load("ws_send.json"))
+    assert queued(aws) == []
+    [error] = posted()
+    assert (error["code"], error["event_id"], error["session"]) == ("sender_refused", "evt-ws-0001", "demo")
+
+
+def test_an_exhausted_budget_is_told_before_anything_is_queued(aws: AwsResources) -> None:
+    workspaces, _ = workspace_stores(aws)
+    # A limit of 0 denies every call (shared.models.ScopeLimits)
+    limits = BudgetLimits(user=ScopeLimits(tokens_per_day=0))
+    workspaces.put(new_workspace(WS).model_copy(update={"budget": limits}))
+    at(aws)
+    handle(load("ws_connect.json"))
+    handle(load("ws_send.json"))
+    assert queued(aws) == []
+    [error] = posted()
+    assert (error["type"], error["code"], error["event_id"]) == ("error", "budget_exhausted", "evt-ws-0001")
+    assert error["message"]
