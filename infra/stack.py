@@ -10,6 +10,7 @@ webhook's outbox partitions). The constructs acknowledge their own cdk-nag findi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
@@ -88,7 +89,7 @@ class SigilStack(Stack):
         )
         # The web channel's WebSocket API: its messages may each become a turn, so its stage is
         # throttled as the turn routes are.
-        self.websocket = websocket = WebSocket(
+        self.websocket = WebSocket(
             self,
             "WebSocket",
             layer=layer,
@@ -130,17 +131,8 @@ class SigilStack(Stack):
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
         }
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
-        # The agent streams web replies to the WebSocket API's connections (shared.cloud.turn_deps).
-        agent_env["SIGIL_WS_ENDPOINT"] = websocket.management_endpoint
-        ws_env = {
-            **webhook_env,
-            "SIGIL_WS_ENDPOINT": websocket.management_endpoint,
-            # The check before queueing reads workspace configs and identities (shared.cloud.admission).
-            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
-        }
         for function, environment in (
             (webhook, webhook_env),
-            (websocket.function, ws_env),
             (turn_runner, agent_env),
             (consolidate, consolidate_env),
         ):
@@ -151,7 +143,7 @@ class SigilStack(Stack):
         secrets.grant_read(webhook, [s.key for s in INGRESS_SECRETS] + list(secrets.web_keys))
         lanes.turns.grant_send_messages(webhook)
         memory.grant_outbox_read(webhook, context.web_workspaces)
-        self._serve_browsers(context)
+        self._serve_browsers(context, webhook_env)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
         memory.sessions.grant_read_write_data(turn_runner)
         memory.grant_memory_read_write(turn_runner)
@@ -175,9 +167,22 @@ class SigilStack(Stack):
         # `sigil secret --stack` (shared.cli._app.target_settings) finds the stack's secrets by it.
         CfnOutput(self, "SecretsPrefix", value=secrets.prefix)
 
-    def _serve_browsers(self, context: AppContext) -> None:
-        """The WebSocket API's grants and its URL."""
-        ws = self.websocket.function
+    def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
+        """The WebSocket API's settings, grants and URL."""
+        ws, websocket, memory = self.websocket.function, self.websocket, self.memory
+        # The agent streams web replies to the WebSocket API's connections (shared.cloud.turn_deps).
+        self.agent.function.add_environment("SIGIL_WS_ENDPOINT", websocket.management_endpoint)
+        ws_env = {
+            **webhook_env,
+            "SIGIL_WS_ENDPOINT": websocket.management_endpoint,
+            # The check before queueing reads workspace configs and identities (shared.cloud.admission).
+            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
+        }
+        if context.web_origin:
+            # The chat page's origin alone may open a WebSocket, as it alone passes CORS.
+            ws_env["SIGIL_WEB_ORIGINS"] = json.dumps([context.web_origin])
+        for name, value in ws_env.items():
+            ws.add_environment(name, value)
         # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on
         # `resume`, keep its connection items, post frames (WebSocket.__init__ grants the posts).
         self.secrets.grant_read(ws, list(self.secrets.web_keys))

@@ -117,7 +117,14 @@ def ws_front() -> SocketFront:
     queued through the webhook's own Ingress, answers posted through the management API."""
     from shared.ingress.ws import SocketFront
 
-    return SocketFront(ingress(), sockets().connections, sockets(), clock=_seed.clock, admission=admission())
+    return SocketFront(
+        ingress(),
+        sockets().connections,
+        sockets(),
+        clock=_seed.clock,
+        admission=admission(),
+        origins=tuple(o.rstrip("/") for o in settings().web_origins),
+    )
 
 
 def admission() -> Admission | None:

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     coalesce_burst: bool = False
     signature_window_s: int = 300
     max_body_bytes: int = 256 * 1024
+    # The origins of the web chat page that may call the web routes from a browser (CORS, and the
+    # /ws handshake's Origin), e.g. ["https://chat.example.com"]; JSON in SIGIL_WEB_ORIGINS.
+    # Empty: the local gateway's own origin only (http://{host}:{port}, and localhost for 127.0.0.1).
+    web_origins: list[str] = Field(default_factory=list)
 
     # Cloud resources (filled in by the stack's environment)
     sessions_table: str | None = None

@@ -24,8 +24,10 @@ def route(event: dict[str, Any]) -> dict[str, Any]:
     route_key: str = context["routeKey"]
     if route_key == "$connect":
         token = (event.get("queryStringParameters") or {}).get("token")
+        # API Gateway keeps the header's case as the browser sent it.
+        origin = next((v for k, v in (event.get("headers") or {}).items() if k.lower() == "origin"), None)
         try:
-            cloud.ws_front().connect(connection_id, token)
+            cloud.ws_front().connect(connection_id, token, origin=origin)
         except SigilError as exc:
             # The reason is logged, not returned: a refused handshake shows the browser no body.
             logger.info("web socket refused", extra={"code": exc.code, "reason": exc.message})

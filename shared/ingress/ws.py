@@ -132,6 +132,12 @@ class Admission:
             raise BudgetExhausted(decision.exhausted.message(decision.at))
 
 
+class OriginRefused(Forbidden):
+    """A browser page on an origin the stack does not serve (`web_origin`): its handshake fails."""
+
+    code = "origin_refused"
+
+
 class ConnectionUnknown(web_tokens.TokenError):
     """A frame on a connection with no record: closed, or its record expired with its token."""
 
@@ -190,13 +196,22 @@ class SocketFront:
     # None: no check before queueing (the turn still checks); the cloud's ws function has one
     # when it is given the memory table (shared.cloud.ws_front).
     admission: Admission | None = None
+    # The page's origins (SIGIL_WEB_ORIGINS); empty: any. A browser token, not a cookie, is the
+    # credential, so another site's page gains nothing it lacks the token for; the check keeps
+    # pages the operator does not serve from using the API with tokens they were given.
+    origins: tuple[str, ...] = ()
 
-    def connect(self, connection_id: str, token: str | None) -> WebConnection | None:
+    def connect(
+        self, connection_id: str, token: str | None, *, origin: str | None = None
+    ) -> WebConnection | None:
         """$connect: the token's claims become the connection's record; a TokenError refuses it.
 
         Without a token the connection is admitted unauthenticated (None): it may only send an
-        `auth` frame, as the page does to keep its token out of URLs and access logs.
+        `auth` frame, as the page does to keep its token out of URLs and access logs. A browser's
+        `Origin` outside `origins` is refused (403) whatever the token.
         """
+        if self.origins and origin is not None and origin.rstrip("/") not in self.origins:
+            raise OriginRefused("this page's origin may not connect")
         if not token:
             return None
         return self._open(connection_id, token)

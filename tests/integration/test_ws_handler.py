@@ -523,3 +523,17 @@ def test_an_exhausted_budget_is_told_before_anything_is_queued(aws: AwsResources
     [error] = posted()
     assert (error["type"], error["code"], error["event_id"]) == ("error", "budget_exhausted", "evt-ws-0001")
     assert error["message"]
+
+
+def test_a_page_on_another_origin_is_refused_when_the_stack_names_the_pages(aws: AwsResources) -> None:
+    config = aws.settings(
+        secrets_prefix="sigil/", ws_endpoint=ENDPOINT, web_origins=["https://chat.example.com"]
+    )
+    cloud.reset(config=config, clock=lambda: float(SIGNED_AT + 60))
+    # The sample's Origin is the page's: admitted
+    assert handle(load("ws_connect.json")) == 200
+    # Another site's page, with the same good token: refused, nothing recorded
+    event = connect_event(token(), connection="Elsewhere00001=")
+    event["headers"]["Origin"] = event["multiValueHeaders"]["Origin"][0] = "https://evil.example"
+    assert handle(event) == 403
+    assert connections().get("Elsewhere00001=") is None
