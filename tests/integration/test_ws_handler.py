@@ -537,3 +537,22 @@ def test_a_page_on_another_origin_is_refused_when_the_stack_names_the_pages(aws:
     event["headers"]["Origin"] = event["multiValueHeaders"]["Origin"][0] = "https://evil.example"
     assert handle(event) == 403
     assert connections().get("Elsewhere00001=") is None
+
+
+def test_a_token_of_another_workspace_reaches_that_workspace_only(aws: AwsResources) -> None:
+    # Given a reply in default's session "demo", and a second workspace with its own web secret
+    clients.secretsmanager(REGION).create_secret(
+        Name=f"sigil/{web.secret_name('other')}", SecretString="other-secret"
+    )
+    at(aws)
+    cloud.ingress().outbox.append(reply(1, "default's reply", "t1"))
+    # When a browser holding other's token for a session also named "demo" connects and resumes
+    handle(connect_event(token(secret="other-secret", ws="other")))
+    handle(frame_event({"type": "resume", "session": "demo", "after": 0}))
+    handle(frame_event({"type": "send", "event_id": "evt-other", "session": "demo", "text": "hi"}))
+    # Then it reads nothing of default's, and its message is queued in other's lane
+    assert [f["type"] for f in posted()] == ["accepted"]
+    [message] = queued(aws)
+    assert message["Attributes"]["MessageGroupId"] == "other.web.demo"
+    # And default's listeners never include it
+    assert connections().listeners(WS, "demo", now=SIGNED_AT) == []
