@@ -30,6 +30,10 @@ log = logging.getLogger("sigil.web_socket")
 
 # API Gateway takes frames of up to 128 KB; a delta above this waits for its reply frame.
 MAX_DELTA_BYTES = 96 * 1024
+# How long a streaming part reuses the session's listeners before reading them again: one Query
+# per couple of seconds of deltas instead of one per delta. A browser that starts listening in
+# between gets the deltas after that, and the reply frame (whose listeners are always read) anyway.
+LISTENERS_TTL_S = 2.0
 
 
 def dumps(frame: dict[str, object]) -> bytes:
@@ -79,6 +83,9 @@ class SessionSockets:
         # The text so far of each part being streamed; a part whose turn died is dropped with the
         # oldest (a container runs one turn at a time, so a handful is plenty).
         self._so_far: LRUCache[tuple[str, str, int], str] = LRUCache(64)
+        # (workspace, session) → (read at, listeners), for deltas only; monotonic, not `clock`.
+        self._listeners: LRUCache[tuple[str, str], tuple[float, list[str]]] = LRUCache(64)
+        self._monotonic = time.monotonic
 
     def publish(self, delta: WebDelta) -> None:
         key = (delta.workspace_id, delta.turn_id, delta.part)
@@ -93,18 +100,26 @@ class SessionSockets:
         if len(text.encode()) > MAX_DELTA_BYTES:
             return  # past what one frame may carry: the reply frame brings the whole text
         whole = delta.model_copy(update={"offset": 0, "text": text})
-        self.post(delta.workspace_id, delta.session, delta_frame(whole))
+        self.post(delta.workspace_id, delta.session, delta_frame(whole), fresh=False)
 
-    def post(self, workspace_id: str, session: str, frame: dict[str, object]) -> int:
-        """Post `frame` to the session's listeners; returns to how many it went."""
-        try:
-            listeners = self.connections.listeners(workspace_id, session, now=int(self._clock()))
-        except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
-            log.warning(
-                "web listeners unreadable", extra={"workspace_id": workspace_id, "error": type(exc).__name__}
-            )
-            return 0
-        return sum(self.post_to(connection_id, frame) for connection_id in listeners)
+    def post(self, workspace_id: str, session: str, frame: dict[str, object], *, fresh: bool = True) -> int:
+        """Post `frame` to the session's listeners; returns to how many it went.
+
+        `fresh=False` (deltas) may reuse the listeners read up to LISTENERS_TTL_S ago.
+        """
+        key = (workspace_id, session)
+        cached = self._listeners.get(key)
+        if not fresh and cached is not None and self._monotonic() - cached[0] < LISTENERS_TTL_S:
+            listeners = cached[1]
+        else:
+            try:
+                listeners = self.connections.listeners(workspace_id, session, now=int(self._clock()))
+            except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
+                error = type(exc).__name__
+                log.warning("web listeners unreadable", extra={"workspace_id": workspace_id, "error": error})
+                return 0
+            self._listeners[key] = (self._monotonic(), listeners)
+        return sum(self.post_to(connection_id, frame) for connection_id in list(listeners))
 
     def hang_up(self, connection_id: str) -> None:
         try:
@@ -120,6 +135,9 @@ class SessionSockets:
             if self.poster.post(connection_id, dumps(frame)):
                 return True
             log.info("web connection gone", extra={"connection_id": connection_id})
+            for _, listeners in list(self._listeners.values()):
+                if connection_id in listeners:
+                    listeners.remove(connection_id)
             self.connections.close(connection_id)
         except Exception as exc:  # noqa: BLE001 -- the outbox has the reply; the page resumes from it
             log.warning(
