@@ -123,6 +123,9 @@ class AppContext:
     # Where the stage's alarm topic sends e-mail (`-c alarm_email=...`, or `alarmEmail`); None
     # subscribes no one, and the topic still takes other subscriptions (docs/operations.md).
     alarm_email: str | None = None
+    # The chat page's origin (`-c web_origin=https://chat.example.com`): the one origin the HTTP
+    # API's CORS admits. None admits none (a browser page on another origin cannot call the API).
+    web_origin: str | None = None
 
     def provider_of(self, ref: str | None) -> str | None:
         provider, slash, model_id = (ref or "").partition("/")
@@ -177,7 +180,24 @@ def read_context(node: Node) -> AppContext:
         providers=providers,
         caps=read_caps(node),
         alarm_email=read_alarm_email(node),
+        web_origin=read_web_origin(node),
     )
+
+
+# scheme://host[:port], as a browser sends it in Origin: no path, no wildcard.
+_ORIGIN = re.compile(r"^https://[A-Za-z0-9.-]+(:\d{1,5})?$|^http://(localhost|127\.0\.0\.1)(:\d{1,5})?$")
+
+
+def read_web_origin(node: Node) -> str | None:
+    raw = node.try_get_context("web_origin")
+    if raw is None or not str(raw).strip():
+        return None
+    origin = str(raw).strip().rstrip("/")
+    if not _ORIGIN.match(origin):
+        raise ValueError(
+            f"web_origin must be one origin, https://host[:port] (or http://localhost), got {origin!r}"
+        )
+    return origin
 
 
 # Enough to catch a wrong value (a list, a name without a domain); SNS confirms the address itself.

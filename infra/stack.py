@@ -10,6 +10,7 @@ webhook's outbox partitions). The constructs acknowledge their own cdk-nag findi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
@@ -30,6 +31,7 @@ from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets, llm_keys
 from infra.constructs.skills import Skills
+from infra.constructs.websocket import WebSocket
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
 
 
@@ -84,6 +86,18 @@ class SigilStack(Stack):
             reserved_concurrency=caps.webhook_reserved,
             api_throttle=caps.api,
             turn_throttle=caps.turn_routes,
+            cors_origin=context.web_origin,
+        )
+        # The web channel's WebSocket API: its messages may each become a turn, so its stage is
+        # throttled as the turn routes are.
+        self.websocket = WebSocket(
+            self,
+            "WebSocket",
+            layer=layer,
+            log_group=observability.log_group("WsLogs"),
+            access_log_group=observability.log_group("WsAccessLogs"),
+            reserved_concurrency=None,
+            throttle=caps.turn_routes,
         )
         skills = Skills(self, "Skills")
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
@@ -136,6 +150,7 @@ class SigilStack(Stack):
         memory.grant_route_read(webhook)
         lanes.turns.grant_send_messages(webhook)
         memory.grant_outbox_read(webhook, context.web_workspaces)
+        self._serve_browsers(context, webhook_env)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
         memory.sessions.grant_read_write_data(turn_runner)
         memory.grant_memory_read_write(turn_runner)
@@ -168,6 +183,35 @@ class SigilStack(Stack):
             self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
         )
 
+    def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
+        """The WebSocket API's settings, grants and URL."""
+        ws, websocket, memory = self.websocket.function, self.websocket, self.memory
+        # The agent streams web replies to the WebSocket API's connections (shared.cloud.turn_deps).
+        self.agent.function.add_environment("SIGIL_WS_ENDPOINT", websocket.management_endpoint)
+        ws_env = {
+            **webhook_env,
+            "SIGIL_WS_ENDPOINT": websocket.management_endpoint,
+            # The check before queueing reads workspace configs and identities (shared.cloud.admission).
+            "SIGIL_MEMORY_TABLE": memory.memory.table_name,
+        }
+        if context.web_origin:
+            # The chat page's origin alone may open a WebSocket, as it alone passes CORS.
+            ws_env["SIGIL_WEB_ORIGINS"] = json.dumps([context.web_origin])
+        for name, value in ws_env.items():
+            ws.add_environment(name, value)
+        # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on
+        # `resume`, keep its connection items, post frames (WebSocket.__init__ grants the posts).
+        self.secrets.grant_read(ws, list(self.secrets.web_keys))
+        self.lanes.turns.grant_send_messages(ws)
+        self.memory.grant_outbox_read(ws, context.web_workspaces)
+        self.websocket.grant_connections(ws, self.memory.sessions)
+        self.websocket.grant_admission(
+            ws, memory=self.memory.memory, sessions=self.memory.sessions, workspaces=context.web_workspaces
+        )
+        # agent: posts deltas and replies to the connections of this API alone.
+        self.websocket.grant_post_to_connections(self.agent.function)
+        CfnOutput(self, "WebSocketUrl", value=self.websocket.stage.url, description="wss:// URL of the chat")
+
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup
     ) -> Dashboard:
@@ -176,6 +220,7 @@ class SigilStack(Stack):
             "Webhook": self.ingress.function,
             "Agent": self.agent.function,
             "Consolidate": self.consolidation.function,
+            "Ws": self.websocket.function,
         }
         observability.alarm_on_functions(functions)
         observability.alarm_on_api(self.ingress.api)

@@ -27,8 +27,10 @@ from shared.ports import SecretStore
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
     from shared.backend import Backend
+    from shared.channels.web_socket import SessionSockets
     from shared.consolidation.compaction import ConsolidationModel
     from shared.ingress.http import WebhookFront
+    from shared.ingress.ws import Admission, SocketFront
 
 Clock = Callable[[], float]
 
@@ -96,6 +98,59 @@ def webhook() -> WebhookFront:
 
 
 @cache
+def sockets() -> SessionSockets:
+    """The WebSocket API's connections (sessions table) and its management API (SIGIL_WS_ENDPOINT)."""
+    from shared.adapters.aws.dynamodb import DynamoConnections
+    from shared.adapters.aws.websocket import ManagementApiPoster
+    from shared.channels.web_socket import SessionSockets
+
+    s = settings()
+    if not s.ws_endpoint or not s.sessions_table:
+        raise SigilError(
+            "the WebSocket API needs SIGIL_WS_ENDPOINT and SIGIL_SESSIONS_TABLE", code="misconfigured"
+        )
+    return SessionSockets(
+        DynamoConnections(s.sessions_table, region=s.aws_region),
+        ManagementApiPoster(s.ws_endpoint, region=s.aws_region),
+        clock=_seed.clock,
+    )
+
+
+@cache
+def ws_front() -> SocketFront:
+    """The ws function's logic: browser tokens checked as the webhook checks signatures, frames
+    queued through the webhook's own Ingress, answers posted through the management API."""
+    from shared.ingress.ws import SocketFront
+
+    return SocketFront(
+        ingress(),
+        sockets().connections,
+        sockets(),
+        clock=_seed.clock,
+        admission=admission(),
+        origins=tuple(o.rstrip("/") for o in settings().web_origins),
+    )
+
+
+def admission() -> Admission | None:
+    """The ws function's check of the sender and the budget before queueing: with the memory table
+    (workspace configs, identities) only; without it the turn alone checks."""
+    from shared.adapters.aws.dynamodb import DynamoBudgetStore, DynamoIdentityStore, DynamoWorkspaceStore
+    from shared.budgets import PriceTable
+    from shared.ingress.ws import Admission
+
+    s = settings()
+    if not s.memory_table or not s.sessions_table:
+        return None
+    return Admission(
+        DynamoWorkspaceStore(s.memory_table, region=s.aws_region),
+        DynamoIdentityStore(s.memory_table, region=s.aws_region),
+        DynamoBudgetStore(s.sessions_table, region=s.aws_region),
+        PriceTable(s.model_prices),
+    )
+
+
+@cache
 def turn_deps() -> TurnDeps:
     """Everything a turn needs: the full AWS backend, the channel senders and the model providers."""
     from shared.adapters.aws import build_aws_backend
@@ -112,15 +167,18 @@ def turn_deps() -> TurnDeps:
     # (shared.skills.CachedSkills): a warm turn reads nothing from the skills bucket.
     backend = with_skill_cache(with_workspace_cache(build_aws_backend(settings())))
     s = with_provider_keys(settings(), backend.secrets)
+    senders = build_senders(
+        backend.secrets, backend.outbox, ledger=backend.send_ledger, base_urls=s.platform_base_urls or None
+    )
+    if s.ws_endpoint:
+        # With the WebSocket API deployed, web replies also stream to the session's open sockets.
+        from shared.channels.web_socket import WebSocketSender
+
+        senders.register("web", WebSocketSender(backend.outbox, sockets()))
     return TurnDeps(
         backend=backend,
         settings=s,
-        senders=build_senders(
-            backend.secrets,
-            backend.outbox,
-            ledger=backend.send_ledger,
-            base_urls=s.platform_base_urls or None,
-        ),
+        senders=senders,
         # One SDK client per model reference for the container's life; the SDK is imported on the
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),
@@ -175,5 +233,7 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     ingress.cache_clear()
     webhook.cache_clear()
     turn_deps.cache_clear()
+    sockets.cache_clear()
+    ws_front.cache_clear()
     consolidator.cache_clear()
     clients.reset()

@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     event_bus_name: str | None = None
     opensearch_endpoint: str | None = None
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
+    # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
+    # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
+    ws_endpoint: str | None = None
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
 

@@ -594,6 +594,70 @@ class ConsolidationState(Protocol):
     def put_checkpoint(self, workspace_id: str, name: str, value: str) -> None: ...
 
 
+# ---------------------------------------------------------------- WebSocket connections (web channel, cloud)
+
+
+class WebConnection(BaseModel):
+    """An open browser WebSocket of the cloud's WebSocket API, as its browser token allows it.
+
+    `sessions` are the token's session patterns (shared.channels.web_tokens.BrowserClaims), kept so
+    each frame is checked without the token; `expires_at` is the token's `exp` (unix seconds): a
+    connection is never used past it. `subscribed` are the web sessions whose replies it gets.
+    """
+
+    connection_id: str = Field(min_length=1, max_length=128)
+    workspace_id: str
+    user: str
+    sessions: list[str]
+    expires_at: int
+    # When the record is forgotten by itself: the token's expiry or API Gateway's two-hour limit
+    # on a connection, whichever comes first.
+    ttl_at: int
+    subscribed: list[str] = Field(default_factory=list)
+
+
+@runtime_checkable
+class Connections(Protocol):
+    """Who listens to which web session: the WebSocket API's connections (docs/web-streaming-cloud.md).
+
+    API Gateway holds the sockets; this holds what Sigil knows of each (its token's workspace,
+    user and sessions) and which connections a turn posts a session's deltas and replies to.
+    """
+
+    def open(self, connection: WebConnection) -> None:
+        """Record a connection that passed $connect; forgotten by itself after its `ttl_at`."""
+        ...
+
+    def get(self, connection_id: str) -> WebConnection | None:
+        """The connection, unless it was closed (or its record expired)."""
+        ...
+
+    def subscribe(self, connection: WebConnection, session: str) -> WebConnection:
+        """Add web session `session` (its name, e.g. "s1") to what the connection listens to."""
+        ...
+
+    def listeners(self, workspace_id: str, session: str, *, now: int) -> list[str]:
+        """The ids of the unexpired connections listening to web session `session`."""
+        ...
+
+    def close(self, connection_id: str) -> None:
+        """Forget the connection and its subscriptions ($disconnect, or a post that found it gone)."""
+        ...
+
+
+@runtime_checkable
+class ConnectionPoster(Protocol):
+    """Sends one frame to an open WebSocket (API Gateway's management API in the cloud)."""
+
+    def post(self, connection_id: str, data: bytes) -> bool:
+        """True once sent; False when the connection is gone (closed, or never existed)."""
+        ...
+
+    def hang_up(self, connection_id: str) -> None:
+        """Close the connection from the server's side; one already gone is no error."""
+        ...
+
+
 # ---------------------------------------------------------------- send ledger (shared.channels.ledger)
 
 

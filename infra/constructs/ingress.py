@@ -43,6 +43,15 @@ ROUTES: tuple[tuple[str, str], ...] = (
 TURN_ROUTES = tuple((m, p) for m, p in ROUTES if m == "POST")
 
 
+def cors_for(origin: str) -> apigwv2.CorsPreflightOptions:
+    return apigwv2.CorsPreflightOptions(
+        allow_origins=[origin],
+        allow_methods=[apigwv2.CorsHttpMethod.GET, apigwv2.CorsHttpMethod.POST],
+        allow_headers=["content-type", "x-sigil-timestamp", "x-sigil-signature", "last-event-id"],
+        max_age=Duration.hours(1),
+    )
+
+
 def route_key(method: str, path: str) -> str:
     return f"{method} {path}"
 
@@ -87,6 +96,7 @@ class Ingress(Construct):
         reserved_concurrency: int | None,
         api_throttle: Throttle,
         turn_throttle: Throttle,
+        cors_origin: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = SigilFunction(
@@ -110,6 +120,9 @@ class Ingress(Construct):
             "Api",
             description="Sigil channel webhooks and the web channel's outbox",
             create_default_stage=False,
+            # The chat page's origin alone (the `web_origin` context), never "*": API Gateway
+            # answers the preflight itself, and a page elsewhere cannot read an answer.
+            cors_preflight=None if cors_origin is None else cors_for(cors_origin),
         )
         self.stage = apigwv2.HttpStage(
             self,

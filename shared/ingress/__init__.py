@@ -31,7 +31,7 @@ from shared.channels.inbound import (
 )
 from shared.channels.routes import RouteLookup, check_account, no_routes, routed
 from shared.errors import BadRequest, NotFound
-from shared.models import PLATFORMS, ROUTE_NAME_PATTERN, Identifier, LaneItem, OutboxEntry
+from shared.models import PLATFORMS, ROUTE_NAME_PATTERN, Identifier, InboundMessage, LaneItem, OutboxEntry
 from shared.ports import Lanes, Outbox, SecretStore, SubmitResult
 from shared.serde import to_jsonable
 
@@ -64,7 +64,11 @@ class Ingress:
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
-        inbound = web.parse(workspace_id, request.body)
+        return self.accept_verified(web.parse(workspace_id, request.body))
+
+    def accept_verified(self, inbound: InboundMessage) -> tuple[SubmitResult, LaneItem]:
+        """A message whose sender is already authenticated (a browser token's user on the
+        WebSocket API: shared.ingress.ws) onto its session's lane, as `accept_web` queues one."""
         item = LaneItem(inbound=inbound, correlation_id=correlation.current())
         return self.lanes.submit(item), item
 

@@ -22,7 +22,7 @@ from aws_cdk import DockerImage
 from infra.config import ROOT
 from infra.constructs.function import DEV_KIT, FUNCTIONS_DIR, HANDLER, _HandlerWithShared, is_dev_kit
 
-FUNCTIONS = ("webhook", "agent", "consolidate")
+FUNCTIONS = ("webhook", "agent", "consolidate", "ws")
 # The dev kit's own libraries (pyproject.toml's `local` extra and what they pull in).
 DEV_KIT_MODULES = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite_vec", "click"}
 DEV_KIT_DISTRIBUTIONS = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite-vec", "click"}

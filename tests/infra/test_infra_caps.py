@@ -58,7 +58,13 @@ def _event_source(synth: Synth) -> dict[str, Any]:
 
 
 def _stage(synth: Synth) -> dict[str, Any]:
-    (stage,) = synth.resources("AWS::ApiGatewayV2::Stage").values()
+    # The HTTP API's stage (the WebSocket API's: test_infra_websocket.py)
+    http_api = {"Ref": logical_id(synth.stack.ingress.api)}
+    (stage,) = [
+        s
+        for s in synth.resources("AWS::ApiGatewayV2::Stage").values()
+        if s["Properties"]["ApiId"] == http_api
+    ]
     return stage
 
 
@@ -87,7 +93,12 @@ def test_by_default_every_route_is_throttled_and_the_turn_routes_tighter(each_st
     # the GETs (WhatsApp's handshakes, the outbox) do not.
     assert len(TURN_ROUTES) == 9
     # Route settings name routes by key: the stage is created after every route.
-    routes = {k for k, r in each_stage.raw["Resources"].items() if r["Type"] == "AWS::ApiGatewayV2::Route"}
+    http_api = {"Ref": logical_id(each_stage.stack.ingress.api)}
+    routes = {
+        k
+        for k, r in each_stage.resources("AWS::ApiGatewayV2::Route").items()
+        if r["Properties"]["ApiId"] == http_api
+    }
     assert routes <= set(stage.get("DependsOn", []))
     assert {
         r["Properties"]["RouteKey"] for r in each_stage.resources("AWS::ApiGatewayV2::Route").values()

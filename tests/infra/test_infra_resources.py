@@ -79,11 +79,11 @@ def test_an_alarm_fires_on_any_message_in_the_dead_letter_queue(each_stage: Synt
 # ---------------------------------------------------------------- functions
 
 
-def test_all_three_functions_are_arm64_on_the_layer_runtime_with_the_cookbook_handler(dev: Synth) -> None:
+def test_all_four_functions_are_arm64_on_the_layer_runtime_with_the_cookbook_handler(dev: Synth) -> None:
     functions = dev.resources("AWS::Lambda::Function")
     layer = logical_id(dev.stack.node.find_child("Dependencies").node.find_child("Layer"))
 
-    assert len(functions) == 3
+    assert len(functions) == 4  # webhook, agent, consolidate, ws
     for function in functions.values():
         props = function["Properties"]
         assert props["Runtime"] == f"python{PYTHON_VERSION}"
@@ -101,7 +101,7 @@ def test_each_function_logs_to_its_own_log_group_with_retention(each_stage: Synt
         for f in each_stage.resources("AWS::Lambda::Function").values()
     ]
 
-    assert len(set(used)) == 3
+    assert len(set(used)) == 4  # webhook, agent, consolidate, ws
     expected_days = {"dev": 14, "prod": 90}[each_stage.stage]
     for group in groups.values():
         assert group["Properties"]["RetentionInDays"] == expected_days
@@ -128,6 +128,10 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         return dict(props["Environment"]["Variables"])
 
     assert variables(stack.ingress.function) == webhook
+    # The WebSocket API's management endpoint: where the agent and the ws function post frames.
+    ws_endpoint = {"SIGIL_WS_ENDPOINT": each_stage.stack.resolve(stack.websocket.management_endpoint)}
+    memory_table = {"SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)}}
+    assert variables(stack.websocket.function) == {**webhook, **ws_endpoint, **memory_table}
     # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount. No
     # model and Titan embeddings: no provider is granted, so none may be used (SIGIL_PROVIDERS).
     assert variables(stack.agent.function) == {
@@ -135,6 +139,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_LANE_MAX_ATTEMPTS": "5",
         "SIGIL_PROVIDERS": "",
         "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
+        **ws_endpoint,
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
 
@@ -296,8 +301,18 @@ def test_an_hourly_schedule_starts_the_consolidator(each_stage: Synth) -> None:
 
 
 def test_one_route_per_channel_all_to_the_webhook(each_stage: Synth) -> None:
-    routes = each_stage.resources("AWS::ApiGatewayV2::Route")
-    integrations = each_stage.resources("AWS::ApiGatewayV2::Integration")
+    # The HTTP API's (the WebSocket API's routes: test_infra_websocket.py)
+    http_api = {"Ref": logical_id(each_stage.stack.ingress.api)}
+    routes = {
+        k: r
+        for k, r in each_stage.resources("AWS::ApiGatewayV2::Route").items()
+        if r["Properties"]["ApiId"] == http_api
+    }
+    integrations = {
+        k: r
+        for k, r in each_stage.resources("AWS::ApiGatewayV2::Integration").items()
+        if r["Properties"]["ApiId"] == http_api
+    }
 
     assert {r["Properties"]["RouteKey"] for r in routes.values()} == {
         "POST /webhooks/web/{workspace}",

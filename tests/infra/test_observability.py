@@ -111,7 +111,12 @@ def test_every_alarm_says_what_to_look_at_first_and_links_an_existing_runbook_se
 
 def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_and_search(prod: Synth) -> None:
     stack = prod.stack
-    functions = (stack.ingress.function, stack.agent.function, stack.consolidation.function)
+    functions = (
+        stack.ingress.function,
+        stack.agent.function,
+        stack.consolidation.function,
+        stack.websocket.function,
+    )
     by_metric: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for alarm in _alarms(prod).values():
         if "MetricName" in alarm:

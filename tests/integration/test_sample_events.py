@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from functions.agent import handler as agent
 from functions.consolidate import handler as consolidate
 from functions.webhook import handler as webhook
+from functions.ws import handler as ws
 from shared import cloud
 from shared.adapters.aws import clients
 from shared.cli import app
@@ -53,6 +54,9 @@ QUEUES = {  # the routes that put a message on a lane, and how many
     "POST /webhooks/discord": 1,
     "POST /webhooks/whatsapp": 1,
 }
+
+# The samples' WebSocket API stage (events/ws_*.json: requestContext.domainName and stage).
+WS_ENDPOINT = "https://abc123def4.execute-api.us-east-1.amazonaws.com/prod"
 
 runner = CliRunner()
 
@@ -127,6 +131,13 @@ def test_each_sample_is_accepted_by_its_handler(name: str, aws: Settings) -> Non
         outbox = cloud.turn_deps().backend.outbox
         sessions = {json.loads(r["body"])["inbound"]["session_id"] for r in event["Records"]}
         assert all(outbox.read("default", s) for s in sessions)
+    elif event.get("requestContext", {}).get("eventType") in {"CONNECT", "DISCONNECT", "MESSAGE"}:
+        # A WebSocket API event (functions/ws): after the sample $connect, under its token's time
+        cloud.reset(
+            config=aws.model_copy(update={"ws_endpoint": WS_ENDPOINT}), clock=lambda: float(SIGNED_AT)
+        )
+        for step in ([] if name == "ws_connect.json" else [load("ws_connect.json")]) + [event]:
+            assert ws.lambda_handler(step, context_for("sigil-ws")) == {"statusCode": 200}
     elif "detail-type" in event:
         cloud.reset(config=aws)
         result = consolidate.lambda_handler(event, context_for("sigil-consolidate"))

@@ -68,6 +68,13 @@ def s3(region: str | None = None, endpoint_url: str | None = None) -> Any:
     return _client("s3", region, _endpoint(endpoint_url))
 
 
+def apigatewaymanagementapi(endpoint_url: str, region: str | None = None) -> Any:
+    """The WebSocket API's management client (untyped: no boto3 stubs for it are installed).
+
+    Always an explicit endpoint: the management API lives at the WebSocket API's own URL."""
+    return _client("apigatewaymanagementapi", region, endpoint_url)
+
+
 def reset() -> None:
     """Forget every cached client (tests that start a fresh moto mock call this)."""
     _client.cache_clear()

@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from shared.config import Settings
 from shared.local.aws_mode.event_source import FifoPoller, PollerThread
 from shared.local.aws_mode.http_front import HttpFront
+from shared.local.aws_mode.management_api import ManagementApi
 from shared.local.aws_mode.resources import (
     DEFAULT_REGION,
     NAME_PREFIX,
@@ -35,6 +36,7 @@ from shared.local.aws_mode.resources import (
 )
 from shared.local.aws_mode.schedule import ConsolidationFeed
 from shared.local.aws_mode.servers import fifo_redelivery_in_order, start_moto, start_osmem
+from shared.local.aws_mode.ws_front import WsFront
 from shared.local.lambda_runtime import FunctionPool, FunctionSpec, watch_parent
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class AwsModeGateway:
         self.web_secret: str | None = None
         self.model_problem: str | None = None
         self.webhook: FunctionPool | None = None
+        self.ws: FunctionPool | None = None
+        self.management: ManagementApi | None = None
 
     # -- lifecycle
 
@@ -106,6 +110,9 @@ class AwsModeGateway:
         endpoint = f"http://{host}:{port}"
         osmem = start_osmem()
         self._stack.callback(osmem.close)
+        # The WebSocket API's management endpoint, where the agent and the ws function post frames.
+        self.management = management = ManagementApi(stage="local").start()
+        self._stack.callback(management.stop)
 
         self.resources = resources = provision(
             endpoint,
@@ -126,7 +133,10 @@ class AwsModeGateway:
             ),
             "agent": ("functions.agent.handler.lambda_handler", 600.0, 1024, 1),
             "consolidate": ("functions.consolidate.handler.lambda_handler", 900.0, 1024, 1),
+            "ws": ("functions.ws.handler.lambda_handler", 15.0, 512, self.options.webhook_containers),
         }
+        # As infra/stack.py: the agent and the ws function are told the management endpoint.
+        ws_env = {"SIGIL_WS_ENDPOINT": management.endpoint}
         pools: dict[str, FunctionPool] = {}
         for function, (handler, timeout_s, memory_mb, containers) in specs.items():
             spec = FunctionSpec(
@@ -134,7 +144,10 @@ class AwsModeGateway:
                 handler=handler,
                 timeout_s=timeout_s,
                 memory_mb=memory_mb,
-                env=container_environment(function_env(resources, function, self.settings)),
+                env=container_environment(
+                    function_env(resources, function, self.settings)
+                    | (ws_env if function in ("agent", "ws") else {})
+                ),
                 region=self.region,
             )
             pools[function] = FunctionPool(spec, max_containers=containers)
@@ -150,6 +163,7 @@ class AwsModeGateway:
         for pool in self._pools:
             pool.wait_ready()
         self.webhook = pools["webhook"]
+        self.ws = pools["ws"]
 
         sqs = aws_client("sqs", endpoint, self.region)
         turns = FifoPoller(
@@ -230,8 +244,12 @@ class AwsModeGateway:
     # -- HTTP
 
     def app(self) -> Starlette:
-        assert self.webhook is not None, "start() the gateway first"
-        return HttpFront(self.webhook, health=self._health).app()
+        assert self.webhook is not None and self.ws is not None, "start() the gateway first"
+        assert self.management is not None
+        app = HttpFront(self.webhook, health=self._health).app()
+        # The WebSocket API's stand-in on the same port, at the path the local gateway uses.
+        app.router.routes.append(WsFront(self.ws, self.management).route("/ws"))
+        return app
 
     def _health(self) -> dict[str, Any]:
         return {"status": "ok", "model_configured": self.model_problem is None, "mode": "aws"}
@@ -252,6 +270,7 @@ class AwsModeGateway:
                 f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
                 "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
                 f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
+                f"  browser:  ws://{s.host}:{s.port}/ws?token=<browser token>   (WebSocket API stand-in)",
                 f"  aws:      moto on {r.endpoint} (region {r.region}): queue {TURNS_QUEUE}, "
                 f"DLQ {TURNS_DLQ}, bus {r.event_bus_name}, tables {r.sessions_table} {r.memory_table}",
                 f"  index:    osmem-server on {r.opensearch_endpoint} (BM25 only, no k-NN)",

@@ -166,7 +166,9 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
         "SIGIL_QUEUE_URL": resources.queue_url,
         "SIGIL_SESSIONS_TABLE": resources.sessions_table,
     }
-    if function != "webhook":
+    if function == "ws":
+        env["SIGIL_MEMORY_TABLE"] = resources.memory_table  # the check before queueing (infra/stack.py)
+    elif function != "webhook":
         env |= {
             "SIGIL_MEMORY_TABLE": resources.memory_table,
             "SIGIL_EVENT_BUS_NAME": resources.event_bus_name,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from shared.adapters.aws.dynamodb.audit import DynamoAuditLog
 from shared.adapters.aws.dynamodb.budgets import DynamoBudgetStore
+from shared.adapters.aws.dynamodb.connections import DynamoConnections
 from shared.adapters.aws.dynamodb.consolidation_state import DynamoConsolidationState
 from shared.adapters.aws.dynamodb.embedding_cache import DynamoEmbeddingCache
 from shared.adapters.aws.dynamodb.identities import DynamoIdentityStore
@@ -48,6 +49,7 @@ __all__ = [
     "TTL_ATTRIBUTE",
     "DynamoAuditLog",
     "DynamoBudgetStore",
+    "DynamoConnections",
     "DynamoConsolidationState",
     "DynamoEmbeddingCache",
     "DynamoIdentityStore",

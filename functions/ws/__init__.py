@@ -1,0 +1,1 @@
+"""The webhook function: API Gateway HTTP API in, signed messages onto their session lanes."""

@@ -1,0 +1,182 @@
+"""The web channel's replies over the cloud's WebSocket API: frames posted to the session's sockets.
+
+The outbox stays the source of truth. A reply part is written to the outbox first and only then
+posted as a `reply` frame; a post that fails (a browser gone, a throttle, an outage) loses
+nothing, since a page that reconnects sends `resume` with the last seq it has and reads the rest
+from the outbox. Deltas are a live preview only, posted while the model streams (already
+redacted: shared.agent.reply.redacted), never stored.
+
+The frames are the browser protocol's (docs/web-channel.md, docs/web-streaming-cloud.md):
+
+    {"type": "delta", "session", "turn_id", "part", "in_reply_to", "offset", "text"}   (offset always 0)
+    {"type": "reply", "session", "seq", "turn_id", "part", "text", "final", "in_reply_to", "created_at"}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from cachetools import LRUCache
+
+from shared.channels.senders import OutboxSender
+from shared.channels.web import WebDelta
+from shared.models import OutboundMessage, OutboxEntry
+from shared.ports import ConnectionPoster, Connections, Outbox
+
+log = logging.getLogger("sigil.web_socket")
+
+# API Gateway takes frames of up to 128 KB; a delta above this waits for its reply frame.
+MAX_DELTA_BYTES = 96 * 1024
+# How long a streaming part reuses the session's listeners before reading them again: one Query
+# per couple of seconds of deltas instead of one per delta. A browser that starts listening in
+# between gets the deltas after that, and the reply frame (whose listeners are always read) anyway.
+LISTENERS_TTL_S = 2.0
+
+
+def dumps(frame: dict[str, object]) -> bytes:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def delta_frame(delta: WebDelta) -> dict[str, object]:
+    return {
+        "type": "delta",
+        "session": delta.session,
+        "turn_id": delta.turn_id,
+        "part": delta.part,
+        "in_reply_to": delta.in_reply_to,
+        "offset": delta.offset,
+        "text": delta.text,
+    }
+
+
+def reply_frame(session: str, entry: OutboxEntry) -> dict[str, object]:
+    m = entry.message
+    return {
+        "type": "reply",
+        "session": session,
+        "seq": entry.seq,
+        "turn_id": m.turn_id,
+        "part": m.part,
+        "text": m.text,
+        "final": m.final,
+        "in_reply_to": m.in_reply_to,
+        "created_at": m.created_at.isoformat(),
+    }
+
+
+class SessionSockets:
+    """Posts frames to every connection listening to a web session; forgets the ones found gone.
+
+    Best effort by design: a failed post is logged and the turn goes on (the outbox has the reply).
+    It is also the `DeltaSink` of the web channel's OutboxSender: deltas go out as they come.
+    """
+
+    def __init__(
+        self, connections: Connections, poster: ConnectionPoster, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.connections = connections
+        self.poster = poster
+        self._clock = clock
+        # The text so far of each part being streamed; a part whose turn died is dropped with the
+        # oldest (a container runs one turn at a time, so a handful is plenty).
+        self._so_far: LRUCache[tuple[str, str, int], str] = LRUCache(64)
+        # (workspace, session) → (read at, listeners), for deltas only; monotonic, not `clock`.
+        self._listeners: LRUCache[tuple[str, str], tuple[float, list[str]]] = LRUCache(64)
+        self._monotonic = time.monotonic
+
+    def publish(self, delta: WebDelta) -> None:
+        key = (delta.workspace_id, delta.turn_id, delta.part)
+        if delta.final:
+            self._so_far.pop(key, None)
+            return  # the part's `reply` frame, posted after the outbox write, ends it
+        # Every delta goes out as the whole text so far (offset 0): a connection that joined
+        # mid-reply, or missed a post, has no prefix to apply an increment to, and a socket
+        # holds no state here between posts. A reply is a few KB, redacted in 64-character steps.
+        text = self._so_far.get(key, "")[: delta.offset] + delta.text
+        self._so_far[key] = text
+        if len(text.encode()) > MAX_DELTA_BYTES:
+            return  # past what one frame may carry: the reply frame brings the whole text
+        whole = delta.model_copy(update={"offset": 0, "text": text})
+        self.post(delta.workspace_id, delta.session, delta_frame(whole), fresh=False)
+
+    def post(self, workspace_id: str, session: str, frame: dict[str, object], *, fresh: bool = True) -> int:
+        """Post `frame` to the session's listeners; returns to how many it went.
+
+        `fresh=False` (deltas) may reuse the listeners read up to LISTENERS_TTL_S ago.
+        """
+        key = (workspace_id, session)
+        cached = self._listeners.get(key)
+        if not fresh and cached is not None and self._monotonic() - cached[0] < LISTENERS_TTL_S:
+            listeners = cached[1]
+        else:
+            try:
+                listeners = self.connections.listeners(workspace_id, session, now=int(self._clock()))
+            except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
+                error = type(exc).__name__
+                log.warning("web listeners unreadable", extra={"workspace_id": workspace_id, "error": error})
+                return 0
+            self._listeners[key] = (self._monotonic(), listeners)
+        return sum(self.post_to(connection_id, frame) for connection_id in list(listeners))
+
+    def hang_up(self, connection_id: str) -> None:
+        try:
+            self.poster.hang_up(connection_id)
+        except Exception as exc:  # noqa: BLE001 -- API Gateway closes an idle connection anyway
+            log.warning(
+                "web connection not closed",
+                extra={"connection_id": connection_id, "error": type(exc).__name__},
+            )
+
+    def post_to(self, connection_id: str, frame: dict[str, object]) -> bool:
+        try:
+            if self.poster.post(connection_id, dumps(frame)):
+                return True
+            log.info("web connection gone", extra={"connection_id": connection_id})
+            for _, listeners in list(self._listeners.values()):
+                if connection_id in listeners:
+                    listeners.remove(connection_id)
+            self.connections.close(connection_id)
+        except Exception as exc:  # noqa: BLE001 -- the outbox has the reply; the page resumes from it
+            log.warning(
+                "web frame not posted",
+                extra={
+                    "connection_id": connection_id,
+                    "frame": frame.get("type"),
+                    "error": type(exc).__name__,
+                },
+            )
+        return False
+
+
+class WebSocketSender(OutboxSender):
+    """The web channel's sender when the WebSocket API is deployed: the outbox, then the sockets.
+
+    Deltas reach the sockets through OutboxSender's delta sink (SessionSockets.publish); each part
+    written to the outbox is then posted as a `reply` frame with the seq it was stored at.
+    """
+
+    def __init__(self, outbox: Outbox, sockets: SessionSockets) -> None:
+        super().__init__(outbox, sockets)
+        self.sockets = sockets
+
+    def _append(self, message: OutboundMessage) -> None:
+        entry = self.outbox.append(message)
+        if entry is None:
+            # Stored by an earlier attempt of this turn, which may have died before posting: post
+            # what the outbox holds for this part (a page drops a seq it already has).
+            entry = self._stored(message)
+            if entry is None:
+                return
+        self.sockets.post(message.workspace_id, message.chat_id, reply_frame(message.chat_id, entry))
+
+    def _stored(self, message: OutboundMessage) -> OutboxEntry | None:
+        # The part is at message.seq or just after it (ports.Outbox.append): a short read finds it.
+        for entry in self.outbox.read(
+            message.workspace_id, message.session_id, after_seq=message.seq - 1, limit=10
+        ):
+            if (entry.message.turn_id, entry.message.part) == (message.turn_id, message.part):
+                return entry
+        return None
