@@ -43,8 +43,10 @@ def dev(
     from shared.local.datadir_lock import DataDirInUse
     from shared.local.gateway import LocalGateway
 
-    logs.configure()
     settings, config = settings_and_file(data_dir, host=host, port=port, backend="embedded")
+    # After the settings: a file with errors ends the command before it takes over the process's
+    # logging (its root handlers), as nothing else of the gateway has started either.
+    logs.configure()
     if aws:
         from shared.local.aws_mode import serve
 

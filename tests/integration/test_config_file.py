@@ -5,6 +5,7 @@ leaves unset; `sigil dev` refuses a bad file."""
 from __future__ import annotations
 
 import json
+import logging
 import textwrap
 from pathlib import Path
 
@@ -229,6 +230,7 @@ def test_sigil_dev_exits_1_with_the_line_numbered_errors_of_a_bad_file(
 ) -> None:
     path = write(tmp_path, "workspaces:\n  family:\n    active_window: 1000\n")
     monkeypatch.setenv("SIGIL_CONFIG", str(path))
+    handlers_before = list(logging.getLogger().handlers)
     result = runner.invoke(app, ["dev", "--data-dir", str(tmp_path / "state"), "--port", "1"])
     assert result.exit_code == 1
     assert result.output.strip() == (
@@ -238,6 +240,8 @@ def test_sigil_dev_exits_1_with_the_line_numbered_errors_of_a_bad_file(
     listed = runner.invoke(app, ["pairing", "list", "--data-dir", str(tmp_path / "state")])
     assert listed.exit_code == 1
     assert listed.output.strip() == result.output.strip()
+    # ... and a refused start leaves the process's logging as it found it
+    assert logging.getLogger().handlers == handlers_before
 
 
 def test_the_local_gateway_applies_the_file_at_start_and_says_which(tmp_path: Path) -> None:
