@@ -401,16 +401,22 @@ def test_the_cli_refuses_an_ambiguous_redrive_an_unknown_id_and_an_aws_backend_w
     assert unknown.exit_code == 1 and "no dead letter '7'" in unknown.output
     missing = runner.invoke(app, ["dlq", "redrive", "7", "--yes", "--data-dir", data_dir])
     assert missing.exit_code == 1 and "not found 7" in missing.output
-    no_stack = runner.invoke(app, ["dlq", "list"], env={"SIGIL_BACKEND": "aws"})
-    assert no_stack.exit_code == 2 and "SIGIL_QUEUE_URL" in no_stack.output
-    stack_env = {
-        "SIGIL_BACKEND": "aws",
-        "SIGIL_SESSIONS_TABLE": "t-sessions",
-        "SIGIL_MEMORY_TABLE": "t-memory",
-        "SIGIL_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/t-turns.fifo",
-        "SIGIL_EVENT_BUS_NAME": "t-bus",
-        "SIGIL_OPENSEARCH_ENDPOINT": "https://search.invalid",
-        "AWS_REGION": REGION,
-    }
-    no_dlq = runner.invoke(app, ["dlq", "list"], env=stack_env)
-    assert no_dlq.exit_code == 2 and "--dlq-url or SIGIL_DEAD_LETTER_QUEUE_URL" in no_dlq.output
+    # The aws backend is built (its clients too, never called): under moto, and forgotten after,
+    # so no later test finds a cached client made here.
+    with mock_aws():
+        try:
+            no_stack = runner.invoke(app, ["dlq", "list"], env={"SIGIL_BACKEND": "aws"})
+            assert no_stack.exit_code == 2 and "SIGIL_QUEUE_URL" in no_stack.output
+            stack_env = {
+                "SIGIL_BACKEND": "aws",
+                "SIGIL_SESSIONS_TABLE": "t-sessions",
+                "SIGIL_MEMORY_TABLE": "t-memory",
+                "SIGIL_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/t-turns.fifo",
+                "SIGIL_EVENT_BUS_NAME": "t-bus",
+                "SIGIL_OPENSEARCH_ENDPOINT": "https://search.invalid",
+                "AWS_REGION": REGION,
+            }
+            no_dlq = runner.invoke(app, ["dlq", "list"], env=stack_env)
+            assert no_dlq.exit_code == 2 and "--dlq-url or SIGIL_DEAD_LETTER_QUEUE_URL" in no_dlq.output
+        finally:
+            clients.reset()
