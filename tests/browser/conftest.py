@@ -112,7 +112,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             s.gateway.stop()
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: chromium starts helper processes as it runs, and the e2e tests'
+# check that nothing they did not find running outlives them; closed here, it is gone before.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True)
