@@ -1,5 +1,9 @@
-"""The chat page in headless Chromium against `sigil dev`: the reply streams in, history survives a
-reload, two tabs on two sessions never mix, and each refusal and a lost connection show their state.
+"""The chat page in headless Chromium against `sigil dev` and `sigil dev --aws` (the `site` fixture
+runs each test on both): the reply streams in, history survives a reload, two tabs on two sessions
+never mix, each refusal and a lost connection show their state. Where the cloud's protocol differs
+(deltas carry the whole text so far; a token error is an `error` frame, then a hang-up rather than
+close code 4401) the same assertions hold. Restarting the gateway is a `sigil dev` scenario only:
+`--aws` keeps its tables in moto's memory, so a restart starts empty (docs/local-aws-mode.md).
 
 The model is tests/support/fake_openai.py, echoing the message; a `[fake:pace=N]` marker in it
 makes the fake stream one word every N ms, so a reply takes long enough to watch it grow.
@@ -27,6 +31,16 @@ new MutationObserver(() => {
   }
 }).observe(document.getElementById('log'),
            {subtree: true, childList: true, characterData: true, attributes: true});
+"""
+
+
+# Every WebSocket the page opens, so a test can drop the live one as a network would.
+TRACK_SOCKETS = """
+window.__sockets = [];
+const NativeWebSocket = window.WebSocket;
+window.WebSocket = class extends NativeWebSocket {
+  constructor(...args) { super(...args); window.__sockets.push(this); }
+};
 """
 
 
@@ -133,6 +147,42 @@ def test_the_page_holds_no_secret(context: BrowserContext, site: Site) -> None:
     assert loaded and not any(secret in everything for secret in secrets.values())
 
 
+def test_a_connection_dropped_mid_reply_shows_the_whole_reply_once(
+    context: BrowserContext, site: Site
+) -> None:
+    page = context.new_page()
+    page.add_init_script(TRACK_SOCKETS)
+    page.goto(site.page_url(site.token(), "alice.drop"))
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    page.evaluate(WATCH_GROWTH)
+    text = long_text("dr", words=80, pace_ms=60)
+    send(page, text)
+    # Once the reply is streaming, its socket drops under the page.
+    page.wait_for_function("() => window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
+    page.evaluate("window.__sockets[window.__sockets.length - 1].close()")
+    # The page reconnects by itself and resumes after the last seq it has.
+    page.wait_for_function("() => window.__sockets.length >= 2", timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator("#banner")).to_be_hidden()
+    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
+    assert page.locator(".msg.assistant").count() == 1  # no stale streaming copy left behind
+    page.reload()
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
+    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
+
+
+def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, site: Site) -> None:
+    # sigil dev serves the files itself; --aws through the webhook function, as the stack does,
+    # with its Content-Security-Policy (connect-src 'self': the socket on the same origin).
+    page = context.new_page()
+    response = page.goto(site.page_url(site.token(), "alice.csp"))
+    assert response is not None and response.ok
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    if site.mode == "aws":
+        assert "connect-src 'self'" in response.headers["content-security-policy"]
+
+
 @pytest.mark.parametrize("how", ["stopped", "killed"])
 def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
     context: BrowserContext, tmp_path: Path, how: str
@@ -147,7 +197,7 @@ def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
             text = long_text("rs", words=80, pace_ms=60)
             send(page, text)
             # Once the reply is streaming, the gateway goes away under the page.
-            page.wait_for_function("window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
+            page.wait_for_function("() => window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
             if how == "killed":
                 assert site.gateway.proc is not None
                 kill_group(site.gateway.proc.pid)
