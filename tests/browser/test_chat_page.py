@@ -11,6 +11,8 @@ makes the fake stream one word every N ms, so a reply takes long enough to watch
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 
@@ -181,6 +183,48 @@ def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, si
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
     if site.mode == "aws":
         assert "connect-src 'self'" in response.headers["content-security-policy"]
+
+
+# A socket of the test's own from the page's origin: the frames a page could send by hand.
+RAW_SOCKET = """
+async ([token, frames, expected]) => {
+  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws");
+  const got = [];
+  ws.onmessage = (e) => got.push(JSON.parse(e.data));
+  await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
+  ws.send(JSON.stringify({ type: "auth", token }));
+  for (const f of frames) ws.send(JSON.stringify(f));
+  const until = Date.now() + 60000;
+  while (got.length < expected && ws.readyState === WebSocket.OPEN && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  ws.close();
+  return got;
+}
+"""
+
+
+def test_a_token_reaches_its_own_sessions_and_workspace_only(context: BrowserContext, site: Site) -> None:
+    page = context.new_page()
+    page.goto(site.url + "/")  # no token: the page only asks for one
+    expect(page.get_by_label("Browser token")).to_be_visible()
+    mine = site.token(sessions=["alice.mine"])
+    other = [
+        {"type": "resume", "session": "alice.theirs", "after": 0},
+        {"type": "send", "event_id": "e-x", "session": "alice.theirs", "text": "let me in"},
+    ]
+    ready, *refusals = page.evaluate(RAW_SOCKET, [mine, other, 3])
+    assert ready["type"] == "ready" and ready["sessions"] == ["alice.mine"]
+    assert [(f["type"], f["code"]) for f in refusals] == [("error", "session_forbidden")] * 2
+    # A token naming another workspace is not signed by that workspace's secret: refused outright.
+    claims = json.loads(base64.urlsafe_b64decode(mine.split(".")[1] + "=="))
+    forged = mine.split(".")
+    forged[1] = base64.urlsafe_b64encode(json.dumps(claims | {"workspace": "closed"}).encode())
+    forged_token = ".".join([forged[0], forged[1].decode().rstrip("="), forged[2]])
+    [refused] = page.evaluate(RAW_SOCKET, [forged_token, other, 1])
+    assert (refused["type"], refused["code"]) == ("error", "token_invalid")
+    # Nothing reached the other session: no turn ran for it.
+    assert not any("let me in" in str(r) for r in site.fake.requests)
 
 
 @pytest.mark.parametrize("how", ["stopped", "killed"])
