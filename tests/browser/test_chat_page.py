@@ -178,9 +178,15 @@ def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, si
     # sigil dev serves the files itself; --aws through the webhook function, as the stack does,
     # with its Content-Security-Policy (connect-src 'self': the socket on the same origin).
     page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text))
     response = page.goto(site.page_url(site.token(), "alice.csp"))
     assert response is not None and response.ok
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    send(page, "under the policy **bold**")
+    expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("bold")
+    # Nothing the page does is refused by its policy (no inline script or style, no other host).
+    assert not [line for line in console if "Content Security Policy" in line], console
     if site.mode == "aws":
         assert "connect-src 'self'" in response.headers["content-security-policy"]
 
