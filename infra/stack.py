@@ -195,8 +195,11 @@ class SigilStack(Stack):
             "SIGIL_MEMORY_TABLE": memory.memory.table_name,
         }
         if context.web_origin:
-            # The chat page's origin alone may open a WebSocket, as it alone passes CORS.
-            ws_env["SIGIL_WEB_ORIGINS"] = json.dumps([context.web_origin])
+            # The chat page's origins alone may open a WebSocket: the one named, which alone passes
+            # CORS, and the HTTP API's own, which serves the page (shared.channels.web_page).
+            ws_env["SIGIL_WEB_ORIGINS"] = json.dumps([context.web_origin, self.ingress.api.api_endpoint])
+        # The page served by the webhook learns its socket from /config.json.
+        self.ingress.function.add_environment("SIGIL_WS_URL", websocket.stage.url)
         for name, value in ws_env.items():
             ws.add_environment(name, value)
         # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on

@@ -4,6 +4,7 @@ the local gateway answers through the same adapter. What each answer records: sh
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -12,7 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud, correlation
 from shared.errors import SigilError
-from shared.ingress.http import HttpAnswer, refusal, request_from_v2
+from shared.ingress.http import HttpAnswer, page, refusal, request_from_v2
 from shared.ingress.metered import refused
 from shared.observability import logger, metrics, tracer
 
@@ -51,6 +52,23 @@ def get_outbox(workspace: str, session: str) -> Response[Any]:
     return _answer(cloud.webhook().outbox(workspace, session, request_from_v2(app.current_event)))
 
 
+# The chat page, same origin as the webhooks: no CORS for its own requests, nothing else to run.
+# It needs no secret and builds no ingress (shared.ingress.http.page reads the packaged files).
+@app.get("/")
+def get_page() -> Response[Any]:
+    return _answer(page("/", os.environ.get("SIGIL_WS_URL")))
+
+
+@app.get("/config.json")
+def get_page_config() -> Response[Any]:
+    return _answer(page("/config.json", os.environ.get("SIGIL_WS_URL")))
+
+
+@app.get("/assets/<name>")
+def get_page_asset(name: str) -> Response[Any]:
+    return _answer(page(f"/assets/{name}", os.environ.get("SIGIL_WS_URL")))
+
+
 # powertools leaves exception_handler's return type unannotated, which strict mypy reports.
 @app.exception_handler(SigilError)  # type: ignore[untyped-decorator]
 def refuse(exc: SigilError) -> Response[Any]:
@@ -59,7 +77,12 @@ def refuse(exc: SigilError) -> Response[Any]:
 
 
 def _answer(answer: HttpAnswer) -> Response[Any]:
-    return Response(status_code=answer.status, content_type=answer.content_type, body=answer.body)
+    return Response(
+        status_code=answer.status,
+        content_type=answer.content_type,
+        body=answer.body,
+        headers=answer.headers or None,
+    )
 
 
 # log_event=False even if POWERTOOLS_LOGGER_LOG_EVENT is set: the event carries the message text.

@@ -38,6 +38,11 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/webhooks/whatsapp/{name}"),
     ("GET", "/webhooks/whatsapp/{name}"),
     ("GET", "/sessions/{workspace}/{session}/outbox"),
+    # The chat page, served by the webhook function (shared.channels.web_page): the same origin
+    # as the web routes, so its own requests need no CORS.
+    ("GET", "/"),
+    ("GET", "/config.json"),
+    ("GET", "/assets/{name}"),
 )
 # The routes whose requests may each become a turn, and so a model call: throttled tighter.
 TURN_ROUTES = tuple((m, p) for m, p in ROUTES if m == "POST")

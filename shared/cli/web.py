@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Url, Workspace, app, settings_for
+from shared.cli._app import (
+    DataDir,
+    Region,
+    Stack,
+    Url,
+    Workspace,
+    app,
+    settings_for,
+    stack_outputs,
+    target_settings,
+)
 
 web_app = typer.Typer(
     help="The web channel's chat page: browser tokens a page can hold instead of the web secret.",
@@ -28,12 +38,21 @@ Sessions = Annotated[
 Ttl = Annotated[str, typer.Option("--ttl", help="lifetime: 90s, 30m, 1h (default), at most 24h")]
 
 
-def _token(data_dir: DataDir, workspace: str, user: str, sessions: list[str] | None, ttl: str) -> str:
+def _token(
+    data_dir: DataDir,
+    workspace: str,
+    user: str,
+    sessions: list[str] | None,
+    ttl: str,
+    stack: str | None = None,
+    region: str | None = None,
+) -> str:
     from shared.channels import web_tokens
     from shared.cli.gateway import _secret
     from shared.errors import SigilError
 
-    settings = settings_for(data_dir)
+    # With --stack the secret is the deployed one (Secrets Manager), read with your credentials.
+    settings = target_settings(data_dir, stack, region)
     try:
         ttl_s = web_tokens.parse_ttl(ttl)
         claims = web_tokens.claims_for(
@@ -51,9 +70,11 @@ def token(
     session: Sessions = None,
     ttl: Ttl = "1h",
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
     """Print a browser token for USER (signed with a key derived from the workspace's web secret)."""
-    typer.echo(_token(data_dir, workspace, user, session, ttl))
+    typer.echo(_token(data_dir, workspace, user, session, ttl, stack, region))
 
 
 @web_app.command("open")
@@ -64,8 +85,20 @@ def open_page(
     ttl: Ttl = "1h",
     url: Url = None,
     data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
 ) -> None:
-    """Print the chat page's URL with a fresh token in its fragment (never sent to the server)."""
-    settings = settings_for(data_dir)
-    base = url or f"http://{settings.host}:{settings.port}"
-    typer.echo(f"{base.rstrip('/')}/#token={_token(data_dir, workspace, user, session, ttl)}")
+    """Print the chat page's URL with a fresh token in its fragment (never sent to the server).
+
+    With --stack, the page the stack serves: its ApiUrl output, a token under its web secret."""
+    if url is None and stack is not None:
+        _, outputs = stack_outputs(stack, region)
+        if "ApiUrl" not in outputs:
+            typer.echo(f"stack {stack!r} has no ApiUrl output: is it a Sigil stack?", err=True)
+            raise typer.Exit(1)
+        url = outputs["ApiUrl"]
+    if url is None:
+        settings = settings_for(data_dir)
+        url = f"http://{settings.host}:{settings.port}"
+    token = _token(data_dir, workspace, user, session, ttl, stack, region)
+    typer.echo(f"{url.rstrip('/')}/#token={token}")

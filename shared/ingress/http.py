@@ -15,6 +15,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from shared.channels import web_page
 from shared.channels.inbound import JSON, IngressOutcome, WebhookRequest
 from shared.errors import SigilError
 from shared.ingress import Ingress, outbox_json
@@ -30,6 +31,7 @@ class HttpAnswer:
     status: int
     body: str | dict[str, Any]  # a dict is sent as JSON, serialised by the front
     content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class Observer(Protocol):
@@ -78,6 +80,25 @@ class WebhookFront:
     def outbox(self, workspace_id: str, session: str, request: WebhookRequest) -> HttpAnswer:
         """GET /sessions/{workspace}/{session}/outbox: the replies after `?after=`."""
         return HttpAnswer(200, outbox_json(self.ingress.read_outbox(workspace_id, session, request)))
+
+
+def page(path: str, websocket_url: str | None) -> HttpAnswer:
+    """GET /, /config.json and /assets/{file}: the chat page (shared.channels.web_page).
+
+    Any other path, and any asset name not in the page's fixed list, is a 404: the request never
+    names a file to read."""
+    if path == "/":
+        found: web_page.PageFile | None = web_page.index()
+    elif path == "/config.json":
+        found = web_page.config(websocket_url)
+    elif path.startswith("/assets/"):
+        found = web_page.asset(path.removeprefix("/assets/"))
+    else:
+        found = None
+    if found is None:
+        return HttpAnswer(404, {"error": "not_found", "message": "no such file"})
+    headers = web_page.security_headers(websocket_url) | {"cache-control": found.cache_control}
+    return HttpAnswer(200, found.body, found.content_type, headers)
 
 
 def refusal(exc: SigilError) -> HttpAnswer:

@@ -35,7 +35,7 @@ from shared.adapters.embedded import (
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.budgets import PriceTable
-from shared.channels import web
+from shared.channels import web, web_page
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.configuration import SigilFile, apply
@@ -59,8 +59,9 @@ log = logging.getLogger("sigil.gateway")
 
 SSE_POLL_S = 0.1
 SSE_HEARTBEAT_S = 15.0
-# The chat page (plain HTML, CSS and JS: no build step), served at /.
-WEB_PAGE_DIR = Path(__file__).parent / "web"
+# The chat page (plain HTML, CSS and JS: no build step), served at /; it ships with the webhook
+# Lambda too, so it lives beside the channels (shared.channels.web_page), not in the dev kit.
+WEB_PAGE_DIR = web_page.PAGE_DIR
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""Browser tests of the chat page: Debian's chromium driven by Playwright, against a real `sigil dev`.
+"""Browser tests of the chat page: Debian's chromium driven by Playwright, against a real `sigil dev`
+and a real `sigil dev --aws` (the webhook, ws and agent functions over moto, the page served by the
+webhook function and its socket by the WebSocket API's stand-in), one gateway of each per module.
 
 No browser is ever downloaded (`playwright install` is never run): Playwright drives the system's
 chromium through its executable path. CI installs it (.ci/run); on a machine without it these
@@ -51,12 +53,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+MODES = {"dev": [], "aws": ["--aws"]}
+
+
 @dataclass
 class Site:
-    """A running `sigil dev` with three workspaces, and a way to mint browser tokens for it."""
+    """A running `sigil dev` (or `--aws`) with three workspaces, and a way to mint browser tokens."""
 
     gateway: DevGateway
     fake: FakeOpenAI
+    mode: str = "dev"
 
     @property
     def url(self) -> str:
@@ -85,7 +91,7 @@ class Site:
         return f"{self.url}/#{fragment}"
 
 
-def start_site(base: Path, fake: FakeOpenAI) -> Site:
+def start_site(base: Path, fake: FakeOpenAI, mode: str = "dev") -> Site:
     data_dir = base / "state"
     config = base / "sigil.yaml"
     config.write_text(CONFIG)
@@ -99,13 +105,14 @@ def start_site(base: Path, fake: FakeOpenAI) -> Site:
             check=True,
             capture_output=True,
         )
-    return Site(DevGateway(data_dir, env).start(), fake)
+    return Site(DevGateway(data_dir, env, extra_args=MODES[mode]).start(), fake, mode)
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+@pytest.fixture(scope="module", params=list(MODES))
+def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """One gateway per mode for the module: pytest runs every test on one before starting the other."""
     with FakeOpenAI() as fake:
-        s = start_site(tmp_path_factory.mktemp("site"), fake)
+        s = start_site(tmp_path_factory.mktemp("site"), fake, request.param)
         try:
             yield s
         finally:

@@ -1,5 +1,9 @@
-"""The chat page in headless Chromium against `sigil dev`: the reply streams in, history survives a
-reload, two tabs on two sessions never mix, and each refusal and a lost connection show their state.
+"""The chat page in headless Chromium against `sigil dev` and `sigil dev --aws` (the `site` fixture
+runs each test on both): the reply streams in, history survives a reload, two tabs on two sessions
+never mix, each refusal and a lost connection show their state. Where the cloud's protocol differs
+(deltas carry the whole text so far; a token error is an `error` frame, then a hang-up rather than
+close code 4401) the same assertions hold. Restarting the gateway is a `sigil dev` scenario only:
+`--aws` keeps its tables in moto's memory, so a restart starts empty (docs/local-aws-mode.md).
 
 The model is tests/support/fake_openai.py, echoing the message; a `[fake:pace=N]` marker in it
 makes the fake stream one word every N ms, so a reply takes long enough to watch it grow.
@@ -7,6 +11,8 @@ makes the fake stream one word every N ms, so a reply takes long enough to watch
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 
@@ -27,6 +33,16 @@ new MutationObserver(() => {
   }
 }).observe(document.getElementById('log'),
            {subtree: true, childList: true, characterData: true, attributes: true});
+"""
+
+
+# Every WebSocket the page opens, so a test can drop the live one as a network would.
+TRACK_SOCKETS = """
+window.__sockets = [];
+const NativeWebSocket = window.WebSocket;
+window.WebSocket = class extends NativeWebSocket {
+  constructor(...args) { super(...args); window.__sockets.push(this); }
+};
 """
 
 
@@ -133,6 +149,90 @@ def test_the_page_holds_no_secret(context: BrowserContext, site: Site) -> None:
     assert loaded and not any(secret in everything for secret in secrets.values())
 
 
+def test_a_connection_dropped_mid_reply_shows_the_whole_reply_once(
+    context: BrowserContext, site: Site
+) -> None:
+    page = context.new_page()
+    page.add_init_script(TRACK_SOCKETS)
+    page.goto(site.page_url(site.token(), "alice.drop"))
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    page.evaluate(WATCH_GROWTH)
+    text = long_text("dr", words=80, pace_ms=60)
+    send(page, text)
+    # Once the reply is streaming, its socket drops under the page.
+    page.wait_for_function("() => window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
+    page.evaluate("window.__sockets[window.__sockets.length - 1].close()")
+    # The page reconnects by itself and resumes after the last seq it has.
+    page.wait_for_function("() => window.__sockets.length >= 2", timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator("#banner")).to_be_hidden()
+    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
+    assert page.locator(".msg.assistant").count() == 1  # no stale streaming copy left behind
+    page.reload()
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
+    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
+
+
+def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, site: Site) -> None:
+    # sigil dev serves the files itself; --aws through the webhook function, as the stack does,
+    # with its Content-Security-Policy (connect-src 'self': the socket on the same origin).
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text))
+    response = page.goto(site.page_url(site.token(), "alice.csp"))
+    assert response is not None and response.ok
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    send(page, "under the policy **bold**")
+    expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("bold")
+    # Nothing the page does is refused by its policy (no inline script or style, no other host).
+    assert not [line for line in console if "Content Security Policy" in line], console
+    if site.mode == "aws":
+        assert "connect-src 'self'" in response.headers["content-security-policy"]
+
+
+# A socket of the test's own from the page's origin: the frames a page could send by hand.
+RAW_SOCKET = """
+async ([token, frames, expected]) => {
+  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws");
+  const got = [];
+  ws.onmessage = (e) => got.push(JSON.parse(e.data));
+  await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
+  ws.send(JSON.stringify({ type: "auth", token }));
+  for (const f of frames) ws.send(JSON.stringify(f));
+  const until = Date.now() + 60000;
+  while (got.length < expected && ws.readyState === WebSocket.OPEN && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  ws.close();
+  return got;
+}
+"""
+
+
+def test_a_token_reaches_its_own_sessions_and_workspace_only(context: BrowserContext, site: Site) -> None:
+    page = context.new_page()
+    page.goto(site.url + "/")  # no token: the page only asks for one
+    expect(page.get_by_label("Browser token")).to_be_visible()
+    mine = site.token(sessions=["alice.mine"])
+    other = [
+        {"type": "resume", "session": "alice.theirs", "after": 0},
+        {"type": "send", "event_id": "e-x", "session": "alice.theirs", "text": "let me in"},
+    ]
+    ready, *refusals = page.evaluate(RAW_SOCKET, [mine, other, 3])
+    assert ready["type"] == "ready" and ready["sessions"] == ["alice.mine"]
+    assert [(f["type"], f["code"]) for f in refusals] == [("error", "session_forbidden")] * 2
+    # A token naming another workspace is not signed by that workspace's secret: refused outright.
+    claims = json.loads(base64.urlsafe_b64decode(mine.split(".")[1] + "=="))
+    forged = mine.split(".")
+    forged[1] = base64.urlsafe_b64encode(json.dumps(claims | {"workspace": "closed"}).encode())
+    forged_token = ".".join([forged[0], forged[1].decode().rstrip("="), forged[2]])
+    [refused] = page.evaluate(RAW_SOCKET, [forged_token, other, 1])
+    assert (refused["type"], refused["code"]) == ("error", "token_invalid")
+    # Nothing reached the other session: no turn ran for it.
+    assert not any("let me in" in str(r) for r in site.fake.requests)
+
+
 @pytest.mark.parametrize("how", ["stopped", "killed"])
 def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
     context: BrowserContext, tmp_path: Path, how: str
@@ -147,7 +247,7 @@ def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
             text = long_text("rs", words=80, pace_ms=60)
             send(page, text)
             # Once the reply is streaming, the gateway goes away under the page.
-            page.wait_for_function("window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
+            page.wait_for_function("() => window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
             if how == "killed":
                 assert site.gateway.proc is not None
                 kill_group(site.gateway.proc.pid)

@@ -127,7 +127,9 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         props = each_stage.raw["Resources"][logical_id(function)]["Properties"]
         return dict(props["Environment"]["Variables"])
 
-    assert variables(stack.ingress.function) == webhook
+    # The chat page it serves reads the WebSocket API's URL from /config.json.
+    ws_url = {"SIGIL_WS_URL": each_stage.stack.resolve(stack.websocket.stage.url)}
+    assert variables(stack.ingress.function) == {**webhook, **ws_url}
     # The WebSocket API's management endpoint: where the agent and the ws function post frames.
     ws_endpoint = {"SIGIL_WS_ENDPOINT": each_stage.stack.resolve(stack.websocket.management_endpoint)}
     memory_table = {"SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)}}
@@ -326,6 +328,10 @@ def test_one_route_per_channel_all_to_the_webhook(each_stage: Synth) -> None:
         "POST /webhooks/discord/{name}",
         "POST /webhooks/whatsapp/{name}",
         "GET /webhooks/whatsapp/{name}",
+        # The chat page (shared.channels.web_page), served by the webhook too.
+        "GET /",
+        "GET /config.json",
+        "GET /assets/{name}",
         "GET /sessions/{workspace}/{session}/outbox",
     }
     (integration,) = integrations.values()

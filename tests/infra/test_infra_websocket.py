@@ -163,9 +163,12 @@ def test_cors_admits_the_pages_origin_only(with_origin: Synth, dev: Synth) -> No
         if r["Properties"].get("ProtocolType") == "HTTP"
     ]
     assert "CorsConfiguration" not in plain
-    # And the WebSocket handshake admits the same origin alone (SIGIL_WEB_ORIGINS of the ws function)
+    # And the WebSocket handshake admits the same origin, and the HTTP API's own (which serves the
+    # chat page), alone (SIGIL_WEB_ORIGINS of the ws function)
     ws_env = with_origin.raw["Resources"][logical_id(with_origin.stack.websocket.function)]["Properties"]
-    assert ws_env["Environment"]["Variables"]["SIGIL_WEB_ORIGINS"] == f'["{ORIGIN}"]'
+    origins = ws_env["Environment"]["Variables"]["SIGIL_WEB_ORIGINS"]
+    api = {"Fn::GetAtt": [logical_id(with_origin.stack.ingress.api), "ApiEndpoint"]}
+    assert origins["Fn::Join"][1] == [f'["{ORIGIN}", "', api, '"]']
 
 
 @pytest.mark.parametrize("bad", ["*", "https://*.example.com", "https://chat.example.com/page", "ftp://x"])

@@ -24,6 +24,8 @@ log = logging.getLogger("sigil.aws_mode")
 # The webhook's routes, as API Gateway names them (infra/constructs/ingress.py, web channel only).
 POST_WEB: Final = "POST /webhooks/web/{workspace}"
 GET_OUTBOX: Final = "GET /sessions/{workspace}/{session}/outbox"
+# The chat page, served by the webhook function as in the cloud (shared.channels.web_page).
+PAGE_ROUTES: Final = ("GET /", "GET /config.json", "GET /assets/{name}")
 PLATFORM_CHANNELS: Final = ("telegram", "slack", "discord", "whatsapp")
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -132,6 +134,7 @@ class HttpFront:
         return Starlette(
             routes=[
                 Route("/health", self._health, methods=["GET"]),
+                *(Route(key.split(" ", 1)[1], self._route(key), methods=["GET"]) for key in PAGE_ROUTES),
                 Route("/webhooks/web/{workspace}", self._route(POST_WEB), methods=["POST"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._route(GET_OUTBOX), methods=["GET"]),
                 # The platform channels' routes, as the stack's HTTP API declares them.

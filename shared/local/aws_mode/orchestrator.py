@@ -217,10 +217,15 @@ class AwsModeGateway:
 
         workspace = self.settings.default_workspace
         data_dir = _open_data_dir(self.settings.data_dir)
-        secret = FileSecretStore(data_dir / "secrets.json").ensure(web.secret_name(workspace))
-        aws_client("secretsmanager", resources.endpoint, resources.region).create_secret(
-            Name=resources.secrets_prefix + web.secret_name(workspace), SecretString=secret
-        )
+        store = FileSecretStore(data_dir / "secrets.json")
+        secret = store.ensure(web.secret_name(workspace))
+        secretsmanager = aws_client("secretsmanager", resources.endpoint, resources.region)
+        # Every workspace's web secret the data directory holds (`sigil web-secret -w W --create`),
+        # so browser tokens and signed requests for another workspace verify here as they do there.
+        for name in store.names():
+            value = store.get(name)
+            if name.startswith(web.secret_name("")) and value is not None:
+                secretsmanager.create_secret(Name=resources.secrets_prefix + name, SecretString=value)
         dynamodb = aws_client("dynamodb", resources.endpoint, resources.region)
         workspaces = DynamoWorkspaceStore(resources.memory_table, client=dynamodb)
         workspaces.put(new_workspace(workspace, name=workspace))

@@ -235,15 +235,31 @@
 
   // ------------------------------------------------------------------ the connection
 
+  // Where the socket is: config.json's websocket_url (the stack's WebSocket API, beside the HTTP
+  // API that serves this page), else this page's own origin at /ws (sigil dev, sigil dev --aws).
+  let configured = null;
+  async function loadConfig() {
+    if (configured !== null) return;
+    try {
+      const r = await fetch("config.json", { cache: "no-store" });
+      const c = r.ok ? await r.json() : {};
+      configured = typeof c.websocket_url === "string" ? c.websocket_url : "";
+    } catch (_) {
+      configured = null; // unreachable: asked again on the next attempt
+    }
+  }
+
   function wsUrl() {
-    if (window.SIGIL_WS_URL) return window.SIGIL_WS_URL;
+    if (configured) return configured;
     return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
   }
 
-  function connect() {
+  async function connect() {
     clearTimeout(state.retryTimer);
     if (state.stopped) return;
     status(state.attempts ? "reconnecting" : "connecting", state.attempts ? "Reconnecting…" : "Connecting…");
+    await loadConfig();
+    if (state.stopped) return;
     const ws = new WebSocket(wsUrl());
     state.ws = ws;
     state.ready = false;
