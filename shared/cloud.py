@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from shared.backend import Backend
     from shared.channels.web_socket import SessionSockets
     from shared.consolidation.compaction import ConsolidationModel
+    from shared.ingress.admission import Admission
     from shared.ingress.http import WebhookFront
-    from shared.ingress.ws import Admission, SocketFront
+    from shared.ingress.ws import SocketFront
 
 Clock = Callable[[], float]
 
@@ -137,7 +138,7 @@ def admission() -> Admission | None:
     (workspace configs, identities) only; without it the turn alone checks."""
     from shared.adapters.aws.dynamodb import DynamoBudgetStore, DynamoIdentityStore, DynamoWorkspaceStore
     from shared.budgets import PriceTable
-    from shared.ingress.ws import Admission
+    from shared.ingress.admission import Admission
 
     s = settings()
     if not s.memory_table or not s.sessions_table:

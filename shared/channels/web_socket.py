@@ -23,6 +23,7 @@ from cachetools import LRUCache
 
 from shared.channels.senders import OutboxSender
 from shared.channels.web import WebDelta
+from shared.channels.web_frames import delta_frame, reply_frame
 from shared.models import OutboundMessage, OutboxEntry
 from shared.ports import ConnectionPoster, Connections, Outbox
 
@@ -38,33 +39,6 @@ LISTENERS_TTL_S = 2.0
 
 def dumps(frame: dict[str, object]) -> bytes:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def delta_frame(delta: WebDelta) -> dict[str, object]:
-    return {
-        "type": "delta",
-        "session": delta.session,
-        "turn_id": delta.turn_id,
-        "part": delta.part,
-        "in_reply_to": delta.in_reply_to,
-        "offset": delta.offset,
-        "text": delta.text,
-    }
-
-
-def reply_frame(session: str, entry: OutboxEntry) -> dict[str, object]:
-    m = entry.message
-    return {
-        "type": "reply",
-        "session": session,
-        "seq": entry.seq,
-        "turn_id": m.turn_id,
-        "part": m.part,
-        "text": m.text,
-        "final": m.final,
-        "in_reply_to": m.in_reply_to,
-        "created_at": m.created_at.isoformat(),
-    }
 
 
 class SessionSockets:

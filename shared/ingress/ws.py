@@ -25,111 +25,36 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Final, Literal
+from typing import Final
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from shared.budgets import PriceTable, TurnBudget
 from shared.channels import web, web_tokens
-from shared.channels.inbound import MAX_INT63
-from shared.channels.web_socket import SessionSockets, reply_frame
+from shared.channels.web_frames import (
+    MAX_FRAME_BYTES,
+    AuthFrame,
+    ResumeFrame,
+    SendFrame,
+    SessionForbidden,
+    error_frame,
+    parse_frame,
+    reply_frame,
+)
+from shared.channels.web_socket import SessionSockets
 from shared.channels.web_tokens import BrowserClaims
-from shared.clock import utcnow
-from shared.errors import BadRequest, Forbidden, SigilError
-from shared.identity import derived_user_id, resolve_sender
+from shared.errors import Forbidden, SigilError
 from shared.ingress import Ingress, check_id
-from shared.models import Identifier, InboundMessage, Model, new_workspace
-from shared.ports import BudgetStore, Connections, IdentityStore, WebConnection, WorkspaceStore
+from shared.ingress.admission import Admission
+from shared.models import Identifier, InboundMessage
+from shared.ports import Connections, WebConnection
 
 log = logging.getLogger("sigil.ws")
 
 # API Gateway closes a WebSocket connection after two hours, whatever happens on it.
 MAX_CONNECTION_S: Final = 2 * 3600
-# A frame is at most MAX_TEXT_CHARS characters of text, 4 bytes each in UTF-8 at worst, plus the
-# envelope; API Gateway's own limit on a frame is 128 KB.
-MAX_FRAME_BYTES: Final = 4 * web.MAX_TEXT_CHARS + 4096
 # Replies a `resume` replays at most: a page that was away longer reads the rest through
 # GET .../outbox, or resumes again from the last seq it got.
 MAX_REPLAY: Final = 500
-
-
-class SendFrame(Model):
-    type: Literal["send"]
-    event_id: Identifier
-    session: Identifier
-    text: str = Field(min_length=1, max_length=web.MAX_TEXT_CHARS)
-    user_name: str | None = Field(default=None, max_length=200)
-
-
-class AuthFrame(Model):
-    type: Literal["auth"]
-    token: str = Field(min_length=1, max_length=web_tokens.MAX_TOKEN_CHARS)
-
-
-class ResumeFrame(Model):
-    type: Literal["resume"]
-    session: Identifier
-    after: int = Field(default=0, ge=0, le=MAX_INT63)
-
-
-ClientFrame = SendFrame | ResumeFrame | AuthFrame
-_CLIENT_FRAME: TypeAdapter[ClientFrame] = TypeAdapter(Annotated[ClientFrame, Field(discriminator="type")])
-
-
-class SessionForbidden(Forbidden):
-    """The connection's token does not cover the session the frame names."""
-
-    code = "session_forbidden"
-
-
-class SenderRefused(Forbidden):
-    """The workspace does not admit this user (blocked, or not on its allow list)."""
-
-    code = "sender_refused"
-
-
-class BudgetExhausted(Forbidden):
-    """The user's (or the workspace's) budget has run out; the message says which and until when."""
-
-    code = "budget_exhausted"
-    http_status = 429
-
-
-@dataclass
-class Admission:
-    """What a `send` is refused for before anything is queued, so the page can say so at once: a
-    refused sender and an exhausted budget. The turn checks both again, as for every channel.
-
-    Read-only: a first contact under the pairing policy is left to the turn, which creates the
-    pending identity and answers with its code (resolve_sender writes only in that case).
-    """
-
-    workspaces: WorkspaceStore
-    identities: IdentityStore
-    budgets: BudgetStore
-    prices: PriceTable
-    now: Callable[[], datetime] = utcnow
-
-    def check(self, inbound: InboundMessage) -> None:
-        ws = inbound.workspace_id
-        workspace = self.workspaces.get(ws) or new_workspace(ws)
-        policy = workspace.unknown_sender_policy
-        if self.identities.get(ws, inbound.channel, inbound.sender.id) is None and policy != "allow_list":
-            if policy != "allow":
-                return  # a first contact the turn pairs: it creates the identity, not this check
-            user_id = derived_user_id(inbound.channel, inbound.sender.id)
-        else:
-            verdict = resolve_sender(self.identities, workspace, inbound, now=self.now())
-            if verdict.admission == "sender_refused":
-                raise SenderRefused("this workspace does not accept messages from you")
-            if verdict.admission != "admitted":
-                return  # pending: the turn answers with the pairing code
-            user_id = verdict.user_id
-        budget = TurnBudget(self.budgets, ws, user_id, workspace.budget, self.prices, self.now)
-        decision = budget.check()
-        if decision.exhausted is not None:
-            raise BudgetExhausted(decision.exhausted.message(decision.at))
 
 
 class OriginRefused(Forbidden):
@@ -142,20 +67,6 @@ class ConnectionUnknown(web_tokens.TokenError):
     """A frame on a connection with no record: closed, or its record expired with its token."""
 
 
-def parse_frame(raw: str | bytes) -> ClientFrame:
-    """A client frame; BadRequest says what is wrong and never echoes the frame."""
-    if len(raw) > MAX_FRAME_BYTES:
-        raise BadRequest("frame too large")
-    try:
-        return _CLIENT_FRAME.validate_json(raw)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise BadRequest("frame is not valid JSON") from None
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "frame"
-        raise BadRequest(f"invalid frame: {where}: {first['msg']}") from None
-
-
 def _event_id_of(raw: str | bytes) -> str | None:
     """The event id of a refused frame, if it names a well-formed one: the page marks that message."""
     try:
@@ -166,11 +77,6 @@ def _event_id_of(raw: str | bytes) -> str | None:
 
 
 _EVENT_ID: TypeAdapter[str] = TypeAdapter(Identifier)
-
-
-def error_frame(exc: SigilError, **extra: object) -> dict[str, object]:
-    # `message` is ours (SigilError's reasons never echo input), so the page may show it.
-    return {"type": "error", "code": exc.code, "message": exc.message, **extra}
 
 
 def allows(connection: WebConnection, session: str) -> bool:

@@ -24,10 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from shared.channels.web import WebDelta, session_id_for
-from shared.channels.web_tokens import BrowserClaims, TokenError, TokenExpired
-from shared.errors import BadRequest, SigilError
-from shared.ingress.browser import (
-    BrowserIngress,
+from shared.channels.web_frames import (
+    AuthFrame,
     ResumeFrame,
     SendFrame,
     accepted_frame,
@@ -37,6 +35,9 @@ from shared.ingress.browser import (
     parse_frame,
     reply_frame,
 )
+from shared.channels.web_tokens import BrowserClaims, TokenError, TokenExpired
+from shared.errors import BadRequest, SigilError
+from shared.ingress.browser import BrowserIngress
 
 log = logging.getLogger("sigil.gateway.ws")
 
@@ -219,6 +220,10 @@ class Connection:
             raw = await self._receive()
             try:
                 frame = parse_frame(raw)
+                if isinstance(frame, AuthFrame):
+                    # Locally the token is given once, as the connection opens; a page renews it
+                    # by reconnecting.
+                    raise BadRequest("this connection is already authenticated")
                 if isinstance(frame, ResumeFrame):
                     await run_in_threadpool(self.browser.check_session, claims, frame.session)
                     sub.queue.put_nowait(frame)
