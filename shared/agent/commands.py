@@ -32,7 +32,7 @@ from typing import Any, Final
 from shared.agent.preflight import Turn
 from shared.budgets import Bucket, Counters, Metric, Period, as_utc
 from shared.models import ChatCommand, RecallPolicy
-from shared.models.budgets import _amount, _date, _duration
+from shared.models.budgets import format_amount, format_date, format_duration
 from shared.skills import Skill
 
 HELP: Final = (
@@ -169,7 +169,7 @@ def _period_left(bucket: Bucket, totals: Counters, now: datetime) -> str:
     for metric, limit in bucket.limits.items():
         remaining = max(0, limit - totals.get(metric))
         unit = _METRIC_NAMES[metric]
-        amounts = f"{_amount(metric, remaining, limit)} of {_amount(metric, limit)}"
+        amounts = f"{format_amount(metric, remaining, limit)} of {format_amount(metric, limit)}"
         left.append(f"{amounts} {unit}".rstrip())
     return f"{', '.join(left)} left {_period_name(bucket.period)} ({_resets(bucket, now)})"
 
@@ -179,5 +179,5 @@ def _period_name(period: Period) -> str:
 
 
 def _resets(bucket: Bucket, now: datetime) -> str:
-    when = "at 00:00 UTC" if bucket.period == "day" else f"on {_date(bucket.resets_at)} at 00:00 UTC"
-    return f"resets {when}, in {_duration(as_utc(bucket.resets_at) - as_utc(now))}"
+    when = "at 00:00 UTC" if bucket.period == "day" else f"on {format_date(bucket.resets_at)} at 00:00 UTC"
+    return f"resets {when}, in {format_duration(as_utc(bucket.resets_at) - as_utc(now))}"

@@ -169,14 +169,15 @@ class Exhausted(_Frozen):
         """
         adjective = "daily" if self.period == "day" else "monthly"
         what = {"tokens": "token", "tool_calls": "tool-call", "usd": "spending"}[self.metric]
-        amounts = f"({_amount(self.metric, self.used, self.limit)} of {_amount(self.metric, self.limit)})"
+        used = format_amount(self.metric, self.used, self.limit)
+        amounts = f"({used} of {format_amount(self.metric, self.limit)})"
         if self.scope == "workspace":
             first = f"The {adjective} {what} budget for this workspace is used up {amounts}."
         else:
             first = f"Your {adjective} {what} budget is used up {amounts}."
         resets = as_utc(self.resets_at)
-        when = "at 00:00 UTC" if self.period == "day" else f"on {_date(resets)} at 00:00 UTC"
-        return f"{first} It resets {when}, in {_duration(resets - as_utc(now))}."
+        when = "at 00:00 UTC" if self.period == "day" else f"on {format_date(resets)} at 00:00 UTC"
+        return f"{first} It resets {when}, in {format_duration(resets - as_utc(now))}."
 
     @property
     def summary(self) -> str:
@@ -203,7 +204,7 @@ class BudgetDecision(_Frozen):
 # ---------------------------------------------------------------- text
 
 
-def _amount(metric: Metric, value: int, limit: int | None = None) -> str:
+def format_amount(metric: Metric, value: int, limit: int | None = None) -> str:
     if metric != "usd":
         return f"{value:,}"
     # Cents, unless the limit itself is finer than a cent (then up to six decimals).
@@ -212,12 +213,12 @@ def _amount(metric: Metric, value: int, limit: int | None = None) -> str:
     return f"${Decimal(value) / NANOS_PER_USD:,.{places}f}"
 
 
-def _date(value: datetime) -> str:
+def format_date(value: datetime) -> str:
     # Month names from a tuple, not strftime("%B"), which follows the process's locale.
     return f"{value.day} {_MONTHS[value.month - 1]} {value.year}"
 
 
-def _duration(delta: timedelta) -> str:
+def format_duration(delta: timedelta) -> str:
     """ "45 min", "3 h 12 min", "12 days 3 h".
 
     Rounded up to the last unit shown (the minute; the hour past a day), so the user is never
