@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
     ws_endpoint: str | None = None
+    # The WebSocket API's public wss:// URL, which the chat page served by the webhook connects
+    # to (its /config.json). Unset: the page uses its own origin's /ws (the local gateways).
+    ws_url: str | None = None
     secrets_prefix: str = "sigil/"
     aws_region: str | None = Field(default=None, validation_alias="AWS_REGION")
 

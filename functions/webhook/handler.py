@@ -4,7 +4,6 @@ the local gateway answers through the same adapter. What each answer records: sh
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -53,20 +52,21 @@ def get_outbox(workspace: str, session: str) -> Response[Any]:
 
 
 # The chat page, same origin as the webhooks: no CORS for its own requests, nothing else to run.
-# It needs no secret and builds no ingress (shared.ingress.http.page reads the packaged files).
+# It needs no secret and builds no ingress (shared.ingress.http.page reads the packaged files);
+# the socket's URL is SIGIL_WS_URL, from the settings validated once per container.
 @app.get("/")
 def get_page() -> Response[Any]:
-    return _answer(page("/", os.environ.get("SIGIL_WS_URL")))
+    return _answer(page("/", cloud.settings().ws_url))
 
 
 @app.get("/config.json")
 def get_page_config() -> Response[Any]:
-    return _answer(page("/config.json", os.environ.get("SIGIL_WS_URL")))
+    return _answer(page("/config.json", cloud.settings().ws_url))
 
 
 @app.get("/assets/<name>")
 def get_page_asset(name: str) -> Response[Any]:
-    return _answer(page(f"/assets/{name}", os.environ.get("SIGIL_WS_URL")))
+    return _answer(page(f"/assets/{name}", cloud.settings().ws_url))
 
 
 # powertools leaves exception_handler's return type unannotated, which strict mypy reports.

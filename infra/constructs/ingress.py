@@ -8,6 +8,7 @@ function against secrets from Secrets Manager: API Gateway cannot verify any of 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import jsii
 from aws_cdk import Duration
@@ -76,9 +77,13 @@ ACCESS_LOG_FORMAT = {
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
-class _AccessLogs:
-    def __init__(self, log_group: logs.ILogGroup) -> None:
+class AccessLogs:
+    """A stage's access log: JSON lines of `fields` (API Gateway $context variables) into a group.
+    The HTTP API's and the WebSocket API's stages each give their own fields."""
+
+    def __init__(self, log_group: logs.ILogGroup, fields: Mapping[str, str]) -> None:
         self._log_group = log_group
+        self._fields = fields
 
     @property
     def destination(self) -> apigwv2.IAccessLogDestination:
@@ -86,7 +91,7 @@ class _AccessLogs:
 
     @property
     def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FORMAT))
+        return apigw.AccessLogFormat.custom(json.dumps(dict(self._fields)))
 
 
 class Ingress(Construct):
@@ -135,7 +140,7 @@ class Ingress(Construct):
             http_api=self.api,
             stage_name="$default",
             auto_deploy=True,
-            access_log_settings=_AccessLogs(access_log_group),
+            access_log_settings=AccessLogs(access_log_group, ACCESS_LOG_FORMAT),
             # A ceiling for floods and runaway retries, per route (the stage's default route
             # settings apply to each route on its own, not to the API as a whole).
             throttle=apigwv2.ThrottleSettings(rate_limit=api_throttle.rate, burst_limit=api_throttle.burst),

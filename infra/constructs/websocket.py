@@ -9,12 +9,9 @@ ws function (its answers are frames too). docs/web-streaming-cloud.md has the pr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
-import jsii
 from aws_cdk import CfnElement, Duration, Stack
-from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
@@ -25,6 +22,7 @@ from constructs import Construct
 
 from infra.config import Throttle
 from infra.constructs.function import SigilFunction
+from infra.constructs.ingress import AccessLogs
 from infra.constructs.nag import acknowledge
 
 STAGE_NAME = "live"
@@ -46,20 +44,6 @@ ACCESS_LOG_FORMAT = {
 # The connection items' partition keys (shared/adapters/aws/dynamodb/connections.py): the ws
 # function reads and writes these and nothing else of the sessions table.
 CONNECTION_PARTITIONS = ("CONN#*", "WS#*#LISTEN#*")
-
-
-@jsii.implements(apigwv2.IAccessLogSettings)
-class _AccessLogs:
-    def __init__(self, log_group: logs.ILogGroup) -> None:
-        self._log_group = log_group
-
-    @property
-    def destination(self) -> apigwv2.IAccessLogDestination:
-        return apigwv2.LogGroupLogDestination(self._log_group)
-
-    @property
-    def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FORMAT))
 
 
 class WebSocket(Construct):
@@ -104,7 +88,7 @@ class WebSocket(Construct):
             web_socket_api=self.api,
             stage_name=STAGE_NAME,
             auto_deploy=True,
-            access_log_settings=_AccessLogs(access_log_group),
+            access_log_settings=AccessLogs(access_log_group, ACCESS_LOG_FORMAT),
             # Messages per second over the whole stage: each `send` may become a turn.
             throttle=apigwv2.ThrottleSettings(rate_limit=throttle.rate, burst_limit=throttle.burst),
         )

@@ -13,7 +13,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from shared.channels import web, web_tokens
 from shared.channels.inbound import MAX_INT63
 from shared.errors import BadRequest, Forbidden, SigilError
-from shared.models import Identifier, Model, OutboxEntry
+from shared.models import Identifier, InboundMessage, Model, OutboxEntry
 
 # A frame is at most MAX_TEXT_CHARS characters of text, 4 bytes each in UTF-8 at worst, plus the
 # envelope; API Gateway's own limit on a frame is 128 KB.
@@ -74,6 +74,19 @@ def parse_frame(raw: str | bytes) -> ClientFrame:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "frame"
         raise BadRequest(f"invalid frame: {where}: {first['msg']}") from None
+
+
+def inbound_of(frame: SendFrame, workspace_id: str, user: str) -> InboundMessage:
+    """A `send` frame as the web channel's message, from `user` (the token's, never the frame's),
+    parsed by the same code as POST /webhooks/web's body."""
+    body = {
+        "event_id": frame.event_id,
+        "session": frame.session,
+        "user": user,
+        "text": frame.text,
+        "user_name": frame.user_name,
+    }
+    return web.parse(workspace_id, json.dumps(body).encode())
 
 
 def accepted_frame(event_id: str, session: str, status: str) -> dict[str, object]:

@@ -15,7 +15,6 @@ the last seq it has, losing and repeating nothing; deltas are a live preview onl
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from shared.channels import web, web_tokens
 from shared.channels.web_frames import (
     SendFrame,
     SessionForbidden,
+    inbound_of,
 )
 from shared.channels.web_tokens import BrowserClaims
 from shared.clock import utcnow
@@ -74,14 +74,7 @@ class BrowserIngress:
         """
         self.still_valid(claims)
         self.check_session(claims, frame.session)
-        body = {
-            "event_id": frame.event_id,
-            "session": frame.session,
-            "user": claims.user,  # the token's user, never the frame's
-            "text": frame.text,
-            "user_name": frame.user_name,
-        }
-        inbound = web.parse(claims.workspace, json.dumps(body).encode())
+        inbound = inbound_of(frame, claims.workspace, claims.user)
         Admission(
             self.backend.workspaces, self.backend.identities, self.backend.budgets, self.prices, self.now
         ).check(inbound)

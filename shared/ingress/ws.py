@@ -36,7 +36,9 @@ from shared.channels.web_frames import (
     ResumeFrame,
     SendFrame,
     SessionForbidden,
+    accepted_frame,
     error_frame,
+    inbound_of,
     parse_frame,
     reply_frame,
 )
@@ -45,7 +47,7 @@ from shared.channels.web_tokens import BrowserClaims
 from shared.errors import Forbidden, SigilError
 from shared.ingress import Ingress, check_id
 from shared.ingress.admission import Admission
-from shared.models import Identifier, InboundMessage
+from shared.models import Identifier
 from shared.ports import Connections, WebConnection
 
 log = logging.getLogger("sigil.ws")
@@ -198,27 +200,14 @@ class SocketFront:
 
     def _send(self, connection: WebConnection, frame: SendFrame) -> None:
         self._check_session(connection, frame.session)
-        body = {
-            "event_id": frame.event_id,
-            "session": frame.session,
-            "user": connection.user,  # the token's user, never the frame's
-            "text": frame.text,
-            "user_name": frame.user_name,
-        }
-        inbound: InboundMessage = web.parse(connection.workspace_id, json.dumps(body).encode())
+        inbound = inbound_of(frame, connection.workspace_id, connection.user)
         if self.admission is not None:
             self.admission.check(inbound)
         # Listening before queueing: the turn's first delta can't come before the listener is there.
         self.connections.subscribe(connection, frame.session)
         result, _ = self.ingress.accept_verified(inbound)
         self.sockets.post_to(
-            connection.connection_id,
-            {
-                "type": "accepted",
-                "event_id": frame.event_id,
-                "session": frame.session,
-                "status": result.status,
-            },
+            connection.connection_id, accepted_frame(frame.event_id, frame.session, result.status)
         )
 
     def _resume(self, connection: WebConnection, frame: ResumeFrame) -> None:

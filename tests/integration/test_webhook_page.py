@@ -26,12 +26,11 @@ CONTEXT: Any = context_for("sigil-test")
 
 
 @pytest.fixture
-def lambda_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def lambda_env() -> Iterator[None]:
     with mock_aws():
         clients.reset()
         resources = provision("web-page")
-        cloud.reset(config=resources.settings(secrets_prefix="sigil/"))
-        monkeypatch.setenv("SIGIL_WS_URL", WS_URL)
+        cloud.reset(config=resources.settings(secrets_prefix="sigil/", ws_url=WS_URL))
         yield
         cloud.reset()
 
