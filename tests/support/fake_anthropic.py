@@ -27,11 +27,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Self, cast
 
-from tests.support.served import Served
+from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
 Json = dict[str, Any]
@@ -236,8 +236,7 @@ class FakeAnthropic(Served):
         return f"msg_fake{next(self._ids):06d}"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(FakeHTTPServer):
     fake: FakeAnthropic
 
 

@@ -21,10 +21,10 @@ import time
 from binascii import crc32
 from collections import deque
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self, cast
 
-from tests.support.served import Served
+from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
 Json = dict[str, Any]
@@ -102,8 +102,7 @@ class FakeBedrock(Served):
         return (text if reply is None else reply), log
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(FakeHTTPServer):
     fake: FakeBedrock
 
 

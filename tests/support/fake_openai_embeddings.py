@@ -20,10 +20,10 @@ import math
 import struct
 import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self, cast
 
-from tests.support.served import Served
+from tests.support.served import FakeHTTPServer, Served
 
 Json = dict[str, Any]
 
@@ -71,8 +71,7 @@ class FakeOpenAIEmbeddings(Served):
             return self._failures.popleft() if self._failures else None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(FakeHTTPServer):
     fake: FakeOpenAIEmbeddings
 
 

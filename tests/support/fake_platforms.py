@@ -30,9 +30,11 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.served import FakeHTTPServer
 
 Json = dict[str, Any]
 Answer = tuple[int, Json, dict[str, str]]
@@ -346,8 +348,7 @@ class DictSecrets:
         )
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(FakeHTTPServer):
     fake: FakePlatforms
 
 

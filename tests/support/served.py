@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import ThreadingHTTPServer
 from typing import Self
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    """The fakes' server: a client hanging up on a kept-alive connection is not an error.
+
+    socketserver prints a traceback to sys.stderr for it, and a command under test whose stderr is
+    captured (typer's CliRunner) would then show the fake's noise as its own output. Anything else
+    still prints, so a broken fake is not silenced.
+    """
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class Served:
