@@ -45,7 +45,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -443,7 +443,8 @@ def _checks(found: Sequence[Forbidden]) -> str:
 def print_tables(results: Sequence[Result], label: str) -> None:
     total = sum((r.score for r in results), Score())
     checks = sum(len(r.conversation.forbidden) for r in results)
-    print(f"\n## Extraction: {label} ({len(results)} conversations, {total.gold} gold facts, {checks} forbidden)\n")
+    counts = f"{len(results)} conversations, {total.gold} gold facts, {checks} forbidden checks"
+    print(f"\n## Extraction: {label} ({counts})\n")
     print(
         "| conversation | category | gold | answer items | dropped | merged | stored "
         "| strict | P | R | lenient | P | R | forbidden: answer | stored |"
@@ -494,10 +495,10 @@ def print_tables(results: Sequence[Result], label: str) -> None:
     kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # checks, in the answer, stored
     for r in results:
         for c in r.conversation.forbidden:
-            counts = kinds[c.kind]
-            counts[0] += 1
-            counts[1] += c in r.in_answer
-            counts[2] += c in r.got_through
+            tally = kinds[c.kind]
+            tally[0] += 1
+            tally[1] += c in r.in_answer
+            tally[2] += c in r.got_through
     print("\n### Forbidden facts (checks broken by the model's answer, and by what was stored)\n")
     print("| kind | checks | in the model's answer | stored (got through) |")
     print("|---|---:|---:|---:|")
@@ -526,7 +527,9 @@ def print_misses(results: Sequence[Result]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Result]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the conversations (YAML)")
     parser.add_argument(
         "--model",
