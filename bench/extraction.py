@@ -34,6 +34,7 @@ same check is run on the model's raw answer, to show what the pipeline removed.
     .venv/bin/python bench/extraction.py                          # the recorded answers
     OPENAI_API_KEY=... .venv/bin/python bench/extraction.py --model openai/gpt-4.1-mini
     .venv/bin/python bench/extraction.py --model openai/llama3.1 --base-url http://localhost:11434/v1
+    .venv/bin/python bench/extraction.py --model ... --record answers/   # then --replay-dir answers/
 """
 
 from __future__ import annotations
@@ -544,6 +545,12 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
         help="SIGIL_EMBEDDING_MODEL for the backend (near-duplicate dedup): auto (local MiniLM), none...",
     )
     parser.add_argument("--show", action="store_true", help="also list every stored and gold fact")
+    parser.add_argument(
+        "--replay-dir", type=Path, help="the recorded answers to replay (default: replay/ beside --data)"
+    )
+    parser.add_argument(
+        "--record", type=Path, metavar="DIR", help="write each raw answer to DIR/<id>.txt, replayable later"
+    )
     args = parser.parse_args(argv)
 
     dataset = load_dataset(args.data)
@@ -558,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
 
     model_for: Callable[[Conversation], ConsolidationModel]
     if args.model == REPLAY:
-        replay_dir = args.data.parent / "replay"
+        replay_dir = args.replay_dir or args.data.parent / "replay"
         model_for = lambda c: replay_model(c, replay_dir)  # noqa: E731
         label = "replayed answers (function-backed model)"
     else:
@@ -573,6 +580,11 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     except SigilError as exc:
         raise SystemExit(f"bench/extraction.py: {type(exc).__name__}: {exc}") from exc
     print_tables(results, label)
+    if args.record:
+        args.record.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            (args.record / f"{r.conversation.id}.txt").write_text(r.answer, encoding="utf-8")
+        print(f"\nAnswers recorded in {args.record} (replay them with --replay-dir).")
     if args.show:
         print_misses(results)
     return results

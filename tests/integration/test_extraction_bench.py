@@ -191,7 +191,7 @@ def test_the_replayed_run_prints_the_tables_and_the_pipeline_filters_what_it_sho
 
 
 def test_a_real_model_gets_the_products_prompt_and_its_answer_goes_through_the_same_pipeline(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     dataset = {c.id: c for c in xb.load_dataset().conversations}
     chosen = ["pref-editor", "injection-memory"]
@@ -212,6 +212,8 @@ def test_a_real_model_gets_the_products_prompt_and_its_answer_goes_through_the_s
                 ",".join(chosen),
                 "--embedding-model",
                 "none",
+                "--record",
+                str(tmp_path / "recorded"),
             ]
         )
     out = capsys.readouterr().out
@@ -227,6 +229,9 @@ def test_a_real_model_gets_the_products_prompt_and_its_answer_goes_through_the_s
     assert [sorted(map(repr, r.stored)) for r in results] == [sorted(map(repr, r.stored)) for r in replayed]
     assert [r.score for r in results] == [r.score for r in replayed]
     assert all(r.tokens_in > 0 and r.tokens_out > 0 for r in results)
+    # --record keeps the answers as the product read them (ConsolidationModel strips them).
+    for name in chosen:
+        assert (tmp_path / "recorded" / f"{name}.txt").read_text() == xb.replay_answer(name).strip()
 
 
 @pytest.mark.parametrize(
