@@ -243,11 +243,27 @@ class _Candidate:
     object: str
 
 
+# Words of a key under which any value is a credential. Redaction finds a secret by its shape or
+# by the word before it in running text; an item splits the two ({"key": "db-password", "value":
+# "Tr0ub4dor&3"}), so the key alone has to say it.
+_SECRET_KEY_WORDS: Final = frozenset(
+    {"password", "passwd", "passphrase", "secret", "token", "apikey", "credential", "credentials", "pin"}
+)
+_SECRET_KEY_PAIRS: Final = ("api-key", "private-key", "access-key", "secret-key")
+
+
+def secret_key(predicate: str) -> bool:
+    """True for a key whose value would be a credential ("db-password", "github-token")."""
+    return bool(set(predicate.split("-")) & _SECRET_KEY_WORDS) or any(
+        pair in predicate for pair in _SECRET_KEY_PAIRS
+    )
+
+
 def _candidate(fact: ExtractedFact, user_subject: str, *, pii: bool) -> _Candidate | None:
     subject = sanitise(fact.subject, MAX_KEY_CHARS, pii=pii) if fact.subject else user_subject
     predicate = normalize_key(sanitise(fact.key, MAX_KEY_CHARS, pii=pii))[:MAX_KEY_CHARS]
     obj = sanitise(fact.value, MAX_VALUE_CHARS, pii=pii)
-    if not subject or not predicate or not obj:
+    if not subject or not predicate or not obj or secret_key(predicate):
         return None
     if fact.subject:
         subject = normalize_key(subject)  # entity names are keys too: "Person/Sarah" -> "person/sarah"
@@ -291,9 +307,12 @@ class FactWriter:
     now: datetime
     pii: bool = False
     _by_subject: dict[str, list[Triple]] = field(default_factory=dict)
+    # Facts this store() call wrote: they hold the marker too, but they are not an earlier attempt.
+    _this_call: set[str] = field(default_factory=set)
 
     def store(self, facts: Sequence[ExtractedFact]) -> FactOutcome:
         outcome = FactOutcome()
+        self._this_call = set()
         user_subject = self.user_id or ANONYMOUS_SUBJECT
         candidates: list[_Candidate] = []
         for fact in facts:
@@ -308,6 +327,7 @@ class FactWriter:
             triple = self._store_one(candidate, vector, outcome)
             if triple is not None:
                 written[triple.id] = triple
+                self._this_call.add(triple.id)
         if written:
             self.memory.put_triples(self.workspace_id, list(written.values()))
             self._index(list(written.values()))
@@ -361,7 +381,10 @@ class FactWriter:
             self._remember(triple)
             return triple
         outcome.merged += 1
-        if self.marker in current.message_ids:
+        if current.id in self._this_call:
+            if current is exact or near:
+                return None  # said twice in one answer: once is enough
+        elif self.marker in current.message_ids:
             return None  # this batch's earlier attempt got here first: nothing to do twice
         reinforce = c.category == "style"
         update: dict[str, Any] = {

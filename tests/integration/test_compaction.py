@@ -368,6 +368,45 @@ def test_a_near_duplicate_by_embedding_refreshes_the_fact_it_repeats(
         assert dump(backend) == before
 
 
+def test_a_change_of_mind_within_one_answer_keeps_the_later_value_and_a_retry_changes_nothing(
+    open_backend: Callable[[str], contextlib.AbstractContextManager[Backend]],
+) -> None:
+    # Found by bench/extraction.py: the first value was written with this batch's marker, so the
+    # second was taken for an earlier attempt's and dropped; the later statement is the one to keep.
+    with open_backend("one") as backend:
+        answer: list[tuple[FactCategory, str, str]] = [
+            ("preference", "favourite-language", "Python"),
+            ("preference", "favourite-language", "Rust"),
+            ("preference", "favourite-language", "Rust"),
+        ]
+        outcome = write_facts(backend, answer, marker="m1", at=RUN_AT)
+        assert (outcome.extracted, outcome.merged, len(outcome.written)) == (1, 2, 1)
+        assert active(backend)[(USER, "favourite-language")].object == "Rust"
+        before = dump(backend)
+        retry = write_facts(backend, answer, marker="m1", at=RUN_AT + timedelta(hours=1))
+        assert retry.written == [] and dump(backend) == before
+
+
+def test_a_value_under_a_credential_key_is_never_stored(
+    open_backend: Callable[[str], contextlib.AbstractContextManager[Backend]],
+) -> None:
+    # Redaction finds "password: x" in running text; an item splits the key from the value.
+    with open_backend("one") as backend:
+        outcome = write_facts(
+            backend,
+            [
+                ("entity", "db-password", "Tr0ub4dor&3"),
+                ("entity", "github-token", "abc123def"),
+                ("entity", "openai-api-key", "k-123"),
+                ("preference", "pinned-tabs", "always"),
+            ],
+            marker="m1",
+            at=RUN_AT,
+        )
+        assert (outcome.dropped, outcome.extracted) == (3, 1)
+        assert sorted(active(backend)) == [(USER, "pinned-tabs")]
+
+
 def test_vectors_of_another_embedding_model_are_not_compared(
     open_backend: Callable[[str], contextlib.AbstractContextManager[Backend]],
 ) -> None:
