@@ -249,6 +249,7 @@ def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = Non
     record = audit_record(
         inbound, turn, started, "given_up", user_id=sender.user_id, safety=safety, error=error
     )
+    record = with_trace(record, inbound, session, new)
     commit(deps.backend, workspace, session, inbound, new, clock=deps.clock, audit=record)
     return log_turn(record, safety)
 

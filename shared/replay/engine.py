@@ -24,7 +24,7 @@ from shared.config import Settings
 from shared.errors import BadRequest, NotFound, SigilError
 from shared.memory.tacit import TacitFacts
 from shared.memory.writer import RECENT_TAILS
-from shared.models import AuditRecord, InboundMessage, LaneItem, Sender, WorkspaceConfig
+from shared.models import AuditRecord, InboundMessage, LaneItem, Sender, WorkspaceConfig, new_workspace
 from shared.providers import cached_provider_factory
 from shared.replay.change import ReplayChange
 from shared.replay.recorded import (
@@ -91,7 +91,8 @@ def replay(
     if not 1 <= runs <= MAX_RUNS:
         raise BadRequest(f"runs must be between 1 and {MAX_RUNS}, not {runs}")
     recorded = recorded_sessions(source, workspace_id, sessions)
-    config = change.apply(source.workspaces.get(workspace_id) or WorkspaceConfig(id=workspace_id))
+    # A workspace nobody configured runs with the defaults a turn gives it (new_workspace).
+    config = change.apply(source.workspaces.get(workspace_id) or new_workspace(workspace_id))
     factory = provider_factory or cached_provider_factory(settings)
     # A model that can't be built fails here, once, rather than as every turn's reply.
     factory(config.model)
