@@ -35,8 +35,9 @@ OUTBOX_ENTRIES = 100_000
 CHANNELS: tuple[Channel, ...] = ("web", "telegram", "slack", "discord", "whatsapp")
 # Outcomes of attempts that did not end the turn: a later record of the same event did.
 _ATTEMPTS = {"error", "skipped_duplicate"}
-# A user message the turn quoted as data (shared.safety.injection.quote_untrusted): its text is
-# given back unquoted, and the replayed turn quotes it again as the original did.
+# Text the turn quoted as data (shared.safety.injection.quote_untrusted): a flagged user message,
+# whose words the replayed turn is given unquoted (it quotes them again as the original did), and
+# every memory tool's result, shown unquoted in the report.
 _QUOTED = re.compile(
     r'\A\[Untrusted data from "[^"\n]*"[^\n]*\]\n<<<BEGIN UNTRUSTED DATA (?P<id>[0-9a-f]+)>>>\n'
     r"(?P<text>.*)\n<<<END UNTRUSTED DATA (?P=id)>>>\Z",
@@ -56,13 +57,18 @@ class RecordedTurn:
     @property
     def text(self) -> str:
         """The user's words as the replayed turn is given them: as stored (redacted), unquoted."""
-        quoted = _QUOTED.match(self.user.content)
-        return quoted.group("text") if quoted else self.user.content
+        return unquoted(self.user.content)
 
     @property
     def received_at(self) -> datetime:
         trace = self.audit.trace if self.audit else None
         return trace.received_at if trace and trace.received_at else self.user.created_at
+
+
+def unquoted(text: str) -> str:
+    """The quoted data of `text` when it is one quoted block, else `text`."""
+    quoted = _QUOTED.match(text)
+    return quoted.group("text") if quoted else text
 
 
 @dataclass
@@ -161,7 +167,7 @@ def side_of(messages: Sequence[Message], audit: AuditRecord | None, sent: str = 
                 ToolCallView(
                     name=call.name,
                     arguments=call.arguments,
-                    result=result.content[:RESULT_CHARS] if result else None,
+                    result=unquoted(result.content)[:RESULT_CHARS] if result else None,
                     is_error=result.is_error if result else False,
                 )
             )

@@ -23,7 +23,8 @@ RESULT_CHARS = 500
 class ToolCallView(BaseModel):
     name: str
     arguments: str  # JSON text as the transcript stores it (redacted)
-    result: str | None = None  # the tool's result as stored (cut at RESULT_CHARS); None: not run
+    # The tool's result as stored, out of its quote as data, cut at RESULT_CHARS; None: no result.
+    result: str | None = None
     is_error: bool = False
 
 

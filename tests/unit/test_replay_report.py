@@ -8,9 +8,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.models import MemoryConfig, UserMessage, WorkspaceConfig
+from shared.models import (
+    AssistantMessage,
+    MemoryConfig,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    WorkspaceConfig,
+)
 from shared.replay import ReplayChange, render_html, render_markdown
-from shared.replay.recorded import RecordedTurn
+from shared.replay.recorded import RecordedTurn, side_of
 from shared.replay.report import ToolCallView, TurnSide, build_report, compare, normalised, reply_diff
 from shared.safety.injection import quote_untrusted
 
@@ -125,6 +132,13 @@ def test_a_quoted_user_message_is_replayed_as_the_words_inside_the_quote() -> No
     assert RecordedTurn(1, stored, [], None).text == words
     plain = UserMessage(content="just words", event_id="e2")
     assert RecordedTurn(2, plain, [], None).text == "just words"
+    # A tool's result, quoted always, is shown as what the tool said.
+    found = quote_untrusted("1. the harbour ferry (2026-03-01)", "tool memory_search")
+    call = AssistantMessage(tool_calls=[ToolCall(id="c1", name="memory_search", arguments="{}")])
+    result = ToolResultMessage(tool_call_id="c1", name="memory_search", content=found)
+    shown = side_of([call, result, AssistantMessage(content="the ferry")], None)
+    assert shown.tool_calls[0].result == "1. the harbour ferry (2026-03-01)" and shown.reply == "the ferry"
+    assert shown.outcome == "unknown"  # no audit record
 
 
 def test_reply_diff_is_empty_for_the_same_text() -> None:
