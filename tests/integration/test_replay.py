@@ -302,6 +302,8 @@ def test_a_replay_shows_every_difference_and_leaves_the_stores_byte_for_byte_the
     )
     after = d.dump()
     assert after == before
+    # The dump holds the conversation (the session, its last reply, the index's documents).
+    assert SESSION in repr(before) and a_reply(TURNS) in repr(before) and "message 1: tell me" in repr(before)
 
     assert report.sessions == [SESSION] and report.runs == 1 and len(report.turns) == TURNS
     changed = 0
