@@ -55,6 +55,7 @@ from shared.replay import (
 from shared.replay.sandbox import copy_workspace, open_sandbox
 from tests.support import moto_aws
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.moto_stack import moto_stack
 
 WS = "acme"
 SESSION = "telegram.4242"
@@ -565,3 +566,45 @@ def test_sigil_replay_of_an_empty_data_dir_creates_nothing(tmp_path: Path) -> No
     code, _, err = sigil("-w", WS, "--data-dir", str(tmp_path / "none"))
     assert code == 2 and "nothing recorded: no Sigil data in" in err
     assert not (tmp_path / "none").exists()
+
+
+def test_sigil_replay_reads_a_deployed_stack_without_writing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--stack`: the stores its CloudFormation outputs name (moto), read with the operator's
+    credentials. The stack's search endpoint is never contacted: a replay reads no index."""
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    try:
+        with moto_stack(tmp_path) as stack, FakeOpenAI(lambda body: "from the stack") as fake:
+            from shared.adapters.aws import build_aws_backend, clients
+
+            settings = stack.resources.settings(embedding_model="none", opensearch_endpoint=server.url)
+            backend = build_aws_backend(settings)
+            try:
+                record(backend, settings, turns=4)
+            finally:
+                backend.close()
+            ddb = clients.dynamodb(moto_aws.REGION)
+
+            def dump() -> list[str]:
+                tables = (stack.resources.sessions_table, stack.resources.memory_table)
+                return [
+                    json.dumps(item, sort_keys=True)
+                    for table in tables
+                    for page in ddb.get_paginator("scan").paginate(TableName=table)
+                    for item in page["Items"]
+                ]
+
+            before = dump()
+            monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+            code, out, err = sigil(
+                "-w", WS, "-s", SESSION, "--model", "openai/fake-model", "--format", "json", *stack.args()
+            )
+            assert code == 0, err
+            report = ReplayReport.model_validate_json(out)
+            assert [t.replayed[0].reply for t in report.turns] == ["from the stack"] * 4
+            assert [t.recorded.reply for t in report.turns] == [a_reply(n) for n in range(1, 5)]
+            assert dump() == before and SESSION in repr(before)
+    finally:
+        server.close()
