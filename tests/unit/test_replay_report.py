@@ -10,14 +10,17 @@ from pydantic import ValidationError
 
 from shared.models import (
     AssistantMessage,
+    AuditRecord,
     MemoryConfig,
+    Session,
     ToolCall,
     ToolResultMessage,
+    TurnTrace,
     UserMessage,
     WorkspaceConfig,
 )
 from shared.replay import ReplayChange, render_html, render_markdown
-from shared.replay.recorded import RecordedTurn, side_of
+from shared.replay.recorded import RecordedSession, RecordedTurn, side_of
 from shared.replay.report import ToolCallView, TurnSide, build_report, compare, normalised, reply_diff
 from shared.safety.injection import quote_untrusted
 
@@ -144,3 +147,20 @@ def test_a_quoted_user_message_is_replayed_as_the_words_inside_the_quote() -> No
 def test_reply_diff_is_empty_for_the_same_text() -> None:
     assert reply_diff("same", "same") == ""
     assert "+two" in reply_diff("one", "one\ntwo")
+
+
+def test_a_turn_audited_before_traces_existed_replays_in_its_sessions_channel_and_chat() -> None:
+    user = UserMessage(content="hi", event_id="e1")
+    old = AuditRecord(workspace_id="ws", session_id="telegram.42", turn_id="t1", event_id="e1", outcome="ok")
+    session = RecordedSession(Session(id="telegram.42", workspace_id="ws", channel="telegram"))
+    turn = RecordedTurn(1, user, [], old)
+    assert (session.channel(turn), session.chat(turn), turn.received_at) == (
+        "telegram",
+        ("42", "dm", None),
+        user.created_at,
+    )
+    traced = old.model_copy(
+        update={"trace": TurnTrace(channel="slack", chat_id="C1", chat_type="group", thread_id="th")}
+    )
+    assert session.chat(RecordedTurn(1, user, [], traced)) == ("C1", "group", "th")
+    assert session.channel(RecordedTurn(1, user, [], traced)) == "slack"
