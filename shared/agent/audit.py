@@ -16,6 +16,7 @@ from shared.agent.loop import LoopResult, Safety
 from shared.budgets import TurnBudget
 from shared.models import (
     TRACE_ARGUMENT_CHARS,
+    TRACE_TOOL_CALLS,
     AssistantMessage,
     AuditRecord,
     InboundMessage,
@@ -92,12 +93,8 @@ def with_trace(
     its message_count) and the inbound's time and conversation, for a replay (shared.replay)."""
     new = new or []
     first = session.message_count if new else None
-    calls = [
-        call.model_copy(update={"arguments": call.arguments[:TRACE_ARGUMENT_CHARS]})
-        for m in new
-        if isinstance(m, AssistantMessage)
-        for call in m.tool_calls
-    ]
+    calls = [call for m in new if isinstance(m, AssistantMessage) for call in m.tool_calls][:TRACE_TOOL_CALLS]
+    calls = [c.model_copy(update={"arguments": c.arguments[:TRACE_ARGUMENT_CHARS]}) for c in calls]
     trace = TurnTrace(
         first_seq=first,
         last_seq=first + len(new) - 1 if first is not None else None,

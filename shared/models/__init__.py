@@ -625,11 +625,13 @@ class TurnTrace(Model):
     chat_id: str | None = None
     chat_type: Literal["dm", "group", "channel"] | None = None
     thread_id: str | None = None
-    # The tool calls the model made, in order, as the transcript stores them (arguments redacted,
-    # and cut at TRACE_ARGUMENT_CHARS so the record stays small).
+    # The tool calls the model made, in order, as the transcript stores them (arguments redacted):
+    # the first TRACE_TOOL_CALLS, each cut at TRACE_ARGUMENT_CHARS, so that the record stays far
+    # below DynamoDB's 400 KB item (at most 80 KB of arguments) whatever the tool-call limit.
     tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
+TRACE_TOOL_CALLS: Final = 40
 TRACE_ARGUMENT_CHARS: Final = 2000
 
 

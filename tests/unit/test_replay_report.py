@@ -8,10 +8,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from shared.agent.audit import with_trace
 from shared.models import (
+    TRACE_ARGUMENT_CHARS,
+    TRACE_TOOL_CALLS,
     AssistantMessage,
     AuditRecord,
+    InboundMessage,
     MemoryConfig,
+    Message,
+    Sender,
     Session,
     ToolCall,
     ToolResultMessage,
@@ -164,3 +170,37 @@ def test_a_turn_audited_before_traces_existed_replays_in_its_sessions_channel_an
     )
     assert session.chat(RecordedTurn(1, user, [], traced)) == ("C1", "group", "th")
     assert session.channel(RecordedTurn(1, user, [], traced)) == "slack"
+
+
+def test_the_trace_keeps_the_turns_positions_and_a_bounded_share_of_its_tool_calls() -> None:
+    inbound = InboundMessage(
+        event_id="e1",
+        channel="slack",
+        workspace_id="ws",
+        session_id="slack.C1",
+        sender=Sender(id="U1"),
+        chat_id="C1",
+        chat_type="group",
+        thread_id="th1",
+        text="hi",
+    )
+    session = Session(id="slack.C1", workspace_id="ws", message_count=12)
+    many = [ToolCall(id=f"c{i}", name="memory_search", arguments="x" * 5000) for i in range(60)]
+    new: list[Message] = [
+        UserMessage(content="hi"),
+        AssistantMessage(tool_calls=many[:30]),
+        AssistantMessage(tool_calls=many[30:]),
+        AssistantMessage(content="done"),
+    ]
+    record = AuditRecord(workspace_id="ws", session_id="slack.C1", turn_id="t1", outcome="ok")
+    trace = with_trace(record, inbound, session, new).trace
+    assert trace is not None
+    assert (trace.first_seq, trace.last_seq) == (12, 15)
+    assert (trace.channel, trace.chat_id, trace.chat_type, trace.thread_id) == ("slack", "C1", "group", "th1")
+    assert trace.received_at == inbound.received_at
+    assert [c.id for c in trace.tool_calls] == [f"c{i}" for i in range(TRACE_TOOL_CALLS)]
+    assert {len(c.arguments) for c in trace.tool_calls} == {TRACE_ARGUMENT_CHARS}
+    assert len(record.model_copy(update={"trace": trace}).model_dump_json()) < 100_000
+    # A turn that keeps nothing (a command) has no positions.
+    bare = with_trace(record, inbound, session, None).trace
+    assert bare is not None and (bare.first_seq, bare.last_seq, bare.tool_calls) == (None, None, [])
