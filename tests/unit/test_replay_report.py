@@ -1,5 +1,6 @@
 """The replay report (shared.replay.report) and its renderings (shared.replay.render): what counts
-as a change, what agrees across runs, and that markdown and HTML show it all, escaped."""
+as a change, what agrees across runs, and that markdown and HTML show it all, escaped; and what
+the turn records for a replay (AuditRecord.trace, shared.agent.audit.with_trace)."""
 
 from __future__ import annotations
 
