@@ -47,6 +47,8 @@ DEV_KIT = (
     # sigil.yaml is read by the operator's CLI and the local gateway (PyYAML, the `local` extra);
     # the functions read what `sigil config apply` stored.
     PurePosixPath("shared/configuration"),
+    # Replay (docs/replay.md) runs turns in a sandbox on the embedded backend, from the CLI.
+    PurePosixPath("shared/replay"),
     # build_embedder answers SIGIL_EMBEDDING_MODEL=local without it as misconfigured, as it does
     # without its packages.
     PurePosixPath("shared/memory/embeddings/minilm.py"),

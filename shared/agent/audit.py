@@ -14,7 +14,16 @@ from typing import Literal
 from shared import correlation
 from shared.agent.loop import LoopResult, Safety
 from shared.budgets import TurnBudget
-from shared.models import AuditRecord, InboundMessage
+from shared.models import (
+    TRACE_ARGUMENT_CHARS,
+    TRACE_TOOL_CALLS,
+    AssistantMessage,
+    AuditRecord,
+    InboundMessage,
+    Message,
+    Session,
+    TurnTrace,
+)
 from shared.ports import AuditLog
 from shared.providers.base import Usage
 
@@ -75,6 +84,28 @@ def audit_record(
         injection_rules={source: list(rules) for source, rules in safety.findings.items()} if safety else {},
         correlation_id=correlation.current(),
     )
+
+
+def with_trace(
+    record: AuditRecord, inbound: InboundMessage, session: Session, new: list[Message] | None
+) -> AuditRecord:
+    """`record` with its TurnTrace: where the `new` messages land in `session` (committed after
+    its message_count) and the inbound's time and conversation, for a replay (shared.replay)."""
+    new = new or []
+    first = session.message_count if new else None
+    calls = [call for m in new if isinstance(m, AssistantMessage) for call in m.tool_calls][:TRACE_TOOL_CALLS]
+    calls = [c.model_copy(update={"arguments": c.arguments[:TRACE_ARGUMENT_CHARS]}) for c in calls]
+    trace = TurnTrace(
+        first_seq=first,
+        last_seq=first + len(new) - 1 if first is not None else None,
+        received_at=inbound.received_at,
+        channel=inbound.channel,
+        chat_id=inbound.chat_id,
+        chat_type=inbound.chat_type,
+        thread_id=inbound.thread_id,
+        tool_calls=calls,
+    )
+    return record.model_copy(update={"trace": trace})
 
 
 def audit_alone(audit: AuditLog, record: AuditRecord) -> AuditRecord:

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn
+from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
 from shared.agent.commands import answer_command
 from shared.agent.commit import commit, settle
 from shared.agent.context import assemble_system_prompt
@@ -167,8 +167,10 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 end = _answer(deps, turn, step, started)
             case Command():
                 end = _command(deps, turn, step, started)
+        # Where its messages land and what it answered: what a replay of the turn needs.
+        record = with_trace(end.record, turn.inbound, turn.session, end.new)
         if end.new is None:
-            return audit_alone(deps.backend.audit, end.record)
+            return audit_alone(deps.backend.audit, record)
         commit(
             deps.backend,
             turn.workspace,
@@ -176,7 +178,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
             turn.inbound,
             end.new,
             clock=deps.clock,
-            audit=end.record,
+            audit=record,
             updates=end.updates,
             budget=turn.budget,
             fresh=end.fresh,
@@ -192,7 +194,7 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         # after some calls, a failed send or save, a redelivery that committed first) records
         # what it spent on its own: the tokens were spent all the same.
         settle(turn.budget)
-    return log_turn(end.record, turn.safety)
+    return log_turn(record, turn.safety)
 
 
 def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = None) -> AuditRecord | None:
@@ -247,6 +249,7 @@ def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = Non
     record = audit_record(
         inbound, turn, started, "given_up", user_id=sender.user_id, safety=safety, error=error
     )
+    record = with_trace(record, inbound, session, new)
     commit(deps.backend, workspace, session, inbound, new, clock=deps.clock, audit=record)
     return log_turn(record, safety)
 

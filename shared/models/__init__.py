@@ -609,6 +609,32 @@ class DomainEvent(Model):
 EVENT_SOURCE: Final = "sigil"
 
 
+class TurnTrace(Model):
+    """Where a turn's messages are and what it was answering: what a replay (shared.replay,
+    docs/replay.md) needs to find a recorded turn and run it again, and the console shows.
+    Never the text itself: the messages hold it (redacted), at first_seq..last_seq of the session.
+    """
+
+    # The session positions (UserMessage first) of the messages the turn committed; None when it
+    # committed none (a command, a sender turned away, a failed attempt).
+    first_seq: int | None = Field(default=None, ge=0)
+    last_seq: int | None = Field(default=None, ge=0)
+    # The inbound as the channel gave it: when, and the conversation (its recall scope).
+    received_at: datetime | None = None
+    channel: str | None = None
+    chat_id: str | None = None
+    chat_type: Literal["dm", "group", "channel"] | None = None
+    thread_id: str | None = None
+    # The tool calls the model made, in order, as the transcript stores them (arguments redacted):
+    # the first TRACE_TOOL_CALLS, each cut at TRACE_ARGUMENT_CHARS, so that the record stays far
+    # below DynamoDB's 400 KB item (at most 80 KB of arguments) whatever the tool-call limit.
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+TRACE_TOOL_CALLS: Final = 40
+TRACE_ARGUMENT_CHARS: Final = 2000
+
+
 class AuditRecord(Model):
     id: str = Field(default_factory=lambda: new_id("a_"))
     workspace_id: WorkspaceId
@@ -645,6 +671,8 @@ class AuditRecord(Model):
     # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
     correlation_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    # What a replay needs of the turn (TurnTrace); None on records written before it existed.
+    trace: TurnTrace | None = None
 
     def anonymised(self) -> AuditRecord:
         """The record without the person (AuditLog.anonymise): the accounting stays."""
@@ -656,6 +684,8 @@ class AuditRecord(Model):
                 "error": None,
                 # It finds the turn's log lines, which name the session.
                 "correlation_id": None,
+                # Its chat id and tool arguments may name the person.
+                "trace": None,
             }
         )
 

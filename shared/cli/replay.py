@@ -1,0 +1,116 @@
+"""`sigil replay`: recorded conversations run again against a change, in a sandbox copy of the
+workspace (shared.replay, docs/replay.md); the report as JSON, markdown or HTML."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shared.cli._app import DataDir, Region, Stack, Workspace, app, target_settings
+
+
+class ReportFormat(StrEnum):
+    json = "json"
+    markdown = "markdown"
+    html = "html"
+
+
+class Recall(StrEnum):
+    personal = "personal"
+    workspace = "workspace"
+    conversation = "conversation"
+
+
+def _names(value: str | None) -> list[str] | None:
+    return None if value is None else [n for n in (p.strip() for p in value.split(",")) if n]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(2)
+
+
+@app.command("replay")
+def replay_command(
+    workspace: Workspace,
+    session: Annotated[
+        list[str] | None,
+        typer.Option("--session", "-s", help="a session to replay (repeat for more; default: every session)"),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="the model to try, provider/model")] = None,
+    system_prompt_file: Annotated[
+        Path | None, typer.Option("--system-prompt-file", help="a file holding the system prompt to try")
+    ] = None,
+    skills: Annotated[
+        str | None,
+        typer.Option("--skills", help="the skills the turns may use, comma-separated ('' for none)"),
+    ] = None,
+    allow_tools: Annotated[
+        str | None, typer.Option("--allow-tools", help="the only tools the model may run, comma-separated")
+    ] = None,
+    deny_tools: Annotated[
+        str | None, typer.Option("--deny-tools", help="tools the model may not run, comma-separated")
+    ] = None,
+    memory_recall: Annotated[
+        Recall | None, typer.Option("--memory-recall", help="the memory policy's recall to try")
+    ] = None,
+    runs: Annotated[int, typer.Option("--runs", help="replay this many times, for pass^k consistency")] = 1,
+    report_format: Annotated[
+        ReportFormat, typer.Option("--format", help="json, markdown or html")
+    ] = ReportFormat.markdown,
+    out: Annotated[Path | None, typer.Option("--out", help="write the report here (default: stdout)")] = None,
+    data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
+) -> None:
+    """Replay recorded turns of a workspace against a change (model, system prompt, skills, tool
+    permissions, memory recall) in a sandbox copy; the original is only read."""
+    from pydantic import ValidationError
+
+    from shared.adapters import build_backend
+    from shared.errors import SigilError
+    from shared.models import MemoryConfig
+    from shared.replay import ReplayChange, render_html, render_markdown, replay
+
+    settings = target_settings(data_dir, stack, region)
+    try:
+        prompt = system_prompt_file.read_text(encoding="utf-8") if system_prompt_file else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"cannot read --system-prompt-file {system_prompt_file}: {exc}") from None
+    try:
+        change = ReplayChange(
+            model=model,
+            system_prompt=prompt,
+            skills=_names(skills),
+            tools_allow=_names(allow_tools),
+            tools_deny=_names(deny_tools),
+            memory=None if memory_recall is None else MemoryConfig(recall=memory_recall.value),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise _fail(f"bad change: {problems}") from None
+    if settings.backend == "embedded" and not (settings.data_dir / "sigil.db").is_file():
+        # Opening the backend would create an empty data dir: say there is nothing instead.
+        raise _fail(f"nothing recorded: no Sigil data in {settings.data_dir}")
+    source = build_backend(settings)
+    try:
+        report = replay(source, settings, workspace, change, sessions=session or (), runs=runs)
+    except SigilError as exc:
+        raise _fail(exc.message) from None
+    finally:
+        source.close()
+    match report_format:
+        case ReportFormat.json:
+            text = report.model_dump_json(indent=2)
+        case ReportFormat.markdown:
+            text = render_markdown(report)
+        case ReportFormat.html:
+            text = render_html(report)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        typer.echo(f"wrote {out}: {len(report.turns)} turns, {report.changed_turns} changed", err=True)
