@@ -75,10 +75,14 @@ def test_not_without_a_disclosure_among_the_last_ten_user_messages() -> None:
 def test_not_when_a_memory_tool_ran_in_the_last_ten_turns() -> None:
     base = turns(10)
     used = [*turns(1, tool="memory_recall"), *turns(8)]
-    assert memory_nudge([*base, *used, UserMessage(content="I prefer tea")], memory_tools=MEMORY_TOOLS) is None
+    assert (
+        memory_nudge([*base, *used, UserMessage(content="I prefer tea")], memory_tools=MEMORY_TOOLS) is None
+    )
     # Eleven turns back (the new message's turn is the tenth): forgotten, so the nudge comes back
     older = [*turns(1, tool="memory_store"), *turns(9)]
-    assert memory_nudge([*base, *older, UserMessage(content="I prefer tea")], memory_tools=MEMORY_TOOLS) == NUDGE
+    assert (
+        memory_nudge([*base, *older, UserMessage(content="I prefer tea")], memory_tools=MEMORY_TOOLS) == NUDGE
+    )
     # Any other tool is not a memory tool
     others = [*turns(10, tool="current_time"), UserMessage(content="I prefer tea")]
     assert memory_nudge(others, memory_tools=MEMORY_TOOLS) == NUDGE
