@@ -14,6 +14,7 @@ from shared.backend import Backend
 from shared.consolidation.compaction import ConsolidationModel
 from shared.consolidation.extraction import ExtractedFact, FactWriter
 from shared.consolidation.personality import SYNTHESIS_SYSTEM, PersonalityOutcome, record_styles
+from shared.memory.erasure import erase_user
 from shared.memory.personality import (
     LearnedPersonality,
     directive_subject,
@@ -201,3 +202,13 @@ def test_the_prompt_reads_a_directive_once_a_minute(backend: Backend) -> None:
     assert read(WS, USER, scope) == ""  # still the cached answer: no store read within the minute
     ticks[0] = 61.0
     assert read(WS, USER, scope).startswith("You adapt to this person's")
+
+
+def test_erasing_the_user_erases_their_directive(backend: Backend) -> None:
+    synth = Synthesiser()
+    three = [("verbosity", "short answers"), ("humour", "enjoys puns"), ("engagement", "asks for examples")]
+    extract(backend, three, at=T0, batch="b1", synth=synth)
+    assert len(stored_directives(backend)) == 1
+    erase_user(backend, WS, USER)
+    assert stored_directives(backend) == []
+    assert backend.memory.triples_by_subject(WS, directive_subject(USER), scope=WORKSPACE_WIDE) == []
