@@ -158,6 +158,7 @@ def turn_deps() -> TurnDeps:
     from shared.agent.turn import TurnDeps
     from shared.budgets import PriceTable
     from shared.channels.out import build_senders
+    from shared.memory.personality import LearnedPersonality
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
@@ -185,6 +186,7 @@ def turn_deps() -> TurnDeps:
         provider_factory=cached_provider_factory(s),
         prices=PriceTable(s.model_prices),
         facts=TacitFacts(backend.memory),
+        personality=LearnedPersonality(backend.memory),
     )
 
 

@@ -3,6 +3,8 @@
 Order (docs/context.md), each part trimmed to its own token budget and left out when empty:
 
 1. personality   the workspace's system_prompt
+1b. learned      "## Personality (Learned)": the directive synthesised from the sender's style
+                 observations (spec 003; shared.memory.personality), when there is one
 2. catalogue     one line per skill the turn may load with the `skill` tool: its name and the
                  start of its description (progressive disclosure, docs/skills.md); `manual`
                  skills and those loaded below are not listed
@@ -15,6 +17,7 @@ Order (docs/context.md), each part trimmed to its own token budget and left out 
 6. channel       what the channel renders and its message size
 7. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
 8. summary       the session's rolling summary of the messages that left the window
+8b. nudge        the memory nudge, for this turn only (shared.agent.nudge), when it fires
 9. safety        SYSTEM_PROMPT_NOTE, never trimmed, last so that it frames everything above
 
 The active window and the new message follow as the request's messages. Tokens are estimated as
@@ -45,8 +48,11 @@ BUDGETS: Final[dict[str, int]] = {
     "channel": 100,
     "now": 100,
     "summary": 800,
+    "learned": 300,
+    "nudge": 100,
 }
 ELLIPSIS = " …"
+LEARNED_HEADING: Final = "## Personality (Learned)"
 # A catalogue line carries at most this much of a description (agentskills.io allows 1,024
 # characters): enough to choose by, and 50 skills fit the catalogue's budget (bench/skills_prompt.py).
 CATALOGUE_DESCRIPTION_CHARS = 150
@@ -114,12 +120,15 @@ def assemble_system_prompt(
     now: datetime,
     active_task: str | None = None,
     summary: str = "",
+    learned: str = "",
+    nudge: str = "",
 ) -> AssembledContext:
     """The system prompt in the documented order; `skills` are those already selected, and
     `catalogue` those the model may load (whichever of them are in `skills` are not listed)."""
     loaded = {s.name for s in skills}
     sections = [
         ("personality", workspace.system_prompt.strip()),
+        ("learned", f"{LEARNED_HEADING}\n{learned.strip()}" if learned.strip() else ""),
         ("catalogue", _catalogue([s for s in catalogue if s.name not in loaded], BUDGETS["catalogue"])),
         ("skills", _skills(skills)),
         ("tools", _tools(tools)),
@@ -127,6 +136,7 @@ def assemble_system_prompt(
         ("channel", CHANNEL_HINTS.get(channel, "")),
         ("now", _now(now, active_task)),
         ("summary", f"## Conversation so far (summary)\n{summary.strip()}" if summary.strip() else ""),
+        ("nudge", nudge.strip()),
     ]
     texts, parts = [], []
     for name, text in sections:

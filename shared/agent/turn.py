@@ -78,6 +78,7 @@ from shared.agent.commit import commit, settle
 from shared.agent.context import assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
+from shared.agent.nudge import memory_nudge
 from shared.agent.preflight import (
     Command,
     Proceed,
@@ -119,6 +120,10 @@ from shared.providers.base import ChatRequest, ToolSpec
 from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
+from shared.tools.memory import MEMORY_TOOLS
+
+# Any of these in the last turns means the agent minds its memory: no nudge (shared.agent.nudge).
+MEMORY_TOOL_NAMES = frozenset(t.name for t in MEMORY_TOOLS)
 
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
 # The note on a given-up turn's audit record when the apology itself could not be sent.
@@ -140,6 +145,9 @@ class TurnDeps:
     # Tier-3 facts about the sender for the prompt's small fact budget (shared.memory.tacit):
     # (workspace id, user id, the turn's RecallScope) -> facts.
     facts: Callable[[str, str, RecallScope], Sequence[Triple]] | None = None
+    # The sender's learned personality directive (shared.memory.personality.LearnedPersonality,
+    # cached a minute): (workspace id, user id, the turn's RecallScope) -> text, "" for none.
+    personality: Callable[[str, str, RecallScope], str] | None = None
     # The skills a turn of a workspace may use (docs/skills.md); None: shared.skills.available_skills
     # over backend.skills (the cloud agent's is cached for a minute, shared.skills.CachedSkills).
     skills: Callable[[WorkspaceConfig], list[Skill]] | None = None
@@ -294,7 +302,14 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     request = ChatRequest(
         model=step.model,
         system=system_prompt(
-            deps, turn.workspace, session, inbound, tools, user_id=turn.sender.user_id, scope=scope
+            deps,
+            turn.workspace,
+            session,
+            inbound,
+            tools,
+            user_id=turn.sender.user_id,
+            scope=scope,
+            recent=[*window, step.user],
         ),
         messages=[*window, step.user],
         tools=tools,
@@ -364,14 +379,19 @@ def system_prompt(
     *,
     user_id: str,
     scope: RecallScope,
+    recent: Sequence[Message] = (),
 ) -> str:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
     the skills it may load and those this message loads, the tools, the sender's tacit facts,
     the channel's hints, the time, the rolling summary and, last, the note that tells the model
     what a quoted block is.
     `user_id` is the sender's Sigil user (in a group session, not necessarily who opened it);
-    the tacit facts are those the turn's `scope` reaches."""
+    the tacit facts and the learned personality are those the turn's `scope` reaches.
+    `recent` are the messages of the request (the window and the new message): the memory nudge
+    (shared.agent.nudge) is decided from them, for this request only, and stored nowhere."""
     available = skills_of(deps, workspace)
+    # The nudge points at memory_store: only where the workspace may run it.
+    memory_tools = MEMORY_TOOL_NAMES if deps.tools.permits("memory_store", workspace) else ()
     return assemble_system_prompt(
         workspace,
         skills=select_skills(available, inbound.text),
@@ -383,6 +403,8 @@ def system_prompt(
         now=deps.clock(),
         active_task=session.active_task,
         summary=session.summary,
+        learned=deps.personality(workspace.id, user_id, scope) if deps.personality is not None else "",
+        nudge=memory_nudge(recent, memory_tools=memory_tools) or "",
     ).text
 
 

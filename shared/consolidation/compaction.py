@@ -10,7 +10,8 @@ checkpoint+batch` once all of them have rolled out:
    from the session and first seq) in Tier 2, and indexes it (tier "summary", with a vector when
    the backend has an embedder);
 2. extracts facts into Tier 3 (shared.consolidation.extraction: provenance, keys, sanitisation,
-   dedup, style reinforcement);
+   dedup, style reinforcement), and re-synthesises the user's learned personality when the style
+   observations it selects changed (shared.consolidation.personality.record_styles);
 3. folds the batch summary into the session's rolling summary (Summary kind "rolling", one per
    session) and saves it as Session.summary, which the turn shows in its system prompt;
 4. writes the checkpoint.
@@ -56,6 +57,7 @@ from shared.consolidation.extraction import (
     extraction_input,
     parse_extraction,
 )
+from shared.consolidation.personality import record_styles
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.memory.scope import legacy_scope, owner_scope
 from shared.memory.writer import summary_doc
@@ -126,6 +128,7 @@ class CompactionResult(BaseModel):
     facts_merged: int = 0
     facts_reinforced: int = 0
     facts_dropped: int = 0
+    directives_synthesised: int = 0  # learned personality directives written (spec 003)
     tokens_in: int = 0
     tokens_out: int = 0
     # The limit that stopped the run (Exhausted.summary, "workspace/day/tokens 1000/1000").
@@ -388,7 +391,7 @@ class _Compaction:
         )
         self.backend.memory.put_summary(summary)
         self._index_summary(summary)
-        self._facts(records, fact_speaker(records, scope, user_id), scope, now, pii)
+        self._facts(records, fact_speaker(records, scope, user_id), scope, now, pii, workspace=workspace)
         if rolling is None or rolling.last_seq < last:
             rolling = self._fold(rolling, summary, now, pii)
         self._save_session_summary(rolling.text, now)
@@ -402,6 +405,8 @@ class _Compaction:
         scope: MemoryScope | None,
         now: datetime,
         pii: bool,
+        *,
+        workspace: WorkspaceConfig,
     ) -> None:
         answer, usage = self.model.complete(EXTRACTION_SYSTEM, extraction_input(records))
         self._count(usage)
@@ -424,6 +429,21 @@ class _Compaction:
         self.result.facts_merged += outcome.merged
         self.result.facts_reinforced += outcome.reinforced
         self.result.facts_dropped += outcome.dropped
+        # The learned personality, from the style observations just stored (spec 003); its call,
+        # if the observations changed, is charged with the batch's.
+        owner = writer.owner(user_id) if user_id else None
+        styles = record_styles(
+            self.backend,
+            workspace,
+            user=user_id,
+            scope=owner,
+            styles=outcome.written,
+            now=now,
+            model=self.model,
+            run_id=self.run_id,
+        )
+        self._count(styles.usage)
+        self.result.directives_synthesised += styles.status == "synthesised"
 
     def _fold(self, rolling: Summary | None, summary: Summary, now: datetime, pii: bool) -> Summary:
         """The rolling summary with `summary` folded in (the batch's own text when it is the first)."""

@@ -20,7 +20,10 @@ batch carry its messages' scope (the batch's union, shared.consolidation.compact
 narrowed in a group to the speaker for facts about the speaker and to the group's conversation
 for the rest, so a fact learnt in one place is never shown where its words could not be.
 
-A style observation found again is reinforced (reinforced_count + 1) instead of duplicated.
+A style observation found again (same key, or the same words under another key) is reinforced
+(reinforced_count + 1, updated_at = now: its last reinforcement) instead of duplicated; the
+learned personality is synthesised from them (shared.consolidation.personality.record_styles,
+called with the FactOutcome's `written` after `FactWriter.store`).
 Every change a batch makes carries the batch's marker (its first Tier-1 message id) in
 `message_ids`, so a retried batch finds its marker and changes nothing twice: re-running a batch
 is idempotent.
@@ -46,6 +49,7 @@ from shared.memory.facts import (
     may_join,
 )
 from shared.memory.keys import normalize_key
+from shared.memory.personality import same_observation
 from shared.memory.scope import owner_scope
 from shared.models import WORKSPACE_WIDE, FactCategory, MemoryRecord, MemoryScope, Triple
 from shared.ports import Embedder, MemoryIndex, MemoryStore
@@ -87,7 +91,8 @@ is nothing for one):
 - "entities": people, places, projects and things the conversation is about, and what is known
   about each.
 - "decisions": choices the user made or agreed to.
-- "styles": how the user likes to communicate (tone, verbosity, humour, language).
+- "styles": how the user likes to communicate (tone, verbosity, humour, language, formality)
+  and how they engage (asks for examples, pushes back, wants options before a decision).
 - "artifacts": content the assistant produced for the user (text written, plans, code explained).
 
 Each item is {"key": "...", "value": "..."}. An entity also has "subject": "<kind>/<name>", for
@@ -353,6 +358,12 @@ class FactWriter:
         ]
         same_key = [t for t in active if normalize_key(t.predicate) == c.predicate]
         exact = next((t for t in same_key if normalize_key(t.object) == normalize_key(c.object)), None)
+        if exact is None and c.category == "style":
+            # The same observation under another key (models name keys loosely): reinforced, not
+            # copied, so its count says how often it was seen (shared.memory.personality).
+            exact = next(
+                (t for t in active if t.category == "style" and same_observation(t.object, c.object)), None
+            )
         current = exact or (same_key[0] if same_key else None)
         near = False
         if current is None and vector is not None and self.embedder is not None:

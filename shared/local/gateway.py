@@ -48,6 +48,7 @@ from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.local.logs import RequestIds
 from shared.local.web_socket import Connection, CorsMiddleware, DeltaHub, preflight
+from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, new_workspace
 from shared.providers import build_provider, cached_provider_factory
@@ -109,6 +110,7 @@ class LocalGateway:
             provider_factory=cached_provider_factory(self.settings),
             prices=PriceTable(self.settings.model_prices),
             facts=TacitFacts(self.backend.memory),
+            personality=LearnedPersonality(self.backend.memory),
         )
         self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
         self.runner = EmbeddedLaneRunner(

@@ -126,7 +126,8 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
 
     # The cold turn reads the workspace config once, at the sender's first contact reads and
     # creates their identity, reads the workspace's identities for the sender's aliases (a direct
-    # conversation under the personal memory policy) and their tacit facts; then the caches answer
+    # conversation under the personal memory policy), their tacit facts and their learned
+    # personality; then the caches answer
     assert [c.operation for c in turns[0]] == [
         "GetItem",  # workspace config
         "GetItem",  # the sender's identity
@@ -134,6 +135,7 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
         "GetItem",  # the session
         "Query",  # the workspace's identities: the sender's aliases, then cached for a minute
         "Query",  # the sender's tacit facts (Tier 3 by subject), then cached for a minute
+        "Query",  # the sender's learned personality directive, then cached for a minute
         "PutItem",  # the reply
         "TransactWriteItems",  # the commit
     ]
@@ -193,6 +195,7 @@ def test_a_warm_budgeted_turn_makes_three_dynamodb_round_trips(aws: AwsResources
         "BatchGetItem",  # the session and the budget's four limited counters
         "Query",  # the workspace's identities (the sender's aliases)
         "Query",  # the sender's tacit facts
+        "Query",  # the sender's learned personality directive
         "PutItem",  # the reply
         "TransactWriteItems",  # the commit, with the turn's spending
     ]
