@@ -39,6 +39,7 @@ from typing import Final, Literal, Protocol
 from pydantic import BaseModel
 
 from shared.backend import Backend
+from shared.errors import ProviderError
 from shared.memory.keys import normalize_key
 from shared.memory.personality import (
     DIRECTIVE_PREDICATE,
@@ -73,7 +74,7 @@ Write one paragraph of 3 to 5 sentences in the second person, addressed to the a
 more weight to observations seen more often. Use only what the observations support. No preamble,
 no lists, no headings."""
 
-Status = Literal["no_styles", "too_few", "unchanged", "synthesised", "rejected"]
+Status = Literal["no_styles", "too_few", "unchanged", "synthesised", "rejected", "failed"]
 
 
 class Completer(Protocol):
@@ -88,7 +89,8 @@ class PersonalityOutcome(BaseModel):
     # no_styles: the batch wrote no style observation about the user (nothing read);
     # too_few: fewer than MIN_OBSERVATIONS alive (a stale directive removed);
     # unchanged: the stored directive was written from the same observations (no model call);
-    # synthesised: a new directive stored; rejected: the model's answer was empty or flagged.
+    # synthesised: a new directive stored; rejected: the model's answer was empty or flagged;
+    # failed: the model call failed (the old directive stays; the next style observation retries).
     status: Status
     observations: int = 0  # selected (alive, top 15)
     directive: str | None = None  # the directive in force after the call
@@ -150,7 +152,16 @@ def record_styles(
                 current.model_copy(update={"reinforced_count": strongest, "updated_at": now})
             )
         return PersonalityOutcome(status="unchanged", observations=len(selected), directive=current.object)
-    answer, usage = model.complete(SYNTHESIS_SYSTEM, synthesis_input(selected))
+    try:
+        answer, usage = model.complete(SYNTHESIS_SYSTEM, synthesis_input(selected))
+    except ProviderError as exc:
+        # The facts are stored already; failing here would redo the batch's summary call on retry.
+        log.warning(
+            "personality directive not synthesised",
+            extra={"workspace_id": ws, "error_type": type(exc).__name__},
+        )
+        kept = stored[0].object if stored else None
+        return PersonalityOutcome(status="failed", observations=len(selected), directive=kept)
     text = safe_directive(answer, pii=workspace.pii_redaction)
     if not text:
         log.warning(

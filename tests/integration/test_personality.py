@@ -14,6 +14,7 @@ from shared.backend import Backend
 from shared.consolidation.compaction import ConsolidationModel
 from shared.consolidation.extraction import ExtractedFact, FactWriter
 from shared.consolidation.personality import SYNTHESIS_SYSTEM, PersonalityOutcome, record_styles
+from shared.errors import ProviderError
 from shared.memory.erasure import erase_user
 from shared.memory.personality import (
     LearnedPersonality,
@@ -21,6 +22,7 @@ from shared.memory.personality import (
     directives,
     owned_by,
     owner_reach,
+    style_observations,
 )
 from shared.memory.scope import owner_scope
 from shared.models import WORKSPACE_WIDE, MemoryScope, RecallScope, UserMessage, WorkspaceConfig
@@ -172,6 +174,25 @@ def test_an_answer_that_reads_like_an_injection_is_not_stored(backend: Backend) 
     outcome = extract(backend, three, at=T0, batch="b1", synth=synth)
     assert (outcome.status, outcome.directive, len(synth.calls)) == ("rejected", None, 1)
     assert stored_directives(backend) == []
+
+
+def test_a_failed_synthesis_keeps_the_facts_and_the_next_observation_retries(backend: Backend) -> None:
+    class Down(Synthesiser):
+        def reply(self, request: ChatRequest) -> str:
+            super().reply(request)
+            raise ProviderError("model unavailable", retryable=True)
+
+    three = [("verbosity", "short answers"), ("humour", "enjoys puns"), ("engagement", "asks for examples")]
+    down = Down()
+    outcome = extract(backend, three, at=T0, batch="b1", synth=down)
+    # The batch's facts stand (failing would redo the batch, summary call and all); no directive
+    assert (outcome.status, outcome.directive, len(down.calls)) == ("failed", None, 1)
+    assert stored_directives(backend) == []
+    assert len(style_observations(backend.memory, WS, USER, DM)) == 3
+    up = Synthesiser()
+    again = extract(backend, [three[0]], at=T0 + timedelta(hours=1), batch="b2", synth=up)
+    assert (again.status, len(up.calls)) == ("synthesised", 1)
+    assert stored_directives(backend) == [again.directive]
 
 
 def test_a_directive_is_its_owners_a_group_learns_its_own(backend: Backend) -> None:
