@@ -9,8 +9,12 @@ which writes summaries and extracts facts. A second workspace holds one short co
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
@@ -128,4 +132,120 @@ def seed(backend: Backend, settings: Settings) -> None:
     compact_session(backend, fake.model, WS, BOB_SESSION, run_id=BOB_RUN)
 
 
-__all__ = ["AssistantMessage", "seed"]
+DEAD_TEXT = "this message's turn failed every time"
+
+
+def dead_item(n: int = 0) -> LaneItem:
+    """A message of Alice's session, as the webhook queues it."""
+    return LaneItem(
+        inbound=InboundMessage(
+            event_id=f"ev-dead-{n}",
+            channel="web",
+            workspace_id=WS,
+            session_id=ALICE_SESSION,
+            sender=Sender(id=ALICE, name="Alice"),
+            chat_id=ALICE_SESSION,
+            text=DEAD_TEXT,
+        )
+    )
+
+
+@contextlib.contextmanager
+def embedded(base: Path) -> Iterator[tuple[Backend, Settings]]:
+    """The embedded backend in `base`, with a deterministic embedder (hybrid search), seeded, and
+    one dead letter: its item failed its one attempt on the embedded lanes."""
+    from shared.adapters.embedded import EmbeddedLaneRunner, SqliteLanes, build_embedded_backend
+    from tests.support.hashing_embedder import HashingEmbedder
+
+    settings = Settings(data_dir=base / "state", embedding_model="none")
+    backend = build_embedded_backend(settings)
+    try:
+        backend.embedder = HashingEmbedder()
+        seed(backend, settings)
+        assert isinstance(backend.lanes, SqliteLanes)
+        backend.lanes.submit(dead_item())
+
+        def fail(item: LaneItem) -> None:
+            raise RuntimeError("the model provider answered 500 three times")
+
+        with EmbeddedLaneRunner(backend.lanes, fail, workers=1, max_attempts=1, backoff_s=0.0) as runner:
+            assert runner.wait_idle(60)
+        yield backend, settings
+    finally:
+        backend.close()
+
+
+@contextlib.contextmanager
+def cloud(base: Path) -> Iterator[tuple[Backend, Settings]]:
+    """The cloud backend (build_aws_backend) on moto, its index on osmem-server (BM25: osmem
+    answers no k-NN query, so embeddings are off), seeded; and one dead letter that SQS moved to
+    the dead-letter queue after its last receive, as the stack's redrive policy does."""
+    from osmem_server import OsmemServer
+
+    from shared.adapters.aws import build_aws_backend, clients
+    from tests.support import moto_aws
+
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    try:
+        with moto_aws.persistent_mock(), moto_aws.moto_like_aws():
+            name = moto_aws.name_for(base)
+            resources = moto_aws.provision(name)
+            sqs = clients.sqs(moto_aws.REGION)
+            fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+            dlq_url = sqs.create_queue(QueueName=f"{name}-dlq.fifo", Attributes=fifo)["QueueUrl"]
+            dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+                "QueueArn"
+            ]
+            turns_url = sqs.create_queue(
+                QueueName=f"{name}-lane.fifo",
+                Attributes={
+                    **fifo,
+                    "VisibilityTimeout": "30",
+                    "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}),
+                },
+            )["QueueUrl"]
+            settings = resources.settings(
+                embedding_model="none",
+                opensearch_endpoint=server.url,
+                queue_url=turns_url,
+                dead_letter_queue_url=dlq_url,
+            )
+            backend = build_aws_backend(settings)
+            try:
+                seed(backend, settings)
+                backend.lanes.submit(dead_item())
+                # Its one receive fails (visible again at once); the next receive moves it.
+                [got] = sqs.receive_message(QueueUrl=turns_url, MaxNumberOfMessages=1)["Messages"]
+                sqs.change_message_visibility(
+                    QueueUrl=turns_url, ReceiptHandle=got["ReceiptHandle"], VisibilityTimeout=0
+                )
+                assert not sqs.receive_message(QueueUrl=turns_url, MaxNumberOfMessages=1).get("Messages")
+                yield backend, settings
+            finally:
+                backend.close()
+    finally:
+        server.close()
+
+
+BACKENDS = {"embedded": embedded, "cloud": cloud}
+
+
+@contextlib.contextmanager
+def serve(app: object) -> Iterator[str]:
+    """`app` on uvicorn on a free loopback port, on a thread; stopped when the block ends."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the console did not start")
+            time.sleep(0.02)
+        port = next(int(sock.getsockname()[1]) for s in server.servers for sock in s.sockets)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
