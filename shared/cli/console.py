@@ -33,11 +33,15 @@ def console(
     data_dir: DataDir = None,
     stack: Stack = None,
     region: Region = None,
-    host: Annotated[str, typer.Option("--host", help="address to bind (loopback unless --allow-remote)")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", help="address to bind (loopback unless --allow-remote)")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="port (0: any free one)")] = 8790,
     allow_remote: Annotated[
         bool,
-        typer.Option("--allow-remote", help="bind a non-loopback address: anyone who reaches it can erase data"),
+        typer.Option(
+            "--allow-remote", help="bind a non-loopback address: anyone who reaches it can erase data"
+        ),
     ] = False,
     open_browser: Annotated[bool, typer.Option("--open", help="open the console in your browser")] = False,
 ) -> None:
@@ -65,7 +69,9 @@ def console(
         raise typer.Exit(2) from exc
     source = f"stack {stack}" if stack else f"{settings.backend}: {settings.data_dir}"
     server = uvicorn.Server(
-        uvicorn.Config(create_app(backend, settings, source=source), host=host, port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(backend, settings, source=source), host=host, port=port, log_level="warning"
+        )
     )
 
     # Said once the socket is bound, so the URL holds the real port (with --port 0 too).

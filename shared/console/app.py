@@ -92,9 +92,9 @@ def create_app(
 
     async def memory_home(request: Request) -> Response:
         known = await run_in_threadpool(ctx.workspace_ids)
-        chosen = settings.default_workspace if settings.default_workspace in known else (known or [None])[0]
-        if chosen is None:
+        if not known:
             return await render(views.workspaces)
+        chosen = settings.default_workspace if settings.default_workspace in known else known[0]
         return RedirectResponse(f"/workspaces/{seg(chosen)}/memory", status_code=303)
 
     async def memory(request: Request) -> Response:

@@ -28,7 +28,8 @@ def bars(
     parts = [
         f'<svg class="plot {esc(cls)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{esc(title)}"><title>{esc(title)}</title>',
-        f'<line class="axis" x1="{_LEFT}" y1="{_TOP + inner_h}" x2="{WIDTH - _RIGHT}" y2="{_TOP + inner_h}"/>',
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP + inner_h}" x2="{WIDTH - _RIGHT}" '
+        f'y2="{_TOP + inner_h}"/>',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + inner_h}"/>',
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{esc(fmt(top))}</text>',
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + inner_h}" text-anchor="end">0</text>',

@@ -21,6 +21,7 @@ from shared.models import (
     WORKSPACE_WIDE,
     AssistantMessage,
     AuditRecord,
+    BudgetLimits,
     Message,
     Summary,
     ToolResultMessage,
@@ -149,13 +150,19 @@ def workspace(ctx: Ctx, workspace_id: str) -> Html:
     if config.budget is None:
         budget = '<p class="empty">budgets are off in this workspace (nothing is counted)</p>'
     else:
-        left = usage.remaining(ctx.backend, workspace_id, None, config.budget, now)
         budget = table(
             ["scope", "period", "metric", "used", "limit", "left", "resets"],
             [
-                [esc(r.scope if r.scope == "workspace" else f"user {u}"), esc(r.period), esc(r.metric)]
-                + [esc(r.used), esc(r.limit), f"<strong>{esc(r.left)}</strong>", esc(r.resets)]
-                for r, u in _with_users(left, list(users), ctx, workspace_id, config, now)
+                [
+                    esc(r.scope if r.scope == "workspace" else f"user {u}"),
+                    esc(r.period),
+                    esc(r.metric),
+                    esc(r.used),
+                    esc(r.limit),
+                    f"<strong>{esc(r.left)}</strong>",
+                    esc(r.resets),
+                ]
+                for r, u in _with_users(ctx, workspace_id, config.budget, list(users), now)
             ],
             cls="budgets",
             empty="no limits set (usage is counted, nothing is limited)",
@@ -190,18 +197,12 @@ def workspace(ctx: Ctx, workspace_id: str) -> Html:
 
 
 def _with_users(
-    rows: list[usage.Remaining],
-    users: list[str],
-    ctx: Ctx,
-    workspace_id: str,
-    config: WorkspaceConfig,
-    now: datetime,
+    ctx: Ctx, workspace_id: str, limits: BudgetLimits, users: list[str], now: datetime
 ) -> list[tuple[usage.Remaining, str]]:
-    # usage.remaining is asked per user, so the user of each row is known from the order asked.
-    assert config.budget is not None
-    out = [(r, "") for r in rows if r.scope == "workspace"]
+    """The workspace's limited counters, then each user's, with the user each belongs to."""
+    out = [(r, "") for r in usage.remaining(ctx.backend, workspace_id, None, limits, now)]
     for u in users:
-        out += [(r, u) for r in usage.remaining(ctx.backend, workspace_id, u, config.budget, now)]
+        out += [(r, u) for r in usage.remaining(ctx.backend, workspace_id, u, limits, now)]
     return out
 
 
@@ -302,10 +303,13 @@ def session(ctx: Ctx, workspace_id: str, session_id: str) -> Html:
             else '<p class="empty">none yet</p>'
         )
         + "</section>"
-        + f'<section><h2>Window ({len(s.active_messages)} messages)</h2><ol class="messages">{window}</ol></section>'
-        + f'<section><details><summary>Rolled out to Tier 1 ({len(rolled)} messages)</summary><ol class="messages">'
+        + f"<section><h2>Window ({len(s.active_messages)} messages)</h2>"
+        + f'<ol class="messages">{window}</ol></section>'
+        + f"<section><details><summary>Rolled out to Tier 1 ({len(rolled)} messages)</summary>"
+        + '<ol class="messages">'
         + f"{older}</ol></details></section>"
-        + f"<section><h2>Turns ({len(audits)})</h2>{''.join(_turn(r) for r in audits) or '<p class=empty>none</p>'}"
+        + f"<section><h2>Turns ({len(audits)})</h2>"
+        + ("".join(_turn(r) for r in audits) or '<p class="empty">none</p>')
         + "</section>"
     )
     return ctx.page(f"Session {session_id}", body, active="sessions")
@@ -317,15 +321,18 @@ def _message(m: Message, by_event: dict[str, AuditRecord], workspace_id: str) ->
         audit = by_event.get(m.event_id or "")
         turn = f' <a class="turn-link" href="#turn-{esc(audit.turn_id)}">turn</a>' if audit else ""
         head = f"{esc(who)} · {esc(when(m.created_at))}{turn}"
-        return f'<li class="msg user"><div class="meta">{head}</div><div class="text">{esc(m.content)}</div></li>'
+        text = f'<div class="text">{esc(m.content)}</div>'
+        return f'<li class="msg user"><div class="meta">{head}</div>{text}</li>'
     if isinstance(m, AssistantMessage):
         calls = "".join(
-            f'<div class="tool-call"><span class="tool">{esc(c.name)}</span><code>{esc(c.arguments)}</code></div>'
+            f'<div class="tool-call"><span class="tool">{esc(c.name)}</span>'
+            f"<code>{esc(c.arguments)}</code></div>"
             for c in m.tool_calls
         )
         head = f"assistant{f' ({esc(m.model)})' if m.model else ''} · {esc(when(m.created_at))}"
         return (
-            f'<li class="msg assistant"><div class="meta">{head}</div><div class="text">{esc(m.content)}</div>'
+            f'<li class="msg assistant"><div class="meta">{head}</div>'
+            f'<div class="text">{esc(m.content)}</div>'
             f"{calls}</li>"
         )
     assert isinstance(m, ToolResultMessage)
@@ -375,7 +382,8 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None) -> Html:
     base = f"/workspaces/{seg(workspace_id)}"
     search = (
         f'<form class="search" method="get" action="{esc(base)}/memory" role="search">'
-        f'<label for="q">Search memory</label><input id="q" name="q" type="search" value="{esc(query or "")}">'
+        '<label for="q">Search memory</label>'
+        f'<input id="q" name="q" type="search" value="{esc(query or "")}">'
         "<button type=submit>Search</button></form>"
     )
     results = ""
@@ -584,7 +592,8 @@ def rollback_confirm(ctx: Ctx, workspace_id: str, run_id: str) -> Html:
     changed = [t for t in triples(ctx.backend, workspace_id) if any(c.run_id == run_id for c in t.changes)]
     sums = [s for s in summaries(ctx.backend, workspace_id) if s.run_id == run_id]
     body = (
-        f"<p>Roll back consolidation run <strong>{esc(run_id)}</strong> in workspace <strong>{esc(workspace_id)}"
+        f"<p>Roll back consolidation run <strong>{esc(run_id)}</strong> in workspace "
+        f"<strong>{esc(workspace_id)}"
         "</strong>? It deletes the facts and summaries the run wrote and restores what it changed "
         "(docs/consolidation.md). Tier-1 messages are never touched.</p>"
         + dl(
@@ -630,7 +639,8 @@ def erase_confirm(ctx: Ctx, workspace_id: str, user_id: str) -> Html:
         if s.user_id == user_id
     ]
     body = (
-        f"<p>Erase everything of user <strong>{esc(user_id)}</strong> in workspace <strong>{esc(workspace_id)}"
+        f"<p>Erase everything of user <strong>{esc(user_id)}</strong> in workspace "
+        f"<strong>{esc(workspace_id)}"
         "</strong>? Their sessions, messages, summaries and facts are deleted, what others said that names "
         "them is scrubbed, their audit records are anonymised and their identities deleted "
         "(docs/memory.md, the right to erasure). <strong>This cannot be undone.</strong></p>"
@@ -720,7 +730,8 @@ def dead_letter(ctx: Ctx, entry_id: str, *, confirm: bool = False) -> Html:
     action = f"/dead-letters/{seg(e.id)}/redrive"
     if confirm:
         body = (
-            f"<p>Put dead letter <strong>{esc(e.id)}</strong> back on its lane? A turn that already committed "
+            f"<p>Put dead letter <strong>{esc(e.id)}</strong> back on its lane? "
+            "A turn that already committed "
             "is skipped (docs/dead-letters.md).</p>"
             + details
             + form(action, ctx.csrf, "Redrive", fields={"confirm": e.id})

@@ -42,7 +42,8 @@ class Console:
 @pytest.fixture(params=list(console_seed.BACKENDS))
 def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]:
     with console_seed.BACKENDS[request.param](tmp_path) as (backend, settings):
-        with console_seed.serve(create_app(backend, settings, source=request.param)) as url:
+        app = create_app(backend, settings, source=request.param)
+        with console_seed.serve(app) as url:
             yield Console(url, backend, settings, request.param)
 
 
@@ -152,16 +153,27 @@ def test_a_session_page_shows_the_window_the_rolling_summary_and_each_turns_audi
     expect(window.locator(".msg.user").last).to_contain_text("thanks, that is all for now")
     # The look-up turn: its tool call with arguments, the tool's result, and its audit record.
     page.get_by_text(re.compile(r"^Rolled out to Tier 1")).click()
-    expect(page.locator(".tool-call").first).to_contain_text('memory_search{"query": "what editor theme did I ask for?"}')
+    expect(page.locator(".tool-call").first).to_contain_text(
+        'memory_search{"query": "what editor theme did I ask for?"}'
+    )
     expect(page.locator(".msg.tool").first).to_contain_text("tool result: memory_search")
     turns = page.locator("article.turn")
     expect(turns).to_have_count(len(console_seed.ALICE_SAYS))
     look_up = turns.nth(console_seed.ALICE_SAYS.index("look up: what editor theme did I ask for?"))
-    for shown in ("memory_search", "function/openai/gpt-4.1-mini", " in, ", " ms", "ok", "tool memory_search"):
+    for shown in (
+        "memory_search",
+        "function/openai/gpt-4.1-mini",
+        " in, ",
+        " ms",
+        "ok",
+        "tool memory_search",
+    ):
         expect(look_up).to_contain_text(shown)
 
 
-def test_a_dead_letter_is_shown_and_redriven_after_confirmation(context: BrowserContext, console: Console) -> None:
+def test_a_dead_letter_is_shown_and_redriven_after_confirmation(
+    context: BrowserContext, console: Console
+) -> None:
     page = console.open(context, "/dead-letters")
     row = page.locator("table.dead-letters tbody tr")
     expect(row).to_have_count(1)

@@ -23,7 +23,6 @@ from shared.config import Settings
 from shared.consolidation.compaction import compact_session
 from shared.models import (
     DEFAULT_BUDGET,
-    AssistantMessage,
     InboundMessage,
     LaneItem,
     Sender,
@@ -32,8 +31,7 @@ from shared.models import (
     UserMessage,
     WorkspaceConfig,
 )
-from shared.providers.base import ChatRequest, ProviderEvent, TextDelta, ToolCallEvent, Usage
-from shared.providers.base import Provider
+from shared.providers.base import ChatRequest, Provider, ProviderEvent, TextDelta, ToolCallEvent, Usage
 from shared.providers.function import FunctionProvider, estimate_tokens
 from tests.support.consolidation import FakeConsolidator
 
@@ -75,7 +73,9 @@ def answer(request: ChatRequest) -> str | Iterable[ProviderEvent]:
         query = last.content.removeprefix(LOOK_UP)
         return [
             TextDelta(text=""),
-            ToolCallEvent(call=ToolCall(id="call-1", name="memory_search", arguments=json.dumps({"query": query}))),
+            ToolCallEvent(
+                call=ToolCall(id="call-1", name="memory_search", arguments=json.dumps({"query": query}))
+            ),
             Usage(input_tokens=estimate_tokens(request), output_tokens=12),
         ]
     return f"Noted: {last.content}"
