@@ -116,7 +116,7 @@ def test_unknown_things_are_404_pages_and_a_post_needs_the_token_and_its_confirm
     backend: Backend,
 ) -> None:
     client = TestClient(create_app(backend, Settings(), csrf="right-token"))
-    for path in (f"/workspaces/nope", f"/workspaces/{WS}/sessions/nope", f"/workspaces/{WS}/facts/nope"):
+    for path in ("/workspaces/nope", f"/workspaces/{WS}/sessions/nope", f"/workspaces/{WS}/facts/nope"):
         assert client.get(path).status_code == 404, path
     assert client.get(f"/workspaces/{WS}/runs/nope/rollback").status_code == 404
     erase = f"/workspaces/{WS}/users/mallory/erase"
