@@ -24,7 +24,8 @@ def bars(
     top = max(v for _, v in points) or 1.0
     inner_w, inner_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     step = inner_w / len(points)
-    bar_w = max(1.0, step * 0.8)
+    # Capped, so a few days' bars stay bars rather than blocks.
+    bar_w = max(1.0, min(step * 0.8, 36.0))
     parts = [
         f'<svg class="plot {esc(cls)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{esc(title)}"><title>{esc(title)}</title>',

@@ -278,95 +278,126 @@ def session(ctx: Ctx, workspace_id: str, session_id: str) -> Html:
         (r for r in usage.records(ctx.backend, workspace_id) if r.session_id == session_id),
         key=lambda r: r.created_at,
     )
-    by_event = {r.event_id: r for r in audits if r.event_id}
-    rolled = ctx.backend.memory.get_messages(workspace_id, session_id, limit=MAX_TIER1)
+    rolled = [r.message for r in ctx.backend.memory.get_messages(workspace_id, session_id, limit=MAX_TIER1)]
+    shown = [(m, False) for m in rolled if m is not None] + [(m, True) for m in s.active_messages]
+    turns, unmatched = _turns(shown, audits)
     facts = dl(
         [
             ("user", esc(s.user_id or "-")),
             ("channel", esc(s.channel)),
             ("status", esc(s.status)),
-            ("messages", f"{s.message_count} ({s.rolled_out_count} rolled out to Tier 1)"),
+            (
+                "messages",
+                f"{s.message_count} ({s.rolled_out_count} rolled out to Tier 1, {len(s.active_messages)} "
+                "in the window)",
+            ),
             ("model override", esc(s.model_override or "-")),
             ("active task", esc(s.active_task or "-")),
             ("last compaction", esc(when(s.last_compaction))),
         ]
     )
-    window = "".join(_message(m, by_event, workspace_id) for m in s.active_messages)
-    older = "".join(_message(r.message, by_event, workspace_id) for r in rolled if r.message is not None)
+    summary = (
+        f'<blockquote class="summary">{esc(s.summary)}</blockquote>'
+        if s.summary
+        else '<p class="empty">none yet</p>'
+    )
     body = (
         _ws_nav(workspace_id, "sessions")
         + facts
-        + "<section><h2>Rolling summary</h2>"
-        + (
-            f'<blockquote class="summary">{esc(s.summary)}</blockquote>'
-            if s.summary
-            else '<p class="empty">none yet</p>'
-        )
-        + "</section>"
-        + f"<section><h2>Window ({len(s.active_messages)} messages)</h2>"
-        + f'<ol class="messages">{window}</ol></section>'
-        + f"<section><details><summary>Rolled out to Tier 1 ({len(rolled)} messages)</summary>"
-        + '<ol class="messages">'
-        + f"{older}</ol></details></section>"
+        + f"<section><h2>Rolling summary</h2>{summary}</section>"
         + f"<section><h2>Turns ({len(audits)})</h2>"
-        + ("".join(_turn(r) for r in audits) or '<p class="empty">none</p>')
+        + '<p class="hint">Each user message with what followed it and the turn\'s audit record; '
+        "messages in the active window are marked, the older ones are Tier 1.</p>"
+        + (turns or '<p class="empty">none</p>')
         + "</section>"
     )
+    if unmatched:
+        body += "<section><h2>Turns that kept no message</h2>" + _audit_table(unmatched) + "</section>"
     return ctx.page(f"Session {session_id}", body, active="sessions")
 
 
-def _message(m: Message, by_event: dict[str, AuditRecord], workspace_id: str) -> str:
+def _turns(shown: list[tuple[Message, bool]], audits: list[AuditRecord]) -> tuple[str, list[AuditRecord]]:
+    """The conversation cut at each user message, each part with the audit record of its event;
+    and the records no kept message names (refused, denied, given up before anything was kept)."""
+    by_event = {r.event_id: r for r in audits if r.event_id}
+    parts: list[list[tuple[Message, bool]]] = []
+    for m, in_window in shown:
+        if isinstance(m, UserMessage) or not parts:
+            parts.append([])
+        parts[-1].append((m, in_window))
+    used: set[str] = set()
+    out = []
+    for part in parts:
+        first = part[0][0]
+        audit = by_event.get(first.event_id or "") if isinstance(first, UserMessage) else None
+        anchor = f' id="turn-{esc(audit.turn_id)}"' if audit is not None else ""
+        if audit is not None:
+            used.add(audit.id)
+        record = _audit_table([audit]) if audit is not None else '<p class="empty">no audit record</p>'
+        messages = "".join(_message(m, in_window) for m, in_window in part)
+        out.append(f'<article class="turn"{anchor}>{record}<ol class="messages">{messages}</ol></article>')
+    return "".join(out), [r for r in audits if r.id not in used]
+
+
+def _message(m: Message, in_window: bool) -> str:
+    where = '<span class="badge">window</span> ' if in_window else ""
+    cls = " in-window" if in_window else ""
     if isinstance(m, UserMessage):
         who = m.sender_name or m.user_id or m.sender_id or "user"
-        audit = by_event.get(m.event_id or "")
-        turn = f' <a class="turn-link" href="#turn-{esc(audit.turn_id)}">turn</a>' if audit else ""
-        head = f"{esc(who)} · {esc(when(m.created_at))}{turn}"
+        head = f"{where}{esc(who)} · {esc(when(m.created_at))}"
         text = f'<div class="text">{esc(m.content)}</div>'
-        return f'<li class="msg user"><div class="meta">{head}</div>{text}</li>'
+        return f'<li class="msg user{cls}"><div class="meta">{head}</div>{text}</li>'
     if isinstance(m, AssistantMessage):
         calls = "".join(
             f'<div class="tool-call"><span class="tool">{esc(c.name)}</span>'
             f"<code>{esc(c.arguments)}</code></div>"
             for c in m.tool_calls
         )
-        head = f"assistant{f' ({esc(m.model)})' if m.model else ''} · {esc(when(m.created_at))}"
+        head = f"{where}assistant{f' ({esc(m.model)})' if m.model else ''} · {esc(when(m.created_at))}"
         return (
-            f'<li class="msg assistant"><div class="meta">{head}</div>'
-            f'<div class="text">{esc(m.content)}</div>'
-            f"{calls}</li>"
+            f'<li class="msg assistant{cls}"><div class="meta">{head}</div>'
+            f'<div class="text">{esc(m.content)}</div>{calls}</li>'
         )
     assert isinstance(m, ToolResultMessage)
     status = " error" if m.is_error else ""
     return (
-        f'<li class="msg tool{status}"><div class="meta">tool result: {esc(m.name)}</div>'
+        f'<li class="msg tool{status}{cls}"><div class="meta">{where}tool result: {esc(m.name)}</div>'
         f'<pre class="text">{esc(m.content)}</pre></li>'
     )
 
 
-def _turn(r: AuditRecord) -> str:
-    findings = ", ".join(f"{src}: {', '.join(rules)}" for src, rules in r.injection_rules.items())
-    return (
-        f'<article class="turn outcome-{esc(r.outcome)}" id="turn-{esc(r.turn_id)}">'
-        + dl(
+def _audit_table(records: list[AuditRecord]) -> str:
+    rows = []
+    for r in records:
+        findings = "; ".join(f"{src}: {', '.join(rules)}" for src, rules in r.injection_rules.items())
+        error = f" · {esc(r.error)}" if r.error else ""
+        rows.append(
             [
-                ("turn", esc(r.turn_id)),
-                ("at", esc(when(r.created_at))),
-                ("model", esc(r.model or "-")),
-                ("tools", esc(", ".join(r.tools_used) or "none")),
-                ("tokens", f"{r.tokens_in:,} in, {r.tokens_out:,} out"),
-                ("cost", money(r.cost_usd)),
-                ("duration", f"{r.duration_ms:,.0f} ms"),
-                (
-                    "outcome",
-                    f'<span class="outcome">{esc(r.outcome)}</span>'
-                    + (f" · {esc(r.error)}" if r.error else ""),
-                ),
-                ("quoted as untrusted", esc(", ".join(r.quoted) or "none")),
-                ("injection rules", esc(findings or "none")),
-                ("event", esc(r.event_id or "-")),
+                esc(when(r.created_at)),
+                esc(r.model or "-"),
+                esc(", ".join(r.tools_used) or "none"),
+                f"{r.tokens_in:,} in, {r.tokens_out:,} out",
+                money(r.cost_usd),
+                f"{r.duration_ms:,.0f} ms",
+                f'<span class="outcome outcome-{esc(r.outcome)}">{esc(r.outcome)}</span>{error}',
+                esc(", ".join(r.quoted) or "none"),
+                esc(findings or "none"),
             ]
         )
-        + "</article>"
+    return table(
+        [
+            "at",
+            "model",
+            "tools",
+            "tokens",
+            "cost",
+            "duration",
+            "outcome",
+            "quoted as untrusted",
+            "injection rules",
+        ],
+        rows,
+        cls="audit",
     )
 
 

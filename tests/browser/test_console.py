@@ -149,17 +149,19 @@ def test_a_session_page_shows_the_window_the_rolling_summary_and_each_turns_audi
     page = console.open(context, "/sessions")
     page.get_by_role("link", name="web.alice.notes").click()
     expect(page.locator("blockquote.summary")).to_contain_text("Messages 0-3")
-    window = page.locator("section", has=page.get_by_role("heading", name=re.compile(r"^Window")))
-    expect(window.locator(".msg.user").last).to_contain_text("thanks, that is all for now")
-    # The look-up turn: its tool call with arguments, the tool's result, and its audit record.
-    page.get_by_text(re.compile(r"^Rolled out to Tier 1")).click()
-    expect(page.locator(".tool-call").first).to_contain_text(
-        'memory_search{"query": "what editor theme did I ask for?"}'
-    )
-    expect(page.locator(".msg.tool").first).to_contain_text("tool result: memory_search")
+    window = page.locator(".msg.in-window")
+    expect(window).to_have_count(4)
+    expect(window.last).to_contain_text("Noted: thanks, that is all for now")
+    # Each turn: its messages (the look-up's tool call with arguments, the tool's result) and its
+    # audit record.
     turns = page.locator("article.turn")
     expect(turns).to_have_count(len(console_seed.ALICE_SAYS))
     look_up = turns.nth(console_seed.ALICE_SAYS.index("look up: what editor theme did I ask for?"))
+    expect(look_up.locator(".tool-call")).to_have_text(
+        'memory_search{"query": "what editor theme did I ask for?"}'
+    )
+    expect(look_up.locator(".msg.tool")).to_contain_text("tool result: memory_search")
+    audit = look_up.locator("table.audit tbody tr")
     for shown in (
         "memory_search",
         "function/openai/gpt-4.1-mini",
@@ -168,7 +170,7 @@ def test_a_session_page_shows_the_window_the_rolling_summary_and_each_turns_audi
         "ok",
         "tool memory_search",
     ):
-        expect(look_up).to_contain_text(shown)
+        expect(audit).to_contain_text(shown)
 
 
 def test_a_dead_letter_is_shown_and_redriven_after_confirmation(

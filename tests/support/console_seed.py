@@ -66,8 +66,7 @@ def answer(request: ChatRequest) -> str | Iterable[ProviderEvent]:
     """Calls memory_search for a message starting "look up: ", then answers from its result."""
     last = request.messages[-1]
     if isinstance(last, ToolResultMessage):
-        found = "found it" if "no memories" not in last.content else "found nothing"
-        return f"I searched my memory and {found}."
+        return "I looked that up in my memory."
     assert isinstance(last, UserMessage)
     if last.content.startswith(LOOK_UP):
         query = last.content.removeprefix(LOOK_UP)
