@@ -7,6 +7,7 @@ with --allow-remote, and reads with the operator's own credentials (docs/console
 from __future__ import annotations
 
 import ipaddress
+import shlex
 import threading
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -67,12 +68,14 @@ def console(
     except SigilError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(2) from exc
-    source = f"stack {stack}" if stack else f"{settings.backend}: {settings.data_dir}"
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(backend, settings, source=source), host=host, port=port, log_level="warning"
-        )
-    )
+    if stack:
+        source = f"stack {stack} ({settings.aws_region})"
+        target = f"--stack {shlex.quote(stack)} --region {shlex.quote(settings.aws_region or '')}"
+    else:
+        source = f"{settings.backend}: {settings.data_dir}"
+        target = f"--data-dir {shlex.quote(str(settings.data_dir))}" if data_dir is not None else ""
+    app_ = create_app(backend, settings, source=source, target=target)
+    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning"))
 
     # Said once the socket is bound, so the URL holds the real port (with --port 0 too).
     threading.Thread(target=_announce, args=(server, host, open_browser), daemon=True).start()

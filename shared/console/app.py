@@ -37,10 +37,17 @@ View = Callable[..., Html]
 
 
 def create_app(
-    backend: Backend, settings: Settings, *, source: str = "", csrf: str | None = None
+    backend: Backend, settings: Settings, *, source: str = "", target: str = "", csrf: str | None = None
 ) -> Starlette:
-    """The console over `backend`. `source` is what the header says it reads (a data dir, a stack)."""
-    ctx = Ctx(backend=backend, settings=settings, csrf=csrf or secrets.token_urlsafe(32), source=source)
+    """The console over `backend`. `source` is what the header says it reads (a data dir, a stack);
+    `target` the CLI options that name it, for the commands a page suggests."""
+    ctx = Ctx(
+        backend=backend,
+        settings=settings,
+        csrf=csrf or secrets.token_urlsafe(32),
+        source=source,
+        target=target,
+    )
     lock = threading.Lock()
 
     async def render(view: View, *args: object) -> Response:

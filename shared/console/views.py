@@ -8,6 +8,7 @@ Unknown workspaces, sessions, facts and dead letters are a 404 page, never a tra
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -43,6 +44,9 @@ class Ctx:
     settings: Settings
     csrf: str
     source: str  # what the header says the console reads: the data dir, or the stack
+    # The CLI options naming that backend (`--data-dir D`, `--stack S --region R`), for the
+    # commands a page suggests.
+    target: str = ""
 
     def page(self, title: str, body: str, *, active: str, status: int = 200) -> Html:
         return status, page(title, body, active=active, source=self.source)
@@ -802,7 +806,8 @@ def replay(ctx: Ctx) -> Html:
         per = usage.by_session(usage.records(ctx.backend, workspace_id))
         for s in ctx.backend.sessions.list_sessions(workspace_id, limit=MAX_SESSIONS):
             turns = per.get(s.id, usage.Totals()).turns
-            command = f"sigil replay --workspace {workspace_id} --session {s.id}"
+            where = f"--workspace {shlex.quote(workspace_id)} --session {shlex.quote(s.id)}"
+            command = f"sigil replay {where} {ctx.target}".strip()
             rows.append(
                 [
                     esc(workspace_id),
@@ -814,7 +819,10 @@ def replay(ctx: Ctx) -> Html:
     body = (
         '<p class="hint">Replay re-runs a recorded session\'s user messages against a change (model, '
         "prompt, skills, tools, memory policy) in a sandbox copy of the workspace, never writing to "
-        "the original. Run it from the command line (<code>sigil replay --help</code>).</p>"
+        "the original. Run it from the command line with the change to try (<code>--model</code>, "
+        "<code>--system-prompt-file</code>, <code>--skills</code>, <code>--allow-tools</code>, "
+        "<code>--deny-tools</code>, <code>--memory-recall</code>), <code>--runs k</code> for consistency, "
+        "and <code>--format html</code> for the side-by-side report (<code>sigil replay --help</code>).</p>"
         + table(
             ["workspace", "session", "recorded turns", "command"],
             rows,
