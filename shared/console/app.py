@@ -86,7 +86,7 @@ def create_app(
         return await render(views.workspaces)
 
     async def workspace(request: Request) -> Response:
-        return await render(views.workspace, p(request, "ws"))
+        return await render(views.workspace, p(request, "ws"), request.query_params.get("user") or None)
 
     async def sessions_all(request: Request) -> Response:
         return await render(views.sessions_all)

@@ -116,12 +116,14 @@ def workspaces(ctx: Ctx) -> Html:
     return ctx.page("Workspaces", body, active="workspaces")
 
 
-def workspace(ctx: Ctx, workspace_id: str) -> Html:
+def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
+    """With `user`, the plots are of that user's turns alone."""
     config = ctx.workspace(workspace_id)
     if config is None:
         return ctx.not_found(f"no workspace {workspace_id!r}", active="workspaces")
     found = usage.records(ctx.backend, workspace_id)
-    days = usage.by_day(sorted(found, key=lambda r: r.created_at))
+    plotted = [r for r in found if user is None or r.user_id == user]
+    days = usage.by_day(sorted(plotted, key=lambda r: r.created_at))
     label = [(d.isoformat(), t) for d, t in days]
     plots = "".join(
         [
@@ -140,7 +142,7 @@ def workspace(ctx: Ctx, workspace_id: str) -> Html:
     users = usage.by_user(found)
     user_rows = [
         [
-            esc(u),
+            link(f"/workspaces/{seg(workspace_id)}?user={seg(u)}#usage", u),
             str(t.turns),
             f"{t.tokens:,}",
             money(t.cost_usd),
@@ -183,7 +185,9 @@ def workspace(ctx: Ctx, workspace_id: str) -> Html:
                 ("models used", esc(", ".join(sorted(total.models)) or "-")),
             ]
         )
-        + f'<section><h2>Usage over time</h2><div class="plots">{plots}</div></section>'
+        + f'<section id="usage"><h2>Usage over time{f" of {esc(user)}" if user else ""}</h2>'
+        + (f"<p>{link(f'/workspaces/{seg(workspace_id)}#usage', 'All users')}</p>" if user else "")
+        + f'<div class="plots">{plots}</div></section>'
         + "<section><h2>Per user</h2>"
         + table(
             ["user", "turns", "tokens", "cost", "mean latency", "last turn", ""],

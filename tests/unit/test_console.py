@@ -4,6 +4,7 @@ the real app over the embedded backend)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -130,3 +131,18 @@ def test_unknown_things_are_404_pages_and_a_post_needs_the_token_and_its_confirm
     done = client.post(erase, data={"csrf": "right-token", "confirm": "mallory"})
     assert done.status_code == 200 and "User mallory erased" in done.text
     assert backend.sessions.get(WS, "web.evil") is None
+
+
+def test_a_workspaces_plots_are_of_one_user_when_asked(backend: Backend) -> None:
+    backend.audit.append(_audit(2, "trudy", 7, 0.02))
+    client = TestClient(create_app(backend, Settings(), csrf="t"))
+
+    def turn_bars(path: str) -> list[str]:
+        page = client.get(path).text
+        plot = page[page.index('class="plot turns"') : page.index("</svg>", page.index('class="plot turns"'))]
+        return re.findall(r"<title>([^<]*)</title></rect>", plot)
+
+    # Every day from the first turn to the last, then only trudy's one day.
+    assert turn_bars(f"/workspaces/{WS}") == ["2026-03-02: 1", "2026-03-03: 0", "2026-03-04: 1"]
+    assert turn_bars(f"/workspaces/{WS}?user=trudy") == ["2026-03-04: 1"]
+    assert "Usage over time of trudy" in client.get(f"/workspaces/{WS}?user=trudy").text
