@@ -45,7 +45,9 @@ def main() -> int:
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 860})
             [fact] = [
-                t.id for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE) if t.object == "dark mode"
+                t.id
+                for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE)
+                if t.object == "PostgreSQL"  # pruned by the maintenance run: a history
             ]
             [dead] = backend.dead_letters.list_entries(WS) if backend.dead_letters else []
             shots = [

@@ -21,7 +21,7 @@ from shared.backend import Backend
 from shared.config import Settings
 from shared.console import create_app
 from tests.support import console_seed
-from tests.support.console_seed import ALICE_RUN, BOB, BOB_SESSION, DEAD_TEXT, WS
+from tests.support.console_seed import ALICE_RUN, BOB, BOB_SESSION, DEAD_TEXT, MAINTENANCE_RUN, WS
 
 SCORE = re.compile(r"^\d+\.\d{3}$")
 
@@ -77,30 +77,44 @@ def test_a_memory_search_shows_each_hits_bm25_vector_and_fused_scores_and_which_
         assert all(hit["vector"] == "-" for hit in found)
 
 
-def test_a_facts_provenance_and_history_and_the_rollback_of_its_consolidation_run(
+def test_a_facts_provenance_and_history_and_the_rollback_of_the_runs_that_wrote_and_changed_it(
     context: BrowserContext, console: Console
 ) -> None:
     page = console.open(context, f"/workspaces/{WS}/memory")
-    facts = page.locator("table.facts")
-    expect(facts).to_contain_text("dark mode")
-    facts.locator("tr", has_text="dark mode").get_by_role("link").first.click()
-    # Provenance: the message it was learnt from; history: written by the run.
-    expect(page.locator("table.sources")).to_contain_text("I prefer dark mode in every editor.")
-    history = page.locator("table.history")
-    expect(history).to_contain_text("written")
-    expect(history).to_contain_text(f"consolidation (run {ALICE_RUN})")
+    row = page.locator("table.facts tr", has_text="PostgreSQL")
+    expect(row).to_contain_text("pruned")
+    row.get_by_role("link").first.click()
+    # Provenance: the message it was learnt from; history: written by one run, pruned by another.
+    expect(page.locator("table.sources")).to_contain_text("We decided to use PostgreSQL for the project.")
+    history = page.locator("table.history tbody tr")
+    expect(history).to_have_count(2)
+    expect(history.first.locator("td").nth(1)).to_have_text("written")
+    expect(history.first.locator("td").nth(2)).to_have_text(f"consolidation (run {ALICE_RUN})")
+    expect(history.last.locator("td").nth(1)).to_have_text("pruned")
+    expect(history.last.locator("td").nth(2)).to_contain_text(f"run {MAINTENANCE_RUN}")
+    expect(history.last.locator("td").nth(3)).to_have_text("was active")
 
-    page.get_by_role("link", name=f"Roll back run {ALICE_RUN}…").click()
+    # Undo the maintenance run: the fact is active again, its history back to its writing.
+    history.last.get_by_role("link", name="roll back…").click()
     expect(page.get_by_role("heading", name="Confirm rollback")).to_be_visible()
+    page.get_by_role("button", name=f"Roll back run {MAINTENANCE_RUN}").click()
+    expect(page.locator(".done")).to_have_text(f"Run {MAINTENANCE_RUN} rolled back.")
+    page.get_by_role("link", name="Back to memory").click()
+    row = page.locator("table.facts tr", has_text="PostgreSQL")
+    expect(row).to_contain_text("active")
+    row.get_by_role("link").first.click()
+    expect(page.locator("table.history tbody tr")).to_have_count(1)
+
+    # Undo the consolidation run that wrote it: its facts and summaries leave the page.
+    page.goto(console.url + f"/workspaces/{WS}/memory")
+    page.locator("table.runs tr", has_text=ALICE_RUN).get_by_role("link", name="roll back…").click()
     expect(page.locator("dl")).to_contain_text("dark mode")
     page.get_by_role("button", name=f"Roll back run {ALICE_RUN}").click()
     expect(page.locator(".done")).to_have_text(f"Run {ALICE_RUN} rolled back.")
-
     page.get_by_role("link", name="Back to memory").click()
     facts = page.locator("table.facts")
-    # The run's facts are gone from the page; the other run's stay.
-    expect(facts).to_contain_text("green tea")
-    for gone in ("dark mode", "PostgreSQL", "Sarah Chen"):
+    expect(facts).to_contain_text("green tea")  # the other run's
+    for gone in ("dark mode", "PostgreSQL", "Sarah Chen", "short answers"):
         expect(facts).not_to_contain_text(gone)
     expect(page.locator("table.runs")).not_to_contain_text(ALICE_RUN)
     expect(page.locator("table.summaries")).not_to_contain_text("web.alice.notes")

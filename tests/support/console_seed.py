@@ -4,7 +4,8 @@ Two people talk to the agent through the real turn (shared.agent.turn.run_turn, 
 answering and calling memory_search when asked to look something up), in windows small enough that
 their messages roll into Tier 1 and the index; then each session is compacted by the real
 compaction with tests.support.consolidation.FakeConsolidator, one consolidation run per person,
-which writes summaries and extracts facts. A second workspace holds one short conversation.
+which writes summaries and extracts facts; a maintenance run then prunes the facts that faded. A
+second workspace holds one short conversation.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
+from shared.clock import utcnow
 from shared.config import Settings
 from shared.consolidation.compaction import compact_session
+from shared.consolidation.maintenance.driver import run_maintenance
 from shared.models import (
     DEFAULT_BUDGET,
     InboundMessage,
@@ -39,7 +43,10 @@ WS = "default"
 OTHER_WS = "research"
 ALICE, BOB = "alice", "bob"
 ALICE_SESSION, BOB_SESSION = "web.alice.notes", "web.bob.trip"
-ALICE_RUN, BOB_RUN = "run-alice-1", "run-bob-1"
+ALICE_RUN, BOB_RUN, MAINTENANCE_RUN = "run-alice-1", "run-bob-1", "maintenance-1"
+# What maintenance prunes of Alice's facts a month after they were learnt (shared.consolidation
+# .maintenance's decay by category): the decision and the style; the preference stays.
+PRUNED = ("PostgreSQL", "short answers")
 
 ALICE_SAYS = [
     "I prefer dark mode in every editor.",
@@ -126,9 +133,13 @@ def seed(backend: Backend, settings: Settings) -> None:
     for n, text in enumerate(BOB_SAYS):
         say(deps, WS, BOB_SESSION, BOB, text, n)
     say(deps, OTHER_WS, "web.carol.1", "carol", "what is new in the literature?", 0)
+    # Compacted a month ago (the compaction's own clock), so that today's maintenance run finds
+    # the decision and the style fact faded and prunes them: a change in their history.
     fake = FakeConsolidator()
-    compact_session(backend, fake.model, WS, ALICE_SESSION, run_id=ALICE_RUN)
-    compact_session(backend, fake.model, WS, BOB_SESSION, run_id=BOB_RUN)
+    then = utcnow() - timedelta(days=30)
+    compact_session(backend, fake.model, WS, ALICE_SESSION, run_id=ALICE_RUN, clock=lambda: then)
+    compact_session(backend, fake.model, WS, BOB_SESSION, run_id=BOB_RUN, clock=lambda: then)
+    run_maintenance(backend, WS, run_id=MAINTENANCE_RUN)
 
 
 DEAD_TEXT = "this message's turn failed every time"
