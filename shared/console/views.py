@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from shared.backend import Backend
 from shared.config import Settings
@@ -215,8 +215,8 @@ def _with_users(
 
 
 def _memory_size(backend: Backend, workspace_id: str) -> list[tuple[str, float]]:
-    """Facts and summaries stored at the end of each day, by their creation dates (what is stored
-    now: a fact deleted since is not counted on the days it existed)."""
+    """Facts and summaries stored at the end of each day from the first one's to today, by their
+    creation dates (what is stored now: one deleted since is not counted on the days it existed)."""
     created: list[date] = [t.created_at.date() for t in triples(backend, workspace_id)]
     created += [s.created_at.date() for s in summaries(backend, workspace_id)]
     if not created:
@@ -225,9 +225,11 @@ def _memory_size(backend: Backend, workspace_id: str) -> list[tuple[str, float]]
     for d in created:
         counts[d] = counts.get(d, 0) + 1
     out, running = [], 0
-    for d in sorted(counts):
-        running += counts[d]
-        out.append((d.isoformat(), float(running)))
+    day, last = min(counts), max(*counts, datetime.now(UTC).date())
+    while day <= last:
+        running += counts.get(day, 0)
+        out.append((day.isoformat(), float(running)))
+        day += timedelta(days=1)
     return out
 
 
