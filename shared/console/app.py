@@ -105,7 +105,8 @@ def create_app(
         return RedirectResponse(f"/workspaces/{seg(chosen)}/memory", status_code=303)
 
     async def memory(request: Request) -> Response:
-        return await render(views.memory, p(request, "ws"), request.query_params.get("q") or None)
+        query = request.query_params
+        return await render(views.memory, p(request, "ws"), query.get("q") or None, query.get("mode"))
 
     async def fact(request: Request) -> Response:
         return await render(views.fact, p(request, "ws"), p(request, "fid"))

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal
 
 from shared.backend import Backend
 from shared.config import Settings
@@ -414,9 +415,15 @@ def _audit_table(records: list[AuditRecord]) -> str:
 # ---------------------------------------------------------------- memory
 
 
-def memory(ctx: Ctx, workspace_id: str, query: str | None) -> Html:
+SEARCH_MODES: tuple[Literal["hybrid", "bm25", "vector"], ...] = ("hybrid", "bm25", "vector")
+
+
+def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = None) -> Html:
+    """With `query`, a search of the whole workspace in `mode` (hybrid unless asked otherwise)."""
     from shared.errors import SigilError
     from shared.memory.search import MemorySearch
+
+    asked: Literal["hybrid", "bm25", "vector"] = next((m for m in SEARCH_MODES if m == mode), "hybrid")
 
     if ctx.workspace(workspace_id) is None:
         return ctx.not_found(f"no workspace {workspace_id!r}", active="memory")
@@ -425,13 +432,15 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None) -> Html:
         f'<form class="search" method="get" action="{esc(base)}/memory" role="search">'
         '<label for="q">Search memory</label>'
         f'<input id="q" name="q" type="search" value="{esc(query or "")}">'
-        "<button type=submit>Search</button></form>"
+        '<select name="mode" aria-label="Search mode">'
+        + "".join(f"<option{' selected' if m == asked else ''}>{m}</option>" for m in SEARCH_MODES)
+        + "</select><button type=submit>Search</button></form>"
     )
     results = ""
     if query:
         try:
             outcome = MemorySearch(ctx.backend.index, ctx.backend.memory, ctx.backend.embedder).search(
-                workspace_id, query, scope=WORKSPACE_WIDE, k=20
+                workspace_id, query, scope=WORKSPACE_WIDE, k=20, mode=asked
             )
         except SigilError as exc:
             results = f'<p class="error">{esc(exc.message)}</p>'

@@ -76,6 +76,15 @@ def test_a_memory_search_shows_each_hits_bm25_vector_and_fused_scores_and_which_
     else:
         assert all(hit["vector"] == "-" for hit in found)
 
+    # Asked for BM25 alone: no vector score anywhere, and the page says which search answered.
+    page.get_by_label("Search mode").select_option("bm25")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator(".answered .mode")).to_have_text("bm25")
+    expect(page.get_by_label("Search mode")).to_have_value("bm25")
+    found = hits(page)
+    assert found and "dark mode" in found[0]["text"], found
+    assert all(SCORE.match(hit["bm25"]) and hit["vector"] == "-" for hit in found), found
+
 
 def test_a_facts_provenance_and_history_and_the_rollback_of_the_runs_that_wrote_and_changed_it(
     context: BrowserContext, console: Console
