@@ -710,6 +710,8 @@ def erase_confirm(ctx: Ctx, workspace_id: str, user_id: str) -> Html:
 def erase(ctx: Ctx, workspace_id: str, user_id: str) -> Html:
     from shared.memory.erasure import erase_user
 
+    if ctx.workspace(workspace_id) is None:
+        return ctx.not_found(f"no workspace {workspace_id!r}", active="workspaces")
     report = erase_user(ctx.backend, workspace_id, user_id)
     body = (
         f'<p class="done">User {esc(user_id)} erased from {esc(workspace_id)}.</p>'

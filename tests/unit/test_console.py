@@ -128,6 +128,10 @@ def test_unknown_things_are_404_pages_and_a_post_needs_the_token_and_its_confirm
     assert client.post(erase, data={"csrf": "right-token", "confirm": "alice"}).status_code == 400
     assert client.post(erase, content=b"x" * 20_000).status_code == 413
     assert backend.sessions.get(WS, "web.evil") is not None
+    elsewhere = client.post(
+        "/workspaces/nope/users/mallory/erase", data={"csrf": "right-token", "confirm": "mallory"}
+    )
+    assert elsewhere.status_code == 404
     done = client.post(erase, data={"csrf": "right-token", "confirm": "mallory"})
     assert done.status_code == 200 and "User mallory erased" in done.text
     assert backend.sessions.get(WS, "web.evil") is None
