@@ -43,6 +43,8 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest
 DEV_KIT = (
     PurePosixPath("shared/local"),
     PurePosixPath("shared/cli"),
+    # `sigil console`, the operator's web console (Starlette, served by uvicorn).
+    PurePosixPath("shared/console"),
     PurePosixPath("shared/adapters/embedded"),
     # sigil.yaml is read by the operator's CLI and the local gateway (PyYAML, the `local` extra);
     # the functions read what `sigil config apply` stored.

@@ -96,6 +96,10 @@ class MemoryHit(BaseModel):
     session_id: str | None
     created_at: datetime
     metadata: dict[str, str]
+    # The document's raw BM25 and vector scores before fusion (None: that half did not find it,
+    # or did not run), for the console to show how `score` came about.
+    bm25: float | None = None
+    vector: float | None = None
 
 
 class SearchOutcome(BaseModel):
@@ -359,5 +363,7 @@ def _by_record(fused: list[FusedHit], k: int) -> list[MemoryHit]:
             created_at=doc.created_at,
             # The context is other messages' text: it helped find this one, it is not this one.
             metadata={key: value for key, value in doc.metadata.items() if key != CONTEXT_KEY},
+            bm25=f.text_score,
+            vector=f.vector_score,
         )
     return list(best.values())

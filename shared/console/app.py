@@ -1,0 +1,171 @@
+"""The console's Starlette application: routes, CSRF and the one lock around the backend.
+
+Every POST carries the process's CSRF token in a hidden field (`csrf`), compared in constant
+time, and the `confirm` field its confirmation page filled in with what it acts on; without
+either it is refused (403, 400) before anything is read. The token is made when the app is
+and dies with the process, so a page from an earlier console cannot post to this one. A
+destructive action is reached only through its confirmation page (GET), which holds the form.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from shared.backend import Backend
+from shared.config import Settings
+from shared.console import views
+from shared.console.html import esc, page, seg
+from shared.console.views import Ctx, Html
+
+STATIC = Path(__file__).parent / "static"
+# A form of the console is a few hidden fields; anything larger is not one of ours.
+MAX_FORM_BYTES = 16 * 1024
+
+View = Callable[..., Html]
+
+
+def create_app(
+    backend: Backend, settings: Settings, *, source: str = "", target: str = "", csrf: str | None = None
+) -> Starlette:
+    """The console over `backend`. `source` is what the header says it reads (a data dir, a stack);
+    `target` the CLI options that name it, for the commands a page suggests."""
+    ctx = Ctx(
+        backend=backend,
+        settings=settings,
+        csrf=csrf or secrets.token_urlsafe(32),
+        source=source,
+        target=target,
+    )
+    lock = threading.Lock()
+
+    async def render(view: View, *args: object) -> Response:
+        def run() -> Html:
+            with lock:
+                return view(ctx, *args)
+
+        status, body = await run_in_threadpool(run)
+        return HTMLResponse(body, status_code=status)
+
+    def refuse(status: int, why: str) -> Response:
+        body = page("Refused", f'<p class="error">{esc(why)}</p>', active="", source=ctx.source)
+        return HTMLResponse(body, status_code=status)
+
+    async def checked(request: Request, expected: str) -> Response | None:
+        """None when the POST carries this process's token and confirms `expected`; else the refusal."""
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            return refuse(413, "form too large")
+        fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        token = (fields.get("csrf") or [""])[0]
+        if not token or not hmac.compare_digest(token.encode(), ctx.csrf.encode()):
+            return refuse(403, "refused: this form has no valid CSRF token (reload the page and try again)")
+        if (fields.get("confirm") or [""])[0] != expected:
+            return refuse(400, "refused: not confirmed (use the confirmation page)")
+        return None
+
+    def p(request: Request, name: str) -> str:
+        value: str = request.path_params[name]
+        return value
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/workspaces", status_code=303)
+
+    async def workspaces(request: Request) -> Response:
+        return await render(views.workspaces)
+
+    async def workspace(request: Request) -> Response:
+        return await render(views.workspace, p(request, "ws"), request.query_params.get("user") or None)
+
+    async def sessions_all(request: Request) -> Response:
+        return await render(views.sessions_all)
+
+    async def sessions(request: Request) -> Response:
+        return await render(views.sessions, p(request, "ws"))
+
+    async def session(request: Request) -> Response:
+        return await render(views.session, p(request, "ws"), p(request, "sid"))
+
+    async def memory_home(request: Request) -> Response:
+        known = await run_in_threadpool(ctx.workspace_ids)
+        if not known:
+            return await render(views.workspaces)
+        chosen = settings.default_workspace if settings.default_workspace in known else known[0]
+        return RedirectResponse(f"/workspaces/{seg(chosen)}/memory", status_code=303)
+
+    async def memory(request: Request) -> Response:
+        query = request.query_params
+        return await render(views.memory, p(request, "ws"), query.get("q") or None, query.get("mode"))
+
+    async def fact(request: Request) -> Response:
+        return await render(views.fact, p(request, "ws"), p(request, "fid"))
+
+    async def rollback(request: Request) -> Response:
+        ws, run = p(request, "ws"), p(request, "run")
+        if request.method == "GET":
+            return await render(views.rollback_confirm, ws, run)
+        return await checked(request, run) or await render(views.rollback, ws, run)
+
+    async def erase(request: Request) -> Response:
+        ws, user = p(request, "ws"), p(request, "user")
+        if request.method == "GET":
+            return await render(views.erase_confirm, ws, user)
+        return await checked(request, user) or await render(views.erase, ws, user)
+
+    async def dead_letters(request: Request) -> Response:
+        return await render(views.dead_letters)
+
+    async def dead_letter(request: Request) -> Response:
+        return await render(views.dead_letter, p(request, "id"))
+
+    async def redrive(request: Request) -> Response:
+        entry = p(request, "id")
+        if request.method == "GET":
+            return await render(_confirming(views.dead_letter), entry)
+        return await checked(request, entry) or await render(views.redrive, entry)
+
+    async def replay(request: Request) -> Response:
+        return await render(views.replay)
+
+    routes: list[Route | Mount] = [
+        Route("/", home),
+        Route("/workspaces", workspaces),
+        Route("/workspaces/{ws}", workspace),
+        Route("/workspaces/{ws}/sessions", sessions),
+        Route("/workspaces/{ws}/sessions/{sid}", session),
+        Route("/workspaces/{ws}/memory", memory),
+        Route("/workspaces/{ws}/facts/{fid}", fact),
+        Route("/workspaces/{ws}/runs/{run}/rollback", rollback, methods=["GET", "POST"]),
+        Route("/workspaces/{ws}/users/{user}/erase", erase, methods=["GET", "POST"]),
+        Route("/sessions", sessions_all),
+        Route("/memory", memory_home),
+        Route("/dead-letters", dead_letters),
+        Route("/dead-letters/{id}", dead_letter),
+        Route("/dead-letters/{id}/redrive", redrive, methods=["GET", "POST"]),
+        Route("/replay", replay),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.state.csrf = ctx.csrf
+    return app
+
+
+def _confirming(view: Callable[..., Html]) -> Callable[..., Html]:
+    def confirm(ctx: Ctx, *args: object) -> Html:
+        return view(ctx, *args, confirm=True)
+
+    return confirm
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,235 @@
+"""`sigil console` in headless Chromium, against the embedded backend and the cloud one (moto's
+DynamoDB and SQS, osmem-server's OpenSearch), each test on both (the `console` fixture).
+
+Each test gets a fresh backend filled by tests.support.console_seed through the real turn and the
+real compaction (two people, one consolidation run each, one dead letter), and the console's
+Starlette app served by uvicorn on a thread of this process (moto is in-process), stopped when
+the test ends, pass or fail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from shared.backend import Backend
+from shared.config import Settings
+from shared.console import create_app
+from tests.support import console_seed
+from tests.support.console_seed import ALICE_RUN, BOB, BOB_SESSION, DEAD_TEXT, MAINTENANCE_RUN, WS
+
+SCORE = re.compile(r"^\d+\.\d{3}$")
+
+
+@dataclass
+class Console:
+    url: str
+    backend: Backend
+    settings: Settings
+    kind: str
+
+    def open(self, context: BrowserContext, path: str) -> Page:
+        page = context.new_page()
+        page.goto(self.url + path)
+        return page
+
+
+@pytest.fixture(params=list(console_seed.BACKENDS))
+def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]:
+    with console_seed.BACKENDS[request.param](tmp_path) as (backend, settings):
+        app = create_app(backend, settings, source=request.param)
+        with console_seed.serve(app) as url:
+            yield Console(url, backend, settings, request.param)
+
+
+def hits(page: Page) -> list[dict[str, str]]:
+    rows = page.locator("table.hits tbody tr")
+    keys = ["tier", "text", "session", "fused", "bm25", "vector"]
+    return [dict(zip(keys, row.locator("td").all_inner_texts(), strict=True)) for row in rows.all()]
+
+
+def test_a_memory_search_shows_each_hits_bm25_vector_and_fused_scores_and_which_search_answered(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, "/memory")  # the default workspace's memory
+    expect(page).to_have_url(re.compile(f"/workspaces/{WS}/memory$"))
+    page.get_by_label("Search memory").fill("dark mode editor")
+    page.get_by_role("button", name="Search").click()
+    # Embedded: hybrid (a deterministic embedder); cloud: osmem answers BM25 only, and says so.
+    expected = "hybrid" if console.kind == "embedded" else "bm25"
+    expect(page.locator(".answered .mode")).to_have_text(expected)
+    if console.kind == "cloud":
+        expect(page.locator(".answered .degraded")).to_have_text("no embedding model configured")
+    found = hits(page)
+    assert found and "dark mode" in found[0]["text"], found
+    for hit in found:
+        assert SCORE.match(hit["fused"]), hit
+    # The best hit was found by BM25, and on the hybrid search by the vector half too.
+    assert SCORE.match(found[0]["bm25"]), found[0]
+    if console.kind == "embedded":
+        assert SCORE.match(found[0]["vector"]), found[0]
+    else:
+        assert all(hit["vector"] == "-" for hit in found)
+
+    # Asked for BM25 alone: no vector score anywhere, and the page says which search answered.
+    page.get_by_label("Search mode").select_option("bm25")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator(".answered .mode")).to_have_text("bm25")
+    expect(page.get_by_label("Search mode")).to_have_value("bm25")
+    found = hits(page)
+    assert found and "dark mode" in found[0]["text"], found
+    assert all(SCORE.match(hit["bm25"]) and hit["vector"] == "-" for hit in found), found
+
+
+def test_a_facts_provenance_and_history_and_the_rollback_of_the_runs_that_wrote_and_changed_it(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, f"/workspaces/{WS}/memory")
+    row = page.locator("table.facts tr", has_text="PostgreSQL")
+    expect(row).to_contain_text("pruned")
+    row.get_by_role("link").first.click()
+    # Provenance: the message it was learnt from; history: written by one run, pruned by another.
+    expect(page.locator("table.sources")).to_contain_text("We decided to use PostgreSQL for the project.")
+    history = page.locator("table.history tbody tr")
+    expect(history).to_have_count(2)
+    expect(history.first.locator("td").nth(1)).to_have_text("written")
+    expect(history.first.locator("td").nth(2)).to_have_text(f"consolidation (run {ALICE_RUN})")
+    expect(history.last.locator("td").nth(1)).to_have_text("pruned")
+    expect(history.last.locator("td").nth(2)).to_contain_text(f"run {MAINTENANCE_RUN}")
+    expect(history.last.locator("td").nth(3)).to_have_text("was active")
+
+    # Undo the maintenance run: the fact is active again, its history back to its writing.
+    history.last.get_by_role("link", name="roll back…").click()
+    expect(page.get_by_role("heading", name="Confirm rollback")).to_be_visible()
+    page.get_by_role("button", name=f"Roll back run {MAINTENANCE_RUN}").click()
+    expect(page.locator(".done")).to_have_text(f"Run {MAINTENANCE_RUN} rolled back.")
+    page.get_by_role("link", name="Back to memory").click()
+    row = page.locator("table.facts tr", has_text="PostgreSQL")
+    expect(row).to_contain_text("active")
+    row.get_by_role("link").first.click()
+    expect(page.locator("table.history tbody tr")).to_have_count(1)
+
+    # Undo the consolidation run that wrote it: its facts and summaries leave the page.
+    page.goto(console.url + f"/workspaces/{WS}/memory")
+    page.locator("table.runs tr", has_text=ALICE_RUN).get_by_role("link", name="roll back…").click()
+    expect(page.locator("dl")).to_contain_text("dark mode")
+    page.get_by_role("button", name=f"Roll back run {ALICE_RUN}").click()
+    expect(page.locator(".done")).to_have_text(f"Run {ALICE_RUN} rolled back.")
+    page.get_by_role("link", name="Back to memory").click()
+    facts = page.locator("table.facts")
+    expect(facts).to_contain_text("green tea")  # the other run's
+    for gone in ("dark mode", "PostgreSQL", "Sarah Chen", "short answers"):
+        expect(facts).not_to_contain_text(gone)
+    expect(page.locator("table.runs")).not_to_contain_text(ALICE_RUN)
+    expect(page.locator("table.summaries")).not_to_contain_text("web.alice.notes")
+
+
+def test_an_erasure_removes_the_user_from_every_page(context: BrowserContext, console: Console) -> None:
+    pages = [
+        "/workspaces",
+        f"/workspaces/{WS}",
+        "/sessions",
+        f"/workspaces/{WS}/sessions",
+        f"/workspaces/{WS}/memory",
+        f"/workspaces/{WS}/memory?q=ferry+green+tea",
+        "/replay",
+        "/dead-letters",
+    ]
+    page = console.open(context, f"/workspaces/{WS}")
+    expect(page.locator("table.users")).to_contain_text(BOB)
+    expect(page.locator("table.budgets")).to_contain_text(f"user {BOB}")
+    page.goto(console.url + f"/workspaces/{WS}/memory?q=ferry+green+tea")
+    expect(page.locator("table.hits")).to_contain_text("ferry")
+
+    page.goto(console.url + f"/workspaces/{WS}")
+    page.locator("table.users tr", has_text=BOB).get_by_role("link", name="erase…").click()
+    expect(page.get_by_role("heading", name="Confirm erasure")).to_be_visible()
+    expect(page.locator("dl")).to_contain_text(BOB_SESSION)
+    page.get_by_role("button", name=f"Erase {BOB}").click()
+    expect(page.locator(".done")).to_have_text(f"User {BOB} erased from {WS}.")
+
+    for path in pages:
+        page.goto(console.url + path)
+        expect(page.locator("main")).to_be_visible()
+        text = page.locator("main").inner_text().casefold()
+        for needle in (BOB, "ferry", "green tea", "quokka"):
+            assert needle not in text, (path, needle)
+    # Alice is still everywhere she was.
+    page.goto(console.url + f"/workspaces/{WS}")
+    expect(page.locator("table.users")).to_contain_text("alice")
+    page.goto(console.url + "/sessions")
+    expect(page.locator("table.sessions").first).to_contain_text("web.alice.notes")
+
+
+def test_a_session_page_shows_the_window_the_rolling_summary_and_each_turns_audit_record(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, "/sessions")
+    page.get_by_role("link", name="web.alice.notes").click()
+    expect(page.locator("blockquote.summary")).to_contain_text("Messages 0-3")
+    window = page.locator(".msg.in-window")
+    expect(window).to_have_count(4)
+    expect(window.last).to_contain_text("Noted: thanks, that is all for now")
+    # Each turn: its messages (the look-up's tool call with arguments, the tool's result) and its
+    # audit record.
+    turns = page.locator("article.turn")
+    expect(turns).to_have_count(len(console_seed.ALICE_SAYS))
+    look_up = turns.nth(console_seed.ALICE_SAYS.index("look up: what editor theme did I ask for?"))
+    expect(look_up.locator(".tool-call")).to_have_text(
+        'memory_search{"query": "what editor theme did I ask for?"}'
+    )
+    expect(look_up.locator(".msg.tool")).to_contain_text("tool result: memory_search")
+    audit = look_up.locator("table.audit tbody tr")
+    for shown in (
+        "memory_search",
+        "function/openai/gpt-4.1-mini",
+        " in, ",
+        " ms",
+        "ok",
+        "tool memory_search",
+    ):
+        expect(audit).to_contain_text(shown)
+
+
+def test_a_dead_letter_is_shown_and_redriven_after_confirmation(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, "/dead-letters")
+    row = page.locator("table.dead-letters tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(DEAD_TEXT[:40])
+    row.get_by_role("link").first.click()
+    expect(page.locator("dl")).to_contain_text(DEAD_TEXT)
+    page.get_by_role("link", name="Redrive…").click()
+    expect(page.get_by_role("heading", name="Confirm redrive")).to_be_visible()
+    page.get_by_role("button", name="Redrive").click()
+    expect(page.locator("table.redrive .outcome")).to_have_text("redriven")
+    page.get_by_role("link", name="Back").click()
+    expect(page.locator(".empty")).to_have_text("no dead letters")
+    assert console.backend.dead_letters is not None
+    assert console.backend.dead_letters.list_entries(WS) == []
+
+
+def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_refused_and_changes_nothing(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, f"/workspaces/{WS}/users/{BOB}/erase")
+    page.evaluate("document.querySelector('input[name=csrf]').remove()")
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.get_by_role("button", name=f"Erase {BOB}").click()
+    assert posted.value.status == 403
+    expect(page.locator(".error")).to_contain_text("no valid CSRF token")
+
+    # Straight from another origin's form: a guessed token, and the right confirmation.
+    response = page.request.post(
+        console.url + f"/workspaces/{WS}/users/{BOB}/erase", form={"csrf": "guessed", "confirm": BOB}
+    )
+    assert response.status == 403
+    page.goto(console.url + f"/workspaces/{WS}/sessions")
+    expect(page.locator("table.sessions")).to_contain_text(BOB_SESSION)
+    assert console.backend.sessions.get(WS, BOB_SESSION) is not None
