@@ -23,12 +23,15 @@ from functions.agent import handler as agent
 from functions.consolidate import handler as consolidate
 from shared import cloud
 from shared.adapters.aws import clients
+from shared.adapters.aws.events import EventBridgeBus
 from shared.agent.turn import recall_scope_for
 from shared.consolidation.watermark import extracted_range
+from shared.errors import SigilError
 from shared.local.aws_mode.event_source import sqs_event
 from shared.models import (
     WORKSPACE_WIDE,
     BudgetLimits,
+    DomainEvent,
     InboundMessage,
     ScopeLimits,
     Sender,
@@ -220,3 +223,36 @@ def test_an_over_budget_workspace_extracts_nothing_in_the_cloud_and_says_so(
     assert result["batchItemFailures"] == []
     assert consolidator.calls["extract"] == 0
     assert cloud.consolidator()[0].memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE) == []
+
+
+def test_a_failed_model_call_fails_only_its_record_for_sqs_to_deliver_again(
+    aws: AwsResources, consolidator: FakeConsolidator, fake: FakeOpenAI
+) -> None:
+    # Given a turn's TurnCommitted released by the queue, and a model whose next call fails
+    assert agent.lambda_handler(turns("I prefer green tea in the morning."), context_for("sigil-agent")) == {
+        "batchItemFailures": []
+    }
+    messages = delayed(aws, 1)
+    fake.fail(500)
+    # When the consolidate function gets it
+    result = consolidate.lambda_handler(
+        sqs_event(messages, queue_arn=queue_arn(aws), region=REGION), context_for("sigil-consolidate")
+    )
+    # Then its record is reported failed (SQS delivers it again, then dead-letters it), and
+    # nothing is marked extracted, so the retry, or compaction, still extracts it
+    assert result["batchItemFailures"] == [{"itemIdentifier": messages[0]["MessageId"]}]
+    assert extracted_range(cloud.consolidator()[0], WS, SID) is None
+    # And the retry, with the model back, extracts it
+    again = consolidate.lambda_handler(
+        sqs_event(messages, queue_arn=queue_arn(aws), region=REGION), context_for("sigil-consolidate")
+    )
+    assert again["batchItemFailures"] == [] and [r["status"] for r in again["extractions"]] == ["done"]
+    assert consolidator.calls["extract"] == 1
+
+
+def test_a_delayed_publish_without_a_queue_is_a_clear_error(aws: AwsResources) -> None:
+    bus = EventBridgeBus(aws.event_bus_name, region=REGION)
+    event = DomainEvent(type="TurnCommitted", workspace_id=WS, session_id=SID, detail={"seq": 1})
+    with pytest.raises(SigilError) as raised:
+        bus.publish_after(event, 5.0)
+    assert raised.value.code == "misconfigured" and "SIGIL_EXTRACTION_QUEUE_URL" in raised.value.message
