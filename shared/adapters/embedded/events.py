@@ -5,6 +5,10 @@ while no scheduler runs, by a CLI command say, waits for the gateway). `LocalSch
 stored events to the handlers of their type, oldest first and at least once, and runs periodic
 jobs whose last run is persisted, so a job that fell due while the gateway was down runs once
 when it starts (one catch-up run, not one per missed interval).
+
+publish_after() stores an event with an available-at time (the per-turn extraction's debounce):
+the scheduler delivers it once that time has passed, and meanwhile it holds back no other event
+and does not count as pending work for wait_idle().
 """
 
 from __future__ import annotations
