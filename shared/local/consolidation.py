@@ -30,6 +30,7 @@ from shared.consolidation.runner import (
     run_id_for,
 )
 from shared.consolidation.turn_extraction import extract_turn
+from shared.errors import ModelNotConfigured
 from shared.models import DomainEvent
 
 if TYPE_CHECKING:
@@ -72,7 +73,14 @@ def register_consolidation(
     def on_turn_committed(event: DomainEvent) -> None:
         # Delivered once the workspace's debounce has passed (SqliteEventBus.publish_after).
         with correlation.correlated(event.correlation_id):
-            extract_turn(backend, model, event, run_id=run_id_for(event))
+            try:
+                extract_turn(backend, model, event, run_id=run_id_for(event))
+            except ModelNotConfigured as exc:
+                # Retrying cannot help; compaction extracts these messages once a model is set.
+                log.warning(
+                    "turn extraction skipped: no model",
+                    extra={"workspace_id": event.workspace_id, "reason": exc.message},
+                )
 
     scheduler.on("CompactionDue", on_compaction_due)
     scheduler.on("TurnCommitted", on_turn_committed)

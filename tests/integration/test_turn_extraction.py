@@ -20,8 +20,10 @@ from shared.agent.turn import TurnDeps, recall_scope_for, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
+from shared.consolidation.compaction import ConsolidationModel
 from shared.consolidation.turn_extraction import extract_turn
 from shared.consolidation.watermark import extracted_range
+from shared.errors import ModelNotConfigured
 from shared.local.consolidation import register_consolidation
 from shared.models import (
     WORKSPACE_WIDE,
@@ -315,3 +317,28 @@ def test_an_extraction_never_overlaps_a_compaction_of_the_session(local: Local) 
     result = extract_turn(local.backend, local.consolidator.model, event, run_id="r-busy")
     assert result.status == "busy" and local.consolidator.calls["extract"] == 0
     assert extracted_range(local.backend, WS, SID) is None
+
+
+def test_without_a_model_the_event_is_done_and_says_why(
+    local: Local, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a gateway whose consolidation model is not configured (its scheduler's handlers)
+    scheduler = LocalScheduler(local.bus, max_attempts=3)
+
+    def no_model() -> ConsolidationModel:
+        raise ModelNotConfigured("no model: set SIGIL_MODEL")
+
+    register_consolidation(scheduler, local.backend, no_model)
+    local.say("I prefer green tea in the morning.")
+    local.clock.advance(5.0)
+    # When its TurnCommitted falls due
+    with caplog.at_level(logging.WARNING, logger="sigil.consolidation"):
+        scheduler.run_pending()
+    # Then it is done, not retried nor dead (retrying cannot help), and the log says why
+    assert [
+        (e.event.type, e.status, e.attempts)
+        for e in local.bus.list_events()
+        if e.event.type == "TurnCommitted"
+    ] == [("TurnCommitted", "done", 1)]
+    assert any("no model" in r.getMessage() for r in caplog.records)
+    assert facts(local.backend) == [] and extracted_range(local.backend, WS, SID) is None
