@@ -347,22 +347,12 @@ def _publish(result: TurnExtractionResult) -> None:
         record(TURN_EXTRACTION_OVER_BUDGET)
 
 
-def result_line(result: TurnExtractionResult) -> str:
-    """What a run did, in words (counts only, never memory text)."""
-    budget = f" (budget used up: {result.budget_exhausted})" if result.budget_exhausted else ""
-    return (
-        f"session {result.session_id} turn {result.seq}: {result.status.replace('_', ' ')}{budget}, "
-        f"facts {result.facts_extracted} new / {result.facts_merged} merged / {result.facts_dropped} dropped"
-    )
-
-
 __all__ = [
     "MAX_WINDOW",
     "TURN_WINDOW",
     "TurnExtractionResult",
     "extract_turn",
     "extracted_range",
-    "result_line",
     "turn_committed",
     "watermark_name",
 ]
