@@ -133,6 +133,8 @@ class SigilStack(Stack):
             "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
             "SIGIL_SKILLS_BUCKET": skills.bucket.bucket_name,
+            # Per-turn extraction: each TurnCommitted waits there for its debounce.
+            "SIGIL_EXTRACTION_QUEUE_URL": consolidation.extraction.queue_url,
         }
         consolidate_env = {**backend_env, "SIGIL_PROVIDERS": ",".join(sorted(context.model_providers()))}
         for function, environment in (
@@ -156,6 +158,7 @@ class SigilStack(Stack):
         memory.grant_memory_read_write(turn_runner)
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
+        consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])

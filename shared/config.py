@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     # `sigil dlq` on the aws backend only; no function needs it.
     dead_letter_queue_url: str | None = None
     event_bus_name: str | None = None
+    # The standard queue that holds each TurnCommitted for the workspace's debounce (DelaySeconds)
+    # before the consolidate function extracts the turn's facts. Unset: no per-turn extraction.
+    extraction_queue_url: str | None = None
     opensearch_endpoint: str | None = None
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):

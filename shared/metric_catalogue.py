@@ -143,6 +143,16 @@ CONSOLIDATION_TOKENS_OUT = _count("ConsolidationTokensOut", "consolidate", "mode
 COMPACTION_DURATION = _ms("CompactionDurationMs", "consolidate", "one CompactionDue's compaction")
 CONSOLIDATION_RUN_DURATION = _ms("ConsolidationRunMs", "consolidate", "one hourly run")
 CONSOLIDATION_PARTIAL = _count("ConsolidationPartial", "consolidate", "hourly runs that ran out of time")
+TURN_EXTRACTION_REQUESTS = _count("TurnExtractionRequests", "consolidate", "TurnCommitted events received")
+TURN_EXTRACTIONS = _count("TurnExtractions", "consolidate", "per-turn extractions that ran")
+TURN_EXTRACTION_FACTS = _count("TurnExtractionFacts", "consolidate", "new facts from per-turn extraction")
+TURN_EXTRACTION_SUPERSEDED = _count(
+    "TurnExtractionSuperseded", "consolidate", "TurnCommitted skipped: a later turn's will extract"
+)
+TURN_EXTRACTION_BUSY = _count("TurnExtractionBusy", "consolidate", "per-turn extractions skipped: lease held")
+TURN_EXTRACTION_OVER_BUDGET = _count(
+    "TurnExtractionOverBudget", "consolidate", "per-turn extractions skipped by a used-up budget"
+)
 MAINTENANCE_SCORED = _count("MaintenanceScored", "consolidate", "facts scored")
 MAINTENANCE_PROMOTED = _count("MaintenancePromoted", "consolidate", "facts promoted")
 MAINTENANCE_PRUNED = _count("MaintenancePruned", "consolidate", "facts pruned or capped")

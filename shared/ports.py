@@ -391,6 +391,12 @@ class EventBus(Protocol):
 
     def publish(self, event: DomainEvent) -> None: ...
 
+    def publish_after(self, event: DomainEvent, delay_s: float) -> None:
+        """Deliver `event` no sooner than `delay_s` seconds from now, nobody waiting meanwhile:
+        an SQS delay queue in the cloud, an available-at time on the local bus (the per-turn
+        extraction's debounce, shared.consolidation.turn_extraction)."""
+        ...
+
 
 @runtime_checkable
 class WorkspaceStore(Protocol):

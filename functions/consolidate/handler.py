@@ -1,17 +1,20 @@
 """The consolidate function: the hourly schedule and Sigil's CompactionDue and MaintenanceDue events,
 parsed here, run by shared.consolidation.trigger. Its result and logs hold counts and ids, never text.
-A CompactionDue's run logs under the correlation id of the turn that emitted it (the schedule's, none)."""
+A CompactionDue's run logs under the correlation id of the turn that emitted it (the schedule's, none).
+An SQS batch from the extraction queue holds TurnCommitted events (per-turn extraction): each runs
+under its turn's correlation id, and the answer is the partial batch response."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import SqsModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud, correlation
 from shared.consolidation.deadline import Deadline
-from shared.consolidation.trigger import ConsolidateEvent, consolidate, publish, receive
+from shared.consolidation.trigger import ConsolidateEvent, consolidate, extract_turns, publish, receive
 from shared.observability import logger, metrics, tracer
 
 # Stop this long before Lambda's timeout: time to finish the unit in hand, release leases and log.
@@ -22,6 +25,8 @@ MARGIN_S = 60.0
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if "Records" in event:
+        return _turns(event)
     deadline = Deadline.before_timeout(context, MARGIN_S)
     received = receive(parse(event=event, model=ConsolidateEvent))
     with correlation.correlated(received.correlation_id, logger=logger, tracer=tracer):
@@ -31,3 +36,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         done = consolidate(*cloud.consolidator(), received, deadline=deadline)
         publish(done.metrics())
         return received.model_dump(mode="json") | done.model_dump(mode="json")
+
+
+def _turns(event: dict[str, Any]) -> dict[str, Any]:
+    logger.set_correlation_id(None)  # each record binds its own
+    batch = parse(event=event, model=SqsModel)
+    done = extract_turns(
+        *cloud.consolidator(),
+        batch,
+        bind=lambda cid: correlation.correlated(cid, logger=logger, tracer=tracer),
+    )
+    return done.response() | {"extractions": [r.model_dump(mode="json") for r in done.results]}

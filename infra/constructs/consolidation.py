@@ -1,8 +1,10 @@
-"""Consolidation: the event bus, and the two ways the consolidate function is started.
+"""Consolidation: the event bus, and the three ways the consolidate function is started.
 
 CompactionDue (published by the agent when a session's Tier 1 grew by 50 messages) starts it for
 one session; the hourly schedule starts it for decay, promotion, pruning, deduplication, caps,
-embedding backfill and any work a missed event left behind.
+embedding backfill and any work a missed event left behind; and the extraction queue, an SQS
+standard queue the agent sends each TurnCommitted to with the workspace's debounce as its
+DelaySeconds, starts it for per-turn fact extraction once the delay has passed (no Lambda waits).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constructs.function import SigilFunction
@@ -20,6 +24,11 @@ from infra.constructs.function import SigilFunction
 # the detail-type; MaintenanceDue lets an operator ask for a workspace's maintenance by hand.
 EVENT_SOURCE = "sigil"
 DETAIL_TYPES = ["CompactionDue", "MaintenanceDue"]
+TIMEOUT = Duration.minutes(15)
+# A TurnCommitted whose extraction failed this often (the model down) goes to the dead-letter
+# queue; compaction extracts its messages when they roll out all the same.
+EXTRACTION_RECEIVE_COUNT = 3
+EXTRACTION_BATCH_SIZE = 10
 
 
 class Consolidation(Construct):
@@ -40,7 +49,7 @@ class Consolidation(Construct):
             "Handler",
             source="consolidate",
             description="Sigil consolidate: summaries, triples, decay and housekeeping of memory",
-            timeout=Duration.minutes(15),
+            timeout=TIMEOUT,
             memory_size=1024,
             layer=layer,
             log_group=log_group,
@@ -66,4 +75,37 @@ class Consolidation(Construct):
             description="Hourly memory maintenance",
             schedule=events.Schedule.rate(Duration.hours(1)),
             targets=[target],
+        )
+        self.extraction_dead_letters = sqs.Queue(
+            self,
+            "ExtractionDeadLetters",
+            queue_name=f"{name_prefix}-extraction-dlq",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        self.extraction = sqs.Queue(
+            self,
+            "Extraction",
+            queue_name=f"{name_prefix}-extraction",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # At least six times the consumer's timeout (AWS's rule for a Lambda event source).
+            visibility_timeout=Duration.seconds(6 * TIMEOUT.to_seconds()),
+            # A turn's facts are worth extracting within the hour; compaction does the rest.
+            retention_period=Duration.hours(1),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.extraction_dead_letters, max_receive_count=EXTRACTION_RECEIVE_COUNT
+            ),
+        )
+        # Adds sqs:ReceiveMessage/DeleteMessage/ChangeMessageVisibility on this queue to the role.
+        self.function.add_event_source(
+            sources.SqsEventSource(
+                self.extraction,
+                batch_size=EXTRACTION_BATCH_SIZE,
+                # The handler fails only the records whose extraction raised.
+                report_batch_item_failures=True,
+                # Two at once at most: one cheap call per quiet session, within the function's cap.
+                max_concurrency=2,
+            )
         )

@@ -234,6 +234,20 @@ class Dashboard(Construct):
         )
         add(
             _graph(
+                "Per-turn extraction (per hour)",
+                _sums(
+                    c.TURN_EXTRACTION_REQUESTS,
+                    c.TURN_EXTRACTIONS,
+                    c.TURN_EXTRACTION_FACTS,
+                    c.TURN_EXTRACTION_SUPERSEDED,
+                    c.TURN_EXTRACTION_BUSY,
+                    c.TURN_EXTRACTION_OVER_BUDGET,
+                    period=HOUR,
+                ),
+            ),
+        )
+        add(
+            _graph(
                 "Maintenance: merged, pruned, promoted (per hour)",
                 _sums(
                     c.MAINTENANCE_SCORED,

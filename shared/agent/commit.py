@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared import correlation
 from shared.agent.preflight import load_session
 from shared.agent.window import announce_compaction, index_rolled, origin_of, split_window, tier1_records
 from shared.backend import Backend
 from shared.budgets import TurnBudget
+from shared.consolidation.turn_extraction import turn_committed
 from shared.errors import ConcurrencyConflict
 from shared.models import AuditRecord, InboundMessage, Message, Session, WorkspaceConfig
 
@@ -95,10 +97,30 @@ def commit(
         if budget is not None:
             budget.recorded()
         announce_compaction(backend.events, workspace, session, saved, log=log)
+        if new:
+            announce_turn(backend, workspace, inbound, saved)
         return saved
     raise ConcurrencyConflict(
         f"session {inbound.session_id} kept changing under the commit; gave up after {COMMIT_ATTEMPTS} tries"
     )
+
+
+def announce_turn(
+    backend: Backend, workspace: WorkspaceConfig, inbound: InboundMessage, saved: Session
+) -> None:
+    """Publish the turn's TurnCommitted, delivered after the workspace's debounce, for its facts to
+    be extracted (shared.consolidation.turn_extraction). Like CompactionDue, a failure is logged:
+    the session is saved, and compaction extracts the messages when they roll out."""
+    if not workspace.turn_extraction:
+        return
+    origin = origin_of(inbound)
+    event = turn_committed(
+        saved, conversation=origin.conversation, group=origin.group, correlation_id=correlation.current()
+    )
+    try:
+        backend.events.publish_after(event, workspace.extraction_debounce_s)
+    except Exception:
+        log.exception("TurnCommitted not published", extra={"session_id": saved.id})
 
 
 def recent_events(

@@ -58,6 +58,7 @@ from shared.consolidation.extraction import (
     parse_extraction,
 )
 from shared.consolidation.personality import record_styles
+from shared.consolidation.watermark import not_extracted
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.memory.scope import legacy_scope, owner_scope
 from shared.memory.writer import summary_doc
@@ -408,6 +409,13 @@ class _Compaction:
         *,
         workspace: WorkspaceConfig,
     ) -> None:
+        # Spec 003's flush guard: the messages the per-turn extraction already did are not asked
+        # about again (shared.consolidation.turn_extraction); the batch's marker stays its first.
+        marker = records[0].id
+        pending = not_extracted(self.backend, self.workspace_id, self.session_id)
+        records = [r for r in records if pending(r)]
+        if not records:
+            return
         answer, usage = self.model.complete(EXTRACTION_SYSTEM, extraction_input(records))
         self._count(usage)
         writer = FactWriter(
@@ -419,7 +427,7 @@ class _Compaction:
             user_id=user_id,
             scope=scope,
             run_id=self.run_id,
-            marker=records[0].id,
+            marker=marker,
             provenance=list(dict.fromkeys([records[0].id, records[-1].id])),
             now=now,
             pii=pii,

@@ -9,6 +9,11 @@ The function is started by EventBridge (infra/constructs/consolidation.py routes
 - the hourly schedule: catch-up and maintenance of every workspace (runner.run_hourly), resuming
   where the previous run stopped.
 
+And by its SQS event source, from the extraction queue:
+
+- TurnCommitted (the agent sends one per committed turn, delayed by the workspace's debounce):
+  extract that turn's facts (shared.consolidation.turn_extraction), `extract_turns` for a batch.
+
 A retried event carries the same event id, from which the run id is derived, so a retry writes
 what an uninterrupted run would have. A CompactionDue that fails (the model is down) is raised,
 for EventBridge to retry; the hourly run catches up whatever is left.
@@ -16,14 +21,17 @@ for EventBridge to retry; the hourly run catches up whatever is left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal, Self
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, SqsModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shared import serde
 from shared.backend import Backend
 from shared.consolidation.compaction import CompactionResult
 from shared.consolidation.deadline import Deadline
@@ -36,13 +44,19 @@ from shared.consolidation.runner import (
     run_compaction_due,
     run_hourly,
 )
+from shared.consolidation.turn_extraction import TurnExtractionResult, extract_turn
+from shared.errors import ModelNotConfigured
 from shared.metric_catalogue import (
     COMPACTION_REQUESTS,
     MAINTENANCE_REQUESTS,
     SCHEDULE_TICKS,
+    TURN_EXTRACTION_REQUESTS,
+    record,
 )
 from shared.models import EVENT_SOURCE, DomainEvent
 from shared.observability import metrics
+
+log = logging.getLogger("sigil.consolidation")
 
 Trigger = Literal["schedule", "CompactionDue", "MaintenanceDue"]
 TRIGGER_METRICS: Final[Mapping[Trigger, str]] = MappingProxyType(
@@ -153,3 +167,56 @@ class ConsolidateEvent(EventBridgeModel):
 
 def receive(event: ConsolidateEvent) -> Received:
     return Received.of(event.id, event.detail if isinstance(event.detail, DomainEvent) else None)
+
+
+# ---------------------------------------------------------------- TurnCommitted, from SQS
+
+
+class TurnExtractions(BaseModel):
+    """What one SQS batch of TurnCommitted came to: each record's run, and those to retry."""
+
+    results: list[TurnExtractionResult] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)  # message ids, retried by SQS
+    dropped: int = 0  # not a TurnCommitted, or no model configured: retrying cannot help
+
+    def response(self) -> dict[str, list[dict[str, str]]]:
+        """Lambda's partial batch response: only the failed records come back."""
+        return {"batchItemFailures": [{"itemIdentifier": m} for m in self.failed]}
+
+
+Bind = Callable[[str | None], contextlib.AbstractContextManager[Any]]
+
+
+def extract_turns(
+    backend: Backend, model: ModelFactory, event: SqsModel, *, bind: Bind = lambda _: contextlib.nullcontext()
+) -> TurnExtractions:
+    """Each record's TurnCommitted extracted, under the correlation id of the turn (`bind`); a
+    record whose run raises (the model is down) is failed for SQS to deliver again, and to the
+    queue's dead-letter queue at last (compaction extracts those messages when they roll out)."""
+    done = TurnExtractions()
+    for item in event.Records:
+        try:
+            domain: DomainEvent = serde.loads(DomainEvent, str(item.body))
+        except ValidationError:
+            log.error("extraction queue: undecodable message dropped", extra={"message_id": item.messageId})
+            done.dropped += 1
+            continue
+        if domain.type != "TurnCommitted":
+            log.error("extraction queue: unexpected event dropped", extra={"type": domain.type})
+            done.dropped += 1
+            continue
+        record(TURN_EXTRACTION_REQUESTS)
+        with bind(domain.correlation_id):
+            try:
+                # The message id is the same on every delivery: a retry writes what the first would have.
+                done.results.append(extract_turn(backend, model, domain, run_id=f"run-{item.messageId}"))
+            except ModelNotConfigured as exc:
+                log.warning("turn extraction skipped: no model", extra={"reason": exc.message})
+                done.dropped += 1
+            except Exception:
+                log.exception(
+                    "turn extraction failed",
+                    extra={"workspace_id": domain.workspace_id, "session_id": domain.session_id},
+                )
+                done.failed.append(item.messageId)
+    return done

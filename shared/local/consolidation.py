@@ -3,6 +3,8 @@ cloud, with the same code (shared.consolidation.runner).
 
 - CompactionDue (published by the turn into the SQLite bus) → compact that session;
 - MaintenanceDue → one workspace's catch-up and maintenance;
+- TurnCommitted (published by the turn with the workspace's debounce as its delay) → extract the
+  turn's facts (shared.consolidation.turn_extraction);
 - every hour → catch-up and maintenance of every workspace. The scheduler persists the job's
   last run, so an hour missed while the gateway was down is caught up once at the next start.
 
@@ -27,6 +29,8 @@ from shared.consolidation.runner import (
     run_hourly,
     run_id_for,
 )
+from shared.consolidation.turn_extraction import extract_turn
+from shared.errors import ModelNotConfigured
 from shared.models import DomainEvent
 
 if TYPE_CHECKING:
@@ -66,6 +70,19 @@ def register_consolidation(
     def hourly() -> None:
         run_hourly(backend, model, run_id=new_id("hourly-"), deadline=Deadline.after(HOURLY_RUN_S))
 
+    def on_turn_committed(event: DomainEvent) -> None:
+        # Delivered once the workspace's debounce has passed (SqliteEventBus.publish_after).
+        with correlation.correlated(event.correlation_id):
+            try:
+                extract_turn(backend, model, event, run_id=run_id_for(event))
+            except ModelNotConfigured as exc:
+                # Retrying cannot help; compaction extracts these messages once a model is set.
+                log.warning(
+                    "turn extraction skipped: no model",
+                    extra={"workspace_id": event.workspace_id, "reason": exc.message},
+                )
+
     scheduler.on("CompactionDue", on_compaction_due)
+    scheduler.on("TurnCommitted", on_turn_committed)
     scheduler.on("MaintenanceDue", on_maintenance_due)
     scheduler.every(HOURLY_JOB, interval_s, hourly)

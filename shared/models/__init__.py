@@ -318,6 +318,11 @@ class WorkspaceConfig(Model):
     # The models a session may switch to with `/model <ref>` (a chat command); empty: the
     # command is refused and the workspace's model is the only one.
     model_choices: list[str] = Field(default_factory=list)
+    # Per-turn fact extraction (spec 003, docs/consolidation.md): after this many seconds without
+    # another turn in a session, its last messages are extracted into Tier-3 facts; off, facts
+    # come from compaction alone (every summary_batch messages rolled out).
+    turn_extraction: bool = True
+    extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
@@ -596,7 +601,7 @@ class LaneItem(Model):
 class DomainEvent(Model):
     """An event on the bus (EventBridge in the cloud, the local scheduler embedded)."""
 
-    type: Literal["CompactionDue", "MaintenanceDue"]
+    type: Literal["CompactionDue", "MaintenanceDue", "TurnCommitted"]
     workspace_id: WorkspaceId
     session_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)

@@ -206,3 +206,41 @@ def test_a_failing_job_does_not_stop_the_others(bus: SqliteEventBus) -> None:
     assert scheduler.run_pending() == 3
     assert ran == ["event", "healthy"]
     assert scheduler.last_run("broken") is not None
+
+
+def test_a_delayed_event_waits_for_its_time_without_holding_back_the_others(
+    bus: SqliteEventBus, clock: FakeClock
+) -> None:
+    seen: list[int] = []
+    scheduler = LocalScheduler(bus, retry_backoff_s=0.01)
+    scheduler.on("TurnCommitted", lambda e: seen.append(e.detail["n"]))
+    scheduler.on("CompactionDue", lambda e: seen.append(e.detail["n"]))
+    # Given a delayed event, then an immediate one published after it
+    bus.publish_after(_event(1, "TurnCommitted"), 5.0)
+    bus.publish(_event(2))
+    # Then the immediate one is delivered at once; the delayed one is not due, and not pending work
+    assert scheduler.run_pending() == 1 and seen == [2]
+    assert bus.due_count() == 0 and bus.pending_count() == 1
+    assert bus.next_available_at() == clock.now + 5.0
+    assert scheduler.wait_idle(0.1)
+    # When its time comes, it is delivered, once
+    clock.now += 4.9
+    assert scheduler.run_pending() == 0
+    clock.now += 0.1
+    assert scheduler.run_pending() == 1 and seen == [2, 1]
+    assert scheduler.run_pending() == 0 and bus.pending_count() == 0
+
+
+def test_the_scheduler_thread_wakes_for_a_delayed_event(bus: SqliteEventBus, clock: FakeClock) -> None:
+    delivered = threading.Event()
+    scheduler = LocalScheduler(bus, poll_interval_s=0.05)
+    scheduler.on("TurnCommitted", lambda e: delivered.set())
+    scheduler.start()
+    try:
+        bus.publish_after(_event(1, "TurnCommitted"), 30.0)
+        clock.now += 30.0  # not a second waited: the thread's next poll finds it due
+        assert delivered.wait(5.0)
+        assert scheduler.wait_idle(5.0)  # the pass that delivered it has marked it done
+        assert [e.event.type for e in bus.list_events(status="done")] == ["TurnCommitted"]
+    finally:
+        scheduler.stop()

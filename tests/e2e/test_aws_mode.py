@@ -190,6 +190,29 @@ def test_consolidate_runs_on_the_schedule_and_on_compaction_due(
         gw.stop()
 
 
+def test_a_turn_is_extracted_by_consolidate_after_the_extraction_queue_s_delay(
+    gateway: DevGateway, fake_openai: FakeOpenAI
+) -> None:
+    # Given a turn through the webhook and the agent
+    gateway.post("I prefer green tea in the morning.", event_id="evt-tea")
+    assert len(gateway.wait_replies(1)) == 1
+
+    # Then its TurnCommitted waits in the extraction queue for the debounce, and the consolidate
+    # function's event source runs the extraction once SQS releases it (the fake model's echo is
+    # no JSON, so no fact: the run is what this shows; the facts are tests/integration's)
+    def extracted() -> bool:
+        return any(
+            "turn extraction" in line
+            and "status=done" in line
+            and "function_name=sigil-local-consolidate" in line
+            for line in gateway.log_text().splitlines()
+        )
+
+    wait_until(extracted, timeout=REPLY_TIMEOUT_S + 10)
+    prompts = [r["messages"][0]["content"] for r in fake_openai.requests]
+    assert len(prompts) == 2 and prompts[1].startswith("You extract durable memories")
+
+
 # ---------------------------------------------------------------- the mode's processes end with it
 
 

@@ -183,6 +183,17 @@ def test_the_consolidator_rewrites_memory_and_session_summaries(dev: Synth) -> N
     assert _actions_on(dev, stack.consolidation, stack.lanes.turns) == set()
 
 
+def test_only_the_agent_sends_to_the_extraction_queue_and_only_the_consolidator_receives(dev: Synth) -> None:
+    stack = dev.stack
+    queue = stack.consolidation.extraction
+    sent = _actions_on(dev, stack.agent, queue)
+    assert "sqs:SendMessage" in sent and "sqs:ReceiveMessage" not in sent and "sqs:DeleteMessage" not in sent
+    received = _actions_on(dev, stack.consolidation, queue)
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= received
+    assert "sqs:SendMessage" not in received
+    assert _actions_on(dev, stack.ingress, queue) == set()
+
+
 def _statements_on(synth: Synth, role_owner: Any, resource: Any) -> list[dict[str, Any]]:
     target = logical_id(resource)
     return [

@@ -141,6 +141,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_LANE_MAX_ATTEMPTS": "5",
         "SIGIL_PROVIDERS": "",
         "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
+        "SIGIL_EXTRACTION_QUEUE_URL": {"Ref": logical_id(stack.consolidation.extraction)},
         **ws_endpoint,
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
@@ -149,7 +150,8 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
 def test_the_agent_reads_the_lanes_in_batches_of_ten_reporting_item_failures(each_stage: Synth) -> None:
     stack = each_stage.stack
 
-    each_stage.template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
+    # The agent's, and the consolidator's extraction queue (test_the_extraction_queue_...)
+    each_stage.template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)
     each_stage.template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {
@@ -159,6 +161,49 @@ def test_the_agent_reads_the_lanes_in_batches_of_ten_reporting_item_failures(eac
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
         },
     )
+
+
+def test_the_extraction_queue_delays_turns_for_the_consolidator_encrypted_with_a_dead_letter_queue(
+    each_stage: Synth,
+) -> None:
+    stack = each_stage.stack
+    consolidation = stack.consolidation
+    queue = each_stage.raw["Resources"][logical_id(consolidation.extraction)]["Properties"]
+    dlq = each_stage.raw["Resources"][logical_id(consolidation.extraction_dead_letters)]["Properties"]
+    consolidate = each_stage.raw["Resources"][logical_id(consolidation.function)]["Properties"]
+    # A standard queue (DelaySeconds per message is refused by FIFO queues), encrypted, whose
+    # failed messages go to their own encrypted dead-letter queue
+    assert "FifoQueue" not in queue and queue["SqsManagedSseEnabled"] is True
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [logical_id(consolidation.extraction_dead_letters), "Arn"]},
+        "maxReceiveCount": 3,
+    }
+    assert dlq["SqsManagedSseEnabled"] is True
+    assert queue["VisibilityTimeout"] >= 6 * consolidate["Timeout"]
+    # Received by the consolidate function, reporting the failed records only
+    each_stage.template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": {"Fn::GetAtt": [logical_id(consolidation.extraction), "Arn"]},
+            "FunctionName": {"Ref": logical_id(consolidation.function)},
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        },
+    )
+    # Both refuse plain HTTP
+    for q in (consolidation.extraction, consolidation.extraction_dead_letters):
+        each_stage.template.has_resource_properties(
+            "AWS::SQS::QueuePolicy",
+            {
+                "Queues": [{"Ref": logical_id(q)}],
+                "PolicyDocument": {
+                    "Statement": [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                },
+            },
+        )
 
 
 def test_function_bundles_hold_the_handler_folder_and_the_shared_package(dev: Synth) -> None:

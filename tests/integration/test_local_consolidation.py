@@ -81,6 +81,9 @@ def test_real_turns_announce_compaction_and_the_local_scheduler_does_it(
     # Given the gateway's scheduler with consolidation registered, and a function-backed model
     bus = backend.events
     assert isinstance(bus, SqliteEventBus)
+    # The bus's clock stands still: each turn's TurnCommitted waits for its debounce (per-turn
+    # extraction, tests/integration/test_turn_extraction.py), however long 60 turns take here.
+    bus.clock = lambda: 1_800_000_000.0
     scheduler = LocalScheduler(bus, max_attempts=1)
     consolidator = FakeConsolidator()
     register_consolidation(scheduler, backend, lambda: consolidator.model)

@@ -1,7 +1,8 @@
 """Every sample in events/ through its real handler on in-process moto (events/README.md).
 
 Each file is handed to the handler its shape names: an HTTP API event to the webhook, an SQS
-batch to the agent, an EventBridge event to the consolidate function; a new sample is picked up
+batch to the agent (the extraction queue's to the consolidate function), an EventBridge event to
+the consolidate function; a new sample is picked up
 here by its shape, and one of no known shape fails. The webhook samples are checked twice: as
 committed, under a clock pinned at their signing time, and signed again now by `sigil events
 sign` under the real clock, which is how a user feeds them to `sam local invoke`. The secrets
@@ -124,6 +125,13 @@ def test_each_sample_is_accepted_by_its_handler(name: str, aws: Settings) -> Non
         answered = through_webhook(aws, sign_event(event, now=time.time()), time.time)
         assert answered[0] == status and expected in answered[1], answered
         assert queued(aws) == QUEUES.get(route, 0)
+    elif "Records" in event and event["Records"][0]["eventSourceARN"].endswith("-extraction"):
+        # The extraction queue's TurnCommitted (per-turn extraction): a session the sample never
+        # had is nothing to extract, and nothing fails
+        cloud.reset(config=aws)
+        result = consolidate.lambda_handler(event, context_for("sigil-consolidate"))
+        assert result["batchItemFailures"] == [], result
+        assert [r["status"] for r in result["extractions"]] == ["nothing"], result
     elif "Records" in event:
         cloud.reset(config=aws)
         assert agent.lambda_handler(event, context_for("sigil-agent")) == {"batchItemFailures": []}

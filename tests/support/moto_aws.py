@@ -41,6 +41,8 @@ class AwsResources:
     event_bus_name: str
     secrets_prefix: str
     skills_bucket: str = ""
+    # The per-turn extraction's delay queue (infra/constructs/consolidation.py).
+    extraction_queue_url: str = ""
 
     def settings(self, **overrides: Any) -> Settings:
         values: dict[str, Any] = {
@@ -53,6 +55,7 @@ class AwsResources:
             "opensearch_endpoint": "https://search.invalid",
             "secrets_prefix": self.secrets_prefix,
             "skills_bucket": self.skills_bucket or None,
+            "extraction_queue_url": self.extraction_queue_url or None,
             "AWS_REGION": REGION,
         }
         values.update(overrides)
@@ -166,6 +169,7 @@ def provision(name: str) -> AwsResources:
         QueueName=f"{name}-turns.fifo",
         Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
     )["QueueUrl"]
+    extraction_queue_url = clients.sqs(REGION).create_queue(QueueName=f"{name}-extraction")["QueueUrl"]
     events = clients.events(REGION)
     # Asked by name: ListEventBuses pages its answer, and a test session makes hundreds of buses.
     if not events.list_event_buses(NamePrefix=res.event_bus_name)["EventBuses"]:
@@ -180,6 +184,7 @@ def provision(name: str) -> AwsResources:
         event_bus_name=res.event_bus_name,
         secrets_prefix=res.secrets_prefix,
         skills_bucket=skills_bucket,
+        extraction_queue_url=extraction_queue_url,
     )
 
 

@@ -80,7 +80,9 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         index=OpenSearchIndex.from_settings(settings),
         lanes=SqsLanes(settings.queue_url, region=region),
         outbox=DynamoOutbox(settings.sessions_table, region=region),
-        events=EventBridgeBus(settings.event_bus_name, region=region),
+        events=EventBridgeBus(
+            settings.event_bus_name, region=region, delay_queue_url=settings.extraction_queue_url
+        ),
         workspaces=DynamoWorkspaceStore(settings.memory_table, region=region),
         audit=DynamoAuditLog(settings.memory_table, region=region),
         secrets=secrets,

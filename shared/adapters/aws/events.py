@@ -1,7 +1,13 @@
-"""EventBus on EventBridge: one PutEvents entry per domain event, source `sigil`."""
+"""EventBus on EventBridge: one PutEvents entry per domain event, source `sigil`.
+
+A delayed event (`publish_after`: the per-turn extraction's TurnCommitted) goes to an SQS
+standard queue instead, with DelaySeconds, since EventBridge cannot hold an event: the queue
+keeps it, nobody waits, and the consolidate function's SQS event source receives it once the
+delay has passed (infra/constructs/consolidation.py)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Final
 
 from shared import serde
@@ -11,8 +17,11 @@ from shared.models import EVENT_SOURCE, DomainEvent
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
+    from mypy_boto3_sqs.client import SQSClient
 
 SOURCE: Final = EVENT_SOURCE
+# SQS's longest DelaySeconds.
+MAX_DELAY_S: Final = 900
 
 
 class EventPublishError(SigilError):
@@ -24,10 +33,34 @@ class EventPublishError(SigilError):
 
 class EventBridgeBus:
     def __init__(
-        self, event_bus_name: str, *, client: EventBridgeClient | None = None, region: str | None = None
+        self,
+        event_bus_name: str,
+        *,
+        client: EventBridgeClient | None = None,
+        region: str | None = None,
+        delay_queue_url: str | None = None,
+        sqs: SQSClient | None = None,
     ) -> None:
         self.event_bus_name = event_bus_name
         self.client = client if client is not None else clients.events(region)
+        self.delay_queue_url = delay_queue_url
+        self._sqs = sqs
+        self._region = region
+
+    def publish_after(self, event: DomainEvent, delay_s: float) -> None:
+        if not self.delay_queue_url:
+            raise SigilError(
+                f"no delay queue for {event.type} (SIGIL_EXTRACTION_QUEUE_URL is not set)",
+                code="misconfigured",
+            )
+        if self._sqs is None:
+            self._sqs = clients.sqs(self._region)
+        self._sqs.send_message(
+            QueueUrl=self.delay_queue_url,
+            MessageBody=serde.dumps(event),
+            # Whole seconds, rounded up: never delivered before the debounce has passed.
+            DelaySeconds=min(MAX_DELAY_S, max(0, math.ceil(delay_s))),
+        )
 
     def publish(self, event: DomainEvent) -> None:
         result = self.client.put_events(

@@ -5,6 +5,10 @@ while no scheduler runs, by a CLI command say, waits for the gateway). `LocalSch
 stored events to the handlers of their type, oldest first and at least once, and runs periodic
 jobs whose last run is persisted, so a job that fell due while the gateway was down runs once
 when it starts (one catch-up run, not one per missed interval).
+
+publish_after() stores an event with an available-at time (the per-turn extraction's debounce):
+the scheduler delivers it once that time has passed, and meanwhile it holds back no other event
+and does not count as pending work for wait_idle().
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ _MIGRATIONS = [
         last_run_at REAL NOT NULL
     ) WITHOUT ROWID;
     """,
+    # A delayed event (publish_after) is held until its available_at; unlike a retry's not_before
+    # it holds nothing behind it: a debounce must not delay other sessions' events.
+    """
+    ALTER TABLE events ADD COLUMN available_at REAL NOT NULL DEFAULT 0;
+    """,
 ]
 
 _MAX_ERROR_CHARS = 2000
@@ -88,6 +97,16 @@ class SqliteEventBus:
             self._generation += 1
             self.condition.notify_all()
 
+    def publish_after(self, event: DomainEvent, delay_s: float) -> None:
+        now = self.clock()
+        self._db.execute(
+            "INSERT INTO events (type, workspace_id, doc, published_at, available_at) VALUES (?, ?, ?, ?, ?)",
+            (event.type, event.workspace_id, serde.dumps(event), now, now + max(0.0, delay_s)),
+        )
+        with self.condition:
+            self._generation += 1
+            self.condition.notify_all()
+
     def list_events(self, *, status: str | None = None, limit: int = 100) -> list[StoredEvent]:
         """Oldest first; `status` is pending, done or dead."""
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
@@ -109,6 +128,21 @@ class SqliteEventBus:
     def pending_count(self) -> int:
         row = self._db.query_one("SELECT COUNT(*) FROM events WHERE status = 'pending'")
         return int(row[0]) if row else 0
+
+    def due_count(self) -> int:
+        """Pending events that may be delivered now (a delayed one counts once it falls due)."""
+        row = self._db.query_one(
+            "SELECT COUNT(*) FROM events WHERE status = 'pending' AND available_at <= ?", (self.clock(),)
+        )
+        return int(row[0]) if row else 0
+
+    def next_available_at(self) -> float | None:
+        """When the earliest delayed event falls due (epoch seconds); None when none waits."""
+        row = self._db.query_one(
+            "SELECT MIN(available_at) FROM events WHERE status = 'pending' AND available_at > ?",
+            (self.clock(),),
+        )
+        return float(row[0]) if row and row[0] is not None else None
 
 
 @dataclass
@@ -181,12 +215,13 @@ class LocalScheduler:
             self._thread = None
 
     def wait_idle(self, timeout: float) -> bool:
-        """True once no event is pending; False after `timeout` (for tests)."""
+        """True once no event is due (a delayed one not yet due does not count); False after
+        `timeout` (for tests)."""
         deadline = time.monotonic() + timeout
         while True:
             with self.bus.condition:
                 generation = self.bus.generation
-            if self.bus.pending_count() == 0 and not self._pass_lock.locked():
+            if self.bus.due_count() == 0 and not self._pass_lock.locked():
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -237,10 +272,11 @@ class LocalScheduler:
         while not self._stopping:
             rows = self.bus.db.query(
                 "SELECT seq, doc, attempts, not_before FROM events WHERE status = 'pending' "
-                "ORDER BY seq LIMIT 50"
+                "AND available_at <= ? ORDER BY seq LIMIT 50",
+                (self.bus.clock(),),
             )
             if not rows:
-                return delivered, self.poll_interval_s
+                return delivered, self._until_delayed()
             for seq, doc, attempts, not_before in rows:
                 now = self.bus.clock()
                 if float(not_before) > now:
@@ -252,6 +288,15 @@ class LocalScheduler:
                 if self._stopping:
                     break
         return delivered, self.poll_interval_s
+
+    def _until_delayed(self) -> float:
+        """How long until the next delayed event falls due (the poll interval at most)."""
+        due = self.bus.next_available_at()
+        return (
+            self.poll_interval_s
+            if due is None
+            else min(self.poll_interval_s, max(0.0, due - self.bus.clock()))
+        )
 
     def _deliver_one(self, seq: int, doc: str, attempts: int) -> bool:
         """Hand one event to its handlers; False when it is to be retried later."""

@@ -181,9 +181,20 @@ class AwsModeGateway:
             invoke=pools["consolidate"].invoke,
             interval_s=self.options.schedule_interval_s,
         )
+        # The consolidate function's SQS event source on the extraction queue (per-turn
+        # extraction): the same receive, invoke, delete-what-succeeded as the agent's; SQS itself
+        # holds each message for its DelaySeconds.
+        extraction = FifoPoller(
+            sqs,
+            queue_url=resources.extraction_queue_url,
+            queue_arn=resources.extraction_queue_arn,
+            region=self.region,
+            invoke=pools["consolidate"].invoke,
+        )
         self._pollers = [
             PollerThread("sqs-esm:agent", lambda: turns.poll_once() > 0, self.options.idle_poll_s),
             PollerThread("events:consolidate", feed.poll_once, self.options.idle_poll_s),
+            PollerThread("sqs-esm:extraction", lambda: extraction.poll_once() > 0, self.options.idle_poll_s),
         ]
         for poller in self._pollers:
             poller.start()

@@ -20,6 +20,10 @@ TURNS_DLQ: Final = "turns-dlq.fifo"
 EVENTS_QUEUE: Final = "consolidation-events"
 EVENTS_DLQ: Final = "consolidation-events-dlq"
 COMPACTION_RULE: Final = "compaction-due"
+# Per-turn extraction's delay queue and its dead-letter queue (infra/constructs/consolidation.py).
+EXTRACTION_QUEUE: Final = "extraction"
+EXTRACTION_DLQ: Final = "extraction-dlq"
+EXTRACTION_RECEIVES: Final = 3
 DEFAULT_REGION: Final = "us-east-1"
 # The consolidation rule's Lambda target retries twice (infra/constructs/consolidation.py): three
 # deliveries in all before the event is dropped, here kept in a dead-letter queue instead.
@@ -61,6 +65,9 @@ class LocalResources:
     opensearch_endpoint: str
     secrets_prefix: str
     skills_bucket: str = ""  # as the stack's SkillsBucket (docs/skills.md)
+    # The extraction queue (per-turn extraction's TurnCommitted, delayed), as the stack's.
+    extraction_queue_url: str = ""
+    extraction_queue_arn: str = ""
 
 
 def provision(
@@ -118,6 +125,16 @@ def provision(
             ),
         },
     )
+    _, extraction_dlq_arn = queue(EXTRACTION_DLQ, {})
+    extraction_queue_url, extraction_queue_arn = queue(
+        EXTRACTION_QUEUE,
+        {
+            "VisibilityTimeout": str(visibility_timeout_s),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": extraction_dlq_arn, "maxReceiveCount": EXTRACTION_RECEIVES}
+            ),
+        },
+    )
     events = aws_client("events", endpoint, region)
     bus = f"{NAME_PREFIX}-events"
     events.create_event_bus(Name=bus)
@@ -143,6 +160,8 @@ def provision(
         opensearch_endpoint=opensearch_endpoint,
         secrets_prefix=secrets_prefix,
         skills_bucket=skills_bucket,
+        extraction_queue_url=extraction_queue_url,
+        extraction_queue_arn=extraction_queue_arn,
     )
 
 
@@ -178,6 +197,8 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
         }
     if function == "agent" and resources.skills_bucket:
         env["SIGIL_SKILLS_BUCKET"] = resources.skills_bucket
+    if function == "agent" and resources.extraction_queue_url:
+        env["SIGIL_EXTRACTION_QUEUE_URL"] = resources.extraction_queue_url
     return env
 
 
