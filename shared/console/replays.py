@@ -130,6 +130,10 @@ def _bad(ctx: Ctx, why: str, status: int = 400) -> Html:
     return ctx.page("Replay refused", f'<p class="error">{esc(why)}</p>', active="replay", status=status)
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'change'}: {e['msg']}" for e in exc.errors())
+
+
 def run(ctx: Ctx, reports: Reports, fields: Mapping[str, str]) -> Html:
     """Replay what the form asks and show the report; bad input is an error page with its status."""
     workspace_id, session_id = fields.get("workspace", ""), fields.get("session", "")
@@ -150,19 +154,18 @@ def run(ctx: Ctx, reports: Reports, fields: Mapping[str, str]) -> Html:
             memory=MemoryConfig.model_validate({"recall": recall}) if recall else None,
         )
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'memory_recall'}: {e['msg']}" for e in exc.errors()
-        )
-        return _bad(ctx, f"bad change: {problems}")
+        return _bad(ctx, f"bad change: {_problems(exc)}")
     try:
         report = replay(ctx.backend, ctx.settings, workspace_id, change, sessions=[session_id], runs=runs)
+    except ValidationError as exc:
+        # The workspace's config with the change applied, validated again as a whole.
+        return _bad(ctx, f"bad change for workspace {workspace_id!r}: {_problems(exc)}")
     except ModelNotConfigured as exc:
         # In the console the model is the operator's input (the form's, or the workspace's):
-        # theirs to fix, not the console being unavailable.
+        # theirs to fix, not the console being unavailable (the error's own 503).
         return _bad(ctx, f"replay refused: {exc.message}")
     except SigilError as exc:
-        status = exc.http_status if 400 <= exc.http_status < 500 else 400
-        return _bad(ctx, f"replay refused: {exc.message}", status)
+        return _bad(ctx, f"replay refused: {exc.message}", exc.http_status)
     return show(ctx, reports.add(report), report)
 
 
