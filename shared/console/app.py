@@ -5,14 +5,16 @@ time, and the `confirm` field its confirmation page filled in with what it acts 
 either it is refused (403, 400) before anything is read. The token is made when the app is
 and dies with the process, so a page from an earlier console cannot post to this one. A
 destructive action is reached only through its confirmation page (GET), which holds the form.
+A replay (POST /replay) needs the token but no confirmation: it only reads the original workspace.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -25,13 +27,15 @@ from starlette.staticfiles import StaticFiles
 
 from shared.backend import Backend
 from shared.config import Settings
-from shared.console import views
+from shared.console import replays, views
 from shared.console.html import esc, page, seg
 from shared.console.views import Ctx, Html
 
 STATIC = Path(__file__).parent / "static"
 # A form of the console is a few hidden fields; anything larger is not one of ours.
 MAX_FORM_BYTES = 16 * 1024
+# The replay form carries a system prompt (ReplayChange allows 100,000 characters), URL-encoded.
+MAX_REPLAY_FORM_BYTES = 120 * 1024
 
 View = Callable[..., Html]
 
@@ -62,16 +66,25 @@ def create_app(
         body = page("Refused", f'<p class="error">{esc(why)}</p>', active="", source=ctx.source)
         return HTMLResponse(body, status_code=status)
 
+    async def posted(request: Request, limit: int = MAX_FORM_BYTES) -> dict[str, str] | Response:
+        """The POST's fields when it carries this process's token; else the refusal."""
+        body = await request.body()
+        if len(body) > limit:
+            return refuse(413, "form too large")
+        parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        fields = {k: v[0] for k, v in parsed.items()}
+        if not (token := fields.get("csrf", "")) or not hmac.compare_digest(
+            token.encode(), ctx.csrf.encode()
+        ):
+            return refuse(403, "refused: this form has no valid CSRF token (reload the page and try again)")
+        return fields
+
     async def checked(request: Request, expected: str) -> Response | None:
         """None when the POST carries this process's token and confirms `expected`; else the refusal."""
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return refuse(413, "form too large")
-        fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-        token = (fields.get("csrf") or [""])[0]
-        if not token or not hmac.compare_digest(token.encode(), ctx.csrf.encode()):
-            return refuse(403, "refused: this form has no valid CSRF token (reload the page and try again)")
-        if (fields.get("confirm") or [""])[0] != expected:
+        fields = await posted(request)
+        if isinstance(fields, Response):
+            return fields
+        if fields.get("confirm", "") != expected:
             return refuse(400, "refused: not confirmed (use the confirmation page)")
         return None
 
@@ -135,9 +148,6 @@ def create_app(
             return await render(_confirming(views.dead_letter), entry)
         return await checked(request, entry) or await render(views.redrive, entry)
 
-    async def replay(request: Request) -> Response:
-        return await render(views.replay)
-
     routes: list[Route | Mount] = [
         Route("/", home),
         Route("/workspaces", workspaces),
@@ -153,12 +163,49 @@ def create_app(
         Route("/dead-letters", dead_letters),
         Route("/dead-letters/{id}", dead_letter),
         Route("/dead-letters/{id}/redrive", redrive, methods=["GET", "POST"]),
-        Route("/replay", replay),
+        *_replay_routes(render, posted),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes)
     app.state.csrf = ctx.csrf
     return app
+
+
+Render = Callable[..., Awaitable[Response]]
+Posted = Callable[[Request, int], Awaitable[dict[str, str] | Response]]
+
+
+def _replay_routes(render: Render, posted: Posted) -> list[Route]:
+    """The replay form, its POST, and the reports it keeps (shared.console.replays)."""
+    reports = replays.Reports()
+
+    async def replay(request: Request) -> Response:
+        if request.method == "GET":
+            query = request.query_params
+            return await render(replays.listing, query.get("workspace"), query.get("session"))
+        fields = await posted(request, MAX_REPLAY_FORM_BYTES)
+        if isinstance(fields, Response):
+            return fields
+        return await render(replays.run, reports, fields)
+
+    async def report(request: Request) -> Response:
+        key: str = request.path_params["key"]
+        kind: str | None = request.path_params.get("kind")
+        found = replays.download(reports, key, kind) if kind in ("json", "md") else None
+        if found is None:
+            # The page of a kept report; an unknown key or kind is its 404 page.
+            return await render(replays.stored, reports, key if kind is None else f"{key}.{kind}")
+        text, name = found
+        media = "application/json" if kind == "json" else "text/markdown; charset=utf-8"
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+        disposition = {"Content-Disposition": f'attachment; filename="{safe}"'}
+        return Response(text, media_type=media, headers=disposition)
+
+    return [
+        Route("/replay", replay, methods=["GET", "POST"]),
+        Route("/replay/{key}.{kind}", report),
+        Route("/replay/{key}", report),
+    ]
 
 
 def _confirming(view: Callable[..., Html]) -> Callable[..., Html]:

@@ -8,7 +8,6 @@ Unknown workspaces, sessions, facts and dead letters are a 404 page, never a tra
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -810,41 +809,3 @@ def redrive(ctx: Ctx, entry_id: str) -> Html:
     )
     failed = bool(report.ids("failed") or report.ids("not_found"))
     return ctx.page("Redrive", body, active="dead-letters", status=409 if failed else 200)
-
-
-# ---------------------------------------------------------------- replay
-
-
-def replay(ctx: Ctx) -> Html:
-    """The recorded sessions a replay can re-run, each with its CLI command. The replay report
-    (shared.replay) is shown here once the two are merged."""
-    rows = []
-    for workspace_id in ctx.workspace_ids():
-        per = usage.by_session(usage.records(ctx.backend, workspace_id))
-        for s in ctx.backend.sessions.list_sessions(workspace_id, limit=MAX_SESSIONS):
-            turns = per.get(s.id, usage.Totals()).turns
-            where = f"--workspace {shlex.quote(workspace_id)} --session {shlex.quote(s.id)}"
-            command = f"sigil replay {where} {ctx.target}".strip()
-            rows.append(
-                [
-                    esc(workspace_id),
-                    link(f"/workspaces/{seg(workspace_id)}/sessions/{seg(s.id)}", s.id),
-                    str(turns),
-                    f"<code>{esc(command)}</code>",
-                ]
-            )
-    body = (
-        '<p class="hint">Replay re-runs a recorded session\'s user messages against a change (model, '
-        "prompt, skills, tools, memory policy) in a sandbox copy of the workspace, never writing to "
-        "the original. Run it from the command line with the change to try (<code>--model</code>, "
-        "<code>--system-prompt-file</code>, <code>--skills</code>, <code>--allow-tools</code>, "
-        "<code>--deny-tools</code>, <code>--memory-recall</code>), <code>--runs k</code> for consistency, "
-        "and <code>--format html</code> for the side-by-side report (<code>sigil replay --help</code>).</p>"
-        + table(
-            ["workspace", "session", "recorded turns", "command"],
-            rows,
-            cls="replay",
-            empty="no recorded sessions",
-        )
-    )
-    return ctx.page("Replay", body, active="replay")

@@ -16,12 +16,26 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
+from pydantic import SecretStr
 
 from shared.backend import Backend
 from shared.config import Settings
 from shared.console import create_app
+from shared.console.views import summaries
+from shared.models import WORKSPACE_WIDE
+from shared.replay import ReplayReport
 from tests.support import console_seed
-from tests.support.console_seed import ALICE_RUN, BOB, BOB_SESSION, DEAD_TEXT, MAINTENANCE_RUN, WS
+from tests.support.console_seed import (
+    ALICE_RUN,
+    ALICE_SAYS,
+    ALICE_SESSION,
+    BOB,
+    BOB_SESSION,
+    DEAD_TEXT,
+    MAINTENANCE_RUN,
+    WS,
+)
+from tests.support.fake_openai import FakeOpenAI, echo_last_user
 
 SCORE = re.compile(r"^\d+\.\d{3}$")
 
@@ -32,6 +46,7 @@ class Console:
     backend: Backend
     settings: Settings
     kind: str
+    fake: FakeOpenAI  # the model a replay may try: "openai/<any name>"
 
     def open(self, context: BrowserContext, path: str) -> Page:
         page = context.new_page()
@@ -41,10 +56,16 @@ class Console:
 
 @pytest.fixture(params=list(console_seed.BACKENDS))
 def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]:
-    with console_seed.BACKENDS[request.param](tmp_path) as (backend, settings):
+    with (
+        console_seed.BACKENDS[request.param](tmp_path) as (backend, seeded),
+        FakeOpenAI(lambda body: f"Replayed: {echo_last_user(body).upper()}") as fake,
+    ):
+        settings = seeded.model_copy(
+            update={"openai_base_url": fake.base_url, "openai_api_key": SecretStr("sk-test")}
+        )
         app = create_app(backend, settings, source=request.param)
         with console_seed.serve(app) as url:
-            yield Console(url, backend, settings, request.param)
+            yield Console(url, backend, settings, request.param, fake)
 
 
 def hits(page: Page) -> list[dict[str, str]]:
@@ -233,3 +254,66 @@ def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_refused_and_change
     page.goto(console.url + f"/workspaces/{WS}/sessions")
     expect(page.locator("table.sessions")).to_contain_text(BOB_SESSION)
     assert console.backend.sessions.get(WS, BOB_SESSION) is not None
+
+
+def stored(backend: Backend) -> list[str]:
+    """What the workspace holds, read through the ports: config, sessions, audit, memory."""
+    config = backend.workspaces.get(WS)
+    out = [config.model_dump_json() if config else "-"]
+    out += [s.model_dump_json() for s in backend.sessions.list_sessions(WS, limit=1_000)]
+    out += [r.model_dump_json() for r in backend.audit.list_records(WS, limit=1_000)]
+    out += [t.model_dump_json() for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE, limit=1_000)]
+    out += [s.model_dump_json() for s in summaries(backend, WS)]
+    return out
+
+
+def test_a_replay_from_the_console_shows_recorded_and_replayed_turns_side_by_side_with_a_diff(
+    context: BrowserContext, console: Console
+) -> None:
+    before = stored(console.backend)
+    page = console.open(context, "/replay")
+    page.locator("table.replay tr", has_text=ALICE_SESSION).get_by_role("link", name="replay…").click()
+    expect(
+        page.get_by_role("heading", name=f"Replay session {ALICE_SESSION} of workspace {WS}")
+    ).to_be_visible()
+    page.get_by_label("Model").fill("openai/fake-model")
+    page.get_by_label("Denied tools").fill("memory_store")
+    page.get_by_role("button", name="Replay").click()
+
+    expect(page.get_by_role("heading", name="Replay report")).to_be_visible()
+    report = page.locator("section.sigil-replay")
+    expect(report).to_contain_text("model: openai/fake-model")
+    expect(report).to_contain_text("tools denied: memory_store")
+    turns = report.locator(".turn")
+    expect(turns).to_have_count(len(ALICE_SAYS))
+    first = turns.first
+    expect(first.locator("h3")).to_have_text(f"{ALICE_SESSION} turn 1: reply")
+    # Side by side: the recorded reply, and the one the other model gave, with their diff.
+    reply = first.locator("tr", has_text="reply").last
+    expect(reply.locator("td").nth(0)).to_have_text(f"Noted: {ALICE_SAYS[0]}")
+    expect(reply.locator("td").nth(1)).to_have_text(f"Replayed: {ALICE_SAYS[0].upper()}")
+    expect(first.locator("pre.diff .del")).to_have_text(f"-Noted: {ALICE_SAYS[0]}")
+    expect(first.locator("pre.diff .add")).to_have_text(f"+Replayed: {ALICE_SAYS[0].upper()}")
+    # The look-up turn called memory_search when recorded; the fake model calls no tool.
+    look_up = turns.nth(ALICE_SAYS.index("look up: what editor theme did I ask for?"))
+    expect(look_up.locator("h3")).to_contain_text("reply, tool calls")
+    expect(look_up.locator("tr", has_text="tool calls")).to_contain_text("memory_search(")
+
+    # The JSON download is the report on the page (not a second run of the model).
+    calls = len(console.fake.requests)
+    href = page.get_by_role("link", name="JSON").get_attribute("href")
+    assert href is not None
+    downloaded = ReplayReport.model_validate_json(page.request.get(console.url + href).text())
+    assert [t.replayed[0].reply for t in downloaded.turns] == [f"Replayed: {t.upper()}" for t in ALICE_SAYS]
+    markdown = page.request.get(console.url + href.removesuffix(".json") + ".md").text()
+    assert (
+        markdown.startswith(f"# Replay of workspace {WS}")
+        and f"+Replayed: {ALICE_SAYS[0].upper()}" in markdown
+    )
+    assert len(console.fake.requests) == calls == len(ALICE_SAYS)
+
+    # The original workspace is as it was: its session page still shows the recorded replies.
+    assert stored(console.backend) == before
+    page.goto(console.url + f"/workspaces/{WS}/sessions/{ALICE_SESSION}")
+    expect(page.locator(".msg.in-window").last).to_contain_text("Noted: thanks, that is all for now")
+    expect(page.locator("main")).not_to_contain_text("Replayed:")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from shared.adapters.embedded import SqliteMemoryIndex, SqliteMemoryStore, build_embedded_backend
@@ -20,6 +21,9 @@ from shared.console.svg import bars
 from shared.memory.search import MemorySearch
 from shared.memory.writer import MemoryWriter
 from shared.models import WORKSPACE_WIDE, AuditRecord, MemoryRecord, Session, UserMessage, WorkspaceConfig
+from shared.replay import ReplayReport, render_html, render_markdown
+from tests.support import console_seed
+from tests.support.fake_openai import FakeOpenAI
 from tests.support.hashing_embedder import HashingEmbedder
 
 WS = "ws-console"
@@ -150,3 +154,112 @@ def test_a_workspaces_plots_are_of_one_user_when_asked(backend: Backend) -> None
     assert turn_bars(f"/workspaces/{WS}") == ["2026-03-02: 1", "2026-03-03: 0", "2026-03-04: 1"]
     assert turn_bars(f"/workspaces/{WS}?user=trudy") == ["2026-03-04: 1"]
     assert "Usage over time of trudy" in client.get(f"/workspaces/{WS}?user=trudy").text
+
+
+# ---------------------------------------------------------------- replay
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[tuple[Backend, Settings]]:
+    """Two turns of one session, recorded through the real turn (console_seed's function model)."""
+    settings = Settings(data_dir=tmp_path / "state", embedding_model="none")
+    built = build_embedded_backend(settings)
+    try:
+        built.workspaces.put(WorkspaceConfig(id=WS))
+        deps = console_seed.turn_deps(built, settings)
+        for n, text in enumerate(["my favourite colour is blue", "what is my favourite colour?"]):
+            console_seed.say(deps, WS, "web.ann", "ann", text, n)
+        yield built, settings
+    finally:
+        built.close()
+
+
+def _key(page: str) -> str:
+    found = re.search(r'href="/replay/([0-9a-f]+)\.json"', page)
+    assert found, page
+    return found.group(1)
+
+
+def test_a_replay_from_the_console_shows_its_report_and_the_downloads_are_that_report(
+    recorded: tuple[Backend, Settings],
+) -> None:
+    backend, settings = recorded
+    window = backend.sessions.get(WS, "web.ann")
+    with FakeOpenAI(lambda body: "fake says <b>hi</b>") as fake:
+        settings = settings.model_copy(
+            update={"openai_base_url": fake.base_url, "openai_api_key": SecretStr("sk-test")}
+        )
+        client = TestClient(create_app(backend, settings, csrf="t"))
+        form = client.get(f"/replay?workspace={WS}&session=web.ann")
+        assert form.status_code == 200 and 'name="system_prompt"' in form.text
+        shown = client.post(
+            "/replay",
+            data={
+                "csrf": "t",
+                "workspace": WS,
+                "session": "web.ann",
+                "model": "openai/fake-model",
+                "system_prompt": "Be terse.",
+                "tools_deny": "memory_store, pin_task",
+                "runs": "2",
+            },
+        )
+        assert len(fake.requests) == 4  # two turns, two runs, no tool calls
+    assert shown.status_code == 200, shown.text
+    assert '<section class="sigil-replay">' in shown.text
+    assert "fake says &lt;b&gt;hi&lt;/b&gt;" in shown.text and "<b>hi</b>" not in shown.text
+    assert "Noted: my favourite colour is blue" in shown.text
+    assert "tools denied: memory_store, pin_task" in shown.text
+
+    key = _key(shown.text)
+    as_json = client.get(f"/replay/{key}.json")
+    assert as_json.status_code == 200 and as_json.headers["content-type"] == "application/json"
+    assert f"replay-{WS}-{key}.json" in as_json.headers["content-disposition"]
+    report = ReplayReport.model_validate_json(as_json.text)
+    assert report.runs == 2 and report.change.model == "openai/fake-model"
+    assert report.change.system_prompt == "Be terse."
+    assert [t.replayed[0].reply for t in report.turns] == ["fake says <b>hi</b>"] * 2
+    assert [t.recorded.reply for t in report.turns] == [
+        "Noted: my favourite colour is blue",
+        "Noted: what is my favourite colour?",
+    ]
+    # The same report, not a second run: what the page showed was rendered from it.
+    assert render_html(report, page=False) in shown.text
+    assert client.get(f"/replay/{key}.md").text == render_markdown(report)
+    assert client.get(f"/replay/{key}").text == shown.text
+    assert client.get("/replay/0000.json").status_code == 404
+    assert client.get(f"/replay/{key}.exe").status_code == 404
+    # The original workspace was only read.
+    assert backend.sessions.get(WS, "web.ann") == window
+
+
+def test_a_replay_post_needs_the_token_and_bad_input_is_its_error_page(
+    recorded: tuple[Backend, Settings],
+) -> None:
+    backend, settings = recorded
+    # Whatever the environment holds, this console has no key for any provider.
+    settings = settings.model_copy(update={"openai_api_key": None, "openai_base_url": None})
+    client = TestClient(create_app(backend, settings, csrf="t"))
+    form = {"workspace": WS, "session": "web.ann", "model": "openai/x"}
+
+    def post(status: int, **fields: str) -> str:
+        response = client.post("/replay", data={"csrf": "t", **form, **fields})
+        assert response.status_code == status, response.text
+        return re.sub(r"\s+", " ", response.text)
+
+    assert client.post("/replay", data=form).status_code == 403
+    assert client.post("/replay", data={**form, "csrf": "wrong"}).status_code == 403
+    assert "bad change: model: String should match pattern" in post(400, model="not-a-ref")
+    assert "bad change: tools_deny:" in post(400, tools_deny="two words")
+    assert "runs must be a whole number" in post(400, runs="many")
+    assert "runs must be between 1 and 20" in post(400, runs="21")
+    assert "bad change: recall:" in post(400, memory_recall="everyone")
+    assert "no session &#x27;web.nope&#x27;" in post(404, session="web.nope")
+    assert "no workspace &#x27;nobody&#x27;" in post(404, workspace="nobody")
+    # No key for the provider, and a provider that does not exist: the operator's to fix.
+    assert "OPENAI_API_KEY" in post(400)
+    assert "zzz" in post(400, model="zzz/model")
+    assert client.get(f"/replay?workspace={WS}&session=web.nope").status_code == 404
+    # A system prompt may be long (a 100 KB prompt posts), but the form has its cap.
+    assert client.post("/replay", data={"csrf": "t", "system_prompt": "x" * 130_000}).status_code == 413
+    assert "OPENAI_API_KEY" in post(400, system_prompt="y" * 100_000)
