@@ -26,6 +26,7 @@ import pytest
 
 from shared.channels import web
 from tests.e2e.processes import Proc, in_groups, kill_group, live_processes
+from tests.support.consolidation import is_consolidation
 from tests.support.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,11 @@ def wait_until(condition: Callable[[], bool], *, timeout: float, interval: float
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+def turn_requests(fake: FakeOpenAI) -> list[dict[str, object]]:
+    """The requests turns made: without the consolidation model's (they come on their own clock)."""
+    return [r for r in list(fake.requests) if not is_consolidation(r)]
 
 
 def free_port() -> int:

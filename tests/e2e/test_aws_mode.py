@@ -29,8 +29,9 @@ import pytest
 
 from shared.agent.turn import APOLOGY
 from tests.e2e import test_web_gateway as embedded
-from tests.e2e.conftest import REPLY_TIMEOUT_S, DevGateway, gateway_env, wait_until
+from tests.e2e.conftest import REPLY_TIMEOUT_S, DevGateway, gateway_env, turn_requests, wait_until
 from tests.e2e.processes import in_groups
+from tests.support.consolidation import is_consolidation
 from tests.support.fake_openai import FakeOpenAI, _Failure, _Response, echo_last_user
 
 AWS = ["--aws"]
@@ -128,7 +129,7 @@ def test_the_same_event_id_three_times_is_one_turn_one_reply(
     assert len(gateway.wait_replies(1)) == 1
     time.sleep(1.0)  # give a wrongly queued second turn the time to show itself
     assert len(gateway.outbox()) == 1
-    assert len(fake_openai.requests) == 1
+    assert len(turn_requests(fake_openai)) == 1
 
 
 def test_with_no_model_configured_start_and_reply_say_so(tmp_path: Path) -> None:
@@ -286,6 +287,8 @@ class ScriptedModel(FakeOpenAI):
 
     def _next(self, body: dict[str, Any], headers: dict[str, str]) -> _Response:
         response = super()._next(body, headers)  # records the request
+        if is_consolidation(body):
+            return response  # per-turn extraction quotes the turns' words but is not a turn
         text = echo_last_user(body)
         with self._tries_lock:
             self.tries[text] = self.tries.get(text, 0) + 1
@@ -346,7 +349,7 @@ def test_each_session_keeps_its_order_through_failures_and_poison_ends_in_the_dl
 
         # and each session's messages reached the model in order (retries repeat, never overtake)
         firsts: dict[str, list[str]] = {}
-        for body in scripted.requests:
+        for body in turn_requests(scripted):
             text = echo_last_user(body)
             seen = firsts.setdefault(text[:3], [])
             if text not in seen:

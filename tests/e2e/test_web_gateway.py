@@ -8,7 +8,7 @@ import time
 import httpx
 
 from shared.channels import web
-from tests.e2e.conftest import DevGateway, gateway_env, wait_until
+from tests.e2e.conftest import DevGateway, gateway_env, turn_requests, wait_until
 from tests.support.fake_openai import FakeOpenAI
 
 
@@ -22,7 +22,7 @@ def test_a_signed_post_yields_the_models_reply(gateway: DevGateway, fake_openai:
     assert reply["text"] == "hello there"
     assert reply["in_reply_to"] == "evt-1"
     # and the model saw the system prompt and the user's message through the real openai SDK
-    [request] = fake_openai.requests
+    [request] = turn_requests(fake_openai)
     assert request["model"] == "fake-model"
     assert request["messages"][0]["role"] == "system"
     assert request["messages"][-1] == {"role": "user", "content": "hello there"}
@@ -67,7 +67,7 @@ def test_a_bad_signature_is_401_and_nothing_is_queued(gateway: DevGateway, fake_
     gateway.post("the real one", event_id="evt-good")
     assert [r["in_reply_to"] for r in gateway.wait_replies(1)] == ["evt-good"]
     time.sleep(0.5)
-    assert len(fake_openai.requests) == 1
+    assert len(turn_requests(fake_openai)) == 1
     assert gateway.outbox() and len(gateway.outbox()) == 1
 
 
@@ -96,7 +96,7 @@ def test_the_same_event_id_three_times_is_one_turn_one_reply(
     assert len(gateway.wait_replies(1)) == 1
     time.sleep(1.0)  # give a wrongly queued second turn the time to show itself
     assert len(gateway.outbox()) == 1
-    assert len(fake_openai.requests) == 1
+    assert len(turn_requests(fake_openai)) == 1
 
 
 def test_after_a_restart_the_sessions_messages_are_still_in_its_window(
@@ -111,7 +111,7 @@ def test_after_a_restart_the_sessions_messages_are_still_in_its_window(
     gateway.post("after restart", event_id="evt-r3")
     assert len(gateway.wait_replies(4)) == 4
     # Then the model's request carries the earlier exchange from the stored window
-    last = fake_openai.requests[-1]["messages"]
+    last = turn_requests(fake_openai)[-1]["messages"]
     contents = [m["content"] for m in last if m["role"] in ("user", "assistant")]
     assert contents == [
         "message 0",

@@ -20,12 +20,26 @@ from shared.agent.window import split_window
 from shared.backend import Backend
 from shared.consolidation.compaction import ROLLING_SYSTEM, SUMMARY_SYSTEM, ConsolidationModel
 from shared.consolidation.extraction import EXTRACTION_SYSTEM
+from shared.consolidation.personality import SYNTHESIS_SYSTEM
 from shared.models import AssistantMessage, MemoryRecord, Message, Session, UserMessage, WorkspaceConfig
 from shared.providers.base import ChatRequest
 from shared.providers.function import FunctionProvider
 
 WS = "ws-compact"
 SID = "web.s1"
+# The consolidation model's prompts. In a running gateway it is the turns' model unless told
+# otherwise, and per-turn extraction asks it 5 s after a turn, on its own clock.
+CONSOLIDATION_PROMPTS = frozenset({EXTRACTION_SYSTEM, SUMMARY_SYSTEM, ROLLING_SYSTEM, SYNTHESIS_SYSTEM})
+
+
+def is_consolidation(body: dict[str, Any]) -> bool:
+    """Whether a chat-completions body is the consolidation model's, not a turn's (its system
+    message starts with one of the prompts; a provider may add to it)."""
+    messages = body.get("messages") or [{}]
+    system = messages[0].get("content")
+    return isinstance(system, str) and system.startswith(tuple(CONSOLIDATION_PROMPTS))
+
+
 USER = "alice"
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 RUN_AT = datetime(2026, 3, 3, 4, 0, tzinfo=UTC)

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.consolidation import is_consolidation
 from tests.support.fake_openai import FakeOpenAI, Json, _Failure, _Handler, _Response, echo_last_user
 
 _MARKER = re.compile(r"fault=(\w+)\s*$")
@@ -109,6 +110,10 @@ class FaultModel(FakeOpenAI):
             # A pair, as FakeOpenAI._next answers: the response and no pacing.
             failure = _Failure(500, "The server had an error while processing your request.", None, {})
             return (failure, None)  # type: ignore[return-value]
+        if is_consolidation(body):
+            # Per-turn extraction quotes the turns' words, markers and all, but is not a turn:
+            # it is answered plainly and counted nowhere.
+            return response
         text = echo_last_user(body)
         found = _MARKER.search(text)
         with self._lock:
