@@ -68,6 +68,7 @@ class SigilStack(Stack):
             log_group=observability.log_group("ConsolidateLogs"),
             reserved_concurrency=caps.consolidate_reserved,
         )
+        observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
         agent = Agent(
             self,
             "Agent",

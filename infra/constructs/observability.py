@@ -155,6 +155,21 @@ class Observability(Construct):
             anchor="dead-letters",
         )
 
+    def alarm_on_extraction_dead_letters(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm:
+        """A TurnCommitted whose extraction failed three times: compaction extracts those messages
+        later (the watermark did not move), but the cause wants fixing."""
+        return self.alarm(
+            "ExtractionDeadLettersAlarm",
+            dead_letters.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=0,
+            what="Per-turn extractions failed 3 times and reached the extraction dead-letter queue: "
+            "no fact is lost (compaction extracts the messages), but every extraction may be failing.",
+            look_first="the consolidate function's 'turn extraction' ERROR lines",
+            anchor="extraction-dead-letters",
+        )
+
     def alarm_on_functions(self, functions: Mapping[str, lambda_.IFunction]) -> None:
         """Errors and throttles of each function, by its name ("Webhook", "Agent", ...)."""
         for name, function in functions.items():

@@ -128,8 +128,13 @@ def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_an
     assert ("AWS/ApiGateway", "5xx") in by_metric
     (age,) = by_metric[("AWS/SQS", "ApproximateAgeOfOldestMessage")]
     assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [logical_id(stack.lanes.turns), "QueueName"]}
-    (dead,) = by_metric[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-    assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    dead = by_metric[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
+    # Any message in either dead-letter queue: the turns' and the per-turn extractions'
+    assert {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in dead} == {
+        logical_id(stack.lanes.dead_letters),
+        logical_id(stack.consolidation.extraction_dead_letters),
+    }
+    assert {(a["Threshold"], a["ComparisonOperator"]) for a in dead} == {(0, "GreaterThanThreshold")}
     for name in ("ClusterStatus.red", "ClusterStatus.yellow", "FreeStorageSpace"):
         assert ("AWS/ES", name) in by_metric
     assert {(NAMESPACE, "Outcome_budget_denied"), (NAMESPACE, "ConsolidationErrors")} <= set(by_metric)
