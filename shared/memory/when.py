@@ -1,8 +1,8 @@
 """Time-aware memory search: the time a query names, as a window over when memories were said.
 
 Every index document carries `created_at`, the time its memory was said (a Tier-1 message: the
-inbound's `received_at`; a summary: its last message's time; a fact: when it was stored), which
-both index adapters filter on (IndexQuery.created_from / created_before). This module reads the
+inbound's `received_at`; a summary: its last message's time; a fact: when it was last stated),
+which both index adapters filter on (IndexQuery.created_from / created_before). This module reads the
 time a question names ("last week", "in May", "before the move", "when did ...") against the
 asking turn's clock, and runs the search with it (`timed_search`, which MemorySearch.search hands
 over to when it is given `now`).
@@ -26,9 +26,11 @@ hits show their dates, which answer it.
 
 Event anchors ("before the move", "after my trip", "since the wedding"): the window's bound is
 the time of the event, found by a first search for its words (determiner dropped) with the same
-scope and tiers over what was said before now; its best hit's time is the bound ("before": the
-window ends there, the anchor excluded; "after"/"since": it starts there). No hit: the query is
-searched whole, without a window, and the outcome says the anchor was not found.
+scope and tiers over what was said before now, by BM25 (k-NN always has a nearest hit, even for
+an event nobody spoke of; memory_semantic's vector-only search goes by vectors). Its best hit's
+time is the bound: "before" ends the window there (the anchor excluded), "after"/"since" start
+it there. No hit: the query is searched whole, without a window, and the outcome says the anchor
+was not found.
 """
 
 from __future__ import annotations
@@ -445,7 +447,9 @@ def timed_search(
     filtering leaves fewer than k hits or the time is vague (see the module's docstring)."""
     asked = resolve_time(text, now, tz)
 
-    def run(words: str, *, depth: int = k, window: TimeFilter | None = None) -> SearchOutcome:
+    def run(
+        words: str, *, depth: int = k, window: TimeFilter | None = None, how: str = mode
+    ) -> SearchOutcome:
         return search(
             workspace_id,
             words,
@@ -453,7 +457,7 @@ def timed_search(
             k=depth,
             tiers=tiers,
             session_id=session_id,
-            mode=mode,
+            mode=how,
             recent_from=recent_from,
             created_from=window.start if window else None,
             created_before=window.end if window else None,
@@ -462,7 +466,9 @@ def timed_search(
     if asked is None:
         return run(text)
     if asked.anchor is not None:
-        asked = _resolve_anchor(asked, run, now)
+        # By its words (BM25): k-NN always has a nearest hit, so an event nobody spoke of would
+        # still be "found". A vector-only search (memory_semantic) has nothing else to go by.
+        asked = _resolve_anchor(asked, run, now, "vector" if mode == "vector" else "bm25")
     if asked.mode == "when" or (asked.start is None and asked.end is None):
         applied: Literal["none"] = "none"
         words = asked.query if asked.mode == "when" else text
@@ -483,13 +489,15 @@ def timed_search(
     return wide.model_copy(update={"hits": hits, "time": asked.model_copy(update={"applied": "boost"})})
 
 
-def _resolve_anchor(asked: TimeFilter, run: Callable[..., SearchOutcome], now: datetime) -> TimeFilter:
+def _resolve_anchor(
+    asked: TimeFilter, run: Callable[..., SearchOutcome], now: datetime, how: str
+) -> TimeFilter:
     """The anchor's time as the window's bound: the best hit of a search for its words (without
     the determiner) among what was said before now. Not found: no window."""
     assert asked.anchor is not None
     words = asked.anchor.split(" ", 1)[1]
     before_now = TimeFilter(start=None, end=now, mode="filter", phrase="", query=words)
-    found = run(words, depth=1, window=before_now)
+    found = run(words, depth=1, window=before_now, how=how)
     if not found.hits or found.mode == "recent":
         return asked.model_copy(update={"note": f"{asked.anchor!r} not found in memory", "mode": "filter"})
     at = found.hits[0].created_at
