@@ -448,7 +448,10 @@ def _searcher(ctx: ToolContext) -> MemorySearch:
 def _mode_line(outcome: SearchOutcome, *, prefix: str = "search") -> str:
     line = _answered_by(outcome, prefix)
     # The window a time in the query resolved to: the model sees what "last week" was taken as.
-    return f"{line}; time: {outcome.time.describe()}" if outcome.time is not None else line
+    # A "when did ..." question has none: every hit's date is its answer.
+    if outcome.time is None or outcome.time.mode == "when":
+        return line
+    return f"{line}; time: {outcome.time.describe()}"
 
 
 def _answered_by(outcome: SearchOutcome, prefix: str) -> str:
