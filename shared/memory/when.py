@@ -115,7 +115,7 @@ _WHEN = re.compile(
 _RELATION = r"(?P<rel>before|after|since|until|till|by|from|during|in|on|at)"
 _DETERMINERS = r"(?:the|my|our|his|her|their|your|that|this)"
 _ANCHOR = re.compile(
-    r"\b(?P<rel>before|after|since) (?P<anchor>" + _DETERMINERS + r" [^\W\d_][\w'-]*(?: [\w'-]+){0,3})"
+    r"\b(?P<rel>before|after|since)\s+(?P<anchor>" + _DETERMINERS + r"\s+[^\W\d_][\w'-]*(?:\s+[\w'-]+){0,3})"
 )
 _CLAUSE_END = re.compile(r"[?.!,;:]")
 # Words that end an anchor phrase: they start a new clause ("before the move and after ...").
@@ -125,6 +125,18 @@ _ANCHOR_STOP = frozenset(
         "we", "he", "she", "they", "what", "who", "why", "how", "where", "which", "that", "ago",
     }
 )  # fmt: skip
+
+
+# Past this many characters a query is a pasted text, not a question about a time: not resolved
+# (the patterns cost ~10 ms per 1,000 characters).
+MAX_QUERY_CHARS = 500
+# A word every time phrase has (or a digit): most queries have none and skip the patterns.
+_TRIGGER_WORDS = (
+    "ago", "yesterday", "today", "tonight", "morning", "afternoon", "evening", "night", "week",
+    "weekend", "month", "year", "last", "past", "this", "previous", "since", "before", "after",
+    "until", "till", "recently", "lately", "other", "days",
+)  # fmt: skip
+_TRIGGER = re.compile(r"\d|\b(?:" + "|".join([*_MONTHS, *_WEEKDAYS, *_TRIGGER_WORDS]) + r")\b")
 
 
 class TimeFilter(BaseModel):
@@ -205,8 +217,16 @@ def resolve_time(query: str, now: datetime, tz: tzinfo = UTC) -> TimeFilter | No
     not ask "when"). Deterministic: the same query and now always give the same window."""
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
+    if len(query) > MAX_QUERY_CHARS:
+        return None
     # ASCII letters lowered only: the patterns are ASCII, and the offsets must be the query's.
     text = "".join(c.lower() if c.isascii() else c for c in query)
+    if not _TRIGGER.search(text):
+        return (
+            TimeFilter(start=None, end=None, mode="when", phrase="", query=query)
+            if _WHEN.search(text)
+            else None
+        )
     best: tuple[int, int, str, re.Match[str]] | None = None
     for name, pattern in _PATTERNS:
         for m in pattern.finditer(text):
@@ -215,12 +235,12 @@ def resolve_time(query: str, now: datetime, tz: tzinfo = UTC) -> TimeFilter | No
                 best = (key[0], key[1], name, m)
     anchored = _ANCHOR.search(text)
     if anchored is not None and (best is None or anchored.start() < best[0]):
-        anchor = _anchor_words(anchored.group("anchor"))
+        words = _anchor_length(anchored.group("anchor"))
         # "before the 8th of May" is a date, not an event: the span wins where it matches there.
-        if anchor is not None and not _spans_anchor(anchored, best):
+        if words is not None and not _spans_anchor(anchored, best):
             rel = anchored.group("rel")
             relation: Literal["before", "after"] = "before" if rel == "before" else "after"
-            phrase_end = anchored.start("anchor") + len(anchor)
+            phrase_end = anchored.start("anchor") + words
             return TimeFilter(
                 start=None,
                 end=None,
@@ -275,17 +295,19 @@ def _spans_anchor(anchored: re.Match[str], best: tuple[int, int, str, re.Match[s
     return anchored.start() <= best[0] < anchored.end()
 
 
-def _anchor_words(words: str) -> str | None:
-    """The anchor phrase up to the end of its clause; None when it is only a determiner."""
+def _anchor_length(words: str) -> int | None:
+    """How many characters of `words` (a determiner and a few words) the anchor takes: up to the
+    end of its clause; None when that leaves only the determiner."""
     cut = _CLAUSE_END.search(words)
     if cut is not None:
         words = words[: cut.start()]
-    kept: list[str] = []
-    for i, w in enumerate(words.split()):
-        if i > 0 and w in _ANCHOR_STOP:
+    end = None
+    for i, m in enumerate(re.finditer(r"\S+", words)):
+        if i > 0 and m.group() in _ANCHOR_STOP:
             break
-        kept.append(w)
-    return " ".join(kept) if len(kept) > 1 else None
+        if i > 0:
+            end = m.end()
+    return end
 
 
 def _without(query: str, start: int, end: int) -> str:
@@ -495,7 +517,7 @@ def _resolve_anchor(
     """The anchor's time as the window's bound: the best hit of a search for its words (without
     the determiner) among what was said before now. Not found: no window."""
     assert asked.anchor is not None
-    words = asked.anchor.split(" ", 1)[1]
+    words = asked.anchor.split(None, 1)[1]
     before_now = TimeFilter(start=None, end=now, mode="filter", phrase="", query=words)
     found = run(words, depth=1, window=before_now, how=how)
     if not found.hits or found.mode == "recent":

@@ -289,3 +289,18 @@ def test_boosting_puts_the_window_first_and_adds_what_only_the_filter_found() ->
         ("unranked-inside", 0.5),  # relevance 0 on the wide scale, plus the boost
         ("old", 0.3),
     ]
+
+
+def test_a_pasted_text_is_not_read_for_a_time() -> None:
+    assert resolve_time("last week " + "word " * 100, WED) is None  # over MAX_QUERY_CHARS
+    assert resolve_time("what I bought last week", WED) is not None
+
+
+def test_an_anchor_keeps_the_query_s_own_spacing_and_case() -> None:
+    found = resolve_time("what did I eat before the  Big Move, really", WED)
+    assert found is not None
+    assert (found.anchor, found.phrase, found.query) == (
+        "the  Big Move",
+        "before the  Big Move",
+        "what did I eat, really",
+    )
