@@ -16,11 +16,14 @@ before this one, "last month" the previous calendar month); "past"/"last N" mean
 up to now ("the past week" is the last 7 days). A month or a day without a year is the latest
 one not after now ("in May", asked in March 2026, is May 2025).
 
-Modes: an explicit time **filters** (only memories said in the window), unless that leaves fewer
-than k hits: then the search is run again without the window and the memories inside it are
-**boosted** (TIME_BOOST x the best score, as the author boost is), so a time remembered a little
-wrong ("last week" for something said nine days ago) still finds it, after what was said in the
-window. A vague time ("recently", "lately", "the other day") only boosts. "When did ..." names no
+Modes: a question about what was said at a time ("what did I say last week", "what did we talk
+about in May": a word of saying, _SPEECH) **filters** (only memories said in the window), unless
+that leaves fewer than k hits: then the search is run again without the window and the memories
+inside it are **boosted** (TIME_BOOST x the best score, as the author boost is), so a time
+remembered a little wrong ("last week" for something said nine days ago) still finds it, after
+what was said in the window. Any other time names when something happened ("what did I buy last
+week"), which may have been told of later ("I bought it last week", said today): it only boosts,
+as a vague time does ("recently", "lately", "the other day"). An event anchor filters. "When did ..." names no
 time: nothing is filtered or boosted (recency says nothing about when a thing happened), and the
 hits show their dates, which answer it.
 
@@ -110,6 +113,12 @@ _SPANS = [
     ("the_year", r"the year " + _YEAR, False),
 ]
 _VAGUE = r"(?P<vague>recently|lately|the other day|these days|of late)"
+# Words of saying: a question with one asks what was said at the time it names ("what did I say
+# last week"), which the window filters exactly.
+_SPEECH = re.compile(
+    r"\b(?:say|says|said|tell|tells|told|talk|talks|talked|talking|discuss|discussed|mention|mentioned"
+    r"|ask|asked|write|wrote|chat|chatted|spoke|speak|message|messaged|texted|remind|reminded)\b"
+)
 _WHEN = re.compile(
     r"\b(?:when (?:did|was|were|do|does|is|are|had|have|has|will|would|could)"
     r"|what (?:day|date|time|year|month)|how long ago|since when)\b"
@@ -285,7 +294,10 @@ def resolve_time(query: str, now: datetime, tz: tzinfo = UTC) -> TimeFilter | No
     return TimeFilter(
         start=start.astimezone(UTC) if start else None,
         end=end.astimezone(UTC) if end else None,
-        mode="filter",
+        # A question about what was said then is about the time of saying: only those. Any other
+        # names when something happened, which may have been told of later ("I lost my job last
+        # month", said this week): the window's memories first, the rest after.
+        mode="filter" if _SPEECH.search(text) else "boost",
         phrase=query[m.start() : m.end()],
         query=_without(query, m.start(), m.end()),
     )

@@ -122,12 +122,14 @@ def ask(search: MemorySearch, query: str, k: int, scope: RecallScope = WORKSPACE
 
 def test_last_week_returns_only_what_was_said_last_week(searched: tuple[MemoryIndex, MemorySearch]) -> None:
     _, search = searched
-    outcome = ask(search, "what I bought last week", k=2)
+    outcome = ask(search, "what did I say I bought last week", k=2)
     assert {h.id for h in outcome.hits} == {"m-lw1", "m-lw2"}
     assert outcome.time is not None and outcome.time.applied == "filter"
     assert (outcome.time.start, outcome.time.end) == (at(3, 2, 0), at(3, 9, 0))
     # Without the turn's time nothing is resolved: the same words find every purchase.
-    plain = search.search(WS, "what I bought last week", scope=WORKSPACE_WIDE, k=5, tiers=["message"])
+    plain = search.search(
+        WS, "what did I say I bought last week", scope=WORKSPACE_WIDE, k=5, tiers=["message"]
+    )
     assert plain.time is None and {"m-jan", "m-feb"} <= {h.id for h in plain.hits}
 
 
@@ -135,10 +137,21 @@ def test_a_window_too_small_for_k_boosts_it_first_and_fills_from_outside(
     searched: tuple[MemoryIndex, MemorySearch],
 ) -> None:
     _, search = searched
-    outcome = ask(search, "what I bought yesterday", k=4)
-    assert outcome.time is not None and outcome.time.applied == "boost"
+    outcome = ask(search, "what did I say I bought yesterday", k=4)
+    assert outcome.time is not None and (outcome.time.mode, outcome.time.applied) == ("filter", "boost")
     assert outcome.hits[0].id == "m-yday"
     assert len(outcome.hits) == 4 and all(h.created_at < at(3, 10, 0) for h in outcome.hits[1:])
+
+
+def test_a_time_something_happened_boosts_without_filtering(
+    searched: tuple[MemoryIndex, MemorySearch],
+) -> None:
+    """ "What I bought last week" may have been told of later: last week's first, the rest after."""
+    _, search = searched
+    outcome = ask(search, "what I bought last week", k=4)
+    assert outcome.time is not None and (outcome.time.mode, outcome.time.applied) == ("boost", "boost")
+    assert {h.id for h in outcome.hits[:2]} == {"m-lw1", "m-lw2"}
+    assert len(outcome.hits) == 4 and not any(outcome.time.contains(h.created_at) for h in outcome.hits[2:])
 
 
 def test_the_index_filters_on_the_window_whatever_the_words(
@@ -166,11 +179,14 @@ def test_the_window_and_the_scope_both_apply(searched: tuple[MemoryIndex, Memory
     stranger = recall_scope(
         "personal", session_id="other", conversation="web.c2", group=False, user_aliases=("u9",)
     )
-    assert ask(search, "what I bought last week", k=2, scope=stranger).hits == []
+    assert ask(search, "what did I say I bought last week", k=2, scope=stranger).hits == []
     mine = recall_scope(
         "personal", session_id="other", conversation="web.c1", group=False, user_aliases=("u1",)
     )
-    assert {h.id for h in ask(search, "what I bought last week", k=2, scope=mine).hits} == {"m-lw1", "m-lw2"}
+    assert {h.id for h in ask(search, "what did I say I bought last week", k=2, scope=mine).hits} == {
+        "m-lw1",
+        "m-lw2",
+    }
 
 
 def test_before_the_move_is_bounded_by_when_the_move_was_said(
@@ -216,7 +232,7 @@ def test_documents_indexed_before_the_time_column_are_backfilled(tmp_path: pathl
     for cache in (500_000, 0):
         reopened = SqliteMemoryIndex(db, cache_max_docs=cache)
         outcome = MemorySearch(reopened, SqliteMemoryStore(db), HashingEmbedder()).search(
-            WS, "what I bought last week", scope=WORKSPACE_WIDE, k=2, tiers=["message"], now=NOW
+            WS, "what did I say I bought last week", scope=WORKSPACE_WIDE, k=2, tiers=["message"], now=NOW
         )
         assert {h.id for h in outcome.hits} == {"m-lw1", "m-lw2"}
     stored = dict(db.query("SELECT id, created_us FROM index_docs"))
@@ -261,7 +277,7 @@ def run_tool(backend: Backend, name: str, args: dict[str, Any]) -> str:
 
 
 def test_memory_search_output_shows_the_window_and_each_date(backend: Backend) -> None:
-    text = run_tool(backend, "memory_search", {"query": "what I bought last week", "k": 2})
+    text = run_tool(backend, "memory_search", {"query": "what did I say I bought last week", "k": 2})
     assert 'time: "last week": said 2026-03-02 to 2026-03-08, only those' in text
     assert "2026-03-03 10:00 UTC" in text and "2026-03-06 10:00 UTC" in text
     assert "lamp" in text and "flowers" in text
@@ -269,7 +285,7 @@ def test_memory_search_output_shows_the_window_and_each_date(backend: Backend) -
 
 
 def test_memory_search_says_when_the_window_was_too_small(backend: Backend) -> None:
-    text = run_tool(backend, "memory_search", {"query": "what I bought yesterday", "k": 3})
+    text = run_tool(backend, "memory_search", {"query": "what did I say I bought yesterday", "k": 3})
     first = text.splitlines()[1]
     assert "those first" in text.splitlines()[0]
     assert first.startswith("1. [message · 2026-03-10 10:00 UTC") and "coffee" in first

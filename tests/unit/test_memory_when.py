@@ -95,7 +95,26 @@ def test_each_expression_resolves_to_its_window(
 ) -> None:
     found = resolve_time(query, now)
     assert found is not None, query
-    assert (found.start, found.end, found.mode) == (start, end, "filter")
+    assert (found.start, found.end) == (start, end)
+    # No word of saying in these: the time is when something happened, so it boosts.
+    assert found.mode == ("filter" if " say " in query else "boost")
+
+
+@pytest.mark.parametrize(
+    ("query", "mode"),
+    [
+        ("what did I say last week", "filter"),
+        ("what did we talk about in May", "filter"),
+        ("what did Ada tell me yesterday", "filter"),
+        ("what I mentioned on 8 May", "filter"),
+        ("what did I buy last week", "boost"),
+        ("where did we go in May", "boost"),
+        ("what did I eat before the move", "filter"),  # an event anchor bounds by the event
+    ],
+)
+def test_a_question_about_saying_filters_and_one_about_happening_boosts(query: str, mode: str) -> None:
+    found = resolve_time(query, WED)
+    assert found is not None and found.mode == mode
 
 
 @pytest.mark.parametrize(
@@ -186,7 +205,7 @@ def test_days_start_at_midnight_in_the_time_zone_asked() -> None:
     assert found.start == datetime(2026, 3, 10, tzinfo=paris).astimezone(UTC) == d(2026, 3, 9, 23)
     assert found.end == d(2026, 3, 10, 23)
     assert resolve_time("yesterday", now) == TimeFilter(
-        start=d(2026, 3, 9), end=d(2026, 3, 10), mode="filter", phrase="yesterday", query="yesterday"
+        start=d(2026, 3, 9), end=d(2026, 3, 10), mode="boost", phrase="yesterday", query="yesterday"
     )
 
 
