@@ -210,4 +210,7 @@ def user_message(inbound: InboundMessage, turn: str, safety: Safety, user_id: st
         user_id=user_id,
         sender_name=inbound.sender.name,
         event_id=inbound.event_id,
+        # When it was said (the channel's arrival time), not when the lane got to it: what the
+        # Tier-1 record and its index document keep, and time-aware search filters on.
+        created_at=inbound.received_at,
     )

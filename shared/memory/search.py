@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
 from typing import Literal
 
@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.errors import BadRequest
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
 from shared.memory.scope import visible
+from shared.memory.when import TimeFilter, timed_search
 from shared.metric_catalogue import SEARCH_FALLBACK_BM25, SEARCH_FALLBACK_RECENT, record
 from shared.models import IndexQuery, MemoryTier, RecallScope
 from shared.ports import Embedder, MemoryIndex, MemoryStore
@@ -110,6 +111,9 @@ class SearchOutcome(BaseModel):
     # (the index failed and the session's newest messages stood in).
     mode: SearchMode
     degraded: str | None = None
+    # The time the query named and how it was applied (shared.memory.when); None: it named none,
+    # or the search was not given the asking turn's time.
+    time: TimeFilter | None = None
 
 
 def keyword_query(text: str) -> str:
@@ -184,14 +188,37 @@ class MemorySearch:
         session_id: str | None = None,
         mode: Literal["hybrid", "bm25", "vector"] = "hybrid",
         recent_from: str | None = None,
+        now: datetime | None = None,
+        tz: tzinfo = UTC,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> SearchOutcome:
         """The hits visible under `scope` (the index filters on it). `recent_from` names the
         session whose newest messages stand in when the index fails and the search is not limited
         to a session (`session_id` is None): a search from a conversation falls back on that
-        conversation. A session outside `scope` never stands in."""
+        conversation. A session outside `scope` never stands in.
+
+        `now`: the asking turn's time; a time the query names ("last week", "in May", "before
+        the move") is then resolved against it in `tz` and filters or boosts the hits
+        (shared.memory.when). `created_from` / `created_before`: a window [from, before) on when
+        the memories were said, applied by the index."""
         text = validate_query(query)
         if k < 1:
             raise BadRequest("k must be at least 1")
+        if now is not None:
+            return timed_search(
+                self.search,
+                workspace_id,
+                text,
+                now=now,
+                tz=tz,
+                scope=scope,
+                k=k,
+                tiers=tiers,
+                session_id=session_id,
+                mode=mode,
+                recent_from=recent_from,
+            )
         fetch = min(k * self._overfetch, _MAX_FETCH)
 
         vector: list[float] | None = None
@@ -221,6 +248,8 @@ class MemorySearch:
             session_id=session_id,
             scope=scope,
             with_vectors=False,  # hits are ranked and shown, never compared again
+            created_from=created_from,
+            created_before=created_before,
         )
         try:
             result = self._index.search(workspace_id, index_query)

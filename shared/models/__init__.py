@@ -558,6 +558,10 @@ class IndexQuery(Model):
     # False: the hits' documents may come back without their vectors (vector None), which an
     # adapter can then skip reading. Memory search only ranks; it never looks at them.
     with_vectors: bool = True
+    # A window on when the documents' memories were said (IndexDoc.created_at): from (inclusive)
+    # and before (exclusive); None: open. Time-aware search (shared.memory.when) sets it.
+    created_from: datetime | None = None
+    created_before: datetime | None = None
 
 
 class IndexHit(Model):

@@ -147,7 +147,13 @@ def memory_search(args: MemorySearchArgs, ctx: ToolContext) -> str:
 
     Returns the best matching messages, each with its date and conversation."""
     outcome = _searcher(ctx).search(
-        ctx.workspace_id, args.query, scope=ctx.scope, k=args.k, tiers=["message"], recent_from=ctx.session_id
+        ctx.workspace_id,
+        args.query,
+        scope=ctx.scope,
+        k=args.k,
+        tiers=["message"],
+        recent_from=ctx.session_id,
+        now=ctx.now(),  # "last week", "in May": the turn's time, not the model's guess of it
     )
     entries = [_hit_entry(h, outcome) for h in outcome.hits]
     return _render(f"memory_search: {len(entries)} messages", _mode_line(outcome), entries, "messages")
@@ -215,7 +221,13 @@ def memory_semantic(args: MemorySemanticArgs, ctx: ToolContext) -> str:
     """Search the memory you may recall here (messages, summaries, facts) by meaning rather than
     exact words. Use it when memory_search finds nothing or the wording may differ."""
     outcome = _searcher(ctx).search(
-        ctx.workspace_id, args.query, scope=ctx.scope, k=args.k, mode="vector", recent_from=ctx.session_id
+        ctx.workspace_id,
+        args.query,
+        scope=ctx.scope,
+        k=args.k,
+        mode="vector",
+        recent_from=ctx.session_id,
+        now=ctx.now(),
     )
     facts = [h for h in outcome.hits if h.tier == "fact"]
     active = {t.id for t in _active_facts(ctx, facts)}
@@ -434,6 +446,15 @@ def _searcher(ctx: ToolContext) -> MemorySearch:
 
 
 def _mode_line(outcome: SearchOutcome, *, prefix: str = "search") -> str:
+    line = _answered_by(outcome, prefix)
+    # The window a time in the query resolved to: the model sees what "last week" was taken as.
+    # A "when did ..." question has none: every hit's date is its answer.
+    if outcome.time is None or outcome.time.mode == "when":
+        return line
+    return f"{line}; time: {outcome.time.describe()}"
+
+
+def _answered_by(outcome: SearchOutcome, prefix: str) -> str:
     if outcome.mode == "recent":
         return f"{prefix}: recent messages of this conversation: {outcome.degraded}"
     if outcome.mode == "bm25" and outcome.degraded:

@@ -248,6 +248,21 @@ def test_tier_and_session_filters_reach_both_queries(fake: FakeOpenSearch) -> No
     assert knn["query"]["knn"]["vector"]["filter"] == {"bool": {"filter": expected}}
 
 
+def test_a_time_window_is_a_range_on_created_at_in_both_queries(fake: FakeOpenSearch) -> None:
+    window = {
+        "created_from": datetime(2026, 3, 2, tzinfo=UTC),
+        "created_before": datetime(2026, 3, 9, tzinfo=UTC),
+    }
+    _adapter(fake).search("ws1", IndexQuery(scope=WORKSPACE_WIDE, text="x", vector=[1, 0, 0, 0], **window))
+    _, bm25, _, knn = fake.of("POST", "/_msearch")[0].ndjson()
+    # Epoch milliseconds, the resolution of a `date` field; from inclusive, before exclusive.
+    during = {"range": {"created_at": {"gte": 1772409600000, "lt": 1773014400000, "format": "epoch_millis"}}}
+    assert bm25["query"]["bool"]["filter"] == [{"term": {"workspace_id": "ws1"}}, during]
+    assert knn["query"]["knn"]["vector"]["filter"] == {
+        "bool": {"filter": [{"term": {"workspace_id": "ws1"}}, during]}
+    }
+
+
 def test_the_scope_is_one_filter_clause_in_both_queries_before_ranking(fake: FakeOpenSearch) -> None:
     scope = RecallScope(session_id="s1", conversation="slack.team", users=("u1", "u2"), shared=True)
     _adapter(fake).search("ws1", IndexQuery(scope=scope, text="x", vector=[1, 0, 0, 0], k=4))

@@ -38,6 +38,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -639,7 +640,32 @@ def _filters(workspace_id: str, query: IndexQuery) -> list[dict[str, Any]]:
         filters.append({"terms": {"tier": list(dict.fromkeys(query.tiers))}})
     if query.session_id is not None:
         filters.append({"term": {"session_id": query.session_id}})
+    window = time_clause(query)
+    if window is not None:
+        filters.append(window)
     return filters
+
+
+def time_clause(query: IndexQuery) -> dict[str, Any] | None:
+    """The query's window on when memories were said, as a `range` on the `created_at` date
+    (mapped since the index's first version, so every document has it); None: no window. Bounds
+    in epoch milliseconds, the resolution OpenSearch's `date` keeps."""
+    bounds: dict[str, Any] = {}
+    if query.created_from is not None:
+        bounds["gte"] = _epoch_ms(query.created_from)
+    if query.created_before is not None:
+        bounds["lt"] = _epoch_ms(query.created_before)
+    if not bounds:
+        return None
+    return {"range": {"created_at": {**bounds, "format": "epoch_millis"}}}
+
+
+def _epoch_ms(at: datetime) -> int:
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return (aware - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _hits(sub: Mapping[str, Any], part: str, index: str) -> list[IndexHit]:

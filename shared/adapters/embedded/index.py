@@ -34,6 +34,7 @@ from shared.adapters.embedded.db import (
     first,
     scope_columns,
     scope_filter,
+    to_us,
 )
 from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
 from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
@@ -96,6 +97,14 @@ _MIGRATIONS = [
     # The right to erasure: without secure-delete, FTS5 keeps a deleted document's terms in its
     # segments until it happens to merge them; with it, a delete removes them at once.
     "INSERT INTO index_text (index_text, rank) VALUES ('secure-delete', 1);\n",
+    # When each memory was said (IndexDoc.created_at, microseconds since the epoch, db.to_us):
+    # what a time-aware search filters on. Older rows get it from their JSON document (SQLite
+    # reads the time to the millisecond; new rows are exact).
+    "ALTER TABLE index_docs ADD COLUMN created_us INTEGER;\n"
+    "UPDATE index_docs SET created_us = "
+    "CAST(ROUND((julianday(json_extract(doc, '$.created_at')) - 2440587.5) * 86400000.0) AS INTEGER)"
+    " * 1000;\n"
+    "CREATE INDEX index_docs_by_time ON index_docs (workspace_id, created_us);\n",
 ]
 
 # BM25 weight of a document's context (metadata CONTEXT_KEY) relative to its own text.
@@ -139,12 +148,12 @@ def _load_doc(doc: str, vector: bytes | None) -> IndexDoc:
 _CACHED_COLUMNS = (
     "d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
     "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context, "
-    "d.scoped, d.scope_conversation, d.scope_users, d.scope_shared"
+    "d.scoped, d.scope_conversation, d.scope_users, d.scope_shared, d.created_us"
 )
 
 
 def _cached_doc(row: Sequence[Any]) -> CachedDoc:
-    rowid, doc_id, tier, session_id, dim, blob, legacy, text, context, scoped, conv, users, shared = row
+    rowid, doc_id, tier, session_id, dim, blob, legacy, text, context, scoped, conv, users, shared, at = row
     vector: Sequence[float] | None = None
     if dim:  # set only for a usable vector
         if blob is not None:
@@ -161,7 +170,33 @@ def _cached_doc(row: Sequence[Any]) -> CachedDoc:
         if scoped
         else None
     )
-    return CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector, scope)
+    created = None if at is None else int(at)
+    return CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector, scope, created)
+
+
+def _window(query: IndexQuery) -> tuple[int | None, int | None] | None:
+    """The query's window on created_us (from inclusive, before exclusive); None: no window."""
+    if query.created_from is None and query.created_before is None:
+        return None
+    return (
+        None if query.created_from is None else to_us(query.created_from),
+        None if query.created_before is None else to_us(query.created_before),
+    )
+
+
+def _time_filter(query: IndexQuery, prefix: str) -> tuple[str, list[object]]:
+    """The query's window as SQL on index_docs' created_us; a row without one never matches."""
+    sql = ""
+    params: list[object] = []
+    window = _window(query)
+    if window is not None:
+        if window[0] is not None:
+            sql += f" AND {prefix}created_us >= ?"
+            params.append(window[0])
+        if window[1] is not None:
+            sql += f" AND {prefix}created_us < ?"
+            params.append(window[1])
+    return sql, params
 
 
 def _vec_table(dim: int) -> str:
@@ -228,8 +263,8 @@ class SqliteMemoryIndex:
                 context = doc.metadata.get(CONTEXT_KEY, "")
                 conn.execute(
                     "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc, vector, "
-                    "record_id, scoped, scope_conversation, scope_users, scope_shared) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "record_id, scoped, scope_conversation, scope_users, scope_shared, created_us) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         workspace_id,
                         doc.id,
@@ -240,6 +275,7 @@ class SqliteMemoryIndex:
                         _pack64(doc.vector) if doc.vector is not None else None,
                         doc.metadata.get(RECORD_ID_KEY, doc.id),
                         *scope_columns(doc.scope),
+                        to_us(doc.created_at),
                     ),
                 )
                 rowid = conn.last_insert_rowid()
@@ -256,7 +292,15 @@ class SqliteMemoryIndex:
                     )
                 added.append(
                     CachedDoc(
-                        rowid, doc.id, doc.tier, doc.session_id or "", doc.text, context, vector, doc.scope
+                        rowid,
+                        doc.id,
+                        doc.tier,
+                        doc.session_id or "",
+                        doc.text,
+                        context,
+                        vector,
+                        doc.scope,
+                        to_us(doc.created_at),
                     )
                 )
         self._after_write(workspace_id, generation, nested, [d.id for d in docs], added)
@@ -369,9 +413,13 @@ class SqliteMemoryIndex:
             text: list[tuple[int, float]] = []
             if query.text:
                 terms = self._terms(query.text, apsw.FTS5_TOKENIZE_QUERY)[: self._max_query_terms]
-                text = shard.text_search(terms, query.k, query.tiers, query.session_id, query.scope)
+                text = shard.text_search(
+                    terms, query.k, query.tiers, query.session_id, query.scope, window=_window(query)
+                )
             vec = (
-                shard.vector_search(vector, query.k, query.tiers, query.session_id, query.scope)
+                shard.vector_search(
+                    vector, query.k, query.tiers, query.session_id, query.scope, window=_window(query)
+                )
                 if vector
                 else []
             )
@@ -501,6 +549,9 @@ class SqliteMemoryIndex:
         visible, scope_params = scope_filter(query.scope, "d.")
         filters += visible
         params += scope_params
+        during, time_params = _time_filter(query, "d.")
+        filters += during
+        params += time_params
         rank = f"bm25(index_text, 1.0, {self._context_weight!r})"
         # Rowids first, documents after: SQLite would otherwise read every matching document's
         # JSON to feed the sorter, not just the k it keeps.
@@ -525,6 +576,9 @@ class SqliteMemoryIndex:
             return []
         filters, params = self._filters(query, "")
         visible, scope_params = scope_filter(query.scope)
+        during, time_params = _time_filter(query, "")
+        visible += during
+        scope_params += time_params
         if visible:
             # vec0 cannot OR its metadata columns, but it applies a rowid IN (...) constraint
             # before ranking: the k nearest of the visible documents, not k filtered afterwards.

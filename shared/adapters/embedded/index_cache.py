@@ -51,6 +51,11 @@ PREFILTER_MIN_CANDIDATES = 4096
 PREFILTER_FACTOR = 32
 _MIN_IDF = 1e-6
 TIERS = ("message", "summary", "fact")
+# created_us of a document that has none: no time window admits it.
+_NO_TIME = np.iinfo(np.int64).min
+# A window on when documents were said: microseconds since the epoch, from inclusive and before
+# exclusive, either None for open.
+Window = tuple[int | None, int | None]
 
 
 class _Grow:
@@ -130,6 +135,7 @@ class CachedDoc:
     context: str
     vector: Sequence[float] | None  # usable (finite, non-zero) or None
     scope: MemoryScope | None = None  # None: written before scopes existed
+    created_us: int | None = None  # when it was said (IndexDoc.created_at); None: unknown
 
 
 class Shard:
@@ -158,6 +164,7 @@ class Shard:
         self.conversation = _Grow(np.int32)  # code in self.conversations; -1: none
         self.conversations: dict[str, int] = {}
         self.shared = _Grow(np.bool_)
+        self.created = _Grow(np.int64)  # created_us; _NO_TIME: unknown
         # user -> positions of the documents naming them (dead positions included: masked by alive).
         self.users: dict[str, array[int]] = {}
         # term -> (positions int32, weighted frequency float32), appended as documents arrive.
@@ -204,6 +211,7 @@ class Shard:
         else:
             self.conversation.append(-1)
         self.shared.append(scope is not None and scope.shared)
+        self.created.append(_NO_TIME if doc.created_us is None else doc.created_us)
         for user in scope.users if scope is not None else ():
             self.users.setdefault(user, array("i")).append(pos)
         if doc.vector is not None:
@@ -233,12 +241,16 @@ class Shard:
     # ------------------------------------------------------------------ reads
 
     def _filter(
-        self, tiers: Sequence[str] | None, session_id: str | None, scope: RecallScope | None = None
+        self,
+        tiers: Sequence[str] | None,
+        session_id: str | None,
+        scope: RecallScope | None = None,
+        window: Window | None = None,
     ) -> npt.NDArray[np.bool_] | None:
         """Positions a search may return; None: all of them (no filter, nothing dead)."""
         if scope is not None and scope.workspace_wide:
             scope = None
-        if tiers is None and session_id is None and scope is None and self.dead == 0:
+        if tiers is None and session_id is None and scope is None and window is None and self.dead == 0:
             return None
         mask = self.alive.view().copy()
         if tiers is not None:
@@ -252,6 +264,13 @@ class Shard:
                 mask &= self.session.view() == code
         if scope is not None:
             mask &= self._visible(scope)
+        if window is not None:
+            created = self.created.view()
+            mask &= created != _NO_TIME
+            if window[0] is not None:
+                mask &= created >= window[0]
+            if window[1] is not None:
+                mask &= created < window[1]
         return mask
 
     def _visible(self, scope: RecallScope) -> npt.NDArray[np.bool_]:
@@ -281,6 +300,8 @@ class Shard:
         tiers: Sequence[str] | None,
         session_id: str | None,
         scope: RecallScope | None = None,
+        *,
+        window: Window | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, bm25) of the k best documents matching any of `terms`, best first."""
         n_docs = self.live
@@ -309,7 +330,7 @@ class Shard:
             scores[pos] += part * live
             matched[pos] |= live
             del pos, freq  # views of the arrays: released before anything appends to them
-        allowed = self._filter(tiers, session_id, scope)
+        allowed = self._filter(tiers, session_id, scope, window)
         candidates = np.flatnonzero(matched if allowed is None else matched & allowed)
         return self._top(candidates, scores[candidates], k)
 
@@ -320,6 +341,8 @@ class Shard:
         tiers: Sequence[str] | None,
         session_id: str | None,
         scope: RecallScope | None = None,
+        *,
+        window: Window | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, cosine similarity) of the k nearest documents with a vector of this width."""
         vecs = self.vectors.get(len(vector))
@@ -328,7 +351,7 @@ class Shard:
         q = np.asarray(vector, dtype=np.float32)
         q /= np.float32(np.linalg.norm(q))
         positions = vecs.positions.view()
-        allowed = self._filter(tiers, session_id, scope)
+        allowed = self._filter(tiers, session_id, scope, window)
         keep = None if allowed is None else allowed[positions]
         if keep is not None and not keep.any():
             return []
