@@ -435,7 +435,7 @@ def evaluate(
 # each alone. The second is the earlier mechanisms (context, authors), with this off.
 NO_CONTEXT: tuple[tuple[str, Any], ...] = (("context_before", 0), ("context_after", 0))
 NO_AUTHORS: tuple[tuple[str, Any], ...] = (("author_boost", 0.0), ("people", None))
-BEFORE = {"facts": False, "summaries": False, "fact_units": False}
+BEFORE: dict[str, Any] = {"facts": False, "summaries": False, "fact_units": False}
 ABLATIONS: list[Setup] = [
     Setup("without fact-augmented keys", facts=False),
     Setup("without facts pointing to their messages", fact_units=False),
@@ -567,8 +567,8 @@ def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after ano
             done[replace(chosen, label="")] = scores[product]
             for setup in ABLATIONS:
                 ablations.append((setup.label, measured(setup)))
-            for label, with_it, without in GAINS:
-                gains.append((label, measured(with_it), measured(without)))
+            for label, on, off in GAINS:
+                gains.append((label, measured(on), measured(off)))
 
     throughput = measure_throughput(model, [r.text for r in conversations[0].sessions[0]][:64])
     report(
@@ -589,21 +589,22 @@ def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after ano
         print("\n### Per-conversation gains of each kept mechanism (recall@10, cats 1-4)\n")
         print("| change | all | " + " | ".join(ids) + " | gains on |")
         print("|---|---|" + "---|" * len(ids) + "---|")
-        for label, with_it, without in gains:
-            cells, wins = [], 0
+        for change, with_it, without in gains:
+            cells: list[str] = []
+            wins = 0
             for i in ids:
                 a, b = statistics.fmean(with_it[i].recall[10]), statistics.fmean(without[i].recall[10])
                 wins += a > b
                 cells.append(f"{100 * b:.1f} → {100 * a:.1f} ({100 * (a - b):+.1f})")
             whole = f"{headline_recall(without)} → {headline_recall(with_it)}"
-            print(f"| {label} | {whole} | " + " | ".join(cells) + f" | {wins} of {len(ids)} |")
+            print(f"| {change} | {whole} | " + " | ".join(cells) + f" | {wins} of {len(ids)} |")
     if ablations:
         print("\n### Ablations (hybrid, recall@10)\n")
         print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
         print("|---|---|---|---|---|---|---|")
-        for label, by_cat in [(f"defaults ({describe(chosen)})", scores[product]), *ablations]:
-            cells = " | ".join(pct(by_cat[cat].recall[10]) for cat in CATEGORIES)
-            print(f"| {label} | **{headline_recall(by_cat)}** | {cells} |")
+        for row, by_cat in [(f"defaults ({describe(chosen)})", scores[product]), *ablations]:
+            per_cat = " | ".join(pct(by_cat[cat].recall[10]) for cat in CATEGORIES)
+            print(f"| {row} | **{headline_recall(by_cat)}** | {per_cat} |")
 
 
 def headline_recall(by_cat: dict[Any, Scores]) -> str:

@@ -155,14 +155,14 @@ def _rewrite(
     wanted: dict[str, dict[int, list[FactKey]]] = defaultdict(dict)  # session -> seq -> new keys
     for doc in own.values():
         keys = change(doc, keys_of(doc))
-        seq = doc.metadata.get("seq")
-        if keys is None or seq is None or not seq.isdigit() or doc.session_id is None:
+        at = doc.metadata.get("seq", "")
+        if keys is None or not at.isdigit() or doc.session_id is None:
             continue
-        wanted[doc.session_id][int(seq)] = keys
+        wanted[doc.session_id][int(at)] = keys
     for session_id, by_seq in wanted.items():
         records = _around(memory, workspace_id, session_id, sorted(by_seq), writer)
         position = {r.seq: i for i, r in enumerate(records)}
-        for seq, keys in sorted(by_seq.items()):
+        for seq, new_keys in sorted(by_seq.items()):
             i = position.get(seq)
             if i is None:
                 continue  # indexed but no longer stored (erased meanwhile): nothing to rebuild from
@@ -172,7 +172,7 @@ def _rewrite(
                 [record],
                 before=records[max(0, i - writer.context_before) : i],
                 after=records[i + 1 : i + 1 + writer.context_after],
-                facts={record.id: keys},
+                facts={record.id: new_keys},
             )
             result.records += 1
             result.docs += written.docs
