@@ -245,9 +245,11 @@ class Setup:
     """Which retrieval mechanisms a build and its searches use (each switchable for ablation)."""
 
     label: str = "defaults"
+    # Kept (gains on at least four of the five conversations, added to the others and alone):
     facts: bool = True  # fact-augmented keys: observations replayed as extracted facts
-    summaries: bool = True  # session summaries as search units pointing to their messages
-    fact_units: bool = True  # facts as search units pointing to the messages they were read from
+    # Measured and not kept (fewer than four of five): off by default, on for the ablation rows.
+    summaries: bool = False  # session summaries as search units pointing to their messages
+    fact_units: bool = False  # facts as search units pointing to the messages they were read from
     writer: tuple[tuple[str, Any], ...] = ()  # MemoryWriter settings
     index: tuple[tuple[str, Any], ...] = ()  # SqliteMemoryIndex settings
     search: tuple[tuple[str, Any], ...] = ()  # MemorySearch settings
@@ -436,17 +438,27 @@ def evaluate(
 NO_CONTEXT: tuple[tuple[str, Any], ...] = (("context_before", 0), ("context_after", 0))
 NO_AUTHORS: tuple[tuple[str, Any], ...] = (("author_boost", 0.0), ("people", None))
 BEFORE: dict[str, Any] = {"facts": False, "summaries": False, "fact_units": False}
+ALL: dict[str, Any] = {"facts": True, "summaries": True, "fact_units": True}
 ABLATIONS: list[Setup] = [
-    Setup("without fact-augmented keys", facts=False),
-    Setup("without facts pointing to their messages", fact_units=False),
-    Setup("without summaries pointing to their messages", summaries=False),
-    Setup("fact-augmented keys alone", summaries=False, fact_units=False),
-    Setup("facts pointing to their messages alone", facts=False, summaries=False),
-    Setup("summaries pointing to their messages alone", facts=False, fact_units=False),
-    Setup("none of the three (the defaults before this change)", **BEFORE),
+    Setup("without fact-augmented keys (the defaults before this change)", **BEFORE),
+    Setup("+ facts pointing to their messages", fact_units=True),
+    Setup("+ summaries pointing to their messages", summaries=True),
+    Setup("all three", **ALL),
+    Setup("all three, without fact-augmented keys", **{**ALL, "facts": False}),
+    Setup("facts pointing to their messages alone", **{**BEFORE, "fact_units": True}),
+    Setup("summaries pointing to their messages alone", **{**BEFORE, "summaries": True}),
+    Setup(
+        "all three, summaries also bring in messages that were not candidates",
+        **ALL,
+        search=(("summary_bring_in", True),),
+    ),
     Setup("fact keys in BM25 only (no vector blend)", writer=(("fact_vector_weight", 0.0),)),
     Setup("fact keys in the vector only (BM25 weight 0)", index=(("facts_weight", 0.0),)),
-    Setup("summaries also bring in messages that were not candidates", search=(("summary_bring_in", True),)),
+    Setup(
+        "fact keys at BM25 weight 1.0, vector weight 1.0",
+        writer=(("fact_vector_weight", 1.0),),
+        index=(("facts_weight", 1.0),),
+    ),
     Setup(
         "none; no context, no authors, 0.3/0.7 (the issue's reference setup)",
         **BEFORE,
@@ -458,15 +470,23 @@ ABLATIONS: list[Setup] = [
         "none; context, authors, names kept in the query's embedding", **BEFORE, search=(("people", None),)
     ),
 ]
-# The per-conversation gain of each mechanism: (label, with it, without it).
+# The per-conversation gain of each mechanism, alone and added to the other two: (label, with
+# it, without it). A mechanism is kept when it gains on at least four of the five, both ways.
 GAINS: list[tuple[str, Setup, Setup]] = [
-    ("fact-augmented keys, added to the other two", Setup(), Setup(facts=False)),
-    ("fact-augmented keys, alone", Setup(summaries=False, fact_units=False), Setup(**BEFORE)),
-    ("facts pointing to messages, added to the other two", Setup(), Setup(fact_units=False)),
-    ("facts pointing to messages, alone", Setup(facts=False, summaries=False), Setup(**BEFORE)),
-    ("summaries pointing to messages, added to the other two", Setup(), Setup(summaries=False)),
-    ("summaries pointing to messages, alone", Setup(facts=False, fact_units=False), Setup(**BEFORE)),
-    ("all three, against before", Setup(), Setup(**BEFORE)),
+    ("fact-augmented keys, alone", Setup(), Setup(**BEFORE)),
+    ("fact-augmented keys, added to the other two", Setup(**ALL), Setup(**{**ALL, "facts": False})),
+    ("facts pointing to messages, alone", Setup(**{**BEFORE, "fact_units": True}), Setup(**BEFORE)),
+    (
+        "facts pointing to messages, added to the other two",
+        Setup(**ALL),
+        Setup(**{**ALL, "fact_units": False}),
+    ),
+    ("summaries pointing to messages, alone", Setup(**{**BEFORE, "summaries": True}), Setup(**BEFORE)),
+    (
+        "summaries pointing to messages, added to the other two",
+        Setup(**ALL),
+        Setup(**{**ALL, "summaries": False}),
+    ),
 ]
 
 
@@ -489,8 +509,8 @@ def setup_from(args: argparse.Namespace) -> Setup:
     return Setup(
         "this run",
         facts=not args.no_facts,
-        summaries=not args.no_summaries,
-        fact_units=not args.no_fact_units,
+        summaries=args.summaries,
+        fact_units=args.fact_units,
         writer=tuple(writer.items()),
         index=tuple(index.items()),
         search=tuple(search.items()),
@@ -586,7 +606,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after ano
     print("|---|" + "---|" * len(ids))
     print(f"| {chosen.label} | " + " | ".join(pct(scores[product][i].recall[10]) for i in ids) + " |")
     if gains:
-        print("\n### Per-conversation gains of each kept mechanism (recall@10, cats 1-4)\n")
+        print("\n### Per-conversation gains of each mechanism (recall@10, cats 1-4)\n")
         print("| change | all | " + " | ".join(ids) + " | gains on |")
         print("|---|---|" + "---|" * len(ids) + "---|")
         for change, with_it, without in gains:
@@ -746,8 +766,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)"
     )
     parser.add_argument("--no-facts", action="store_true", help="without fact-augmented keys")
-    parser.add_argument("--no-summaries", action="store_true", help="without summaries as search units")
-    parser.add_argument("--no-fact-units", action="store_true", help="without facts pointing to messages")
+    parser.add_argument("--summaries", action="store_true", help="with summaries pointing to their messages")
+    parser.add_argument("--fact-units", action="store_true", help="with facts pointing to their messages")
     parser.add_argument("--fact-weight", type=float, default=None, help="share of a fact hit's score lent")
     parser.add_argument("--facts-weight", type=float, default=None, help="BM25 weight of the facts field")
     parser.add_argument("--fact-vector-weight", type=float, default=None, help="facts' weight in the vector")
