@@ -9,6 +9,9 @@ A document's conversational context (the neighbouring messages the memory writer
 "context") is indexed in a `context` text field and searched with the text at half its weight
 (`CONTEXT_BOOST`), as the embedded index weights its FTS5 context column; `_source` holds it there
 and not in `metadata`, so it is stored once, and hits give it back in metadata as written.
+The facts extracted from a message (metadata "facts", shared.memory.fact_keys) are a `facts` text
+field the same way, matched at `FACTS_BOOST`; `get_docs` reads a record's documents back for
+rewriting them with their facts.
 
 Scopes (shared.memory.scope.visible): each document's `scope` object is mapped (conversation and
 users as keywords, group and shared as booleans), and every search adds one filter clause, a
