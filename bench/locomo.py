@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -52,12 +52,14 @@ from shared.adapters.embedded.index import DEFAULT_CONTEXT_WEIGHT  # noqa: E402
 from shared.channels.inbound import conversation_key  # noqa: E402
 from shared.memory.embeddings.cache import CachedEmbedder  # noqa: E402
 from shared.memory.embeddings.minilm import PINNED_WEIGHTS_SHA256, LocalMiniLM  # noqa: E402
+from shared.memory.fact_keys import attach_fact_keys, fact_key  # noqa: E402
+from shared.memory.facts import fact_id, fact_index_doc  # noqa: E402
 from shared.memory.fusion import FusionMethod  # noqa: E402
 from shared.memory.people import WorkspacePeople  # noqa: E402
 from shared.memory.scope import owner_scope, recall_scope  # noqa: E402
 from shared.memory.search import DEFAULT_MIN_SCORE, STOP_WORDS, MemorySearch  # noqa: E402
-from shared.memory.writer import MemoryWriter, RecentTails, index_rolled_out  # noqa: E402
-from shared.models import Identity, MemoryRecord, RecallScope  # noqa: E402
+from shared.memory.writer import MemoryWriter, RecentTails, index_rolled_out, summary_doc  # noqa: E402
+from shared.models import Identity, MemoryRecord, RecallScope, Summary, Triple  # noqa: E402
 from shared.ports import Embedder  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"
@@ -87,6 +89,11 @@ class Conversation:
     conversation: str  # the group conversation both speakers share (MemoryScope.conversation)
     sessions: list[list[MemoryRecord]]
     questions: list[Question]
+    # LoCoMo's own annotations, replayed as what the product's models would return (never as
+    # questions or answers): per session, the observations (speaker, text, the turns it cites) as
+    # the extraction model's facts, and the session summary as the consolidation model's.
+    observations: list[list[tuple[str, str, list[str]]]] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
     dropped_evidence: int = 0
     skipped_questions: int = 0
 
@@ -159,6 +166,19 @@ def load(path: Path) -> list[Conversation]:
             n += 1
         turn_ids = {r.id for s in sessions for r in s}
         c = Conversation(sample_id, workspace_id, conversation, sessions, [])
+        observed = sample.get("observation") or {}
+        summarised = sample.get("session_summary") or {}
+        for n in range(1, len(sessions) + 1):
+            notes: list[tuple[str, str, list[str]]] = []
+            for speaker, items in (observed.get(f"session_{n}_observation") or {}).items():
+                for item in items:
+                    text, cited = str(item[0]), item[1] if len(item) > 1 else []
+                    raw = cited if isinstance(cited, list) else [cited]
+                    ids = [e for r in raw for e in normalise_evidence(str(r)) if e in turn_ids]
+                    if text.strip() and ids:
+                        notes.append((str(speaker), text, list(dict.fromkeys(ids))))
+            c.observations.append(notes)
+            c.summaries.append(str(summarised.get(f"session_{n}_summary") or ""))
         for qa in sample["qa"]:
             ids = [e for raw in qa.get("evidence", []) for e in normalise_evidence(str(raw))]
             kept = list(dict.fromkeys(e for e in ids if e in turn_ids))
@@ -220,6 +240,36 @@ def variants(fusions: Sequence[FusionMethod]) -> list[Variant]:
     return out
 
 
+@dataclass(frozen=True)
+class Setup:
+    """Which retrieval mechanisms a build and its searches use (each switchable for ablation)."""
+
+    label: str = "defaults"
+    # Kept (gains on at least four of the five conversations, added to the others and alone):
+    facts: bool = True  # fact-augmented keys: observations replayed as extracted facts
+    # Measured and not kept (fewer than four of five): off by default, on for the ablation rows.
+    summaries: bool = False  # session summaries as search units pointing to their messages
+    fact_units: bool = False  # facts as search units pointing to the messages they were read from
+    writer: tuple[tuple[str, Any], ...] = ()  # MemoryWriter settings
+    index: tuple[tuple[str, Any], ...] = ()  # SqliteMemoryIndex settings
+    search: tuple[tuple[str, Any], ...] = ()  # MemorySearch settings
+
+    def search_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"summary_weight": SUMMARY_WEIGHT if self.summaries else 0.0}
+        out.update(SUMMARY_SEARCH if self.summaries else {})
+        out["fact_weight"] = FACT_WEIGHT if self.fact_units else 0.0
+        out.update(FACT_SEARCH if self.fact_units else {})
+        out.update(dict(self.search))
+        return out
+
+
+# The kept mechanisms' settings (docs/memory.md, "LoCoMo retrieval").
+SUMMARY_WEIGHT = 0.3
+FACT_WEIGHT = 0.3
+SUMMARY_SEARCH: dict[str, Any] = {"summary_top": 3, "summary_bring_in": False}
+FACT_SEARCH: dict[str, Any] = {"fact_top": 10}
+
+
 @dataclass
 class Built:
     index: SqliteMemoryIndex
@@ -235,17 +285,18 @@ class Built:
             db.close()
 
 
-def build(
-    tmp: Path, conversations: list[Conversation], embedder: Embedder, writer_kwargs: dict[str, Any]
-) -> Built:
-    """Every turn written as the turn writes it: an exchange at a time, context from the tails."""
+def build(tmp: Path, conversations: list[Conversation], embedder: Embedder, setup: Setup) -> Built:
+    """Every turn written as the turn writes it: an exchange at a time, context from the tails.
+    Then, per session, what the product's models would add: the extraction model's facts through
+    attach_fact_keys, the consolidation model's summary as a Tier-2 summary and its document."""
+    tmp.mkdir(parents=True, exist_ok=True)
     dbs = (Database(tmp / "index.db", load_vec=True), Database(tmp / "sigil.db"))
     index, memory, identities = (
-        SqliteMemoryIndex(dbs[0]),
+        SqliteMemoryIndex(dbs[0], **dict(setup.index)),
         SqliteMemoryStore(dbs[1]),
         SqliteIdentityStore(dbs[1]),
     )
-    writer = MemoryWriter(index, embedder, **writer_kwargs)
+    writer = MemoryWriter(index, embedder, **dict(setup.writer))
     tails = RecentTails()
     built = Built(index, memory, WorkspacePeople(identities), dbs)
     for c in conversations:
@@ -273,8 +324,64 @@ def build(
                 if result.text_only:
                     raise SystemExit(f"{len(result.text_only)} documents without vectors: {result.error}")
             built.records += len(session)
+        for n, session in enumerate(c.sessions):
+            facts = observation_facts(c, n) if setup.facts or setup.fact_units else []
+            if facts:
+                # As the extraction path stores them: Tier 3, each with its fact-tier document.
+                memory.put_triples(c.workspace_id, facts)
+                built.docs += writer.write_docs(c.workspace_id, [fact_index_doc(t) for t in facts]).docs
+            if setup.facts and facts:
+                attach_fact_keys(index, memory, embedder, c.workspace_id, facts, writer=writer)
+            if setup.summaries and c.summaries[n] and session:
+                summary = session_summary(c, n)
+                memory.put_summary(summary)
+                built.docs += writer.write_docs(c.workspace_id, [summary_doc(summary)]).docs
         built.seconds += time.perf_counter() - began
     return built
+
+
+def observation_facts(c: Conversation, n: int) -> list[Triple]:
+    """Session n's observations as the facts a function-backed extraction model returns for the
+    turns they cite: subject the speaker, the observation the object, provenance the turns. No
+    model runs here: this is LoCoMo's annotation replayed as realistic extraction output."""
+    session = c.sessions[n]
+    out = []
+    for speaker, text, cited in c.observations[n]:
+        scope = owner_scope(c.conversation, [speaker.casefold()], group=True)
+        out.append(
+            Triple(
+                id=fact_id(c.workspace_id, speaker, "noted", text, scope),
+                workspace_id=c.workspace_id,
+                subject=speaker,
+                predicate="noted",
+                object=text[:2048],
+                session_id=session[0].session_id,
+                message_ids=cited,
+                user_id=speaker.casefold(),
+                scope=scope,
+                category="fact",
+                source="consolidation",
+                created_at=session[0].created_at,
+                updated_at=session[0].created_at,
+            )
+        )
+    return out
+
+
+def session_summary(c: Conversation, n: int) -> Summary:
+    """Session n's LoCoMo summary as the consolidation model's batch summary of its turns."""
+    session = c.sessions[n]
+    return Summary(
+        id=f"summary-{n + 1}",
+        workspace_id=c.workspace_id,
+        session_id=session[0].session_id,
+        text=c.summaries[n],
+        first_seq=session[0].seq,
+        last_seq=session[-1].seq,
+        start_at=session[0].created_at,
+        end_at=session[-1].created_at,
+        scope=owner_scope(c.conversation, sorted({str(r.author).casefold() for r in session}), group=True),
+    )
 
 
 def group_scope(c: Conversation) -> RecallScope:
@@ -304,7 +411,8 @@ def check_scopes(conversations: list[Conversation], search: MemorySearch) -> int
 def evaluate(
     conversations: list[Conversation], search: MemorySearch, mode: SearchKind
 ) -> tuple[dict[int, Scores], list[float]]:
-    scores: dict[int, Scores] = defaultdict(Scores)
+    """Scores per category, and per conversation under keys "conv-26" etc. (categories 1-4)."""
+    scores: dict[Any, Scores] = defaultdict(Scores)
     latencies: list[float] = []
     for c in conversations:
         scope = group_scope(c)
@@ -317,34 +425,112 @@ def evaluate(
             latencies.append(time.perf_counter() - began)
             if outcome.mode != mode:
                 raise SystemExit(f"{mode} answered as {outcome.mode}: {outcome.degraded}")
-            scores[q.category].add([h.id for h in outcome.hits], q.evidence)
+            ranked = [h.id for h in outcome.hits]
+            scores[q.category].add(ranked, q.evidence)
+            if q.category in HEADLINE:
+                scores[c.sample_id].add(ranked, q.evidence)
     return scores, latencies
 
 
-# Rows that take one mechanism away at a time (--ablations): (label, writer settings, MemorySearch
-# settings), hybrid min-max.
-NO_CONTEXT: dict[str, Any] = {"context_before": 0, "context_after": 0}
-NO_AUTHORS: dict[str, Any] = {"author_boost": 0.0, "people": None}
-ABLATIONS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    (
-        "no context, no authors, 0.3/0.7 (the issue's reference setup)",
-        NO_CONTEXT,
-        {"text_weight": 0.3, "vector_weight": 0.7, **NO_AUTHORS},
+# Rows that take one mechanism away at a time (--ablations), hybrid min-max. The first group is
+# this issue's (fact-augmented keys, summaries pointing to their messages): each off in turn and
+# each alone. The second is the earlier mechanisms (context, authors), with this issue's off.
+NO_CONTEXT: tuple[tuple[str, Any], ...] = (("context_before", 0), ("context_after", 0))
+NO_AUTHORS: tuple[tuple[str, Any], ...] = (("author_boost", 0.0), ("people", None))
+BEFORE: dict[str, Any] = {"facts": False, "summaries": False, "fact_units": False}
+ALL: dict[str, Any] = {"facts": True, "summaries": True, "fact_units": True}
+ABLATIONS: list[Setup] = [
+    Setup("without fact-augmented keys (the defaults before this change)", **BEFORE),
+    Setup("+ facts pointing to their messages", fact_units=True),
+    Setup("+ summaries pointing to their messages", summaries=True),
+    Setup("all three", **ALL),
+    Setup("all three, without fact-augmented keys", **{**ALL, "facts": False}),
+    Setup("facts pointing to their messages alone", **{**BEFORE, "fact_units": True}),
+    Setup("summaries pointing to their messages alone", **{**BEFORE, "summaries": True}),
+    Setup(
+        "all three, summaries also bring in messages that were not candidates",
+        **ALL,
+        search=(("summary_bring_in", True),),
     ),
-    ("no context, no authors, 0.6/0.4", NO_CONTEXT, {"text_weight": 0.6, "vector_weight": 0.4, **NO_AUTHORS}),
-    ("context, no authors, 0.6/0.4", {}, {"text_weight": 0.6, "vector_weight": 0.4, **NO_AUTHORS}),
-    ("context, no authors, 0.5/0.5", {}, NO_AUTHORS),
-    (
-        "context, author boost 0.15, names kept in the query's embedding, 0.6/0.4",
-        {},
-        {"text_weight": 0.6, "vector_weight": 0.4, "author_boost": 0.15, "people": None},
+    Setup("fact keys in BM25 only (no vector blend)", writer=(("fact_vector_weight", 0.0),)),
+    Setup("fact keys in the vector only (BM25 weight 0)", index=(("facts_weight", 0.0),)),
+    Setup(
+        "fact keys at BM25 weight 1.0, vector weight 1.0",
+        writer=(("fact_vector_weight", 1.0),),
+        index=(("facts_weight", 1.0),),
     ),
-    ("context, author boost 0.25, names kept in the query's embedding, 0.5/0.5", {}, {"people": None}),
-    ("context, names left out of the query's embedding, no author boost, 0.5/0.5", {}, {"author_boost": 0.0}),
+    Setup(
+        "none; no context, no authors, 0.3/0.7 (the issue's reference setup)",
+        **BEFORE,
+        writer=NO_CONTEXT,
+        search=(("text_weight", 0.3), ("vector_weight", 0.7), *NO_AUTHORS),
+    ),
+    Setup("none; context, no authors, 0.5/0.5", **BEFORE, search=NO_AUTHORS),
+    Setup(
+        "none; context, authors, names kept in the query's embedding", **BEFORE, search=(("people", None),)
+    ),
+]
+# The per-conversation gain of each mechanism, alone and added to the other two: (label, with
+# it, without it). A mechanism is kept when it gains on at least four of the five, both ways.
+GAINS: list[tuple[str, Setup, Setup]] = [
+    ("fact-augmented keys, alone", Setup(), Setup(**BEFORE)),
+    ("fact-augmented keys, added to the other two", Setup(**ALL), Setup(**{**ALL, "facts": False})),
+    ("facts pointing to messages, alone", Setup(**{**BEFORE, "fact_units": True}), Setup(**BEFORE)),
+    (
+        "facts pointing to messages, added to the other two",
+        Setup(**ALL),
+        Setup(**{**ALL, "fact_units": False}),
+    ),
+    ("summaries pointing to messages, alone", Setup(**{**BEFORE, "summaries": True}), Setup(**BEFORE)),
+    (
+        "summaries pointing to messages, added to the other two",
+        Setup(**ALL),
+        Setup(**{**ALL, "summaries": False}),
+    ),
 ]
 
 
-def run(args: argparse.Namespace) -> None:
+def setup_from(args: argparse.Namespace) -> Setup:
+    writer: dict[str, Any] = {}
+    index: dict[str, Any] = {}
+    search: dict[str, Any] = {}
+    if args.fact_vector_weight is not None:
+        writer["fact_vector_weight"] = args.fact_vector_weight
+    if args.facts_weight is not None:
+        index["facts_weight"] = args.facts_weight
+    if args.summary_weight is not None:
+        search["summary_weight"] = args.summary_weight
+    if args.summary_top is not None:
+        search["summary_top"] = args.summary_top
+    if args.bring_in:
+        search["summary_bring_in"] = True
+    if args.fact_weight is not None:
+        search["fact_weight"] = args.fact_weight
+    return Setup(
+        "this run",
+        facts=not args.no_facts,
+        summaries=args.summaries,
+        fact_units=args.fact_units,
+        writer=tuple(writer.items()),
+        index=tuple(index.items()),
+        search=tuple(search.items()),
+    )
+
+
+def run_setup(
+    tmp: Path, name: str, conversations: list[Conversation], embedder: Embedder, setup: Setup
+) -> dict[Any, Scores]:
+    """Build an index for `setup` and evaluate its hybrid min-max search."""
+    built = build(tmp / name, conversations, embedder, setup)
+    search = MemorySearch(
+        built.index, built.memory, embedder, **{"people": built.people, **setup.search_kwargs()}
+    )
+    scores = evaluate(conversations, search, "hybrid")[0]
+    built.close()
+    return scores
+
+
+def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after another)
     conversations = load(Path(args.data))
     if args.limit:
         conversations = conversations[: args.limit]
@@ -353,13 +539,17 @@ def run(args: argparse.Namespace) -> None:
     embedder = CachedEmbedder(model, cache)
     fusions: list[FusionMethod] = args.fusion
     runs = variants(fusions)
-    scores: dict[str, dict[int, Scores]] = {}
+    scores: dict[str, dict[Any, Scores]] = {}
     latencies: dict[str, list[float]] = {}
+    chosen = setup_from(args)
 
     # Embeddings first (cached after the first run), so the build time is the index's own.
     began = time.perf_counter()
     texts = [r.text for c in conversations for s in c.sessions for r in s]
     texts += [q.text for c in conversations for q in c.questions]
+    facts = [t for c in conversations for n in range(len(c.sessions)) for t in observation_facts(c, n)]
+    texts += [fact_key(t).text for t in facts]
+    texts += [text for c in conversations for text in c.summaries if text]
     for start in range(0, len(texts), 256):  # in parts, so an interrupted run keeps its work
         embedder.embed(texts[start : start + 256])
     print(
@@ -368,7 +558,7 @@ def run(args: argparse.Namespace) -> None:
     )
 
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
-        built = build(Path(tmp) / "product", conversations, embedder, {})
+        built = build(Path(tmp) / "product", conversations, embedder, chosen)
         for v in runs:
             search = MemorySearch(
                 built.index,
@@ -377,42 +567,81 @@ def run(args: argparse.Namespace) -> None:
                 fusion=v.fusion,
                 min_score=args.min_score,
                 people=built.people,
+                **chosen.search_kwargs(),
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
         outsider_checks = check_scopes(conversations, search)
-        ablations: list[tuple[str, dict[int, Scores]]] = []
-        for label, writer_kwargs, search_kwargs in ABLATIONS if args.ablations else []:
-            other = build(Path(tmp) / f"ablation{len(ablations)}", conversations, embedder, writer_kwargs)
-            search = MemorySearch(
-                other.index, other.memory, embedder, **{"people": other.people, **search_kwargs}
-            )
-            ablations.append((label, evaluate(conversations, search, "hybrid")[0]))
-            other.close()
         built.close()
+        ablations: list[tuple[str, dict[Any, Scores]]] = []
+        gains: list[tuple[str, dict[Any, Scores], dict[Any, Scores]]] = []
+        if args.ablations:
+            done: dict[Setup, dict[Any, Scores]] = {}
+
+            def measured(setup: Setup) -> dict[Any, Scores]:
+                key = replace(setup, label="")
+                if key not in done:
+                    done[key] = run_setup(Path(tmp), f"setup{len(done)}", conversations, embedder, setup)
+                return done[key]
+
+            product = next(v.label for v in runs if v.mode == "hybrid")
+            done[replace(chosen, label="")] = scores[product]
+            for setup in ABLATIONS:
+                ablations.append((setup.label, measured(setup)))
+            for label, on, off in GAINS:
+                gains.append((label, measured(on), measured(off)))
 
     throughput = measure_throughput(model, [r.text for r in conversations[0].sessions[0]][:64])
     report(
-        Results(conversations, runs, scores, latencies, built.seconds, built.records, built.docs, throughput)
+        Results(conversations, runs, scores, latencies, built.seconds, built.records, built.docs, throughput),
+        chosen,
     )
     print(
         f"\nScopes: each conversation's records belong to its group; {outsider_checks} of its "
         "questions asked from outside the group found 0 hits."
     )
+    product = next(v.label for v in runs if v.mode == "hybrid")
+    print("\n### recall@10 per conversation (cats 1-4, hybrid)\n")
+    ids = [c.sample_id for c in conversations]
+    print("| setup | " + " | ".join(ids) + " |")
+    print("|---|" + "---|" * len(ids))
+    print(f"| {chosen.label} | " + " | ".join(pct(scores[product][i].recall[10]) for i in ids) + " |")
+    if gains:
+        print("\n### Per-conversation gains of each mechanism (recall@10, cats 1-4)\n")
+        print("| change | all | " + " | ".join(ids) + " | gains on |")
+        print("|---|---|" + "---|" * len(ids) + "---|")
+        for change, with_it, without in gains:
+            cells: list[str] = []
+            wins = 0
+            for i in ids:
+                a, b = statistics.fmean(with_it[i].recall[10]), statistics.fmean(without[i].recall[10])
+                wins += a > b
+                cells.append(f"{100 * b:.1f} → {100 * a:.1f} ({100 * (a - b):+.1f})")
+            whole = f"{headline_recall(without)} → {headline_recall(with_it)}"
+            print(f"| {change} | {whole} | " + " | ".join(cells) + f" | {wins} of {len(ids)} |")
     if ablations:
         print("\n### Ablations (hybrid, recall@10)\n")
         print("| setup | cats 1-4 | 1 | 2 | 3 | 4 | 5 |")
         print("|---|---|---|---|---|---|---|")
-        product = next(v.label for v in runs if v.mode == "hybrid")
-        defaults = (
-            "product defaults: context, author boost 0.25, names left out of the query's embedding, "
-            f"{product} 0.5/0.5"
-        )
-        for label, by_cat in [(defaults, scores[product]), *ablations]:
-            headline = Scores()
-            for cat in HEADLINE:
-                headline.merge(by_cat[cat])
-            cells = " | ".join(pct(by_cat[cat].recall[10]) for cat in CATEGORIES)
-            print(f"| {label} | **{pct(headline.recall[10])}** | {cells} |")
+        for row, by_cat in [(f"defaults ({describe(chosen)})", scores[product]), *ablations]:
+            per_cat = " | ".join(pct(by_cat[cat].recall[10]) for cat in CATEGORIES)
+            print(f"| {row} | **{headline_recall(by_cat)}** | {per_cat} |")
+
+
+def headline_recall(by_cat: dict[Any, Scores]) -> str:
+    headline = Scores()
+    for cat in HEADLINE:
+        headline.merge(by_cat[cat])
+    return pct(headline.recall[10])
+
+
+def describe(setup: Setup) -> str:
+    parts = [
+        "fact keys" if setup.facts else "no fact keys",
+        "facts pointing to messages" if setup.fact_units else "no fact pointers",
+        "summaries pointing to messages" if setup.summaries else "no summaries",
+    ]
+    parts += [f"{k}={v}" for k, v in (*setup.writer, *setup.index, *setup.search)]
+    return ", ".join(parts)
 
 
 def measure_throughput(model: LocalMiniLM, sample: list[str]) -> float:
@@ -438,7 +667,7 @@ class Results:
     throughput: float
 
 
-def report(r: Results) -> None:
+def report(r: Results, setup: Setup) -> None:
     conversations, runs, scores, latencies = r.conversations, r.runs, r.scores, r.latencies
     build_s, records, docs, throughput = r.build_s, r.records, r.docs, r.throughput
     questions = [q for c in conversations for q in c.questions]
@@ -479,6 +708,11 @@ def report(r: Results) -> None:
         "workspace's identities, one per speaker); "
         f"default {probe.get('fusion')}; min score "
         f"{DEFAULT_MIN_SCORE[probe.get('fusion', 'minmax')] or 'none'}"
+    )
+    print(
+        f"- retrieval mechanisms: {describe(setup)} (facts: LoCoMo's observations replayed as the "
+        "extraction model's output through shared.memory.fact_keys; summaries: LoCoMo's session "
+        "summaries replayed as the consolidation model's batch summaries)"
     )
     per_turn = 1000 * build_s / max(records, 1)
     print(
@@ -531,6 +765,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--min-score", type=float, default=None, help="MemorySearch's min_score (default: its own)"
     )
+    parser.add_argument("--no-facts", action="store_true", help="without fact-augmented keys")
+    parser.add_argument("--summaries", action="store_true", help="with summaries pointing to their messages")
+    parser.add_argument("--fact-units", action="store_true", help="with facts pointing to their messages")
+    parser.add_argument("--fact-weight", type=float, default=None, help="share of a fact hit's score lent")
+    parser.add_argument("--facts-weight", type=float, default=None, help="BM25 weight of the facts field")
+    parser.add_argument("--fact-vector-weight", type=float, default=None, help="facts' weight in the vector")
+    parser.add_argument("--summary-weight", type=float, default=None, help="share of a summary's score lent")
+    parser.add_argument("--summary-top", type=int, default=None, help="summaries that lend their score")
+    parser.add_argument("--bring-in", action="store_true", help="summaries bring non-candidate messages in")
     args = parser.parse_args(argv)
     if not Path(args.data).is_file():
         # The data is CC BY-NC and never ships with the project: it is read from the kit beside it.

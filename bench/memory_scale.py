@@ -1,15 +1,17 @@
 """Memory search latency at 1k / 10k / 100k memories in ONE workspace on the embedded index.
 
 Synthetic but shaped like the product's documents: chat-like messages whose words follow a Zipf
-law (so common words match a large share of the index, as they do in real chats, and FTS5 has
-long posting lists to rank), each with the writer's context (its two neighbours before and after,
-metadata "context") and a 384-dimension unit vector (all-MiniLM-L6-v2's width; random, which is
-fine for timing). Documents go in through SqliteMemoryIndex.upsert in batches, as the writer's
-would; queries are question-like texts with their own random vectors, asked through MemorySearch
-(hybrid, k=10, the product defaults), whose query embedding is excluded here (a fixed-vector
-embedder) and reported apart: MiniLM's own time for one question. Past 20,000 vectors the index's
-k-NN is prefiltered by sign bits; random vectors say nothing about its recall, so that is
-measured on real MiniLM vectors (the LoCoMo benchmark's embedding cache, when present).
+law (so common words match a large share of the index, as they do in real chats, and FTS5 has long
+posting lists to rank), each with the writer's context (its two neighbours before and after,
+metadata "context"), one in three with the text of facts extracted from it (metadata "facts": the
+fact-augmented keys of shared.memory.fact_keys), and a 384-dimension unit vector (all-
+MiniLM-L6-v2's width; random, which is fine for timing). Documents go in through
+SqliteMemoryIndex.upsert in batches, as the writer's would; queries are question-like texts with
+their own random vectors, asked through MemorySearch (hybrid, k=10, the product defaults), whose
+query embedding is excluded here (a fixed-vector embedder) and reported apart: MiniLM's own time
+for one question. Past 20,000 vectors the index's k-NN is prefiltered by sign bits; random vectors
+say nothing about its recall, so that is measured on real MiniLM vectors (the LoCoMo benchmark's
+embedding cache, when present).
 
 Memory scopes: each session is a conversation of one of 50 users (four in five direct, the rest
 groups of three), and every document carries the scope the writer gives it. Each size is searched
@@ -40,7 +42,7 @@ import numpy as np  # noqa: E402
 
 from shared.adapters.embedded import Database, SqliteMemoryIndex, SqliteMemoryStore  # noqa: E402
 from shared.memory.scope import owner_scope, recall_scope, visible  # noqa: E402
-from shared.memory.search import CONTEXT_KEY, MemorySearch  # noqa: E402
+from shared.memory.search import CONTEXT_KEY, FACT_IDS_KEY, FACTS_KEY, MemorySearch  # noqa: E402
 from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryScope, RecallScope  # noqa: E402
 
 DIM = 384
@@ -132,6 +134,14 @@ def build_docs(n: int, seed: int = 7) -> list[IndexDoc]:
     vocab = Vocabulary(rng)
     vectors = unit_vectors(np.random.default_rng(seed), n)
     texts = [message(rng, vocab) for _ in range(n)]
+    # Fact-augmented keys (shared.memory.fact_keys): one message in three keyed with one or two
+    # facts extracted from it. A generator of their own, so the texts are those of earlier runs.
+    facts_rng = random.Random(seed + 1)  # noqa: S311 - synthetic data, not secrets
+    keyed = {
+        i: [f"user {' '.join(vocab.draw(facts_rng, 2))}: {' '.join(vocab.draw(facts_rng, 4))}"]
+        * facts_rng.randint(1, 2)
+        for i in range(0, n, 3)
+    }
     start = datetime(2025, 1, 1, tzinfo=UTC)
     docs = []
     for i, text in enumerate(texts):
@@ -152,6 +162,14 @@ def build_docs(n: int, seed: int = 7) -> list[IndexDoc]:
                     "role": "user" if i % 2 == 0 else "assistant",
                     "seq": str(i % SESSION_SIZE),
                     CONTEXT_KEY: "\n".join(around),
+                    **(
+                        {
+                            FACTS_KEY: "\n".join(keyed[i]),
+                            FACT_IDS_KEY: " ".join(f"f{i}-{k}" for k in range(len(keyed[i]))),
+                        }
+                        if i in keyed
+                        else {}
+                    ),
                 },
                 scope=session_owner(session)[1],
             )

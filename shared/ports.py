@@ -235,6 +235,15 @@ class FindsMissingVectors(Protocol):
 
 
 @runtime_checkable
+class ReadsDocs(Protocol):
+    """Optional on a MemoryIndex: the stored documents of some records (each record's own and its
+    chunks', with their vectors), for rewriting them with the facts extracted from them
+    (shared.memory.fact_keys)."""
+
+    def get_docs(self, workspace_id: str, record_ids: Sequence[str]) -> list[IndexDoc]: ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Text to unit-length vectors (OpenAI, Bedrock Titan, or the offline MiniLM).
 

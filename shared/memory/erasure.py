@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Final
 from pydantic import BaseModel
 
 from shared.errors import ConcurrencyConflict
+from shared.memory.fact_keys import drop_fact_keys
 from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
 from shared.memory.writer import RECENT_TAILS, MemoryWriter, record_doc_ids, summary_doc
@@ -472,6 +473,15 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
     report.index_docs_rewritten = _reindex(
         backend, workspace_id, found.plans, found.summaries_scrubbed, found.triples_scrubbed
     )
+    # The messages keyed with a deleted or scrubbed fact (fact-augmented keys) hold its text too.
+    report.index_docs_rewritten += drop_fact_keys(
+        backend.index,
+        backend.memory,
+        backend.embedder,
+        workspace_id,
+        gone=found.triples_gone,
+        replaced=found.triples_scrubbed,
+    ).docs
 
     for session in found.sessions:
         if session.id in found.owned:

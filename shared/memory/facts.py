@@ -65,6 +65,9 @@ def fact_index_doc(triple: Triple, vector: list[float] | None = None) -> IndexDo
     metadata = {"subject": triple.subject, "predicate": triple.predicate, "category": triple.category}
     if triple.user_id:
         metadata["user_id"] = triple.user_id
+    if triple.message_ids:
+        # The messages it was read from: a fact hit lends its score to them (shared.memory.expand).
+        metadata["message_ids"] = " ".join(triple.message_ids)
     return IndexDoc(
         id=triple.id,
         workspace_id=triple.workspace_id,

@@ -85,6 +85,12 @@ AUTHOR_BOOST = 0.25
 # session) that BM25 matches at a lower weight than the document's own words. Written by
 # shared.memory.writer, indexed by the adapters, never shown in a hit.
 CONTEXT_KEY = "context"
+# Metadata keys of a message document's fact-augmented keys (shared.memory.fact_keys): the text
+# of the facts extracted from it, one a line, which BM25 matches as a field of its own, and the
+# ids of those facts (space-separated), by which they are replaced or taken off. Never shown.
+FACTS_KEY = "facts"
+FACT_IDS_KEY = "fact_ids"
+_NOT_SHOWN = frozenset({CONTEXT_KEY, FACTS_KEY, FACT_IDS_KEY})
 
 
 class MemoryHit(BaseModel):
@@ -154,11 +160,20 @@ class MemorySearch:
         overfetch: int = 8,
         author_boost: float = AUTHOR_BOOST,
         people: Callable[[str], frozenset[str]] | None = None,
+        summary_weight: float = 0.0,
+        summary_top: int = 3,
+        summary_bring_in: bool = False,
+        fact_weight: float = 0.0,
+        fact_top: int = 10,
     ) -> None:
         """`people(workspace_id)`: the words of the names the workspace's people go by
         (shared.memory.people.WorkspacePeople); in a search of messages alone (`tiers=["message"]`,
         as memory_search asks) a query's words that name one of them are left out of its
-        embedding (BM25 and the author boost still see them). None: nothing is left out."""
+        embedding (BM25 and the author boost still see them). None: nothing is left out.
+
+        `summary_weight` > 0: a search of messages alone ranks Tier-2 summaries beside them, and
+        the `summary_top` best lend that share of their score to the messages they summarise
+        (with `summary_bring_in`, also to those that were not candidates): shared.memory.expand."""
         if overfetch < 1:
             raise ValueError("overfetch must be at least 1")
         if author_boost < 0:
@@ -176,6 +191,11 @@ class MemorySearch:
         self._overfetch = overfetch
         self._author_boost = author_boost
         self._people = people
+        self._summary_weight = summary_weight
+        self._summary_top = summary_top
+        self._summary_bring_in = summary_bring_in
+        self._fact_weight = fact_weight
+        self._fact_top = fact_top
 
     def search(
         self,
@@ -240,11 +260,15 @@ class MemorySearch:
         if answered != mode:
             record(SEARCH_FALLBACK_BM25)
 
+        # Summaries as search units pointing to their messages: asked for beside the messages.
+        pointers: list[MemoryTier] = ["summary"] if self._summary_weight > 0 else []
+        pointers += ["fact"] if self._fact_weight > 0 else []
+        expanding = bool(pointers) and tiers is not None and set(tiers) == {"message"}
         index_query = IndexQuery(
             text=keyword_query(text) if answered != "vector" else None,
             vector=vector,
             k=fetch,
-            tiers=list(tiers) if tiers is not None else None,
+            tiers=["message", *pointers] if expanding else list(tiers) if tiers is not None else None,
             session_id=session_id,
             scope=scope,
             with_vectors=False,  # hits are ranked and shown, never compared again
@@ -273,6 +297,20 @@ class MemorySearch:
             k=len(result.text_hits) + len(result.vector_hits),
             min_score=self._min_score,
         )
+        if expanding:
+            from shared.memory.expand import expand_summaries  # it imports this module
+
+            fused = expand_summaries(
+                fused,
+                memory=self._memory,
+                workspace_id=workspace_id,
+                scope=scope,
+                weight=self._summary_weight,
+                top=self._summary_top,
+                bring_in=self._summary_bring_in,
+                fact_weight=self._fact_weight,
+                fact_top=self._fact_top,
+            )
         if self._author_boost:
             fused = boost_named_authors(fused, text, self._author_boost)
         return SearchOutcome(hits=_by_record(fused, k), mode=answered, degraded=degraded)
@@ -391,7 +429,7 @@ def _by_record(fused: list[FusedHit], k: int) -> list[MemoryHit]:
             session_id=doc.session_id,
             created_at=doc.created_at,
             # The context is other messages' text: it helped find this one, it is not this one.
-            metadata={key: value for key, value in doc.metadata.items() if key != CONTEXT_KEY},
+            metadata={key: value for key, value in doc.metadata.items() if key not in _NOT_SHOWN},
             bm25=f.text_score,
             vector=f.vector_score,
         )

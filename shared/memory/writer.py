@@ -31,15 +31,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetools import TTLCache
 
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.scope import owner_scope
-from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
+from shared.memory.search import (
+    AUTHOR_KEY,
+    CONTEXT_KEY,
+    FACT_IDS_KEY,
+    FACTS_KEY,
+    MAX_AUTHOR_CHARS,
+    RECORD_ID_KEY,
+)
 from shared.models import IndexDoc, MemoryRecord, MemoryScope, Summary
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 
@@ -49,6 +56,20 @@ EMBEDDING_KEY = "embedding"  # metadata: "missing" on documents written without 
 # A neighbour contributes at most this much text to a record's context: a pasted document next to
 # a short reply must not turn the reply into a copy of the document.
 MAX_NEIGHBOUR_CHARS = 500
+# A message's facts (fact-augmented keys) weigh this much in its vector, as their mean, beside its
+# own text (1.0) and its context (context_vector_weight). bench/locomo.py measured it.
+DEFAULT_FACT_VECTOR_WEIGHT = 0.5
+# At most this many facts key one message, newest kept (a fact is short: its text is capped below).
+MAX_FACT_KEYS = 20
+MAX_FACT_KEY_CHARS = 300
+
+
+class FactKey(NamedTuple):
+    """A fact extracted from a message, as it keys the message's document: the fact's id (a
+    Triple's) and its text ("subject predicate: object")."""
+
+    id: str
+    text: str
 
 
 def chunk_doc_id(record_id: str, index: int) -> str:
@@ -104,9 +125,11 @@ class MemoryWriter:
         context_before: int = 2,
         context_after: int = 2,
         context_vector_weight: float = 0.5,
+        fact_vector_weight: float = DEFAULT_FACT_VECTOR_WEIGHT,
     ) -> None:
-        if context_before < 0 or context_after < 0 or context_vector_weight < 0:
+        if context_before < 0 or context_after < 0 or context_vector_weight < 0 or fact_vector_weight < 0:
             raise ValueError("context sizes and weight must not be negative")
+        self.fact_vector_weight = fact_vector_weight
         self._index = index
         self._embedder = embedder
         self.context_before = context_before
@@ -122,8 +145,13 @@ class MemoryWriter:
         *,
         before: Sequence[MemoryRecord] = (),
         after: Sequence[MemoryRecord] = (),
+        facts: Mapping[str, Sequence[FactKey]] | None = None,
     ) -> WriteResult:
         """Index `records`, a run of Tier-1 messages oldest first, with their context.
+
+        `facts` (record id -> the facts extracted from it, shared.memory.fact_keys) key a record's
+        documents too: their text in metadata FACTS_KEY (a BM25 field of its own) and their mean
+        in its vector at `fact_vector_weight`. A record not named has none.
 
         `before` are the messages just before the run and `after` those just after it (oldest
         first; either may be shorter than the context wanted, or empty): they lend context and
@@ -144,7 +172,8 @@ class MemoryWriter:
                 *_same_thread(run, i, range(i - 1, i - 1 - self.context_before, -1))[::-1],
                 *_same_thread(run, i, range(i + 1, i + 1 + self.context_after)),
             ]
-            plans.append(_Plan(record, neighbours))
+            keys = list((facts or {}).get(record.id, ()))[-MAX_FACT_KEYS:]
+            plans.append(_Plan(record, neighbours, keys))
         return self._write(workspace_id, plans)
 
     # ------------------------------------------------------------------ any document
@@ -168,8 +197,8 @@ class MemoryWriter:
 
     def _write(self, workspace_id: str, plans: list[_Plan]) -> WriteResult:
         docs: list[IndexDoc] = []
-        # Per document: the indexes (into `texts`) of its own text and of its neighbours.
-        wanted: list[tuple[int, list[int]]] = []
+        # Per document: the indexes (into `texts`) of its own text, its neighbours and its facts.
+        wanted: list[tuple[int, list[int], list[int]]] = []
         texts: dict[str, int] = {}
 
         def slot(text: str) -> int:
@@ -179,9 +208,10 @@ class MemoryWriter:
             # A neighbour is embedded by its head (one chunk's worth): the model truncates anyway.
             around = [slot(n.text[:CHUNK_CHARS]) for n in plan.neighbours if n.text.strip()]
             context = "\n".join(n.text[:MAX_NEIGHBOUR_CHARS] for n in plan.neighbours if n.text.strip())
+            keyed = [slot(f.text[:MAX_FACT_KEY_CHARS]) for f in plan.facts if f.text.strip()]
             for chunk_doc in plan.docs(context):
                 docs.append(chunk_doc)
-                wanted.append((slot(chunk_doc.text), around))
+                wanted.append((slot(chunk_doc.text), around, keyed))
 
         vectors, error = self._embed(list(texts))
         matrix = None
@@ -193,8 +223,19 @@ class MemoryWriter:
             matrix = np.asarray(vectors, dtype=np.float64)
         result = WriteResult(docs=len(docs), error=error)
         out: list[IndexDoc] = []
-        for doc, (own, around) in zip(docs, wanted, strict=True):
-            vector = _blend(matrix, own, around, self.context_vector_weight) if matrix is not None else None
+        for doc, (own, around, keyed) in zip(docs, wanted, strict=True):
+            vector = (
+                _blend(
+                    matrix,
+                    own,
+                    around,
+                    self.context_vector_weight,
+                    keyed=keyed,
+                    fact_weight=self.fact_vector_weight,
+                )
+                if matrix is not None
+                else None
+            )
             if vector is None:
                 result.text_only.append(doc.id)
                 out.append(doc.model_copy(update={"metadata": {**doc.metadata, EMBEDDING_KEY: "missing"}}))
@@ -317,6 +358,7 @@ def index_rolled_out(
 class _Plan:
     source: MemoryRecord | IndexDoc
     neighbours: list[MemoryRecord]
+    facts: list[FactKey] = field(default_factory=list)
 
     def docs(self, context: str) -> list[IndexDoc]:
         base = self._base()
@@ -324,6 +366,10 @@ class _Plan:
         metadata = dict(base.metadata)
         if context:
             metadata[CONTEXT_KEY] = context
+        keys = [f for f in self.facts if f.text.strip()]
+        if keys:
+            metadata[FACTS_KEY] = "\n".join(" ".join(f.text[:MAX_FACT_KEY_CHARS].split()) for f in keys)
+            metadata[FACT_IDS_KEY] = " ".join(f.id for f in keys)
         if len(chunks) <= 1:
             return [base.model_copy(update={"metadata": metadata})]
         return [
@@ -373,13 +419,24 @@ def _same_thread(run: Sequence[MemoryRecord], i: int, positions: range) -> list[
     return out
 
 
-def _blend(vectors: Any, own: int, around: list[int], weight: float) -> list[float] | None:
-    """normalise(own + weight * mean(around)); None when the result is not a usable vector."""
+def _blend(
+    vectors: Any,
+    own: int,
+    around: list[int],
+    weight: float,
+    *,
+    keyed: list[int] | None = None,
+    fact_weight: float = 0.0,
+) -> list[float] | None:
+    """normalise(own + weight * mean(around) + fact_weight * mean(keyed)); None when the result
+    is not a usable vector."""
     import numpy as np  # loaded already: `vectors` is a numpy matrix
 
     mixed = vectors[own]
     if around and weight > 0:
         mixed = mixed + weight * vectors[around].mean(axis=0)
+    if keyed and fact_weight > 0:
+        mixed = mixed + fact_weight * vectors[keyed].mean(axis=0)
     norm = float(np.linalg.norm(mixed))
     if not np.isfinite(norm) or norm == 0.0:
         return None

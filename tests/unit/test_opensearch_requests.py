@@ -196,12 +196,14 @@ def test_hybrid_search_is_one_msearch_with_bm25_and_knn(fake: FakeOpenSearch) ->
     workspace_term = {"term": {"workspace_id": "ws1"}}
     assert bm25_header == {"index": INDEX, "routing": "ws1"}
     assert bm25["size"] == 5
-    # The text, and the neighbours' context at half weight (the embedded index's FTS5 weights).
+    # The text, and the neighbours' context and the message's facts at half weight (the embedded
+    # index's FTS5 weights).
     assert bm25["query"] == {
         "bool": {
             "should": [
                 {"match": {"text": "deploy the api"}},
                 {"match": {"context": {"query": "deploy the api", "boost": 0.5}}},
+                {"match": {"facts": {"query": "deploy the api", "boost": 0.5}}},
             ],
             "minimum_should_match": 1,
             "filter": [workspace_term],

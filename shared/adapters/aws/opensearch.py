@@ -9,6 +9,9 @@ A document's conversational context (the neighbouring messages the memory writer
 "context") is indexed in a `context` text field and searched with the text at half its weight
 (`CONTEXT_BOOST`), as the embedded index weights its FTS5 context column; `_source` holds it there
 and not in `metadata`, so it is stored once, and hits give it back in metadata as written.
+The facts extracted from a message (metadata "facts", shared.memory.fact_keys) are a `facts` text
+field the same way, matched at `FACTS_BOOST`; `get_docs` reads a record's documents back for
+rewriting them with their facts.
 
 Scopes (shared.memory.scope.visible): each document's `scope` object is mapped (conversation and
 users as keywords, group and shared as booleans), and every search adds one filter clause, a
@@ -45,7 +48,7 @@ from urllib.parse import urlsplit
 
 from shared import serde
 from shared.errors import SigilError
-from shared.memory.search import CONTEXT_KEY
+from shared.memory.search import CONTEXT_KEY, FACTS_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import (
     ID_PATTERN,
@@ -77,6 +80,9 @@ _WORKSPACE_RE = re.compile(ID_PATTERN)
 
 # BM25 weight of the `context` field relative to `text` (the embedded index's DEFAULT_CONTEXT_WEIGHT).
 CONTEXT_BOOST = 0.5
+# BM25 weight of the `facts` field (the facts extracted from a message: fact-augmented keys,
+# shared.memory.fact_keys) relative to `text` (the embedded index's DEFAULT_FACTS_WEIGHT).
+FACTS_BOOST = 0.5
 # The english analyser stems ("deployed" finds "deploy") and drops stop words.
 _TEXT_FIELD: dict[str, Any] = {"type": "text", "analyzer": "english"}
 # MemoryScope, as the filters match it (exact values: keywords and booleans).
@@ -183,6 +189,7 @@ def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -
         "tier": {"type": "keyword"},
         "text": dict(_TEXT_FIELD),
         "context": dict(_TEXT_FIELD),
+        "facts": dict(_TEXT_FIELD),
         "created_at": {"type": "date"},
         "metadata": {"type": "object", "enabled": False},
         "scope": _copy_field(_SCOPE_FIELD),
@@ -309,7 +316,11 @@ class OpenSearchIndex:
         """An index created before the `context` or the `scope` field gets it (adding a field to
         a strict mapping is allowed; without it, every write of a document with one is refused,
         and a scope filter on an unmapped field would match nothing)."""
-        wanted: dict[str, Any] = {"context": dict(_TEXT_FIELD), "scope": _copy_field(_SCOPE_FIELD)}
+        wanted: dict[str, Any] = {
+            "context": dict(_TEXT_FIELD),
+            "facts": dict(_TEXT_FIELD),
+            "scope": _copy_field(_SCOPE_FIELD),
+        }
         missing: dict[str, Any] = {}
         for concrete in response.values():
             properties = concrete.get("mappings", {}).get("properties", {})
@@ -486,11 +497,24 @@ class OpenSearchIndex:
             self._bulk(actions, "update", ok_statuses=(404,))
         return len(actions)
 
-    def _documents_of(self, workspace_id: str, record_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def get_docs(self, workspace_id: str, record_ids: Sequence[str]) -> list[IndexDoc]:
+        """The documents of these records (each record's own and its chunks'), with their vectors
+        (ReadsDocs): what shared.memory.fact_keys rewrites with a record's facts."""
+        _check_workspace(workspace_id)
+        ids = list(dict.fromkeys(record_ids))
+        out: list[IndexDoc] = []
+        for start in range(0, len(ids), 200):
+            hits = self._documents_of(workspace_id, ids[start : start + 200], source=True)
+            out += [_from_source(hit["_source"]) for hit in hits]
+        return out
+
+    def _documents_of(
+        self, workspace_id: str, record_ids: Sequence[str], *, source: bool = False
+    ) -> list[dict[str, Any]]:
         body = {
             "size": 10_000,
             "track_total_hits": False,
-            "_source": ["id", "scope"],
+            "_source": True if source else ["id", "scope"],
             "query": {
                 "bool": {
                     "filter": [{"term": {"workspace_id": workspace_id}}],
@@ -514,6 +538,9 @@ class OpenSearchIndex:
         if CONTEXT_KEY in metadata:
             source["metadata"] = {k: v for k, v in metadata.items() if k != CONTEXT_KEY}
             source["context"] = metadata[CONTEXT_KEY]
+        if FACTS_KEY in metadata:
+            source["metadata"] = {k: v for k, v in source["metadata"].items() if k != FACTS_KEY}
+            source["facts"] = metadata[FACTS_KEY]
         if doc.vector is not None and not usable_vector(doc.vector):
             # OpenSearch refuses a zero vector under cosinesimil, and NaN is not JSON: the text is
             # still worth indexing, as the embedded index does.
@@ -536,6 +563,7 @@ class OpenSearchIndex:
                     "should": [
                         {"match": {"text": text}},
                         {"match": {"context": {"query": text, "boost": CONTEXT_BOOST}}},
+                        {"match": {"facts": {"query": text, "boost": FACTS_BOOST}}},
                     ],
                     "minimum_should_match": 1,
                     "filter": filters,
@@ -686,6 +714,9 @@ def _from_source(source: Mapping[str, Any]) -> IndexDoc:
     context = fields.pop("context", None)
     if context:
         fields["metadata"] = {**(fields.get("metadata") or {}), CONTEXT_KEY: context}
+    facts = fields.pop("facts", None)
+    if facts:
+        fields["metadata"] = {**(fields.get("metadata") or {}), FACTS_KEY: facts}
     return serde.from_jsonable(IndexDoc, fields)
 
 

@@ -37,7 +37,7 @@ from shared.adapters.embedded.db import (
     to_us,
 )
 from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
-from shared.memory.search import CONTEXT_KEY, RECORD_ID_KEY
+from shared.memory.search import CONTEXT_KEY, FACTS_KEY, RECORD_ID_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryScope, MemoryTier
 
@@ -105,10 +105,25 @@ _MIGRATIONS = [
     "CAST(ROUND((julianday(json_extract(doc, '$.created_at')) - 2440587.5) * 86400000.0) AS INTEGER)"
     " * 1000;\n"
     "CREATE INDEX index_docs_by_time ON index_docs (workspace_id, created_us);\n",
+    # A third column for the facts extracted from a message (metadata "facts": fact-augmented
+    # keys, shared.memory.fact_keys), weighted apart from its words and its context. FTS5 cannot
+    # add a column, so the table is rebuilt (no document had facts).
+    """
+    CREATE VIRTUAL TABLE index_text_v2 USING fts5(
+        text, context, facts, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    INSERT INTO index_text_v2 (rowid, text, context, facts) SELECT rowid, text, context, '' FROM index_text;
+    DROP TABLE index_text;
+    ALTER TABLE index_text_v2 RENAME TO index_text;
+    INSERT INTO index_text (index_text, rank) VALUES ('secure-delete', 1);
+    """,
 ]
 
 # BM25 weight of a document's context (metadata CONTEXT_KEY) relative to its own text.
 DEFAULT_CONTEXT_WEIGHT = 0.5
+# BM25 weight of the facts extracted from a document (metadata FACTS_KEY) relative to its own
+# text: a fact restates what was said in a few plain words (bench/locomo.py measured it).
+DEFAULT_FACTS_WEIGHT = 0.5
 
 # Letters and digits only: quotes, operators and column filters of the FTS5 query language
 # cannot survive, so user text can never change the shape of the MATCH expression.
@@ -148,12 +163,13 @@ def _load_doc(doc: str, vector: bytes | None) -> IndexDoc:
 _CACHED_COLUMNS = (
     "d.rowid, d.id, d.tier, d.session_id, d.dim, d.vector, "
     "CASE WHEN d.vector IS NULL AND d.dim IS NOT NULL THEN d.doc END, t.text, t.context, "
-    "d.scoped, d.scope_conversation, d.scope_users, d.scope_shared, d.created_us"
+    "d.scoped, d.scope_conversation, d.scope_users, d.scope_shared, d.created_us, t.facts"
 )
 
 
 def _cached_doc(row: Sequence[Any]) -> CachedDoc:
-    rowid, doc_id, tier, session_id, dim, blob, legacy, text, context, scoped, conv, users, shared, at = row
+    rowid, doc_id, tier, session_id, dim, blob, legacy, text, context, scoped, conv, users, shared = row[:13]
+    at, facts = row[13], row[14]
     vector: Sequence[float] | None = None
     if dim:  # set only for a usable vector
         if blob is not None:
@@ -171,7 +187,18 @@ def _cached_doc(row: Sequence[Any]) -> CachedDoc:
         else None
     )
     created = None if at is None else int(at)
-    return CachedDoc(int(rowid), doc_id, tier, session_id, text or "", context or "", vector, scope, created)
+    return CachedDoc(
+        int(rowid),
+        doc_id,
+        tier,
+        session_id,
+        text or "",
+        context or "",
+        vector,
+        scope,
+        created,
+        facts=facts or "",
+    )
 
 
 def _window(query: IndexQuery) -> tuple[int | None, int | None] | None:
@@ -218,11 +245,15 @@ class SqliteMemoryIndex:
         *,
         max_query_terms: int = 32,
         context_weight: float = DEFAULT_CONTEXT_WEIGHT,
+        facts_weight: float = DEFAULT_FACTS_WEIGHT,
         cache_max_docs: int = DEFAULT_CACHE_MAX_DOCS,
         knn_exact_below: int = PREFILTER_MIN_ROWS,
     ) -> None:
         if not 0.0 <= context_weight <= 1.0:
             raise ValueError("context_weight must be between 0 and 1")
+        if not 0.0 <= facts_weight <= 1.0:
+            raise ValueError("facts_weight must be between 0 and 1")
+        self._facts_weight = float(facts_weight)
         self._db = db
         self._max_query_terms = max_query_terms
         self._context_weight = float(context_weight)
@@ -261,6 +292,7 @@ class SqliteMemoryIndex:
                     logger.warning("index doc %s: vector is zero or not finite; text only", doc.id)
                 dim = len(vector) if vector else None
                 context = doc.metadata.get(CONTEXT_KEY, "")
+                facts = doc.metadata.get(FACTS_KEY, "")
                 conn.execute(
                     "INSERT INTO index_docs (workspace_id, id, session_id, tier, dim, doc, vector, "
                     "record_id, scoped, scope_conversation, scope_users, scope_shared, created_us) "
@@ -280,8 +312,8 @@ class SqliteMemoryIndex:
                 )
                 rowid = conn.last_insert_rowid()
                 conn.execute(
-                    "INSERT INTO index_text (rowid, text, context) VALUES (?, ?, ?)",
-                    (rowid, doc.text, context),
+                    "INSERT INTO index_text (rowid, text, context, facts) VALUES (?, ?, ?, ?)",
+                    (rowid, doc.text, context, facts),
                 )
                 if vector and dim:
                     self._ensure_vec_table(conn, dim)
@@ -301,6 +333,7 @@ class SqliteMemoryIndex:
                         vector,
                         doc.scope,
                         to_us(doc.created_at),
+                        facts=facts,
                     )
                 )
         self._after_write(workspace_id, generation, nested, [d.id for d in docs], added)
@@ -481,6 +514,7 @@ class SqliteMemoryIndex:
                 self._tokenize_document,
                 self._context_weight,
                 prefilter_min_rows=self._knn_exact_below,
+                facts_weight=self._facts_weight,
             )
             rows = conn.execute(
                 f"SELECT {_CACHED_COLUMNS} FROM index_docs d JOIN index_text t ON t.rowid = d.rowid "
@@ -552,7 +586,7 @@ class SqliteMemoryIndex:
         during, time_params = _time_filter(query, "d.")
         filters += during
         params += time_params
-        rank = f"bm25(index_text, 1.0, {self._context_weight!r})"
+        rank = f"bm25(index_text, 1.0, {self._context_weight!r}, {self._facts_weight!r})"
         # Rowids first, documents after: SQLite would otherwise read every matching document's
         # JSON to feed the sorter, not just the k it keeps.
         ranked = [
@@ -595,6 +629,23 @@ class SqliteMemoryIndex:
         ]
         docs = self._load(conn, workspace_id, {rowid for rowid, _ in ranked}, vectors=query.with_vectors)
         return [IndexHit(doc=docs[r], score=s) for r, s in ranked if r in docs]
+
+    def get_docs(self, workspace_id: str, record_ids: Sequence[str]) -> list[IndexDoc]:
+        """The documents of these records (each record's own and its chunks'), with their vectors
+        (ReadsDocs): what shared.memory.fact_keys rewrites with a record's facts."""
+        out: list[IndexDoc] = []
+        ids = list(dict.fromkeys(record_ids))
+        with self._db.snapshot() as conn:
+            for start in range(0, len(ids), 400):
+                part = ids[start : start + 400]
+                marks = ", ".join("?" for _ in part)
+                for doc, blob in conn.execute(
+                    f"SELECT doc, vector FROM index_docs WHERE workspace_id = ? "
+                    f"AND (record_id IN ({marks}) OR id IN ({marks})) ORDER BY rowid",
+                    [workspace_id, *part, *part],
+                ):
+                    out.append(_load_doc(str(doc), blob))
+        return out
 
     def count(self, workspace_id: str) -> int:
         row = self._db.query_one("SELECT COUNT(*) FROM index_docs WHERE workspace_id = ?", (workspace_id,))

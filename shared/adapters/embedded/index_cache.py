@@ -136,6 +136,7 @@ class CachedDoc:
     vector: Sequence[float] | None  # usable (finite, non-zero) or None
     scope: MemoryScope | None = None  # None: written before scopes existed
     created_us: int | None = None  # when it was said (IndexDoc.created_at); None: unknown
+    facts: str = ""  # the facts extracted from it (fact-augmented keys), weighted `facts_weight`
 
 
 class Shard:
@@ -149,8 +150,10 @@ class Shard:
         context_weight: float,
         *,
         prefilter_min_rows: int = PREFILTER_MIN_ROWS,
+        facts_weight: float = 0.0,
     ) -> None:
         self.generation = generation
+        self._facts_weight = facts_weight
         self._prefilter_min_rows = prefilter_min_rows
         self._tokenize = tokenize
         self._context_weight = context_weight
@@ -191,13 +194,16 @@ class Shard:
             freq[t] = freq.get(t, 0.0) + 1.0
         for t in context_terms:
             freq[t] = freq.get(t, 0.0) + self._context_weight
+        facts_terms = self._tokenize(doc.facts) if doc.facts else []
+        for t in facts_terms:
+            freq[t] = freq.get(t, 0.0) + self._facts_weight
         for term, f in freq.items():
             entry = self.postings.get(term)
             if entry is None:
                 entry = self.postings[term] = (array("i"), array("f"))
             entry[0].append(pos)
             entry[1].append(f)
-        length = float(len(text_terms) + len(context_terms))
+        length = float(len(text_terms) + len(context_terms) + len(facts_terms))
         self.rowid.append(doc.rowid)
         self.alive.append(True)
         self.tier.append(TIERS.index(doc.tier) if doc.tier in TIERS else -1)
