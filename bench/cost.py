@@ -11,6 +11,11 @@ client fetching the reply). The model answers plainly or first calls one tool (m
 memory_store, memory_recall or current_time) with the mix in MIX; every 20-message window rolls
 its oldest messages out to Tier 1 and OpenSearch, and every CompactionDue the agent publishes runs
 the consolidate function (its summaries and facts); one scheduled (hourly) run follows the workload.
+Per-turn extraction: each turn's TurnCommitted goes to the extraction queue (standard, delayed by
+the 5 s debounce, which moto keeps); after a round followed by the debounce's quiet (--quiet-share of
+them, the last always) the bench waits for SQS to release them and plays that queue's event source
+through the real consolidate handler (batches of its mapping's BatchSize): the quiet round's events
+extract, the earlier ones find a later turn and are superseded. Its share is shown line by line.
 
 Measured, not guessed:
 - every AWS API call, per service and operation, with its request and response bytes (botocore's
@@ -21,6 +26,8 @@ Measured, not guessed:
   on every item it reads, before filters and projections); SQS requests in 64 KB chunks; EventBridge
   events in 64 KB chunks; HTTP API requests; Secrets Manager calls;
 - OpenSearch index and search requests (counted at opensearch-py's connection);
+- the consolidation model's prompt and answer characters (tokens estimated at 4 characters each,
+  priced as its budget charges them);
 - CloudWatch: the bytes each function writes to stdout (powertools' log lines, the EMF metric lines
   and the stdlib loggers' lines in Lambda's JSON format) and the metric values and series in them;
 - each invocation's own time (wall clock, less the time the counting hooks take), plus the model's
