@@ -37,7 +37,7 @@ Measured, not guessed:
 Priced with bench/prices.json (one file, a date and a source page per line). A benchmark, not a
 test: it prints tables, and fails only if the workload does not run.
 
-    .venv/bin/python bench/cost.py                  # 500 turns, 10 sessions, scaled (~3 min)
+    .venv/bin/python bench/cost.py                  # 500 turns, 10 sessions, scaled (~5 min)
     .venv/bin/python bench/cost.py --turns 1000     # 1,000 turns (~10 min: moto slows as tables grow)
 """
 
