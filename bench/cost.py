@@ -11,6 +11,11 @@ client fetching the reply). The model answers plainly or first calls one tool (m
 memory_store, memory_recall or current_time) with the mix in MIX; every 20-message window rolls
 its oldest messages out to Tier 1 and OpenSearch, and every CompactionDue the agent publishes runs
 the consolidate function (its summaries and facts); one scheduled (hourly) run follows the workload.
+Per-turn extraction: each turn's TurnCommitted goes to the extraction queue (standard, delayed by
+the 5 s debounce, which moto keeps); after a round followed by the debounce's quiet (--quiet-share of
+them, the last always) the bench waits for SQS to release them and plays that queue's event source
+through the real consolidate handler (batches of its mapping's BatchSize): the quiet round's events
+extract, the earlier ones find a later turn and are superseded. Its share is shown line by line.
 
 Measured, not guessed:
 - every AWS API call, per service and operation, with its request and response bytes (botocore's
@@ -21,6 +26,8 @@ Measured, not guessed:
   on every item it reads, before filters and projections); SQS requests in 64 KB chunks; EventBridge
   events in 64 KB chunks; HTTP API requests; Secrets Manager calls;
 - OpenSearch index and search requests (counted at opensearch-py's connection);
+- the consolidation model's prompt and answer characters (tokens estimated at 4 characters each,
+  priced as its budget charges them);
 - CloudWatch: the bytes each function writes to stdout (powertools' log lines, the EMF metric lines
   and the stdlib loggers' lines in Lambda's JSON format) and the metric values and series in them;
 - each invocation's own time (wall clock, less the time the counting hooks take), plus the model's
@@ -30,7 +37,7 @@ Measured, not guessed:
 Priced with bench/prices.json (one file, a date and a source page per line). A benchmark, not a
 test: it prints tables, and fails only if the workload does not run.
 
-    .venv/bin/python bench/cost.py                  # 500 turns, 10 sessions, scaled (~3 min)
+    .venv/bin/python bench/cost.py                  # 500 turns, 10 sessions, scaled (~5 min)
     .venv/bin/python bench/cost.py --turns 1000     # 1,000 turns (~10 min: moto slows as tables grow)
 """
 
@@ -86,9 +93,18 @@ FUNCTION_OF = {
     "webhook": "webhook",
     "agent": "agent",
     "consolidate": "consolidate",
+    "extract": "consolidate",
     "schedule": "consolidate",
 }
-TURN_STAGES = ("webhook", "agent", "esm", "consolidate")
+# "extract" is per-turn extraction's share: the agent's TurnCommitted sends, the extraction queue's
+# event source (its receives and deletes) and the consolidate invocations it makes.
+TURN_STAGES = ("webhook", "agent", "esm", "consolidate", "extract")
+EXTRACTION_STAGES = ("extract",)
+# The share of turns followed by at least the debounce (5 s) of quiet in their session, whose
+# TurnCommitted extracts; the others are superseded by the next turn. One-to-one chat rarely gets
+# the next turn committed within 5 s (the person reads, types, and the model answers again), so
+# the superseded ones are bursts: messages sent back to back, a group's cross-talk (docs/cost.md).
+QUIET_SHARE = 0.75
 
 
 # ---------------------------------------------------------------- units (DynamoDB's, SQS's, ...)
@@ -171,7 +187,8 @@ class Usage:
     turns: int
     invocations: list[Invocation] = field(default_factory=list)
     http_requests: list[int] = field(default_factory=list)  # request + response bytes each
-    sqs_payloads: list[int] = field(default_factory=list)  # each SQS request's payload bytes
+    sqs_payloads: list[int] = field(default_factory=list)  # each SQS FIFO request's payload bytes
+    sqs_standard_payloads: list[int] = field(default_factory=list)  # the same, standard queues
     dynamodb_rru: float = 0.0
     dynamodb_wru: float = 0.0
     dynamodb_stored_bytes: int = 0  # what the turns leave in the tables (with per-item overhead)
@@ -179,6 +196,10 @@ class Usage:
     secrets_calls: int = 0
     log_bytes: Counter[str] = field(default_factory=Counter)  # per function
     embedding_chars: int = 0  # what Titan would embed: texts indexed and search queries
+    # The consolidation model's prompts and answers (compaction's and per-turn extraction's), in
+    # characters: priced at its list price per token (the chat model's is left out)
+    model_chars_in: int = 0
+    model_chars_out: int = 0
     # AgentCore's units (docs/cost.md says how ours map onto them)
     messages_stored: int = 0
     ltm_records: int = 0
@@ -228,9 +249,14 @@ def lambda_gb_s(invocations: Sequence[Invocation], memory_mb: int, wait_s: float
 
 
 def price_usage(
-    usage: Usage, functions: Mapping[str, FunctionConfig], prices: Mapping[str, Any], wait_s: float
+    usage: Usage,
+    functions: Mapping[str, FunctionConfig],
+    prices: Mapping[str, Any],
+    wait_s: float,
+    model_per_mtok: tuple[float, float] = (0.0, 0.0),
 ) -> list[Line]:
-    """Dollars for everything in `usage` (its `turns` turns, unscaled), the chat model excluded."""
+    """Dollars for everything in `usage` (its `turns` turns, unscaled), the chat model excluded;
+    the consolidation model's tokens at `model_per_mtok` (USD per 1M tokens in, out)."""
     lines: list[Line] = []
     for name, config in functions.items():
         mine = [i for i in usage.invocations if i.function == name]
@@ -255,6 +281,15 @@ def price_usage(
     sqs = sum(chunks(n, 64 * KB) for n in usage.sqs_payloads)
     lines.append(
         Line("SQS FIFO", sqs * _usd(prices, "sqs_fifo_requests") / 1e6, sqs, "requests (64 KB chunks)")
+    )
+    standard = sum(chunks(n, 64 * KB) for n in usage.sqs_standard_payloads)
+    lines.append(
+        Line(
+            "SQS standard",
+            standard * _usd(prices, "sqs_standard_requests") / 1e6,
+            standard,
+            "requests (64 KB chunks)",
+        )
     )
     lines.append(
         Line(
@@ -306,6 +341,15 @@ def price_usage(
             "Bedrock Titan embeddings (est.)",
             tokens / 1000 * _usd(prices, "bedrock_titan_embed_v2"),
             tokens,
+            "tokens (chars / 4)",
+        )
+    )
+    tokens_in, tokens_out = usage.model_chars_in / 4, usage.model_chars_out / 4
+    lines.append(
+        Line(
+            "consolidation model tokens (est.)",
+            (tokens_in * model_per_mtok[0] + tokens_out * model_per_mtok[1]) / 1e6,
+            tokens_in + tokens_out,
             "tokens (chars / 4)",
         )
     )
@@ -394,16 +438,15 @@ def floor_lines(
     keys = len(of("AWS::KMS::Key"))
     lines.append(Line("KMS keys", keys * _usd(prices, "kms_key_month"), keys, "keys"))
     # Not measurable here: Lambda's SQS pollers long-poll an idle queue. Assumed: five 20 s long
-    # polls at all times per event-source mapping (docs/cost.md).
-    polls = len(of("AWS::Lambda::EventSourceMapping")) * 5 * 3 * 60 * HOURS_PER_MONTH
-    lines.append(
-        Line(
-            "SQS idle polling (est.)",
-            polls * _usd(prices, "sqs_fifo_requests") / 1e6,
-            polls,
-            "empty receives",
-        )
+    # polls at all times per event-source mapping (docs/cost.md), at its queue's price.
+    per_mapping = 5 * 3 * 60 * HOURS_PER_MONTH
+    sources = event_sources(template)
+    polls = len(sources) * per_mapping
+    usd = sum(
+        per_mapping * _usd(prices, "sqs_fifo_requests" if s.fifo else "sqs_standard_requests") / 1e6
+        for s in sources
     )
+    lines.append(Line("SQS idle polling (est.)", usd, polls, "empty receives"))
     rules = [r for r in of("AWS::Events::Rule") if "ScheduleExpression" in r]
     if schedule is not None and rules:
         runs = HOURS_PER_MONTH * len(rules)
@@ -429,6 +472,7 @@ class ApiCall:
     rru: float = 0.0
     wru: float = 0.0
     fact_read: bool = False  # a read of Tier-3 facts (a long-term memory retrieval)
+    standard: bool = False  # SQS: a standard queue's request (priced below FIFO's)
 
 
 class Meter:
@@ -447,6 +491,9 @@ class Meter:
         self.overhead_cpu_s = 0.0
         self.errors: list[str] = []
         self._keys: dict[str, list[str]] = {}
+        # SQS requests to these queues are their stage's, whoever makes them: the agent's sends to
+        # the extraction queue are per-turn extraction's share.
+        self.queue_stages: dict[str, str] = {}
 
     def attach(self, events: Any, stage: str | None = None) -> None:
         events.register("before-parameter-build", functools.partial(self._params, stage))
@@ -471,7 +518,9 @@ class Meter:
     ) -> None:
         name = f"{model.service_model.service_name}.{model.name}"
         with self._timed(name):
-            call = ApiCall(stage or self.stage_of() or "other", name)
+            queue = str(params.get("QueueUrl", "")) if name.startswith("sqs.") else ""
+            call = ApiCall(stage or self.queue_stages.get(queue) or self.stage_of() or "other", name)
+            call.standard = bool(queue) and not queue.endswith(".fifo")
             context["bench_call"] = call
             context["bench_params"] = params
             if name.startswith("dynamodb."):
@@ -872,6 +921,12 @@ class Run:
     stored_bytes: int = 0
     ltm_records: int = 0
     http: list[int] = field(default_factory=list)  # each HTTP API request's bytes in + out
+    # The consolidation model's prompt and answer characters, per stage
+    model_chars_in: Counter[str] = field(default_factory=Counter)
+    model_chars_out: Counter[str] = field(default_factory=Counter)
+    extractions: Counter[str] = field(default_factory=Counter)  # per-turn extraction's statuses
+    rounds: int = 0
+    quiet_rounds: int = 0  # rounds followed by the debounce's quiet: their turns' events extract
 
 
 class Workload:
@@ -881,10 +936,14 @@ class Workload:
         from shared.providers.function import FunctionProvider
 
         self.functions = functions
+        self.seed = seed
         self.stage: str | None = None  # the invocation running now, read by every counter
         self.script = Script(random.Random(seed))  # noqa: S311 - made-up text, not a secret
         self.chat = FunctionProvider(self.script.chat)
-        self.summariser = FunctionProvider(Script.consolidate)
+        self.summariser = FunctionProvider(self._consolidate)
+        self.model_chars_in: Counter[str] = Counter()
+        self.model_chars_out: Counter[str] = Counter()
+        self.extractions: Counter[str] = Counter()
         # Both answer as the listed model MODEL, so the workspace's default budget charges their
         # calls at its price ("function/..." is unknown and would be priced at the dearest model's).
         self.chat.name = self.summariser.name = MODEL.split("/", maxsplit=1)[0]
@@ -895,6 +954,15 @@ class Workload:
 
     def current(self) -> str | None:
         return self.stage
+
+    def _consolidate(self, request: Any) -> str:
+        """Script.consolidate, its prompt's and answer's characters counted for the stage asking."""
+        answer = Script.consolidate(request)
+        stage = self.stage or "other"
+        said = [request.system or "", *(str(getattr(m, "content", "") or "") for m in request.messages)]
+        self.model_chars_in[stage] += sum(len(x) for x in said)
+        self.model_chars_out[stage] += len(answer)
+        return answer
 
     def stand_ins(self, stack: ExitStack) -> Any:
         """moto, osmem-server and the stack's resources, the functions' environment in this
@@ -1065,7 +1133,41 @@ class Workload:
         replies: list[dict[str, Any]] = json.loads(answer["body"])["replies"]
         return replies
 
-    def run(self, turns: int, sessions: int, batch_size: int) -> Run:
+    def extract(self, event: dict[str, Any]) -> Any:
+        """One batch of the extraction queue through the consolidate function, its statuses kept."""
+        from functions.consolidate import handler as consolidate
+
+        answer = self.invoke("extract", consolidate.lambda_handler, event)
+        for result in answer.get("extractions", []) if isinstance(answer, dict) else []:
+            self.extractions[str(result.get("status"))] += 1
+        return answer
+
+    def drain(self, poller: Any, watch: Any, queue_url: str, *, timeout_s: float = 120.0) -> None:
+        """The extraction queue's event source once the debounce has passed: wait until SQS
+        releases every delayed message (moto keeps DelaySeconds), then hand over batches until none
+        is visible. The waiting reads the queue with an uncounted client: Lambda's long polls are
+        the floor's (SQS idle polling)."""
+        until = time.monotonic() + timeout_s
+        while True:
+            attributes = watch.get_queue_attributes(
+                QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+            )["Attributes"]
+            if int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)) == 0:
+                break
+            if time.monotonic() > until:
+                raise SystemExit(f"the extraction queue still holds delayed messages after {timeout_s:.0f} s")
+            time.sleep(0.2)
+        while poller.poll_once():
+            pass
+
+    def run(
+        self,
+        turns: int,
+        sessions: int,
+        batch_size: int,
+        extraction_batch: int = 10,
+        quiet_share: float = QUIET_SHARE,
+    ) -> Run:
         from functions.agent import handler as agent
         from functions.consolidate import handler as consolidate
         from shared.local import aws_mode
@@ -1090,6 +1192,24 @@ class Workload:
                 invoke=lambda e: self.invoke("consolidate", consolidate.lambda_handler, e),
                 interval_s=1e9,  # the schedule runs once, on its own, below
             )
+            # Per-turn extraction's event source on its standard queue (the agent's sends to it
+            # are counted as extraction's share too).
+            extraction_sqs = aws_mode.aws_client("sqs", resources.endpoint, resources.region)
+            self.meter.attach(extraction_sqs.meta.events, "extract")
+            self.meter.queue_stages[resources.extraction_queue_url] = "extract"
+            extraction = aws_mode.FifoPoller(
+                extraction_sqs,
+                queue_url=resources.extraction_queue_url,
+                queue_arn=resources.extraction_queue_arn,
+                region=resources.region,
+                invoke=self.extract,
+                batch_size=extraction_batch,
+            )
+            watch = aws_mode.aws_client("sqs", resources.endpoint, resources.region)
+            # Which rounds are followed by the debounce's quiet: their turns' events extract, the
+            # earlier ones they supersede (delivered with them) do nothing. The last always is.
+            quiet = random.Random(f"quiet-{self.seed}")  # noqa: S311 - a workload's shape, not a secret
+            rounds = quiet_rounds = 0
             names = [f"user{s:02d}" for s in range(sessions)]
             seen = dict.fromkeys(names, 0)
             replies = 0
@@ -1107,6 +1227,14 @@ class Workload:
                         replies += len(got)
                 while feed.poll_once():
                     pass
+                rounds += 1
+                if n == turns - 1 or quiet.random() < quiet_share:
+                    quiet_rounds += 1
+                    self.drain(extraction, watch, resources.extraction_queue_url)
+            left = watch.get_queue_attributes(QueueUrl=resources.extraction_queue_url, AttributeNames=["All"])
+            held = sum(int(v) for k, v in left["Attributes"].items() if k.startswith("ApproximateNumberOf"))
+            if held:
+                raise SystemExit(f"{held} TurnCommitted events were not handled (a failed extraction?)")
             self.invoke("schedule", consolidate.lambda_handler, aws_mode.schedule_event(resources.region))
             if self.meter.errors:
                 raise SystemExit("counting failed:\n  " + "\n  ".join(self.meter.errors[:10]))
@@ -1127,6 +1255,11 @@ class Workload:
             invocations=self.invocations,
             http=self.http,
             chat_calls=len(self.chat.requests),
+            model_chars_in=self.model_chars_in,
+            model_chars_out=self.model_chars_out,
+            extractions=self.extractions,
+            rounds=rounds,
+            quiet_rounds=quiet_rounds,
             tool_calls=self.script.tool_calls,
             replies=replies,
             stored_bytes=stored,
@@ -1135,9 +1268,16 @@ class Workload:
 
 
 def run_workload(
-    turns: int, sessions: int, functions: Mapping[str, FunctionConfig], *, batch_size: int = 10, seed: int = 7
+    turns: int,
+    sessions: int,
+    functions: Mapping[str, FunctionConfig],
+    *,
+    batch_size: int = 10,
+    extraction_batch: int = 10,
+    quiet_share: float = QUIET_SHARE,
+    seed: int = 7,
 ) -> Run:
-    return Workload(functions, seed).run(turns, sessions, batch_size)
+    return Workload(functions, seed).run(turns, sessions, batch_size, extraction_batch, quiet_share)
 
 
 def _request_bytes(event: Mapping[str, Any]) -> int:
@@ -1177,6 +1317,8 @@ def usage_of(run: Run, stages: Sequence[str], turns: int) -> Usage:
         usage.metric_values += run.logs.metric_values[name]
         usage.metric_series |= run.logs.series.get(name, set())
         usage.embedding_chars += run.search.embedding_chars[name]
+        usage.model_chars_in += run.model_chars_in[name]
+        usage.model_chars_out += run.model_chars_out[name]
         usage.retrievals += run.search.searches[name] if name == "agent" else 0
     if "webhook" in stages:
         usage.http_requests = list(run.http)
@@ -1186,7 +1328,7 @@ def usage_of(run: Run, stages: Sequence[str], turns: int) -> Usage:
         usage.dynamodb_rru += c.rru
         usage.dynamodb_wru += c.wru
         if c.name.startswith("sqs."):
-            usage.sqs_payloads.append(c.payload_bytes)
+            (usage.sqs_standard_payloads if c.standard else usage.sqs_payloads).append(c.payload_bytes)
         usage.event_sizes += c.event_sizes
         usage.secrets_calls += c.name.startswith("secretsmanager.")
         usage.retrievals += c.fact_read and c.stage == "agent"
@@ -1243,12 +1385,35 @@ def synth_here(stages: Sequence[str]) -> None:
     print(json.dumps(out))
 
 
-def batch_size(template: Mapping[str, Any]) -> int:
-    """The agent's event-source mapping's BatchSize (Lambda's default, 10, if it sets none)."""
-    for resource in template["Resources"].values():
-        if resource["Type"] == "AWS::Lambda::EventSourceMapping":
-            return int(resource["Properties"].get("BatchSize", 10))
-    return 10
+@dataclass(frozen=True)
+class EventSource:
+    """An SQS event-source mapping of the template: its queue's kind and its BatchSize."""
+
+    queue: str  # the queue's logical id
+    fifo: bool
+    batch_size: int
+
+
+def event_sources(template: Mapping[str, Any]) -> list[EventSource]:
+    """The template's SQS event-source mappings (Lambda's default BatchSize, 10, if one sets none)."""
+    resources = template["Resources"]
+    found = []
+    for resource in resources.values():
+        if resource["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        props = resource["Properties"]
+        arn = props.get("EventSourceArn")
+        queue = str(arn["Fn::GetAtt"][0]) if isinstance(arn, dict) and "Fn::GetAtt" in arn else ""
+        kind = resources.get(queue, {})
+        fifo = bool(kind.get("Properties", {}).get("FifoQueue")) if kind else True
+        found.append(EventSource(queue, fifo, int(props.get("BatchSize", 10))))
+    return found
+
+
+def batch_size(template: Mapping[str, Any], *, fifo: bool = True) -> int:
+    """The BatchSize of the mapping on the FIFO lanes (the agent's) or on the standard queue (the
+    extraction's); 10, Lambda's default, when there is none."""
+    return next((s.batch_size for s in event_sources(template) if s.fifo == fifo), 10)
 
 
 def function_configs(template: Mapping[str, Any]) -> dict[str, FunctionConfig]:
@@ -1297,9 +1462,15 @@ class Report:
     prices: dict[str, Any]
     run: Run
     seconds: float = 0.0
+    # The consolidation model's list price, USD per 1M tokens in and out (shared.budgets')
+    model_per_mtok: tuple[float, float] = (0.0, 0.0)
+    quiet_share: float = QUIET_SHARE
 
-    def per_thousand(self, wait_s: float) -> list[Line]:
-        return scaled(price_usage(self.usage, self.functions, self.prices, wait_s), 1000 / self.usage.turns)
+    def per_thousand(self, wait_s: float, stages: Sequence[str] | None = None) -> list[Line]:
+        """Table (a)'s lines, per 1,000 turns: every stage of the turns, or only `stages`."""
+        usage = self.usage if stages is None else usage_of(self.run, stages, self.usage.turns)
+        lines = price_usage(usage, self.functions, self.prices, wait_s, self.model_per_mtok)
+        return scaled(lines, 1000 / self.usage.turns)
 
     def agentcore(self) -> list[Line]:
         return scaled(agentcore_lines(self.usage, self.prices), 1000 / self.usage.turns)
@@ -1310,6 +1481,50 @@ class Report:
             for stage, template in self.templates.items()
         }
 
+    def _turns_table(self) -> tuple[list[str], list[Line]]:
+        """Table (a) with per-turn extraction's share, and the lines at the shorter wait."""
+        out: list[str] = []
+        short, long = (self.per_thousand(w) for w in (WAITS_S[0], WAITS_S[-1]))
+        ext_short, ext_long = (
+            {x.item: x for x in self.per_thousand(w, EXTRACTION_STAGES)} for w in (WAITS_S[0], WAITS_S[-1])
+        )
+        rows = []
+        for a, b in zip(short, long, strict=True):
+            basis = a.basis if a.basis == b.basis else f"{a.basis} | {b.basis}"
+            ea, eb = ext_short.get(a.item), ext_long.get(b.item)
+            share = f"{money(ea.usd)} | {money(eb.usd)}" if ea and eb and (ea.usd or eb.usd) else "-"
+            rows.append([a.item, basis, money(a.usd), money(b.usd), share])
+        totals = [sum(x.usd for x in short), sum(x.usd for x in long)]
+        extraction = [sum(x.usd for x in ext_short.values()), sum(x.usd for x in ext_long.values())]
+        rows.append(
+            [
+                "total",
+                "",
+                money(totals[0]),
+                money(totals[1]),
+                f"{money(extraction[0])} | {money(extraction[1])}",
+            ]
+        )
+        rows.append(
+            [
+                "total without per-turn extraction",
+                "",
+                money(totals[0] - extraction[0]),
+                money(totals[1] - extraction[1]),
+                "",
+            ]
+        )
+        waits = [f"{w:g} s wait" for w in (WAITS_S[0], WAITS_S[-1])]
+        out.append(
+            table(["line item", "quantity per 1,000 turns", *waits, "of which per-turn extraction"], rows)
+        )
+        statuses = ", ".join(f"{count} {status}" for status, count in self.run.extractions.most_common())
+        out.append(
+            f"  per-turn extraction: {self.run.quiet_rounds} of {self.run.rounds} rounds followed by the "
+            f"debounce's quiet (share asked {self.quiet_share:g}); TurnCommitted events: {statuses or 'none'}"
+        )
+        return out, short
+
     def render(self) -> str:
         n = self.usage.turns
         out = [
@@ -1319,14 +1534,8 @@ class Report:
             "",
             "(a) $ per 1,000 turns, without the chat model's own price, at 3 s and 15 s of wait a model call",
         ]
-        short, long = (self.per_thousand(w) for w in (WAITS_S[0], WAITS_S[-1]))
-        rows = []
-        for a, b in zip(short, long, strict=True):
-            basis = a.basis if a.basis == b.basis else f"{a.basis} | {b.basis}"
-            rows.append([a.item, basis, money(a.usd), money(b.usd)])
-        rows.append(["total", "", money(sum(x.usd for x in short)), money(sum(x.usd for x in long))])
-        waits = [f"{w:g} s wait" for w in (WAITS_S[0], WAITS_S[-1])]
-        out.append(table(["line item", "quantity per 1,000 turns", *waits], rows))
+        turns_table, short = self._turns_table()
+        out += turns_table
         mine = {f: [i for i in self.usage.invocations if i.function == f] for f in self.functions}
         own = {f: sum(i.own_ms for i in calls) / n for f, calls in mine.items()}
         cpu = {f: sum(i.cpu_ms for i in calls) / n for f, calls in mine.items()}
@@ -1337,14 +1546,14 @@ class Report:
             + ", ".join(f"{f} {own[f]:.0f} ms ({cpu[f]:.0f})" for f in self.functions)
             + f"; {model_calls:.2f} model calls a turn; tools called: {tools}"
         )
-        parts = {"webhook": ("webhook",), "agent": ("agent", "esm"), "consolidation": ("consolidate",)}
+        parts = {
+            "webhook": ("webhook",),
+            "agent": ("agent", "esm"),
+            "consolidation": ("consolidate",),
+            "per-turn extraction": EXTRACTION_STAGES,
+        }
         shares = {
-            part: [
-                sum(x.usd for x in price_usage(usage_of(self.run, stages, n), self.functions, self.prices, w))
-                * 1000
-                / n
-                for w in (WAITS_S[0], WAITS_S[-1])
-            ]
+            part: [sum(x.usd for x in self.per_thousand(w, stages)) for w in (WAITS_S[0], WAITS_S[-1])]
             for part, stages in parts.items()
         }
         out.append(
@@ -1414,14 +1623,39 @@ def _dates(prices: Mapping[str, Any]) -> str:
     return dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
 
 
-def measure(turns: int, sessions: int, *, stages: Sequence[str] = ("dev", "prod")) -> Report:
+def consolidation_price(model: str = MODEL) -> tuple[float, float]:
+    """The consolidation model's list price, USD per 1M tokens in and out: the one its budget
+    charges (shared.budgets)."""
+    from shared.budgets import DEFAULT_PRICES
+
+    price = DEFAULT_PRICES[model]
+    return float(price.input_per_mtok), float(price.output_per_mtok)
+
+
+def measure(
+    turns: int,
+    sessions: int,
+    *,
+    stages: Sequence[str] = ("dev", "prod"),
+    quiet_share: float = QUIET_SHARE,
+) -> Report:
     started = time.monotonic()
     templates = synth_stages(stages)
-    functions = function_configs(templates[stages[0]])
-    run = run_workload(turns, sessions, functions, batch_size=batch_size(templates[stages[0]]))
+    template = templates[stages[0]]
+    functions = function_configs(template)
+    run = run_workload(
+        turns,
+        sessions,
+        functions,
+        batch_size=batch_size(template),
+        extraction_batch=batch_size(template, fifo=False),
+        quiet_share=quiet_share,
+    )
     usage = usage_of(run, TURN_STAGES, turns)
     schedule = usage_of(run, ("schedule",), 1)
     report = Report(turns, sessions, usage, schedule, functions, templates, load_prices(), run)
+    report.model_per_mtok = consolidation_price()
+    report.quiet_share = quiet_share
     report.seconds = time.monotonic() - started
     return report
 
@@ -1430,10 +1664,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=500, help="turns measured (the table is per 1,000)")
     parser.add_argument("--sessions", type=int, default=10, help="sessions the turns are dealt across")
+    parser.add_argument(
+        "--quiet-share",
+        type=float,
+        default=QUIET_SHARE,
+        help="share of turns followed by the extraction debounce's quiet (1: every turn extracts)",
+    )
     args = parser.parse_args(argv)
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:
         parser.error("--turns must be at least 1 and --sessions between 1 and --turns")
-    print(measure(args.turns, args.sessions).render())
+    if not 0 <= args.quiet_share <= 1:
+        parser.error("--quiet-share must be between 0 and 1")
+    print(measure(args.turns, args.sessions, quiet_share=args.quiet_share).render())
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ PRICES = {
     "lambda_requests": {"usd": 0.20},
     "http_api_requests": {"usd": 1.00},
     "sqs_fifo_requests": {"usd": 0.50},
+    "sqs_standard_requests": {"usd": 0.40},
     "dynamodb_rru": {"usd": 0.125},
     "dynamodb_wru": {"usd": 0.625},
     "dynamodb_storage": {"usd": 0.25},
@@ -85,6 +86,27 @@ def test_sqs_http_and_eventbridge_payloads_are_billed_in_chunks() -> None:
     assert lines["API Gateway HTTP API"].quantity == 3
     assert lines["API Gateway HTTP API"].usd == pytest.approx(3 / 1e6)
     assert lines["EventBridge events"].quantity == 3
+    assert lines["SQS standard"].quantity == 0
+
+
+def test_standard_queue_requests_and_the_consolidation_models_tokens_are_priced_apart() -> None:
+    usage = cost.Usage(
+        turns=1,
+        sqs_payloads=[100],
+        sqs_standard_payloads=[100, 64 * 1024 + 1],  # 1 + 2, at the standard price
+        model_chars_in=4_000_000,  # 1M tokens at 4 characters a token
+        model_chars_out=400_000,  # 100k tokens
+    )
+    lines = by_item(cost.price_usage(usage, {}, PRICES, wait_s=3, model_per_mtok=(0.40, 1.60)))
+    assert lines["SQS FIFO"].quantity == 1
+    assert lines["SQS standard"].quantity == 3
+    assert lines["SQS standard"].usd == pytest.approx(3 * 0.40 / 1e6)
+    model = lines["consolidation model tokens (est.)"]
+    assert model.quantity == pytest.approx(1_100_000)
+    assert model.usd == pytest.approx(0.40 + 0.1 * 1.60)
+    # Without a price (the default) the tokens are shown and cost nothing
+    unpriced = by_item(cost.price_usage(usage, {}, PRICES, wait_s=3))
+    assert unpriced["consolidation model tokens (est.)"].usd == 0
 
 
 def test_lambda_is_billed_on_its_own_work_plus_the_model_wait_rounded_up_per_invocation() -> None:
@@ -215,3 +237,40 @@ def test_every_price_names_its_source_page_and_the_date_it_was_taken() -> None:
         assert price["unit"], name
         values = price["usd"].values() if isinstance(price["usd"], dict) else [price["usd"]]
         assert all(isinstance(v, int | float) and v > 0 for v in values), name
+
+
+def esm(queue: str, batch: int | None = None) -> dict[str, object]:
+    props: dict[str, object] = {"EventSourceArn": {"Fn::GetAtt": [queue, "Arn"]}}
+    if batch is not None:
+        props["BatchSize"] = batch
+    return {"Type": "AWS::Lambda::EventSourceMapping", "Properties": props}
+
+
+def test_event_sources_know_their_queue_kind_and_batch_size_and_idle_polls_are_priced_by_it() -> None:
+    template = {
+        "Resources": {
+            "Lanes": {"Type": "AWS::SQS::Queue", "Properties": {"FifoQueue": True}},
+            "Extraction": {"Type": "AWS::SQS::Queue", "Properties": {"DelaySeconds": 0}},
+            "AgentSource": esm("Lanes", 5),
+            "ExtractionSource": esm("Extraction"),  # no BatchSize: Lambda's default, 10
+        }
+    }
+    assert cost.event_sources(template) == [
+        cost.EventSource("Lanes", fifo=True, batch_size=5),
+        cost.EventSource("Extraction", fifo=False, batch_size=10),
+    ]
+    assert cost.batch_size(template) == 5
+    assert cost.batch_size(template, fifo=False) == 10
+    assert cost.batch_size({"Resources": {}}) == 10
+    lines = by_item(cost.floor_lines(template, PRICES, None, FUNCTIONS))
+    # Five 20 s long polls at all times per mapping, each at its own queue's price
+    polls = 5 * 3 * 60 * 730
+    assert lines["SQS idle polling (est.)"].quantity == 2 * polls
+    assert lines["SQS idle polling (est.)"].usd == pytest.approx(polls * (0.50 + 0.40) / 1e6)
+
+
+def test_the_consolidation_model_is_priced_as_its_budget_charges_it() -> None:
+    from shared.budgets import DEFAULT_PRICES
+
+    price = DEFAULT_PRICES[cost.MODEL]
+    assert cost.consolidation_price() == (float(price.input_per_mtok), float(price.output_per_mtok))
