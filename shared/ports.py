@@ -406,6 +406,11 @@ class EventBus(Protocol):
         extraction's debounce, shared.consolidation.turn_extraction)."""
         ...
 
+    def forget_session(self, workspace_id: str, session_id: str) -> int:
+        """Delete the events the bus still holds for the session (the right to erasure: an event
+        names its session, whose id names the person in a direct chat); returns how many."""
+        ...
+
 
 @runtime_checkable
 class WorkspaceStore(Protocol):

@@ -65,6 +65,7 @@ from shared.errors import ConcurrencyConflict
 from shared.memory.fact_keys import drop_fact_keys
 from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
+from shared.memory.paging import all_messages, all_triples
 from shared.memory.writer import RECENT_TAILS, MemoryWriter, record_doc_ids, summary_doc
 from shared.models import (
     WORKSPACE_WIDE,
@@ -106,6 +107,7 @@ class ErasureReport(BaseModel):
     triples_deleted: int = 0
     index_docs_deleted: int = 0
     outbox_entries_deleted: int = 0
+    events_deleted: int = 0  # events the bus still held for a deleted session (the local bus)
     audit_records_anonymised: int = 0
     identities_deleted: int = 0
     # Others' data that named them, rewritten without it.
@@ -240,26 +242,6 @@ class _Person:
         )
 
 
-def _all_messages(backend: Backend, workspace_id: str, session_id: str) -> list[MemoryRecord]:
-    found: list[MemoryRecord] = []
-    after = -1
-    while page := backend.memory.get_messages(workspace_id, session_id, after_seq=after, limit=_PAGE):
-        found += page
-        after = page[-1].seq
-        if len(page) < _PAGE:
-            break
-    return found
-
-
-def _all_triples(backend: Backend, workspace_id: str) -> list[Triple]:
-    found: list[Triple] = []
-    after: str | None = None
-    while page := backend.memory.list_triples(workspace_id, scope=WORKSPACE_WIDE, after=after, limit=_PAGE):
-        after = page[-1].id
-        found += page
-    return found
-
-
 def _scrub_session(session: Session, person: _Person) -> Session:
     return session.model_copy(
         update={
@@ -356,14 +338,14 @@ def _find(backend: Backend, workspace_id: str, person: _Person) -> _Found:
         for message in session.active_messages:
             person.learn(message=message)
     summaries = backend.memory.list_summaries(workspace_id, scope=WORKSPACE_WIDE, limit=_ALL)
-    triples = _all_triples(backend, workspace_id)
+    triples = all_triples(backend.memory, workspace_id)
     # Tier-1 partitions are per session: every session of the workspace is read, plus sessions
     # known only from Tier 2 and 3 (a session item deleted before its messages).
     session_ids = {s.id for s in sessions} | {s.session_id for s in summaries}
     session_ids |= {t.session_id for t in triples if t.session_id}
     plans: dict[str, _SessionPlan] = {}
     for session_id in sorted(session_ids):
-        plan = _SessionPlan(_all_messages(backend, workspace_id, session_id))
+        plan = _SessionPlan(all_messages(backend.memory, workspace_id, session_id))
         plan.gone = [r for r in plan.records if session_id in owned or person.owns(r)]
         for r in plan.gone:
             # Only from their own records: a session they own holds others' words too.
@@ -486,6 +468,7 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
     for session in found.sessions:
         if session.id in found.owned:
             report.outbox_entries_deleted += backend.outbox.delete_session(workspace_id, session.id)
+            report.events_deleted += backend.events.forget_session(workspace_id, session.id)
             backend.sessions.delete(workspace_id, session.id)
             report.sessions_deleted += 1
         elif _redact_window(backend, session, person):

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal
 
 from shared.backend import Backend
+from shared.memory.paging import all_messages
 from shared.models import (
     AssistantMessage,
     AuditRecord,
@@ -27,8 +28,6 @@ from shared.models import (
 )
 from shared.replay.report import RESULT_CHARS, ToolCallView, TurnSide
 
-# Pages of the ports' list calls.
-PAGE = 500
 # How many of the workspace's audit records are read to find a session's (newest first).
 AUDIT_RECORDS = 100_000
 OUTBOX_ENTRIES = 100_000
@@ -97,13 +96,8 @@ class RecordedSession:
 
 def session_messages(backend: Backend, workspace_id: str, session: Session) -> list[Message]:
     """Every message of the session still stored, oldest first: Tier 1, then the window."""
-    found: list[Message] = []
-    after = -1
-    while page := backend.memory.get_messages(workspace_id, session.id, after_seq=after, limit=PAGE):
-        found += [r.message for r in page if r.message is not None]
-        after = page[-1].seq
-        if len(page) < PAGE:
-            break
+    records = all_messages(backend.memory, workspace_id, session.id)
+    found: list[Message] = [r.message for r in records if r.message is not None]
     seen = {m.id for m in found}
     return [*found, *(m for m in session.active_messages if m.id not in seen)]
 

@@ -18,9 +18,9 @@ from shared.adapters.embedded import build_embedded_backend
 from shared.backend import Backend
 from shared.config import Settings
 from shared.memory.facts import fact_index_doc
+from shared.memory.paging import all_messages, all_triples
 from shared.memory.writer import MemoryWriter, summary_doc
-from shared.models import WORKSPACE_WIDE, IndexDoc, MemoryRecord, Triple, WorkspaceConfig
-from shared.replay.recorded import PAGE
+from shared.models import WORKSPACE_WIDE, IndexDoc, WorkspaceConfig
 
 # Summaries are listed in one call (the port has no paging by id).
 SUMMARIES = 100_000
@@ -57,7 +57,7 @@ def copy_workspace(
         if session.id in replayed:
             continue
         sandbox.sessions.save(session, expected_version=0)
-        records = _messages(source, ws, session.id)
+        records = all_messages(source.memory, ws, session.id)
         if records:
             sandbox.memory.append_messages(ws, records)
             writer.write_messages(ws, records)
@@ -68,7 +68,7 @@ def copy_workspace(
     ]
     for summary in summaries:
         sandbox.memory.put_summary(summary)
-    triples = [t for t in _triples(source, ws) if t.session_id not in replayed]
+    triples = [t for t in all_triples(source.memory, ws) if t.session_id not in replayed]
     if triples:
         sandbox.memory.put_triples(ws, triples)
     docs: list[IndexDoc] = [summary_doc(s) for s in summaries]
@@ -76,26 +76,6 @@ def copy_workspace(
     docs += [fact_index_doc(t).model_copy(update={"scope": t.scope}) for t in triples if t.status == "active"]
     if docs:
         writer.write_docs(ws, docs)
-
-
-def _messages(backend: Backend, ws: str, session_id: str) -> list[MemoryRecord]:
-    found: list[MemoryRecord] = []
-    after = -1
-    while page := backend.memory.get_messages(ws, session_id, after_seq=after, limit=PAGE):
-        found += page
-        after = page[-1].seq
-        if len(page) < PAGE:
-            break
-    return found
-
-
-def _triples(backend: Backend, ws: str) -> list[Triple]:
-    found: list[Triple] = []
-    after: str | None = None
-    while page := backend.memory.list_triples(ws, scope=WORKSPACE_WIDE, after=after, limit=PAGE):
-        found += page
-        after = page[-1].id
-    return found
 
 
 def _copy_skills(source: Backend, sandbox: Backend, ws: str) -> None:

@@ -244,3 +244,15 @@ def test_the_scheduler_thread_wakes_for_a_delayed_event(bus: SqliteEventBus, clo
         assert [e.event.type for e in bus.list_events(status="done")] == ["TurnCommitted"]
     finally:
         scheduler.stop()
+
+
+def test_forgetting_a_session_deletes_its_events_delivered_or_not_and_no_other(bus: SqliteEventBus) -> None:
+    # The right to erasure: an event names its session, whose id names the person in a DM
+    mine = DomainEvent(type="TurnCommitted", workspace_id="ws", session_id="telegram.7350011")
+    bus.publish_after(mine, 5.0)
+    bus.publish(mine.model_copy(update={"type": "CompactionDue"}))
+    bus.publish(mine.model_copy(update={"session_id": "telegram.42"}))
+    bus.publish(mine.model_copy(update={"workspace_id": "other"}))
+    assert bus.forget_session("ws", "telegram.7350011") == 2
+    left = [(e.event.workspace_id, e.event.session_id) for e in bus.list_events()]
+    assert sorted(left) == [("other", "telegram.7350011"), ("ws", "telegram.42")]

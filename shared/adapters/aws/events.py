@@ -62,6 +62,12 @@ class EventBridgeBus:
             DelaySeconds=min(MAX_DELAY_S, max(0, math.ceil(delay_s))),
         )
 
+    def forget_session(self, workspace_id: str, session_id: str) -> int:
+        # EventBridge keeps nothing once delivered. A TurnCommitted still delayed in the
+        # extraction queue cannot be picked out of SQS; it expires within the queue's hour, and
+        # delivered, it finds no session and does nothing.
+        return 0
+
     def publish(self, event: DomainEvent) -> None:
         result = self.client.put_events(
             Entries=[

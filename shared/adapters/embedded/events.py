@@ -107,6 +107,13 @@ class SqliteEventBus:
             self._generation += 1
             self.condition.notify_all()
 
+    def forget_session(self, workspace_id: str, session_id: str) -> int:
+        """Every event of the session, delivered or not (a delivered one is kept a while)."""
+        return self._db.execute(
+            "DELETE FROM events WHERE workspace_id = ? AND json_extract(doc, '$.session_id') = ?",
+            (workspace_id, session_id),
+        )
+
     def list_events(self, *, status: str | None = None, limit: int = 100) -> list[StoredEvent]:
         """Oldest first; `status` is pending, done or dead."""
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
