@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.memory.fusion import FusedHit
 from shared.memory.scope import visible
-from shared.memory.search import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.models import IndexDoc, MemoryRecord, RecallScope
 from shared.ports import MemoryStore
 

@@ -32,8 +32,9 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from shared.memory.doc_keys import RECORD_ID_KEY
 from shared.memory.facts import fact_text
-from shared.memory.search import FACT_IDS_KEY, FACTS_KEY, RECORD_ID_KEY
+from shared.memory.search import FACT_IDS_KEY, FACTS_KEY
 from shared.memory.writer import FactKey, MemoryWriter
 from shared.models import IndexDoc, MemoryRecord, Triple
 from shared.ports import Embedder, MemoryIndex, MemoryStore, ReadsDocs

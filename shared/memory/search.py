@@ -27,6 +27,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from shared.errors import BadRequest
+from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
+from shared.memory.expand import expand_summaries
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
 from shared.memory.scope import visible
 from shared.memory.when import TimeFilter, timed_search
@@ -66,11 +68,6 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 # RRF's scores (~1/60) have no such scale either. Callers that want fewer, surer hits pass one.
 DEFAULT_MIN_SCORE: dict[FusionMethod, float] = {"minmax": 0.0, "rrf": 0.0}
 
-# Metadata key naming the record a chunk document belongs to (absent: the doc id is the record id).
-RECORD_ID_KEY = "record_id"
-# Metadata key of a message document's author: the name its writer goes by (MemoryRecord.author).
-AUTHOR_KEY = "author"
-MAX_AUTHOR_CHARS = 200
 # A document whose author the query names gains this share of the best fused score. Why: a
 # question about a person is mostly answered by their own words ("what did Alice paint?" by
 # Alice's "I painted a sunset"), but a name every one of their messages carries in its author
@@ -298,8 +295,6 @@ class MemorySearch:
             min_score=self._min_score,
         )
         if expanding:
-            from shared.memory.expand import expand_summaries  # it imports this module
-
             fused = expand_summaries(
                 fused,
                 memory=self._memory,

@@ -37,16 +37,10 @@ from typing import Any, NamedTuple
 
 from cachetools import TTLCache
 
+from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.scope import owner_scope
-from shared.memory.search import (
-    AUTHOR_KEY,
-    CONTEXT_KEY,
-    FACT_IDS_KEY,
-    FACTS_KEY,
-    MAX_AUTHOR_CHARS,
-    RECORD_ID_KEY,
-)
+from shared.memory.search import CONTEXT_KEY, FACT_IDS_KEY, FACTS_KEY
 from shared.models import IndexDoc, MemoryRecord, MemoryScope, Summary
 from shared.ports import Embedder, MemoryIndex, MemoryStore
 

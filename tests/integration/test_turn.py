@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.adapters.embedded import SqliteEventBus
+from shared.adapters.embedded.events import StoredEvent
 from shared.agent.loop import EMPTY_REPLY
 from shared.agent.preflight import turn_id_for
 from shared.agent.reply import reply_seq
@@ -228,6 +229,12 @@ def test_tier1_records_belong_to_the_user_who_wrote_them_or_was_answered(
     assert "author" not in docs["reply 3"].metadata
 
 
+def compaction_due(backend: Backend) -> list[StoredEvent]:
+    """The CompactionDue events on the bus (each turn also leaves its delayed TurnCommitted)."""
+    assert isinstance(backend.events, SqliteEventBus)
+    return [e for e in backend.events.list_events(limit=1000) if e.event.type == "CompactionDue"]
+
+
 def test_compaction_is_due_each_time_tier1_crosses_the_summary_batch(
     backend: Backend, settings: Settings
 ) -> None:
@@ -236,16 +243,16 @@ def test_compaction_is_due_each_time_tier1_crosses_the_summary_batch(
     # 34 turns roll out 48 messages: no batch of 50 yet
     for i in range(34):
         run_turn(deps, item(f"e{i}", f"msg {i}"))
-    assert backend.events.list_events() == []
+    assert compaction_due(backend) == []
     # The 35th rolls out messages 48 and 49: Tier 1 reaches 50
     run_turn(deps, item("e34", "msg 34"))
-    [stored_event] = backend.events.list_events()
+    [stored_event] = compaction_due(backend)
     event = stored_event.event
     assert (event.type, event.workspace_id, event.session_id) == ("CompactionDue", WS, SESSION)
     assert event.detail == {"first_seq": 0, "last_seq": 49}
     # And not again until the next 50
     run_turn(deps, item("e35", "msg 35"))
-    assert len(backend.events.list_events()) == 1
+    assert len(compaction_due(backend)) == 1
 
 
 def test_a_small_batch_crossed_twice_in_one_commit_announces_both(
@@ -256,7 +263,7 @@ def test_a_small_batch_crossed_twice_in_one_commit_announces_both(
     deps = deps_for(backend, settings, FunctionProvider(reply_to))
     run_turn(deps, item("e0", "msg 0"))
     run_turn(deps, item("e1", "msg 1"))  # rolls out two messages at once
-    assert [e.event.detail for e in backend.events.list_events()] == [
+    assert [e.event.detail for e in compaction_due(backend)] == [
         {"first_seq": 0, "last_seq": 0},
         {"first_seq": 1, "last_seq": 1},
     ]

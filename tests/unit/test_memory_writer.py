@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from shared.adapters.embedded import SqliteMemoryIndex, SqliteMemoryStore
+from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.memory.embeddings.minilm import LocalMiniLM
-from shared.memory.search import AUTHOR_KEY, CONTEXT_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY, MemorySearch
+from shared.memory.search import CONTEXT_KEY, MemorySearch
 from shared.memory.writer import (
     EMBEDDING_KEY,
     MemoryWriter,

@@ -37,7 +37,8 @@ from shared.adapters.embedded.db import (
     to_us,
 )
 from shared.adapters.embedded.index_cache import PREFILTER_MIN_ROWS, CachedDoc, Shard
-from shared.memory.search import CONTEXT_KEY, FACTS_KEY, RECORD_ID_KEY
+from shared.memory.doc_keys import RECORD_ID_KEY
+from shared.memory.search import CONTEXT_KEY, FACTS_KEY
 from shared.memory.vectors import usable_vector
 from shared.models import IndexDoc, IndexHit, IndexQuery, IndexResult, MemoryScope, MemoryTier
 

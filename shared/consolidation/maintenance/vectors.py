@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from shared.consolidation.maintenance.context import Run
 from shared.consolidation.maintenance.report import PhaseResult
-from shared.memory.search import RECORD_ID_KEY
+from shared.memory.doc_keys import RECORD_ID_KEY
 from shared.memory.writer import MemoryWriter
 from shared.models import IndexDoc, MemoryRecord
 from shared.ports import FindsMissingVectors
