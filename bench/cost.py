@@ -71,6 +71,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # functions/ and tests/ are not in the installed package; the bench runs from a plain clone.
 sys.path.insert(0, str(ROOT))
 
+from bench.aws_calls import table as text_table  # noqa: E402 -- needs the clone on sys.path first
+
 PRICES = Path(__file__).with_name("prices.json")
 WAITS_S = (3.0, 15.0)
 HOURS_PER_MONTH = 730
@@ -1439,14 +1441,6 @@ def function_configs(template: Mapping[str, Any]) -> dict[str, FunctionConfig]:
 # ---------------------------------------------------------------- report
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=True)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
-    out += [line.format(*row) for row in rows]
-    return "\n".join("  " + row.rstrip() for row in out)
-
-
 def money(usd: float) -> str:
     return f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}"
 
@@ -1516,7 +1510,9 @@ class Report:
         )
         waits = [f"{w:g} s wait" for w in (WAITS_S[0], WAITS_S[-1])]
         out.append(
-            table(["line item", "quantity per 1,000 turns", *waits, "of which per-turn extraction"], rows)
+            text_table(
+                ["line item", "quantity per 1,000 turns", *waits, "of which per-turn extraction"], rows
+            )
         )
         statuses = ", ".join(f"{count} {status}" for status, count in self.run.extractions.most_common())
         out.append(
@@ -1568,7 +1564,7 @@ class Report:
         rows.append(
             ["ours: DynamoDB and embeddings, from (a)", "OpenSearch: in the floor (c)", money(memory)]
         )
-        out.append(table(["per 1,000 turns", "quantity", "$"], rows))
+        out.append(text_table(["per 1,000 turns", "quantity", "$"], rows))
         floors = self.floors()
         out += [
             "",
@@ -1583,7 +1579,7 @@ class Report:
                 row.append(f"{money(hit.usd)} ({hit.basis})" if hit else "-")
             rows.append(row)
         rows.append(["total per month", *(money(sum(x.usd for x in lines)) for lines in floors.values())])
-        out.append(table(["line item", *floors], rows))
+        out.append(text_table(["line item", *floors], rows))
         series = len(self.usage.metric_series | self.schedule.metric_series)
         metric = _usd(self.prices, "cloudwatch_custom_metric")
         out.append(
@@ -1610,7 +1606,7 @@ class Report:
                 "",
             ]
         )
-        out.append(table(["per turn", "count", "bytes/call"], rows))
+        out.append(text_table(["per turn", "count", "bytes/call"], rows))
         out.append(
             f"\n({self.seconds:.0f} s; prices taken {_dates(self.prices)}: check them against the pages "
             "bench/prices.json names before quoting a figure)"

@@ -71,6 +71,13 @@ def sigil_metric(
     )
 
 
+def _any_message(queue: sqs.IQueue) -> cloudwatch.IMetric:
+    """The queue's visible messages, the most in 5 minutes: above 0 is someone's to look at."""
+    return queue.metric_approximate_number_of_messages_visible(
+        period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
+    )
+
+
 def runbook(look_first: str, anchor: str) -> str:
     return f"Look first at {look_first}; {RUNBOOK}#{anchor}"
 
@@ -145,9 +152,7 @@ class Observability(Construct):
         """Any message in the DLQ is a turn that failed five times: someone has to look at it."""
         return self.alarm(
             "DeadLettersAlarm",
-            dead_letters.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
-            ),
+            _any_message(dead_letters),
             threshold=0,
             what="Turns reached the dead-letter queue after 5 failed attempts: inspect them, fix the "
             "cause, then redrive them to the lane.",
@@ -160,9 +165,7 @@ class Observability(Construct):
         later (the watermark did not move), but the cause wants fixing."""
         return self.alarm(
             "ExtractionDeadLettersAlarm",
-            dead_letters.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
-            ),
+            _any_message(dead_letters),
             threshold=0,
             what="Per-turn extractions failed 3 times and reached the extraction dead-letter queue: "
             "no fact is lost (compaction extracts the messages), but every extraction may be failing.",

@@ -1,10 +1,31 @@
-"""Metadata keys of index documents, shared by the writer, search and the pointer expansion (so
-that neither of the last two imports the other)."""
+"""Metadata keys of index documents, and a message record's own document, shared by the writer,
+search and the pointer expansion (so that neither of the last two imports the other)."""
 
 from __future__ import annotations
+
+from shared.models import IndexDoc, MemoryRecord
 
 # Metadata key naming the record a chunk document belongs to (absent: the doc id is the record id).
 RECORD_ID_KEY = "record_id"
 # Metadata key of a message document's author: the name its writer goes by (MemoryRecord.author).
 AUTHOR_KEY = "author"
 MAX_AUTHOR_CHARS = 200
+
+
+def message_doc(record: MemoryRecord) -> IndexDoc:
+    """A Tier-1 record's document before context, facts and vector (MemoryWriter adds those)."""
+    metadata = {"role": record.role, "seq": str(record.seq)}
+    if record.user_id is not None:
+        metadata["user_id"] = record.user_id
+    if record.author and record.role == "user":
+        metadata[AUTHOR_KEY] = record.author[:MAX_AUTHOR_CHARS]
+    return IndexDoc(
+        id=record.id,
+        workspace_id=record.workspace_id,
+        session_id=record.session_id,
+        tier="message",
+        text=record.text,
+        created_at=record.created_at,
+        metadata=metadata,
+        scope=record.scope,
+    )

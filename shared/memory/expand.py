@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
+from shared.memory.doc_keys import RECORD_ID_KEY, message_doc
 from shared.memory.fusion import FusedHit
 from shared.memory.scope import visible
-from shared.models import IndexDoc, MemoryRecord, RecallScope
+from shared.models import IndexDoc, RecallScope
 from shared.ports import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -89,22 +89,6 @@ def expand_summaries(
                 if r.seq > hi or r.id in seen or not visible(scope, r.session_id, r.scope):
                     continue
                 seen.add(r.id)
-                out.append(FusedHit(doc=_doc(r), score=bonus, text_score=None, vector_score=None))
+                out.append(FusedHit(doc=message_doc(r), score=bonus, text_score=None, vector_score=None))
     # Stable: ties keep the fused order (score, then id).
     return sorted(out, key=lambda f: -f.score)
-
-
-def _doc(r: MemoryRecord) -> IndexDoc:
-    metadata = {"role": r.role, "seq": str(r.seq)}
-    if r.author and r.role == "user":
-        metadata[AUTHOR_KEY] = r.author[:MAX_AUTHOR_CHARS]
-    return IndexDoc(
-        id=r.id,
-        workspace_id=r.workspace_id,
-        session_id=r.session_id,
-        tier="message",
-        text=r.text,
-        created_at=r.created_at,
-        metadata=metadata,
-        scope=r.scope,
-    )

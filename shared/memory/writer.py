@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from cachetools import TTLCache
 
-from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
+from shared.memory.doc_keys import RECORD_ID_KEY, message_doc
 from shared.memory.embeddings.chunking import CHUNK_CHARS, chunk_text
 from shared.memory.scope import owner_scope
 from shared.memory.search import CONTEXT_KEY, FACT_IDS_KEY, FACTS_KEY
@@ -381,21 +381,7 @@ class _Plan:
         src = self.source
         if isinstance(src, IndexDoc):
             return src
-        metadata = {"role": src.role, "seq": str(src.seq)}
-        if src.user_id is not None:
-            metadata["user_id"] = src.user_id
-        if src.author and src.role == "user":
-            metadata[AUTHOR_KEY] = src.author[:MAX_AUTHOR_CHARS]
-        return IndexDoc(
-            id=src.id,
-            workspace_id=src.workspace_id,
-            session_id=src.session_id,
-            tier="message",
-            text=src.text,
-            created_at=src.created_at,
-            metadata=metadata,
-            scope=src.scope,
-        )
+        return message_doc(src)
 
 
 def _same_thread(run: Sequence[MemoryRecord], i: int, positions: range) -> list[MemoryRecord]:
