@@ -38,7 +38,19 @@ class OutboxSender:
             StreamedDeltas(self.deltas, message).finished()
 
     def _append(self, message: OutboundMessage) -> None:
-        if self.outbox.append(message) is None:
+        entry = self.outbox.append(message)
+        if entry is not None:
+            # The web channel's post, under the turn's correlation id (docs/observability.md).
+            log.info(
+                "reply posted",
+                extra={
+                    "platform": "web",
+                    "turn_id": message.turn_id,
+                    "part": message.part,
+                    "seq": message.seq,
+                },
+            )
+        else:
             # The outbox is the send ledger: a retried turn reaches here with the same
             # (turn_id, part) and so the same seq, and the user must see the reply once.
             log.debug(

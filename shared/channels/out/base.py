@@ -253,6 +253,16 @@ class ProgressiveReply:
                     extra={"platform": self._api.platform, "turn_id": self._message.turn_id, "chunk": chunk},
                 )
             self._shown[chunk] = stored
+            # One line per platform message, under the turn's correlation id (docs/observability.md).
+            log.info(
+                "reply posted",
+                extra={
+                    "platform": self._api.platform,
+                    "turn_id": self._message.turn_id,
+                    "part": self._message.part,
+                    "chunk": chunk,
+                },
+            )
             return True
         self._api.edit(self._target, shown.message_id, rendered)
         self._shown[chunk] = SentPiece(shown.message_id, text_digest)
