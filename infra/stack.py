@@ -247,6 +247,7 @@ class SigilStack(Stack):
             functions=functions,
             turns=self.lanes.turns,
             dead_letters=self.lanes.dead_letters,
+            extraction_dead_letters=self.consolidation.extraction_dead_letters,
             domain=self.memory.domain,
             alarms=observability.alarms,
         )

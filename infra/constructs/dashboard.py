@@ -5,7 +5,8 @@ from the AWS services' own.
 Every catalogue metric is on it and nothing else of ours (tests/infra/test_observability.py). The
 per-workspace ones are read with SEARCH expressions, so a new workspace shows up without a deploy.
 Per channel, the API's own metrics have no route dimension (that takes detailed metrics, billed per
-route): the access log has the route key of each request, and a Logs Insights widget counts them.
+route): the access log has the route key, status and integration latency of each request, and a
+Logs Insights widget counts them and takes the latency's percentiles per route and status.
 docs/operations.md walks through the widgets.
 """
 
@@ -73,6 +74,7 @@ class Dashboard(Construct):
         functions: Mapping[str, lambda_.IFunction],
         turns: sqs.IQueue,
         dead_letters: sqs.IQueue,
+        extraction_dead_letters: sqs.IQueue,
         domain: opensearch.IDomain,
         alarms: Sequence[cloudwatch.IAlarm],
     ) -> None:
@@ -118,11 +120,12 @@ class Dashboard(Construct):
         )
         add(
             cloudwatch.LogQueryWidget(
-                title="Requests per channel (route) and status, from the API access log",
+                title="Requests and latency (ms) per channel (route) and status, from the API access log",
                 log_group_names=[access_logs.log_group_name],
                 query_lines=[
-                    "fields routeKey, status",
-                    "stats count(*) as requests by routeKey, status",
+                    "fields routeKey, status, integrationLatency",
+                    "stats count(*) as requests, pct(integrationLatency, 50) as p50_ms, "
+                    "pct(integrationLatency, 95) as p95_ms by routeKey, status",
                     "sort routeKey asc, status asc",
                 ],
                 view=cloudwatch.LogQueryVisualizationType.TABLE,
@@ -151,7 +154,10 @@ class Dashboard(Construct):
                 "Dead letters",
                 [
                     dead_letters.metric_approximate_number_of_messages_visible(
-                        period=FIVE_MINUTES, statistic="Maximum", label="in the dead-letter queue"
+                        period=FIVE_MINUTES, statistic="Maximum", label="turns in the dead-letter queue"
+                    ),
+                    extraction_dead_letters.metric_approximate_number_of_messages_visible(
+                        period=FIVE_MINUTES, statistic="Maximum", label="per-turn extractions dead-lettered"
                     ),
                     *_sums(c.TURNS_GIVEN_UP, c.APOLOGIES_UNDELIVERED),
                 ],

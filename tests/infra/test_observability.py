@@ -17,6 +17,7 @@ from aws_cdk import App
 from aws_cdk.assertions import Match
 
 from infra.config import ROOT, read_context
+from infra.constructs.ingress import ACCESS_LOG_FORMAT
 from shared.metric_catalogue import CATALOGUE, NAMESPACE, SERVICE, SERVICE_DIMENSION
 from tests.infra.helpers import Synth, logical_id, synthesize
 
@@ -264,5 +265,24 @@ def test_the_dashboard_shows_the_aws_side_too(dev: Synth) -> None:
         ("AWS/Lambda", "Errors"),
         ("AWS/Lambda", "Throttles"),
     } <= aws
-    # Per channel: the access log's route key, counted by status.
+    # Per channel: the access log's route key, counted by status, with the latency's percentiles.
     assert len(queries) == 1 and "by routeKey, status" in queries[0]
+    assert "pct(integrationLatency, 50)" in queries[0] and "pct(integrationLatency, 95)" in queries[0]
+    assert "integrationLatency" in ACCESS_LOG_FORMAT
+
+
+def test_the_dashboard_counts_both_dead_letter_queues(dev: Synth) -> None:
+    stack = dev.stack
+    (dashboard,) = dev.resources("AWS::CloudWatch::Dashboard").values()
+    # The queues' names are references in the body's Fn::Join, beside the JSON text around them.
+    references = [p for p in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(p, dict)]
+    (widget,) = [w for w in _dashboard_body(dev)["widgets"] if w["properties"].get("title") == "Dead letters"]
+    visible = [
+        r
+        for r in widget["properties"]["metrics"]
+        if r[:2] == ["AWS/SQS", "ApproximateNumberOfMessagesVisible"]
+    ]
+
+    assert len(visible) == 2
+    for queue in (stack.lanes.dead_letters, stack.consolidation.extraction_dead_letters):
+        assert {"Fn::GetAtt": [logical_id(queue), "QueueName"]} in references
