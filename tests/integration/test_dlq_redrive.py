@@ -252,6 +252,12 @@ def test_on_moto_a_poisoned_sessions_turns_are_dead_lettered_listed_redriven_and
     assert "last error: ProviderError" in reasons[0] and "HTTP 500" in reasons[0]
     assert all("A previous record from this message group" in r for r in reasons[1:])
     assert "first, about the invoice" in listed
+    # And `show` gives one of them whole: its session, event, attempts and the full reason
+    [first_id] = [line.split()[0] for line in listed.splitlines() if "event evt-0" in line]
+    shown_entry = sigil("dlq", "show", first_id, env=stack.operator_env())
+    assert f"session:    {session}" in shown_entry and "event:      evt-0" in shown_entry
+    assert f"attempts:   {ATTEMPTS}" in shown_entry
+    assert "ProviderError" in shown_entry and "first, about the invoice" in shown_entry
 
     # When the fault is fixed and the session is redriven
     model.down = False
