@@ -180,9 +180,9 @@ def test_a_fact_said_in_a_turn_is_recallable_after_the_debounce(local: Local) ->
     session = local.backend.sessions.get(WS, SID)
     assert session is not None and session.message_count == 2 and session.rolled_out_count == 0
     assert facts(local.backend) == [("morning-drink", "green tea")]
-    # And memory_recall finds it, with its provenance (the turn's messages) and the user's scope
+    # And memory_recall finds it, with its provenance (the message that said it) and the user's scope
     (fact,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
-    assert fact.message_ids == [m.id for m in session.active_messages]
+    assert fact.message_ids == [session.active_messages[0].id]
     assert fact.scope is not None and fact.scope.users == (USER,) and fact.source == "consolidation"
     assert "green tea" in local.recall("morning drink")
     # And the session's watermark covers the turn's two messages
