@@ -254,6 +254,12 @@ def test_compaction_extracts_the_messages_turns_did_not(local: Local) -> None:
     # Then compaction, the safety net, extracted the batch itself (the scheduler ran its CompactionDue)
     assert local.consolidator.calls["summary"] == 1 and local.consolidator.calls["extract"] == 1
     assert facts(local.backend) == [("editor-theme", "dark mode")]
+    # And keyed the message the fact was read from (seq 2, the second turn's), as it cited it
+    (fact,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    (said,) = local.backend.memory.get_messages(WS, SID, after_seq=1, limit=1)
+    assert fact.message_ids == [said.id] and said.text.startswith("I prefer dark mode")
+    assert fact_keys(local.backend, said.id) == f"{USER} editor-theme: dark mode"
+    assert found(local.backend, "theme") == [said.id]
 
 
 def test_turned_off_after_the_turn_extracts_nothing(local: Local) -> None:
