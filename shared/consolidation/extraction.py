@@ -28,10 +28,11 @@ called with the FactOutcome's `written` after `FactWriter.store`).
 Provenance is per message. The prompt numbers each message it shows with its seq ("[12] user:
 ..."), and the model names the message each item was read from (`"source": 12`, or a list). A
 cited number is kept only if it is one of the messages shown; an item that cites none of them is
-attributed by `fact_sources`' fallback: the shown message sharing the most words with the fact,
-else the last user message shown. A fact's `message_ids` are those messages (added to the ones
-it had, the newest MAX_PROVENANCE_IDS kept), and FactOutcome.sources says which ones this call
-added: the messages whose index documents the fact keys (shared.consolidation.extraction_keys).
+attributed by `fact_sources`' fallback: the shown message sharing the most words with the fact
+(a user's before a reply that repeats it), else the last user message shown. A fact's
+`message_ids` are those messages (added to the ones it had, the newest MAX_PROVENANCE_IDS kept),
+and FactOutcome.sources says which ones this call added: the messages whose index documents the
+fact keys (shared.consolidation.extraction_keys).
 
 A statement whose source messages the fact names already is one seen before (a retried batch,
 or a per-turn window overlapping the last one on the same message) and changes nothing twice:
@@ -281,8 +282,9 @@ def _words(text: str) -> set[str]:
 
 def fact_sources(fact: ExtractedFact, shown: Sequence[MemoryRecord]) -> list[str]:
     """The ids of the shown messages `fact` was read from: those it cites that were shown; when it
-    cites none of them, the message sharing the most words with the fact (the latest on a tie),
-    else the last user message shown, else the last message. [] when nothing was shown."""
+    cites none of them, the message sharing the most words with the fact (on a tie, a user's
+    message before a reply, then the latest), else the last user message shown, else the last
+    message. [] when nothing was shown."""
     by_seq = {r.seq: r.id for r in shown}
     cited = [by_seq[n] for n in fact.sources if n in by_seq]
     if cited:
@@ -290,14 +292,13 @@ def fact_sources(fact: ExtractedFact, shown: Sequence[MemoryRecord]) -> list[str
     if not shown:
         return []
     words = _words(f"{fact.subject or ''} {fact.key.replace('-', ' ')} {fact.value}")
-    best, best_score = None, 0
-    for record in shown:
-        score = len(words & _words(record.text))
-        if score >= best_score and score > 0:
-            best, best_score = record, score
-    if best is None:
-        best = next((r for r in reversed(shown) if r.role == "user"), shown[-1])
-    return [best.id]
+    # Most words shared; on a tie the user's message (a reply that repeats it is not its source),
+    # then the latest.
+    scored = [(len(words & _words(r.text)), r.role == "user", i) for i, r in enumerate(shown)]
+    overlap, _, at = max(scored)
+    if overlap == 0:
+        return [next((r for r in reversed(shown) if r.role == "user"), shown[-1]).id]
+    return [shown[at].id]
 
 
 # ---------------------------------------------------------------- sanitisation

@@ -163,6 +163,12 @@ def test_a_fact_citing_no_shown_message_falls_back_to_the_one_sharing_its_words(
     outside = ExtractedFact("preference", "morning-drink", "green tea", sources=(1, 99))
     assert fact_sources(outside, shown) == ["m10"]
     assert fact_sources(ExtractedFact("preference", "morning-drink", "green tea"), shown) == ["m10"]
+    # A reply that repeats the user's words ties with them: the user's message is the source
+    echoed = [record(10, "I drink green tea"), record(11, "noted: you drink green tea", "assistant")]
+    assert fact_sources(ExtractedFact("preference", "morning-drink", "green tea"), echoed) == ["m10"]
+    # Among the user's own, the latest
+    twice = [record(10, "green tea please"), record(11, "ok", "assistant"), record(12, "green tea again")]
+    assert fact_sources(ExtractedFact("preference", "drink", "green tea"), twice) == ["m12"]
 
 
 def test_a_fact_sharing_no_words_falls_back_to_the_last_user_message() -> None:
