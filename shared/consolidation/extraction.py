@@ -277,7 +277,9 @@ _WORD = re.compile(r"[^\W_]{3,}")
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)}
+    """Words of three letters or more, lower case, a plural's "s" dropped ("examples", "example")."""
+    words = (w.lower() for w in _WORD.findall(text))
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words}
 
 
 def fact_sources(fact: ExtractedFact, shown: Sequence[MemoryRecord]) -> list[str]:

@@ -379,6 +379,41 @@ class StyleConsolidator(FakeConsolidator):
         return json.dumps(found)
 
 
+def test_a_style_read_again_by_overlapping_windows_is_reinforced_once(tmp_path: Path) -> None:
+    # Given a style said in one turn, and two more turns whose 6-message windows read it again
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        clock = Clock()
+        assert isinstance(backend.events, SqliteEventBus)
+        backend.events.clock = clock
+        backend.workspaces.put(WorkspaceConfig(id=WS))
+        consolidator = StyleConsolidator()
+        local = Local(backend, clock, consolidator, tmp_path / "state")
+        for text in ("Keep it short, puns welcome, and show me an example first.", "ok", "fine"):
+            local.say(text)
+            clock.advance(5.1)
+            local.deliver()
+        # Then three extractions found it, and it was reinforced by none of them: the model named
+        # no source, so each time the fallback found the same message (the user's, not the reply
+        # that repeats it), which the style names already
+        assert consolidator.calls["extract"] == 3
+        session = backend.sessions.get(WS, SID)
+        assert session is not None
+        said = session.active_messages[0].id
+        styles = [
+            t
+            for t in backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+            if t.category == "style"
+        ]
+        assert sorted((t.predicate, t.reinforced_count, tuple(t.message_ids)) for t in styles) == [
+            ("engagement", 1, (said,)),
+            ("humour", 1, (said,)),
+            ("verbosity", 1, (said,)),
+        ]
+    finally:
+        backend.close()
+
+
 def test_a_turn_s_style_observations_teach_the_next_turn_its_learned_personality(tmp_path: Path) -> None:
     backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
     try:
