@@ -68,6 +68,7 @@ from shared.consolidation.extraction import (  # noqa: E402
     FactOutcome,
     FactWriter,
     extraction_input,
+    extraction_sources,
     parse_extraction,
 )
 from shared.errors import SigilError  # noqa: E402
@@ -362,8 +363,7 @@ def extract(backend: Backend, model: ConsolidationModel, conversation: Conversat
         user_id=None,  # facts about the speaker are filed under ANONYMOUS_SUBJECT, "user"
         scope=None,
         run_id=RUN_ID,
-        marker=batch[0].id,
-        provenance=[batch[0].id, batch[-1].id],
+        sources=extraction_sources(batch),
         now=T0 + timedelta(hours=1),
         pii=conversation.pii_redaction,
     )

@@ -9,8 +9,10 @@ checkpoint+batch` once all of them have rolled out:
 1. summarises the batch with the consolidation model and stores the Summary (kind "batch", id
    from the session and first seq) in Tier 2, and indexes it (tier "summary", with a vector when
    the backend has an embedder);
-2. extracts facts into Tier 3 (shared.consolidation.extraction: provenance, keys, sanitisation,
-   dedup, style reinforcement), and re-synthesises the user's learned personality when the style
+2. extracts facts into Tier 3 (shared.consolidation.extraction: per-message provenance, keys,
+   sanitisation, dedup, style reinforcement), keys the batch's message documents with them
+   (shared.consolidation.extraction_keys, which also puts on the keys per-turn extraction left
+   waiting for these messages to roll out), and re-synthesises the user's learned personality when the style
    observations it selects changed (shared.consolidation.personality.record_styles);
 3. folds the batch summary into the session's rolling summary (Summary kind "rolling", one per
    session) and saves it as Session.summary, which the turn shows in its system prompt;
@@ -26,7 +28,7 @@ fails is logged and dropped: the batch is written, and its tokens are in the res
 
 Idempotent on retry: every id is derived (a batch's summary from (session, first seq), the
 rolling summary from the session, facts from their content), the rolling summary records the last
-seq it folded in, and facts record the batch that touched them; so a batch re-run after a crash
+seq it folded in, and facts record the messages they were read from; so a batch re-run after a crash
 anywhere in 1-4 overwrites what it wrote with the same, and never counts anything twice. The
 deadline is checked before each batch: a run out of time stops between batches, and the next
 one continues from the checkpoint.
@@ -55,8 +57,10 @@ from shared.consolidation.extraction import (
     FactOutcome,
     FactWriter,
     extraction_input,
+    extraction_sources,
     parse_extraction,
 )
+from shared.consolidation.extraction_keys import key_extracted
 from shared.consolidation.personality import record_styles
 from shared.consolidation.watermark import not_extracted
 from shared.errors import ConcurrencyConflict, SigilError
@@ -129,6 +133,8 @@ class CompactionResult(BaseModel):
     facts_merged: int = 0
     facts_reinforced: int = 0
     facts_dropped: int = 0
+    # Message documents keyed with their facts (shared.consolidation.extraction_keys).
+    keyed_docs: int = 0
     directives_synthesised: int = 0  # learned personality directives written (spec 003)
     tokens_in: int = 0
     tokens_out: int = 0
@@ -410,11 +416,14 @@ class _Compaction:
         workspace: WorkspaceConfig,
     ) -> None:
         # Spec 003's flush guard: the messages the per-turn extraction already did are not asked
-        # about again (shared.consolidation.turn_extraction); the batch's marker stays its first.
-        marker = records[0].id
+        # about again (shared.consolidation.turn_extraction). Their facts' keys are put on all the
+        # same: the keys waiting for these messages to be indexed (they are now: rolled out).
+        rolled_out = records[-1].seq + 1
         pending = not_extracted(self.backend, self.workspace_id, self.session_id)
         records = [r for r in records if pending(r)]
         if not records:
+            keys = key_extracted(self.backend, self.workspace_id, self.session_id, rolled_out=rolled_out)
+            self.result.keyed_docs += keys.docs
             return
         answer, usage = self.model.complete(EXTRACTION_SYSTEM, extraction_input(records))
         self._count(usage)
@@ -427,12 +436,22 @@ class _Compaction:
             user_id=user_id,
             scope=scope,
             run_id=self.run_id,
-            marker=marker,
-            provenance=list(dict.fromkeys([records[0].id, records[-1].id])),
+            # Each fact's provenance: the message it was read from (extraction.fact_sources).
+            sources=extraction_sources(records),
             now=now,
             pii=pii,
         )
         outcome: FactOutcome = writer.store(parse_extraction(answer))
+        keys = key_extracted(
+            self.backend,
+            self.workspace_id,
+            self.session_id,
+            written=outcome.written,
+            sources=outcome.sources,
+            seqs={r.id: r.seq for r in records},
+            rolled_out=rolled_out,
+        )
+        self.result.keyed_docs += keys.docs
         self.result.facts_extracted += outcome.extracted
         self.result.facts_merged += outcome.merged
         self.result.facts_reinforced += outcome.reinforced

@@ -24,9 +24,19 @@ A style observation found again (same key, or the same words under another key) 
 (reinforced_count + 1, updated_at = now: its last reinforcement) instead of duplicated; the
 learned personality is synthesised from them (shared.consolidation.personality.record_styles,
 called with the FactOutcome's `written` after `FactWriter.store`).
-Every change a batch makes carries the batch's marker (its first Tier-1 message id) in
-`message_ids`, so a retried batch finds its marker and changes nothing twice: re-running a batch
-is idempotent.
+
+Provenance is per message. The prompt numbers each message it shows with its seq ("[12] user:
+..."), and the model names the message each item was read from (`"source": 12`, or a list). A
+cited number is kept only if it is one of the messages shown; an item that cites none of them is
+attributed by `fact_sources`' fallback: the shown message sharing the most words with the fact
+(a user's before a reply that repeats it), else the last user message shown. A fact's
+`message_ids` are those messages (added to the ones it had, the newest MAX_PROVENANCE_IDS kept),
+and FactOutcome.sources says which ones this call added: the messages whose index documents the
+fact keys (shared.consolidation.extraction_keys).
+
+A statement whose source messages the fact names already is one seen before (a retried batch,
+or a per-turn window overlapping the last one on the same message) and changes nothing twice:
+re-running a batch is idempotent, and a style is reinforced once per message that shows it.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -70,6 +80,8 @@ MAX_PROVENANCE_IDS: Final = 20
 SUBJECT_SCAN: Final = 500
 # Items taken per category from one answer: a model that rambles cannot flood Tier 3.
 MAX_ITEMS_PER_CATEGORY: Final = 20
+# Source messages taken per item.
+MAX_SOURCES: Final = 3
 # The subject of facts about the user when the session has no Sigil user.
 ANONYMOUS_SUBJECT: Final = "user"
 
@@ -95,10 +107,12 @@ is nothing for one):
   and how they engage (asks for examples, pushes back, wants options before a decision).
 - "artifacts": content the assistant produced for the user (text written, plans, code explained).
 
-Each item is {"key": "...", "value": "..."}. An entity also has "subject": "<kind>/<name>", for
-example "person/sarah" or "project/nebo". A key is a short hyphenated name specific to one fact,
-for example "favourite-editor" or "role". Keep only what is stated or clearly implied, nothing
-guessed, and never secrets (passwords, API keys, tokens)."""
+Each item is {"key": "...", "value": "...", "source": N}. An entity also has "subject":
+"<kind>/<name>", for example "person/sarah" or "project/nebo". A key is a short hyphenated name
+specific to one fact, for example "favourite-editor" or "role". Each message is shown with its
+number in brackets, "[N] user: ..."; "source" is the number of the message the item was read
+from (a list of numbers when several messages state it). Keep only what is stated or clearly
+implied, nothing guessed, and never secrets (passwords, API keys, tokens)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,8 @@ class ExtractedFact:
     key: str
     value: str
     subject: str | None = None
+    # The message numbers (seqs) the model cited as its source, unchecked.
+    sources: tuple[int, ...] = ()
 
 
 @dataclass
@@ -120,14 +136,27 @@ class FactOutcome:
     reinforced: int = 0  # of those, style observations whose count went up
     dropped: int = 0  # empty, unusable or flagged by the injection scan
     written: list[Triple] = field(default_factory=list)
+    # Fact id -> the message ids this call attributed it to (what its fact keys go on).
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- the prompt's input
 
 
 def extraction_input(records: Sequence[MemoryRecord]) -> str:
-    """The conversation as the extraction prompt shows it, within spec 003's input limits."""
-    lines: list[str] = []
+    """The conversation as the extraction prompt shows it, within spec 003's input limits: one
+    line a message, "[seq] role: text", the number the model cites as an item's source."""
+    lines = [f"[{record.seq}] {record.role}: {text}" for record, text in _shown(records)]
+    return "Conversation (oldest first):\n" + "\n".join(lines)
+
+
+def extraction_sources(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """The records `extraction_input` shows (what an item may cite), oldest first."""
+    return [record for record, _ in _shown(records)]
+
+
+def _shown(records: Sequence[MemoryRecord]) -> list[tuple[MemoryRecord, str]]:
+    shown: list[tuple[MemoryRecord, str]] = []
     total = 0
     # Newest first, so the cut falls on the oldest messages; then back into reading order.
     for record in reversed(records):
@@ -136,13 +165,13 @@ def extraction_input(records: Sequence[MemoryRecord]) -> str:
         text = " ".join(record.text.split())
         if len(text) > MAX_MESSAGE_CHARS:
             text = text[: MAX_MESSAGE_CHARS - 1] + "…"
-        line = f"{record.role}: {text}"
-        if total + len(line) + 1 > MAX_INPUT_CHARS:
+        size = len(f"[{record.seq}] {record.role}: {text}") + 1
+        if total + size > MAX_INPUT_CHARS:
             break
-        lines.append(line)
-        total += len(line) + 1
-    lines.reverse()
-    return "Conversation (oldest first):\n" + "\n".join(lines)
+        shown.append((record, text))
+        total += size
+    shown.reverse()
+    return shown
 
 
 # ---------------------------------------------------------------- the model's answer
@@ -213,16 +242,65 @@ def parse_extraction(text: str) -> list[ExtractedFact]:
                 key = _as_text(item.get("key"))
                 value = _as_text(item.get("value"))
                 subject = _as_text(item.get("subject")) or None
+                sources = _numbers(item.get("source"))
             elif isinstance(item, str):
                 # A bare string: the observation itself, under a key derived from it.
-                key, value, subject = item, item, None
+                key, value, subject, sources = item, item, None, ()
             else:
                 continue
             if category == "entity" and subject is None:
                 # {"key": "person/sarah", "value": "Alice's manager"}: the key names the entity.
                 subject, key = key, "is"
-            facts.append(ExtractedFact(category=category, key=key, value=value, subject=subject))
+            facts.append(
+                ExtractedFact(category=category, key=key, value=value, subject=subject, sources=sources)
+            )
     return facts
+
+
+def _numbers(value: Any) -> tuple[int, ...]:
+    """The message numbers of a "source": 12, "12", "[12]", or a list of those; () for anything else."""
+    items = value if isinstance(value, list) else [value]
+    out: list[int] = []
+    for item in items[:MAX_SOURCES]:
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            out.append(item)
+        elif isinstance(item, str) and (digits := item.strip().strip("[]#").strip()).isdigit():
+            out.append(int(digits))
+    return tuple(dict.fromkeys(out))
+
+
+# ---------------------------------------------------------------- provenance
+
+_WORD = re.compile(r"[^\W_]{3,}")
+
+
+def _words(text: str) -> set[str]:
+    """Words of three letters or more, lower case, a plural's "s" dropped ("examples", "example")."""
+    words = (w.lower() for w in _WORD.findall(text))
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words}
+
+
+def fact_sources(fact: ExtractedFact, shown: Sequence[MemoryRecord]) -> list[str]:
+    """The ids of the shown messages `fact` was read from: those it cites that were shown; when it
+    cites none of them, the message sharing the most words with the fact (on a tie, a user's
+    message before a reply, then the latest), else the last user message shown, else the last
+    message. [] when nothing was shown."""
+    by_seq = {r.seq: r.id for r in shown}
+    cited = [by_seq[n] for n in fact.sources if n in by_seq]
+    if cited:
+        return list(dict.fromkeys(cited))
+    if not shown:
+        return []
+    words = _words(f"{fact.subject or ''} {fact.key.replace('-', ' ')} {fact.value}")
+    # Most words shared; on a tie the user's message (a reply that repeats it is not its source),
+    # then the latest.
+    scored = [(len(words & _words(r.text)), r.role == "user", i) for i, r in enumerate(shown)]
+    overlap, _, at = max(scored)
+    if overlap == 0:
+        return [next((r for r in reversed(shown) if r.role == "user"), shown[-1]).id]
+    return [shown[at].id]
 
 
 # ---------------------------------------------------------------- sanitisation
@@ -246,6 +324,7 @@ class _Candidate:
     subject: str
     predicate: str
     object: str
+    provenance: tuple[str, ...] = ()
 
 
 # Words of a key under which any value is a credential. Redaction finds a secret by its shape or
@@ -293,9 +372,10 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 class FactWriter:
     """Stores one batch's extracted facts with dedup; see the module docstring for the rules.
 
-    `marker` is the batch's first Tier-1 message id and `provenance` the ids recorded on a fact
-    (the batch's first and last message): a fact that already holds the marker was written by
-    this very batch, in an earlier attempt, and is left as it is.
+    `sources` are the messages the prompt showed (extraction_sources): each fact's provenance is
+    the one it came from (fact_sources). A caller that numbered no messages gives `provenance`
+    instead, the ids recorded on every fact. A fact that already names its provenance was
+    written from it before (a retried batch) and is left as it is.
     """
 
     memory: MemoryStore
@@ -307,12 +387,12 @@ class FactWriter:
     # The batch's messages' scope (None: they were written before scopes existed).
     scope: MemoryScope | None
     run_id: str
-    marker: str
-    provenance: list[str]
     now: datetime
+    sources: Sequence[MemoryRecord] = ()
+    provenance: list[str] = field(default_factory=list)
     pii: bool = False
     _by_subject: dict[str, list[Triple]] = field(default_factory=dict)
-    # Facts this store() call wrote: they hold the marker too, but they are not an earlier attempt.
+    # Facts this store() call wrote: they name its messages too, but they are not an earlier attempt.
     _this_call: set[str] = field(default_factory=set)
 
     def store(self, facts: Sequence[ExtractedFact]) -> FactOutcome:
@@ -325,7 +405,8 @@ class FactWriter:
             if candidate is None:
                 outcome.dropped += 1
             else:
-                candidates.append(candidate)
+                ids = fact_sources(fact, self.sources) if self.sources else self.provenance
+                candidates.append(replace(candidate, provenance=tuple(ids)))
         vectors = self._embed(candidates)
         written: dict[str, Triple] = {}
         for candidate, vector in zip(candidates, vectors, strict=True):
@@ -333,6 +414,8 @@ class FactWriter:
             if triple is not None:
                 written[triple.id] = triple
                 self._this_call.add(triple.id)
+                added = outcome.sources.setdefault(triple.id, [])
+                added += [m for m in candidate.provenance if m not in added]
         if written:
             self.memory.put_triples(self.workspace_id, list(written.values()))
             self._index(list(written.values()))
@@ -377,7 +460,7 @@ class FactWriter:
                 predicate=c.predicate,
                 object=c.object,
                 session_id=self.session_id,
-                message_ids=list(self.provenance),
+                message_ids=list(c.provenance),
                 created_at=self.now,
                 updated_at=self.now,
                 user_id=self.user_id,
@@ -392,21 +475,29 @@ class FactWriter:
             self._remember(triple)
             return triple
         outcome.merged += 1
+        provenance = [
+            *(m for m in current.message_ids if m not in c.provenance),
+            *c.provenance,
+        ][-MAX_PROVENANCE_IDS:]
+        # (No provenance at all says nothing about where it was read before.)
+        known = bool(c.provenance) and set(c.provenance) <= set(current.message_ids)
         if current.id in self._this_call:
             if current is exact or near:
-                return None  # said twice in one answer: once is enough
-        elif self.marker in current.message_ids:
-            return None  # this batch's earlier attempt got here first: nothing to do twice
+                # Said twice in one answer: once is enough, from every message that says it.
+                if known:
+                    return None
+                triple = current.model_copy(update={"message_ids": provenance})
+                self._remember(triple)
+                return triple
+        elif known:
+            return None  # read from these very messages before (a retried batch): nothing to do twice
         reinforce = c.category == "style"
         update: dict[str, Any] = {
             "confidence": 1.0,
             "relevance": 1.0,
             "updated_at": self.now,
             "session_id": self.session_id,
-            "message_ids": [
-                *(m for m in current.message_ids if m not in self.provenance),
-                *self.provenance,
-            ][-MAX_PROVENANCE_IDS:],
+            "message_ids": provenance,
             "reinforced_count": current.reinforced_count + (1 if reinforce else 0),
             "scope": owner if owner is not None else current.scope,
         }
@@ -481,6 +572,8 @@ __all__ = [
     "FactOutcome",
     "FactWriter",
     "extraction_input",
+    "extraction_sources",
+    "fact_sources",
     "fact_text",
     "first_json_object",
     "parse_extraction",

@@ -20,8 +20,12 @@ available-at time on the local bus. Nobody waits meanwhile. When it arrives, `ex
    TurnExtractionOverBudget metric);
 5. asks the consolidation model (compaction's prompt, shared.consolidation.extraction) and stores
    the facts with compaction's FactWriter (normalisation, sanitisation, injection scan, redaction,
-   dedup, scope, provenance: the window's first and last message ids);
-6. moves the session's watermark (`extracted_range`): the seqs already extracted, which
+   dedup, scope, provenance: the message each fact was read from, as the model cites it, checked
+   against the window, or found by the fallback of extraction.fact_sources);
+6. keys those messages' index documents with their facts (shared.consolidation.extraction_keys):
+   a message still in the window is not indexed yet, so its keys wait, and are put on once it has
+   rolled out, by a later extraction (or compaction);
+7. moves the session's watermark (`extracted_range`): the seqs already extracted, which
    compaction's extraction skips (the flush guard), then charges the call to the budget.
 
 The watermark is one range, first:last, in the consolidation state (a checkpoint beside
@@ -50,7 +54,14 @@ from shared.consolidation.compaction import (
     lease_name,
     union_scope,
 )
-from shared.consolidation.extraction import EXTRACTION_SYSTEM, FactWriter, extraction_input, parse_extraction
+from shared.consolidation.extraction import (
+    EXTRACTION_SYSTEM,
+    FactWriter,
+    extraction_input,
+    extraction_sources,
+    parse_extraction,
+)
+from shared.consolidation.extraction_keys import key_extracted
 from shared.consolidation.personality import record_styles
 from shared.consolidation.watermark import extracted_range, watermark_name
 from shared.memory.writer import message_scope
@@ -103,6 +114,10 @@ class TurnExtractionResult(BaseModel):
     facts_merged: int = 0
     facts_reinforced: int = 0
     facts_dropped: int = 0
+    # Fact-augmented keys (shared.consolidation.extraction_keys): message documents keyed, and
+    # (message, fact) pairs waiting for their message to roll out and be indexed.
+    keyed_docs: int = 0
+    keys_pending: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     budget_exhausted: str | None = None
@@ -208,16 +223,27 @@ def _run(
                 user_id=speaker,
                 scope=scope,
                 run_id=result.run_id,
-                # The turn's last message: unique per turn, so a retry of this extraction changes
-                # nothing twice while the next turn's (overlapping) window still may.
-                marker=records[-1].id,
-                provenance=list(dict.fromkeys([records[0].id, records[-1].id])),
+                # Each fact's provenance: the message it was read from (a retry, or the next turn's
+                # overlapping window reading that message again, changes nothing twice).
+                sources=extraction_sources(records),
                 now=now,
                 pii=workspace.pii_redaction,
             )
             outcome = writer.store(parse_extraction(answer))
             result.facts_extracted, result.facts_merged = outcome.extracted, outcome.merged
             result.facts_reinforced, result.facts_dropped = outcome.reinforced, outcome.dropped
+            # Their keys on the messages they came from: pending while those are in the window,
+            # and the keys pending from earlier turns whose messages have rolled out since.
+            keys = key_extracted(
+                backend,
+                ws,
+                sid,
+                written=outcome.written,
+                sources=outcome.sources,
+                seqs={r.id: r.seq for r in records},
+                rolled_out=session.rolled_out_count,
+            )
+            result.keyed_docs, result.keys_pending = keys.docs, keys.pending
             # The learned personality, as compaction recomputes it (spec 003: after every
             # extraction that stored style observations); its call is charged with this one.
             styles = record_styles(

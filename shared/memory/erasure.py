@@ -41,9 +41,10 @@ exchange) is not recognisable, and stays.
 Left as they are, by design: the send ledger (platform message ids and text digests, expiring
 after 7 days), budget counters (numbers only, keyed by user id, expiring 35 days after their
 period), consolidation leases and checkpoints (keyed by session id, which for a direct
-conversation holds the channel's chat id; sequence numbers only, and the ports have no delete),
-the embedding cache (vectors by content hash, no text, shared by every workspace), and the lanes
-and events in flight (transient).
+conversation holds the channel's chat id; sequence numbers and record ids, never text, and the
+ports have no delete: a fact key waiting there for its message to roll out names a deleted fact,
+which then keys nothing), the embedding cache (vectors by content hash, no text, shared by every
+workspace), and the lanes and events in flight (transient).
 
 Listing and deleting read whole workspace partitions (sessions, summaries, triples, audit):
 an admin operation, not a turn's path. Every step is idempotent, so an erasure interrupted by a

@@ -12,10 +12,12 @@ facts' ids, so a fact that changes or goes is replaced or taken off.
 
 Who calls it: whoever writes facts with per-message provenance (`Triple.message_ids` naming the
 messages the fact was read from) calls `attach_fact_keys` with the facts just written, after the
-store's write. Per-turn extraction should call it with each written fact (its message ids are
-the turn's). Compaction's facts name the batch's first and last message only, not the messages
-they came from, so compaction does not call it. Erasure calls `drop_fact_keys` for the facts it
-deletes or scrubs (shared.memory.erasure), so no copy of their text outlives them.
+store's write: extraction, per turn and in compaction alike, through
+shared.consolidation.extraction_keys, which also keys the messages that were still in the
+session's window when their facts were extracted, once they are indexed. Erasure calls
+`drop_fact_keys` for the facts it deletes or scrubs (shared.memory.erasure), so no copy of their
+text outlives them. A document that already holds exactly the keys asked for is not rewritten
+(nor embedded again).
 
 A message's documents are rewritten whole through MemoryWriter (its context read again from the
 MemoryStore), so what a document holds is always what the writer builds from its parts. A
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from shared.memory.doc_keys import RECORD_ID_KEY
 from shared.memory.facts import fact_text
 from shared.memory.search import FACT_IDS_KEY, FACTS_KEY
-from shared.memory.writer import FactKey, MemoryWriter
+from shared.memory.writer import MAX_FACT_KEY_CHARS, FactKey, MemoryWriter
 from shared.models import IndexDoc, MemoryRecord, Triple
 from shared.ports import Embedder, MemoryIndex, MemoryStore, ReadsDocs
 
@@ -54,6 +56,11 @@ class FactKeysResult:
 def fact_key(triple: Triple) -> FactKey:
     """How a fact keys a message: its id and the text its fact-tier document has."""
     return FactKey(triple.id, fact_text(triple))
+
+
+def _as_stored(key: FactKey) -> FactKey:
+    """The key as a document holds it (MemoryWriter cuts it and folds its white space)."""
+    return FactKey(key.id, " ".join(key.text[:MAX_FACT_KEY_CHARS].split()))
 
 
 def keys_of(doc: IndexDoc) -> list[FactKey]:
@@ -95,6 +102,8 @@ def attach_fact_keys(
         if sessions.get(doc.id) != doc.session_id:
             skipped += len(new)
             return None
+        if {_as_stored(k) for k in new.values()} <= set(keys):
+            return None  # keyed with these very facts already
         kept = [k for k in keys if k.id not in new]
         return [*kept, *new.values()]
 
@@ -120,9 +129,8 @@ def drop_fact_keys(
     ids = list(dict.fromkeys(m for t in [*gone, *replaced] for m in t.message_ids))
 
     def change(_doc: IndexDoc, keys: list[FactKey]) -> list[FactKey] | None:
-        if not any(k.id in removing or k.id in updated for k in keys):
-            return None
-        return [updated.get(k.id, k) for k in keys if k.id not in removing]
+        changed = [updated.get(k.id, k) for k in keys if k.id not in removing]
+        return None if [_as_stored(k) for k in changed] == keys else changed
 
     result = _rewrite(index, memory, embedder, workspace_id, ids, change=change, writer=writer)
     result.pending = []  # a message that is not indexed holds no fact text to drop

@@ -149,6 +149,34 @@ def test_a_changed_fact_replaces_its_text_and_a_dropped_one_leaves_none(world: _
     assert world.found("pottery")[0] == "s1-r0"  # its own words still find it (its neighbours by context)
 
 
+def test_a_document_that_holds_the_keys_already_is_not_written_again(world: _World) -> None:
+    # Extraction attaches a fact every time it is found again (a refresh, a reinforcement): a
+    # document that holds it as it is already costs a read, not a rewrite (nor an embedding).
+    assert world.attach(_fact(world.ws, "ceramics workshop", ["s1-r0"])).records == 1
+    again = world.attach(_fact(world.ws, "ceramics workshop", ["s1-r0"]))
+    assert (again.records, again.docs, again.pending) == (0, 0, [])
+    # The same fact with its text unchanged is no change for drop_fact_keys' `replaced` either
+    same = drop_fact_keys(
+        world.backend.index,
+        world.backend.memory,
+        world.embedder,
+        world.ws,
+        replaced=[_fact(world.ws, "ceramics workshop", ["s1-r0"])],
+        writer=world.writer,
+    )
+    assert same.records == 0
+    # A new value is
+    changed = drop_fact_keys(
+        world.backend.index,
+        world.backend.memory,
+        world.embedder,
+        world.ws,
+        replaced=[_fact(world.ws, "glazing course", ["s1-r0"])],
+        writer=world.writer,
+    )
+    assert changed.records == 1 and world.found("glazing") == ["s1-r0"] and world.found("ceramics") == []
+
+
 def test_pending_and_other_session_facts_are_not_attached(world: _World) -> None:
     result = world.attach(
         _fact(world.ws, "kayaking", ["s1-r9"], fact_id="f-later"),  # still in the window

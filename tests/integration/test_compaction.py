@@ -131,9 +131,10 @@ def test_120_messages_give_two_summaries_a_rolling_summary_and_the_expected_fact
             ("person/sarah-chen", "role"),
         ]
         theme, style = facts[(USER, "editor-theme")], facts[(USER, "verbosity")]
-        # Found in both batches: one record, refreshed by the second (provenance of both).
+        # Found in both batches: one record, refreshed by the second; its provenance is the two
+        # messages that said it (turns 3 and 30, as the model cited them), not the batches' ends.
         assert (theme.object, theme.category, theme.reinforced_count) == ("dark mode", "preference", 1)
-        assert theme.message_ids == ["t00.u", "t24.a", "t25.u", "t49.a"]
+        assert theme.message_ids == ["t03.u", "t30.u"]
         # A style seen again is reinforced, with the newest wording.
         assert (style.object, style.category, style.reinforced_count) == ("brief, short answers", "style", 2)
         sarah = facts[("person/sarah-chen", "role")]
@@ -306,7 +307,7 @@ class KeywordEmbedder:
 
 
 def write_facts(
-    backend: Backend, facts: list[tuple[FactCategory, str, str]], *, marker: str, at: datetime
+    backend: Backend, facts: list[tuple[FactCategory, str, str]], *, message: str, at: datetime
 ) -> FactOutcome:
     writer = FactWriter(
         memory=backend.memory,
@@ -317,8 +318,7 @@ def write_facts(
         user_id=USER,
         scope=owner_scope(SID, [USER], group=False),  # a direct conversation's batch
         run_id="run-1",
-        marker=marker,
-        provenance=[marker],
+        provenance=[message],
         now=at,
     )
     return writer.store([ExtractedFact(category, key, value) for category, key, value in facts])
@@ -332,7 +332,7 @@ def test_a_near_duplicate_by_embedding_refreshes_the_fact_it_repeats(
         first = write_facts(
             backend,
             [("preference", "editor-theme", "dark mode"), ("style", "tone", "terse replies")],
-            marker="m1",
+            message="m1",
             at=RUN_AT,
         )
         assert (first.extracted, first.merged) == (2, 0)
@@ -345,7 +345,7 @@ def test_a_near_duplicate_by_embedding_refreshes_the_fact_it_repeats(
                 ("style", "answer-length", "brief answers"),
                 ("preference", "drink", "tea"),
             ],
-            marker="m2",
+            message="m2",
             at=later,
         )
         assert (second.extracted, second.merged, second.reinforced) == (1, 2, 1)
@@ -361,7 +361,7 @@ def test_a_near_duplicate_by_embedding_refreshes_the_fact_it_repeats(
         third = write_facts(
             backend,
             [("preference", "screen-colours", "night colours"), ("style", "answer-length", "brief answers")],
-            marker="m2",
+            message="m2",
             at=later + timedelta(hours=1),
         )
         assert (third.extracted, third.reinforced) == (0, 0)
@@ -371,7 +371,7 @@ def test_a_near_duplicate_by_embedding_refreshes_the_fact_it_repeats(
 def test_a_change_of_mind_within_one_answer_keeps_the_later_value_and_a_retry_changes_nothing(
     open_backend: Callable[[str], contextlib.AbstractContextManager[Backend]],
 ) -> None:
-    # Found by bench/extraction.py: the first value was written with this batch's marker, so the
+    # Found by bench/extraction.py: the first value was written from this batch's message, so the
     # second was taken for an earlier attempt's and dropped; the later statement is the one to keep.
     with open_backend("one") as backend:
         answer: list[tuple[FactCategory, str, str]] = [
@@ -379,11 +379,11 @@ def test_a_change_of_mind_within_one_answer_keeps_the_later_value_and_a_retry_ch
             ("preference", "favourite-language", "Rust"),
             ("preference", "favourite-language", "Rust"),
         ]
-        outcome = write_facts(backend, answer, marker="m1", at=RUN_AT)
+        outcome = write_facts(backend, answer, message="m1", at=RUN_AT)
         assert (outcome.extracted, outcome.merged, len(outcome.written)) == (1, 2, 1)
         assert active(backend)[(USER, "favourite-language")].object == "Rust"
         before = dump(backend)
-        retry = write_facts(backend, answer, marker="m1", at=RUN_AT + timedelta(hours=1))
+        retry = write_facts(backend, answer, message="m1", at=RUN_AT + timedelta(hours=1))
         assert retry.written == [] and dump(backend) == before
 
 
@@ -400,7 +400,7 @@ def test_a_value_under_a_credential_key_is_never_stored(
                 ("entity", "openai-api-key", "k-123"),
                 ("preference", "pinned-tabs", "always"),
             ],
-            marker="m1",
+            message="m1",
             at=RUN_AT,
         )
         assert (outcome.dropped, outcome.extracted) == (3, 1)
@@ -412,10 +412,10 @@ def test_vectors_of_another_embedding_model_are_not_compared(
 ) -> None:
     with open_backend("one") as backend:
         backend.embedder = KeywordEmbedder("keywords-v1")
-        write_facts(backend, [("preference", "editor-theme", "dark mode")], marker="m1", at=RUN_AT)
+        write_facts(backend, [("preference", "editor-theme", "dark mode")], message="m1", at=RUN_AT)
         backend.embedder = KeywordEmbedder("keywords-v2")
         outcome = write_facts(
-            backend, [("preference", "screen-colours", "night colours")], marker="m2", at=RUN_AT
+            backend, [("preference", "screen-colours", "night colours")], message="m2", at=RUN_AT
         )
         assert (outcome.extracted, outcome.merged) == (1, 0)
         assert sorted(active(backend)) == [(USER, "editor-theme"), (USER, "screen-colours")]

@@ -208,7 +208,7 @@ class Consolidator:
     def styles(conversation: str) -> list[dict[str, str]]:
         found: list[dict[str, str]] = []
         for line in conversation.splitlines():
-            if not line.startswith("user: "):
+            if "] user: " not in line:
                 continue
             if "short" in line:
                 found.append({"key": "verbosity", "value": "prefers short answers"})

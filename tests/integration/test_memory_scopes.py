@@ -373,7 +373,6 @@ def test_a_groups_extracted_facts_belong_to_the_speaker_or_to_the_group(backend:
         user_id=ANN,
         scope=group,
         run_id="run-1",
-        marker="m0",
         provenance=["m0"],
         now=NOW,
     )

@@ -81,7 +81,6 @@ def extract(
         user_id=USER,
         scope=owner,
         run_id=f"run-{batch}",
-        marker=f"{batch}.first",
         provenance=[f"{batch}.first", f"{batch}.last"],
         now=at,
     )

@@ -21,12 +21,15 @@ from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
 from shared.consolidation.compaction import ConsolidationModel
+from shared.consolidation.extraction_keys import Pending, pending_keys
 from shared.consolidation.personality import SYNTHESIS_SYSTEM
 from shared.consolidation.turn_extraction import extract_turn
 from shared.consolidation.watermark import extracted_range
 from shared.errors import ModelNotConfigured
 from shared.local.consolidation import register_consolidation
+from shared.memory.erasure import erase_user
 from shared.memory.personality import LearnedPersonality, directives
+from shared.memory.search import FACTS_KEY, MemorySearch
 from shared.models import (
     WORKSPACE_WIDE,
     BudgetLimits,
@@ -39,6 +42,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.models.budgets import BudgetUsage
+from shared.ports import ReadsDocs
 from shared.providers.base import ChatRequest
 from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext
@@ -180,9 +184,9 @@ def test_a_fact_said_in_a_turn_is_recallable_after_the_debounce(local: Local) ->
     session = local.backend.sessions.get(WS, SID)
     assert session is not None and session.message_count == 2 and session.rolled_out_count == 0
     assert facts(local.backend) == [("morning-drink", "green tea")]
-    # And memory_recall finds it, with its provenance (the turn's messages) and the user's scope
+    # And memory_recall finds it, with its provenance (the message that said it) and the user's scope
     (fact,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
-    assert fact.message_ids == [m.id for m in session.active_messages]
+    assert fact.message_ids == [session.active_messages[0].id]
     assert fact.scope is not None and fact.scope.users == (USER,) and fact.source == "consolidation"
     assert "green tea" in local.recall("morning drink")
     # And the session's watermark covers the turn's two messages
@@ -250,6 +254,12 @@ def test_compaction_extracts_the_messages_turns_did_not(local: Local) -> None:
     # Then compaction, the safety net, extracted the batch itself (the scheduler ran its CompactionDue)
     assert local.consolidator.calls["summary"] == 1 and local.consolidator.calls["extract"] == 1
     assert facts(local.backend) == [("editor-theme", "dark mode")]
+    # And keyed the message the fact was read from (seq 2, the second turn's), as it cited it
+    (fact,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    (said,) = local.backend.memory.get_messages(WS, SID, after_seq=1, limit=1)
+    assert fact.message_ids == [said.id] and said.text.startswith("I prefer dark mode")
+    assert fact_keys(local.backend, said.id) == f"{USER} editor-theme: dark mode"
+    assert found(local.backend, "theme") == [said.id]
 
 
 def test_turned_off_after_the_turn_extracts_nothing(local: Local) -> None:
@@ -369,6 +379,41 @@ class StyleConsolidator(FakeConsolidator):
         return json.dumps(found)
 
 
+def test_a_style_read_again_by_overlapping_windows_is_reinforced_once(tmp_path: Path) -> None:
+    # Given a style said in one turn, and two more turns whose 6-message windows read it again
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        clock = Clock()
+        assert isinstance(backend.events, SqliteEventBus)
+        backend.events.clock = clock
+        backend.workspaces.put(WorkspaceConfig(id=WS))
+        consolidator = StyleConsolidator()
+        local = Local(backend, clock, consolidator, tmp_path / "state")
+        for text in ("Keep it short, puns welcome, and show me an example first.", "ok", "fine"):
+            local.say(text)
+            clock.advance(5.1)
+            local.deliver()
+        # Then three extractions found it, and it was reinforced by none of them: the model named
+        # no source, so each time the fallback found the same message (the user's, not the reply
+        # that repeats it), which the style names already
+        assert consolidator.calls["extract"] == 3
+        session = backend.sessions.get(WS, SID)
+        assert session is not None
+        said = session.active_messages[0].id
+        styles = [
+            t
+            for t in backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+            if t.category == "style"
+        ]
+        assert sorted((t.predicate, t.reinforced_count, tuple(t.message_ids)) for t in styles) == [
+            ("engagement", 1, (said,)),
+            ("humour", 1, (said,)),
+            ("verbosity", 1, (said,)),
+        ]
+    finally:
+        backend.close()
+
+
 def test_a_turn_s_style_observations_teach_the_next_turn_its_learned_personality(tmp_path: Path) -> None:
     backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
     try:
@@ -402,3 +447,168 @@ def test_a_turn_s_style_observations_teach_the_next_turn_its_learned_personality
         assert "## Personality (Learned)\nYou keep answers short." in prompts[-1]
     finally:
         backend.close()
+
+
+# ---------------------------------------------------------------- fact-augmented keys
+
+
+def found(backend: Backend, query: str) -> list[str]:
+    """The message documents BM25 finds for `query` (their own words, context and fact keys)."""
+    search = MemorySearch(backend.index, backend.memory, backend.embedder)
+    outcome = search.search(WS, query, scope=WORKSPACE_WIDE, tiers=["message"], mode="bm25")
+    return [h.id for h in outcome.hits]
+
+
+def fact_keys(backend: Backend, message_id: str) -> str | None:
+    """What the message's own index document holds as its facts; None when it is not indexed."""
+    assert isinstance(backend.index, ReadsDocs)
+    docs = [d for d in backend.index.get_docs(WS, [message_id]) if d.id == message_id]
+    return docs[0].metadata.get(FACTS_KEY, "") if docs else None
+
+
+def test_a_fact_extracted_per_turn_keys_its_message_once_it_rolls_out(local: Local) -> None:
+    # Given a 4-message window and batches of 10, and a turn whose fact is extracted after it
+    local.backend.workspaces.put(WorkspaceConfig(id=WS, active_window=4, summary_batch=10))
+    local.say("I prefer green tea in the morning.")
+    local.clock.advance(6.0)
+    assert local.deliver() == 1
+    session = local.backend.sessions.get(WS, SID)
+    assert session is not None
+    said = session.active_messages[0].id
+    (fact,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    assert fact.message_ids == [said]
+    # Then its key waits: the message is still in the window, so not indexed
+    assert fact_keys(local.backend, said) is None
+    assert pending_keys(local.backend, WS, SID) == [Pending(0, said, fact.id)]
+    # When two more turns roll it out (the third turn's commit indexes seqs 0-1, without keys)
+    # and that turn's extraction runs after its quiet period
+    for i in range(2):
+        local.say(f"small talk {i}")
+        local.clock.advance(6.0)
+        local.deliver()
+    # Then the message's document carries the fact: found by a word only the fact has
+    assert fact_keys(local.backend, said) == f"{USER} morning-drink: green tea"
+    assert found(local.backend, "drink") == [said]
+    assert pending_keys(local.backend, WS, SID) == []
+    # When turns go on until compaction summarises seqs 0-9 (the 6th turn's commit rolls 9 out)
+    for i in range(2, 6):
+        local.say(f"small talk {i}")
+        local.clock.advance(6.0)
+        local.deliver()
+    summaries = local.backend.memory.list_summaries(WS, scope=WORKSPACE_WIDE, session_id=SID)
+    assert ("batch", 0, 9) in {(s.kind, s.first_seq, s.last_seq) for s in summaries}
+    # Then compaction extracted nothing again (the flush guard: one extraction per turn), the fact
+    # is still one, and the key is still on its message
+    assert local.consolidator.calls["extract"] == 7 and local.consolidator.calls["summary"] == 1
+    assert facts(local.backend) == [("morning-drink", "green tea")]
+    assert found(local.backend, "drink") == [said]
+
+
+def test_compaction_puts_on_the_keys_per_turn_extraction_left_waiting(local: Local) -> None:
+    # Given a fact extracted per turn while its message is in the window
+    local.backend.workspaces.put(WorkspaceConfig(id=WS, active_window=4, summary_batch=10))
+    local.say("I prefer green tea in the morning.")
+    local.clock.advance(6.0)
+    local.deliver()
+    session = local.backend.sessions.get(WS, SID)
+    assert session is not None
+    said = session.active_messages[0].id
+    # When the workspace turns per-turn extraction off, and turns roll the message out and on to
+    # a complete batch: no extraction runs after those turns, compaction alone
+    local.backend.workspaces.put(
+        WorkspaceConfig(id=WS, active_window=4, summary_batch=10, turn_extraction=False)
+    )
+    for i in range(6):
+        local.say(f"small talk {i}")
+        local.clock.advance(6.0)
+        local.deliver()
+        if i == 1:
+            # Rolled out and indexed (the third turn's commit), its key still waiting
+            assert fact_keys(local.backend, said) == ""
+    # Then compaction extracted only what the turns did not (seqs 2-9: once, nothing found)...
+    assert local.consolidator.calls == {"summary": 1, "rolling": 0, "extract": 2}
+    # ...and put the waiting key on the message the turn's extraction read the fact from
+    assert fact_keys(local.backend, said) == f"{USER} morning-drink: green tea"
+    assert found(local.backend, "drink") == [said]
+    assert pending_keys(local.backend, WS, SID) == []
+
+
+class ChangingConsolidator(FakeConsolidator):
+    """FakeConsolidator that also hears a change of mind about the morning drink, citing its line."""
+
+    @staticmethod
+    def extract(text: str) -> str:
+        found = json.loads(FakeConsolidator.extract(text))
+        for line in text.splitlines():
+            if "] user: " in line and "black coffee" in line:
+                source = int(line[1 : line.index("]")])
+                found["preferences"].append(
+                    {"key": "morning-drink", "value": "black coffee", "source": source}
+                )
+        return json.dumps(found)
+
+
+def test_a_fact_changed_before_its_message_rolls_out_keys_it_with_its_current_value(tmp_path: Path) -> None:
+    backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        clock = Clock()
+        assert isinstance(backend.events, SqliteEventBus)
+        backend.events.clock = clock
+        backend.workspaces.put(WorkspaceConfig(id=WS, active_window=4, summary_batch=50))
+        local = Local(backend, clock, ChangingConsolidator(), tmp_path / "state")
+        # Given a fact said in one turn, and changed in the next, both extracted in the window
+        for text in ("I prefer green tea in the morning.", "Now I prefer black coffee in the morning."):
+            local.say(text)
+            clock.advance(6.0)
+            local.deliver()
+        session = backend.sessions.get(WS, SID)
+        assert session is not None
+        first, second = session.active_messages[0].id, session.active_messages[2].id
+        # The newer value replaced the older in the same fact, which names both messages
+        (fact,) = backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+        assert (fact.object, fact.message_ids) == ("black coffee", [first, second])
+        # When both roll out and the next extraction puts the waiting keys on
+        for i in range(2):
+            local.say(f"small talk {i}")
+            clock.advance(6.0)
+            local.deliver()
+        # Then each message is keyed with the fact as it is now: its current value, never the old
+        assert (
+            fact_keys(backend, first) == fact_keys(backend, second) == f"{USER} morning-drink: black coffee"
+        )
+        assert sorted(found(backend, "drink")) == sorted([first, second])
+        assert pending_keys(backend, WS, SID) == []
+        # And the person's erasure takes their facts, messages and documents: no fact text is left
+        report = erase_user(backend, WS, USER)
+        assert report.triples_deleted == 1
+        assert found(backend, "drink") == [] and found(backend, "coffee") == []
+    finally:
+        backend.close()
+
+
+def test_a_fact_gone_before_its_message_rolls_out_keys_nothing(local: Local) -> None:
+    # Given an 8-message window (a message leaves the 6-message extraction window before it rolls
+    # out), and a fact extracted per turn, its key waiting
+    local.backend.workspaces.put(WorkspaceConfig(id=WS, active_window=8, summary_batch=50))
+    local.say("I prefer dark mode in every editor.")
+    local.clock.advance(6.0)
+    local.deliver()
+    (theme,) = local.backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    (waiting,) = pending_keys(local.backend, WS, SID)
+    assert (waiting.seq, waiting.fact_id) == (0, theme.id)
+    for i in range(2):
+        local.say(f"small talk {i}")
+        local.clock.advance(6.0)
+        local.deliver()
+    # When the fact is deleted (as erasure deletes one: the store's record and its document)
+    local.backend.memory.delete_triples(WS, [theme.id])
+    local.backend.index.delete(WS, [theme.id])
+    # and two more turns roll its message out
+    for i in range(2, 4):
+        local.say(f"small talk {i}")
+        local.clock.advance(6.0)
+        local.deliver()
+    # Then the message is indexed without it, and nothing waits for it any more
+    assert fact_keys(local.backend, waiting.message_id) == ""
+    assert found(local.backend, "theme") == [] and pending_keys(local.backend, WS, SID) == []
+    assert local.consolidator.calls["extract"] == 5 and facts(local.backend) == []

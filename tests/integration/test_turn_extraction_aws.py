@@ -25,9 +25,11 @@ from shared import cloud
 from shared.adapters.aws import clients
 from shared.adapters.aws.events import EventBridgeBus
 from shared.agent.turn import recall_scope_for
+from shared.consolidation.extraction_keys import Pending, pending_keys
 from shared.consolidation.watermark import extracted_range
 from shared.errors import SigilError
 from shared.local.aws_mode.event_source import sqs_event
+from shared.memory.search import FACTS_KEY, MemorySearch
 from shared.models import (
     WORKSPACE_WIDE,
     BudgetLimits,
@@ -39,6 +41,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.models.budgets import BudgetUsage
+from shared.ports import ReadsDocs
 from shared.tools import ToolContext
 from shared.tools.builtin import agent_registry
 from tests.support.consolidation import FakeConsolidator
@@ -97,11 +100,12 @@ def aws(osmem: OsmemServer, fake: FakeOpenAI) -> Iterator[AwsResources]:
         cloud.reset()
 
 
-def turns(*texts: str) -> dict[str, Any]:
-    """An SQS FIFO batch of the session's turns, as the agent receives it (the sample's first record)."""
+def turns(*texts: str, first: int = 0) -> dict[str, Any]:
+    """An SQS FIFO batch of the session's turns, as the agent receives it (the sample's first
+    record); their event ids count from `first`."""
     sample = json.loads((EVENTS / "agent_sqs_fifo_batch.json").read_text())
     records = []
-    for i, text in enumerate(texts):
+    for i, text in enumerate(texts, start=first):
         record = copy.deepcopy(sample["Records"][0])
         body = json.loads(record["body"])
         body["inbound"] |= {"event_id": f"evt-x{i}", "text": text}
@@ -256,3 +260,64 @@ def test_a_delayed_publish_without_a_queue_is_a_clear_error(aws: AwsResources) -
     with pytest.raises(SigilError) as raised:
         bus.publish_after(event, 5.0)
     assert raised.value.code == "misconfigured" and "SIGIL_EXTRACTION_QUEUE_URL" in raised.value.message
+
+
+def extract_delayed(aws: AwsResources, count: int) -> list[str]:
+    """The consolidate function run on the next `count` TurnCommitted the queue releases: their statuses."""
+    messages = delayed(aws, count)
+    assert len(messages) == count
+    result = consolidate.lambda_handler(
+        sqs_event(messages, queue_arn=queue_arn(aws), region=REGION), context_for("sigil-consolidate")
+    )
+    assert result["batchItemFailures"] == []
+    return sorted(r["status"] for r in result["extractions"])
+
+
+def test_a_fact_extracted_per_turn_keys_its_message_in_opensearch_once_it_rolls_out(
+    aws: AwsResources, consolidator: FakeConsolidator
+) -> None:
+    backend = cloud.turn_deps().backend
+    backend.workspaces.put(
+        WorkspaceConfig(id=WS, active_window=4, summary_batch=2, extraction_debounce_s=DEBOUNCE_S)
+    )
+    # Given a turn whose fact is extracted a debounce later, while its message is in the window
+    assert agent.lambda_handler(turns("I prefer green tea in the morning."), context_for("sigil-agent")) == {
+        "batchItemFailures": []
+    }
+    assert extract_delayed(aws, 1) == ["done"]
+    session = backend.sessions.get(WS, SID)
+    assert session is not None and session.rolled_out_count == 0
+    said = session.active_messages[0].id
+    (fact,) = backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    assert fact.message_ids == [said]
+    assert pending_keys(backend, WS, SID) == [Pending(0, said, fact.id)]
+    assert isinstance(backend.index, ReadsDocs) and backend.index.get_docs(WS, [said]) == []
+    # When two more turns roll it out (into DynamoDB's Tier 1 and OpenSearch) and their
+    # extraction runs
+    assert agent.lambda_handler(
+        turns("small talk", "more small talk", first=1), context_for("sigil-agent")
+    ) == {"batchItemFailures": []}
+    assert extract_delayed(aws, 2) == ["done", "superseded"]
+    # Then the message's OpenSearch document carries the fact, found by a word only the fact has
+    (doc,) = [d for d in backend.index.get_docs(WS, [said]) if d.id == said]
+    assert doc.metadata[FACTS_KEY] == f"{USER} morning-drink: green tea"
+    assert found("drink") == [said]
+    assert pending_keys(backend, WS, SID) == []
+    # When the CompactionDue of seqs 0-1 reaches the consolidate function
+    sample = json.loads((EVENTS / "consolidate_compaction_due.json").read_text())
+    sample["detail"]["detail"] = {"first_seq": 0, "last_seq": 1}
+    done = consolidate.lambda_handler(sample, context_for("sigil-consolidate"))
+    assert (done["outcome"]["status"], done["outcome"]["summaries"]) == ("done", 1)
+    # Then the batch was summarised without extracting again (the flush guard), and the key stayed
+    assert consolidator.calls["summary"] == 1 and consolidator.calls["extract"] == 2
+    assert found("drink") == [said]
+    assert sorted(
+        (t.predicate, t.object) for t in backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    ) == [("morning-drink", "green tea")]
+
+
+def found(query: str) -> list[str]:
+    backend = cloud.turn_deps().backend
+    search = MemorySearch(backend.index, backend.memory, backend.embedder)
+    outcome = search.search(WS, query, scope=WORKSPACE_WIDE, tiers=["message"], mode="bm25")
+    return [h.id for h in outcome.hits]
