@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import REPLY_TIMEOUT_MS, Site, start_site
 from tests.e2e.processes import kill_group
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, echo_last_user
 
 # Records every length the streaming reply is shown at, before its stored version replaces it.
 WATCH_GROWTH = """
@@ -232,6 +232,44 @@ def test_markdown_is_rendered_while_the_reply_streams(context: BrowserContext, s
     # while the reply was still marked busy, not its raw asterisks and dashes.
     assert len([n for n in page.evaluate("window.__lengths") if n > 0]) >= 2
     assert {"strong", "em", "ul", "li", "code"} <= set(page.evaluate("window.__streamedTags"))
+
+
+# Every text a model's reply was shown with, streaming or stored.
+WATCH_SHOWN = """
+window.__shown = [];
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll('.msg.assistant')) window.__shown.push(el.textContent);
+}).observe(document.getElementById('log'), {subtree: true, childList: true, characterData: true});
+"""
+
+
+def test_a_secret_in_the_reply_is_redacted_before_the_page_shows_any_of_it(
+    context: BrowserContext, site: Site
+) -> None:
+    key = "AKIA" + "Q" * 16  # an AWS access key id, as a model might repeat one
+    ask = "what is the key? [fake:pace=25]"
+    answer = " ".join(["Here", "it", "is:", key, *[f"filler{i}" for i in range(60)]])
+
+    def model(body: dict[str, object]) -> str:
+        said = echo_last_user(body)
+        return answer if said == ask else said
+
+    site.fake.set_default(model)
+    try:
+        page = open_page(context, site, "alice.leak")
+        page.evaluate(WATCH_SHOWN)
+        page.evaluate(WATCH_GROWTH)
+        send(page, ask)
+        done = page.locator(".msg.assistant[data-seq]")
+        expect(done).to_contain_text("[REDACTED:aws_access_key]")
+        expect(done).to_contain_text("filler59")
+    finally:
+        site.fake.set_default(echo_last_user)
+    shown = page.evaluate("window.__shown")
+    # It streamed (shown in steps before it was stored), and not one of those steps held the key.
+    assert len([n for n in page.evaluate("window.__lengths") if n > 0]) >= 2
+    assert shown and not any(key in text for text in shown)
+    assert any("[REDACTED:aws_access_key]" in text for text in shown)
 
 
 def test_new_conversations_and_the_conversation_list(context: BrowserContext, site: Site) -> None:
