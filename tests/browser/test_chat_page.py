@@ -163,16 +163,26 @@ def test_a_refused_sender_and_an_exhausted_budget_show_their_states(
 
 
 def test_the_page_holds_no_secret(context: BrowserContext, site: Site) -> None:
-    import json
-
     secrets = json.loads((site.gateway.data_dir / "secrets.json").read_text())
     page = context.new_page()
-    loaded: list[str] = []
-    page.on("response", lambda r: loaded.append(r.text()) if r.ok and r.request.method == "GET" else None)
+    loaded: dict[str, str] = {}
+    frames: list[str] = []
+    page.on(
+        "response", lambda r: loaded.update({r.url: r.text()}) if r.ok and r.request.method == "GET" else None
+    )
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(str(f))))
     page.goto(site.page_url(site.token(), "alice.s"))
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
-    everything = "\n".join(loaded) + page.content()
-    assert loaded and not any(secret in everything for secret in secrets.values())
+    send(page, "anything secret here?")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("anything secret here?")
+    # Everything the page loaded (the page, its three files, config.json), every frame it received,
+    # what it shows and what it keeps in the browser's storage.
+    names = {url.split("?")[0].rsplit("/", 1)[-1] for url in loaded}
+    assert {"", "app.js", "markdown.js", "style.css", "config.json"} <= names, names
+    stored = page.evaluate("JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)])")
+    everything = "\n".join([*loaded.values(), *frames, page.content(), stored])
+    assert frames and len(secrets) == 3
+    assert not any(secret in everything for secret in secrets.values())
 
 
 def test_a_connection_dropped_mid_reply_shows_the_whole_reply_once(
@@ -345,8 +355,9 @@ def test_the_page_follows_a_dark_colour_scheme(browser: Browser, site: Site) -> 
 
 
 def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, site: Site) -> None:
-    # sigil dev serves the files itself; --aws through the webhook function, as the stack does,
-    # with its Content-Security-Policy (connect-src 'self': the socket on the same origin).
+    # sigil dev serves the files as the webhook function does (shared.ingress.http.page); --aws
+    # through that function, as the stack does; both with its Content-Security-Policy
+    # (connect-src 'self': the socket on the same origin).
     page = context.new_page()
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text))
@@ -357,8 +368,7 @@ def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, si
     expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("bold")
     # Nothing the page does is refused by its policy (no inline script or style, no other host).
     assert not [line for line in console if "Content Security Policy" in line], console
-    if site.mode == "aws":
-        assert "connect-src 'self'" in response.headers["content-security-policy"]
+    assert "connect-src 'self';" in response.headers["content-security-policy"]
 
 
 # A socket of the test's own from the page's origin: the frames a page could send by hand.
