@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -113,6 +115,29 @@ def test_a_reply_streams_in_and_the_history_survives_a_reload(context: BrowserCo
     expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
     expect(page.locator(".msg.user")).to_have_text(text)
     assert page.locator(".msg").count() == 2
+
+
+def test_the_link_sigil_web_open_prints_opens_a_conversation(context: BrowserContext, site: Site) -> None:
+    # What the README tells a new user to run, against the gateway on its port.
+    sigil = str(Path(sys.executable).parent / "sigil")
+    printed = subprocess.run(
+        [sigil, "web", "open", "--user", "carol", "--data-dir", str(site.gateway.data_dir)],
+        env=site.gateway.env | {"SIGIL_PORT": str(site.gateway.port)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert printed.startswith(f"{site.url}/#token=v1."), printed
+    page = context.new_page()
+    page.goto(printed)
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator("#who")).to_have_text("carol · default")
+    assert "token" not in page.url
+    send(page, "hello from the link")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("hello from the link")
+    # A conversation of carol's own, made by the page under the token's `carol.*`.
+    current = page.locator("#session-list button[aria-current=true]").get_attribute("data-session") or ""
+    assert current.startswith("carol.")
 
 
 def test_two_tabs_on_two_sessions_never_mix(context: BrowserContext, site: Site) -> None:
