@@ -20,8 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route, WebSocketRoute
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from shared import correlation
@@ -35,7 +34,7 @@ from shared.adapters.embedded import (
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.budgets import PriceTable
-from shared.channels import web, web_page
+from shared.channels import web
 from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.configuration import SigilFile, apply
@@ -43,7 +42,7 @@ from shared.consolidation.compaction import consolidation_model
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.browser import BrowserIngress
-from shared.ingress.http import HttpAnswer, WebhookFront, refusal
+from shared.ingress.http import HttpAnswer, WebhookFront, page, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.local.logs import RequestIds
@@ -60,9 +59,6 @@ log = logging.getLogger("sigil.gateway")
 
 SSE_POLL_S = 0.1
 SSE_HEARTBEAT_S = 15.0
-# The chat page (plain HTML, CSS and JS: no build step), served at /; it ships with the webhook
-# Lambda too, so it lives beside the channels (shared.channels.web_page), not in the dev kit.
-WEB_PAGE_DIR = web_page.PAGE_DIR
 
 
 @dataclass
@@ -195,7 +191,11 @@ class LocalGateway:
                 Route("/webhooks/web/{workspace}", self._preflight, methods=["OPTIONS"]),
                 Route("/sessions/{workspace}/{session}/{what}", self._preflight, methods=["OPTIONS"]),
                 WebSocketRoute("/ws", self._ws),
-                Mount("/", StaticFiles(directory=WEB_PAGE_DIR, html=True), name="page"),
+                # The chat page (plain HTML, CSS and JS: no build step) as the webhook Lambda
+                # serves it (shared.ingress.http.page): the same files, config.json and headers.
+                Route("/", self._page, methods=["GET"]),
+                Route("/config.json", self._page, methods=["GET"]),
+                Route("/assets/{name}", self._page, methods=["GET"]),
             ],
             exception_handlers={SigilError: _error_response},  # type: ignore[dict-item]
             middleware=[Middleware(RequestIds), Middleware(CorsMiddleware, origins=self.web_origins)],
@@ -217,6 +217,10 @@ class LocalGateway:
     async def _ws(self, websocket: WebSocket) -> None:
         """The chat page's WebSocket (shared.ingress.browser's protocol, docs/web-channel.md)."""
         await Connection(websocket, self.browser, self.deltas).run(self.web_origins())
+
+    async def _page(self, request: Request) -> Response:
+        # No socket URL: the page connects to its own origin's /ws, this gateway's.
+        return _response(page(request.url.path, None))
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_configured": self.model_status() is None})
@@ -327,5 +331,7 @@ async def _error_response(request: Request, exc: SigilError) -> Response:
 
 def _response(answer: HttpAnswer) -> Response:
     if isinstance(answer.body, str):
-        return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
-    return JSONResponse(answer.body, status_code=answer.status)
+        return Response(
+            answer.body, status_code=answer.status, media_type=answer.content_type, headers=answer.headers
+        )
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)

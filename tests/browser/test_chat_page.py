@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import REPLY_TIMEOUT_MS, Site, start_site
 from tests.e2e.processes import kill_group
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, echo_last_user
 
 # Records every length the streaming reply is shown at, before its stored version replaces it.
 WATCH_GROWTH = """
@@ -36,13 +40,37 @@ new MutationObserver(() => {
 """
 
 
-# Every WebSocket the page opens, so a test can drop the live one as a network would.
+# Every WebSocket the page opens, and the frames it sent on each, so a test can drop the live one as
+# a network would and read what the page asked for on the next.
 TRACK_SOCKETS = """
 window.__sockets = [];
 const NativeWebSocket = window.WebSocket;
 window.WebSocket = class extends NativeWebSocket {
-  constructor(...args) { super(...args); window.__sockets.push(this); }
+  constructor(...args) { super(...args); this.__sent = []; window.__sockets.push(this); }
+  send(data) { this.__sent.push(JSON.parse(data)); super.send(data); }
 };
+"""
+
+# Every state the status line and the banner pass through, even one shown for a moment only.
+WATCH_STATES = """
+window.__statuses = [];
+window.__banners = [];
+const note = (list, value) => { if (value && list[list.length - 1] !== value) list.push(value); };
+new MutationObserver(() => {
+  note(window.__statuses, document.getElementById('status').dataset.state);
+  note(window.__banners, document.getElementById('banner').dataset.code);
+}).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-state', 'data-code']});
+"""
+
+# The elements a reply held while it was still streaming (aria-busy), before its stored version.
+WATCH_STREAMED_MARKUP = """
+window.__streamedTags = [];
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll('.msg.assistant[aria-busy="true"] *')) {
+    const tag = el.tagName.toLowerCase();
+    if (!window.__streamedTags.includes(tag)) window.__streamedTags.push(tag);
+  }
+}).observe(document.getElementById('log'), {subtree: true, childList: true, characterData: true});
 """
 
 
@@ -87,6 +115,29 @@ def test_a_reply_streams_in_and_the_history_survives_a_reload(context: BrowserCo
     expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
     expect(page.locator(".msg.user")).to_have_text(text)
     assert page.locator(".msg").count() == 2
+
+
+def test_the_link_sigil_web_open_prints_opens_a_conversation(context: BrowserContext, site: Site) -> None:
+    # What the README tells a new user to run, against the gateway on its port.
+    sigil = str(Path(sys.executable).parent / "sigil")
+    printed = subprocess.run(
+        [sigil, "web", "open", "--user", "carol", "--data-dir", str(site.gateway.data_dir)],
+        env=site.gateway.env | {"SIGIL_PORT": str(site.gateway.port)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert printed.startswith(f"{site.url}/#token=v1."), printed
+    page = context.new_page()
+    page.goto(printed)
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator("#who")).to_have_text("carol · default")
+    assert "token" not in page.url
+    send(page, "hello from the link")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("hello from the link")
+    # A conversation of carol's own, made by the page under the token's `carol.*`.
+    current = page.locator("#session-list button[aria-current=true]").get_attribute("data-session") or ""
+    assert current.startswith("carol.")
 
 
 def test_two_tabs_on_two_sessions_never_mix(context: BrowserContext, site: Site) -> None:
@@ -137,16 +188,26 @@ def test_a_refused_sender_and_an_exhausted_budget_show_their_states(
 
 
 def test_the_page_holds_no_secret(context: BrowserContext, site: Site) -> None:
-    import json
-
     secrets = json.loads((site.gateway.data_dir / "secrets.json").read_text())
     page = context.new_page()
-    loaded: list[str] = []
-    page.on("response", lambda r: loaded.append(r.text()) if r.ok and r.request.method == "GET" else None)
+    loaded: dict[str, str] = {}
+    frames: list[str] = []
+    page.on(
+        "response", lambda r: loaded.update({r.url: r.text()}) if r.ok and r.request.method == "GET" else None
+    )
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(str(f))))
     page.goto(site.page_url(site.token(), "alice.s"))
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
-    everything = "\n".join(loaded) + page.content()
-    assert loaded and not any(secret in everything for secret in secrets.values())
+    send(page, "anything secret here?")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("anything secret here?")
+    # Everything the page loaded (the page, its three files, config.json), every frame it received,
+    # what it shows and what it keeps in the browser's storage.
+    names = {url.split("?")[0].rsplit("/", 1)[-1] for url in loaded}
+    assert {"", "app.js", "markdown.js", "style.css", "config.json"} <= names, names
+    stored = page.evaluate("JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)])")
+    everything = "\n".join([*loaded.values(), *frames, page.content(), stored])
+    assert frames and len(secrets) == 3
+    assert not any(secret in everything for secret in secrets.values())
 
 
 def test_a_connection_dropped_mid_reply_shows_the_whole_reply_once(
@@ -156,27 +217,172 @@ def test_a_connection_dropped_mid_reply_shows_the_whole_reply_once(
     page.add_init_script(TRACK_SOCKETS)
     page.goto(site.page_url(site.token(), "alice.drop"))
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    # A reply the page already has, so the resumption has a seq to resume after.
+    send(page, "before the drop")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("before the drop")
+    first_seq = int(page.locator(".msg.assistant[data-seq]").get_attribute("data-seq") or "0")
+    assert first_seq > 0
     page.evaluate(WATCH_GROWTH)
+    page.evaluate(WATCH_STATES)
     text = long_text("dr", words=80, pace_ms=60)
     send(page, text)
     # Once the reply is streaming, its socket drops under the page.
     page.wait_for_function("() => window.__lengths.length >= 1", timeout=REPLY_TIMEOUT_MS)
     page.evaluate("window.__sockets[window.__sockets.length - 1].close()")
-    # The page reconnects by itself and resumes after the last seq it has.
+    # The page says so, reconnects by itself and resumes after the last seq it has.
     page.wait_for_function("() => window.__sockets.length >= 2", timeout=REPLY_TIMEOUT_MS)
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
-    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(
+        ["before the drop", text], timeout=REPLY_TIMEOUT_MS
+    )
     expect(page.locator("#banner")).to_be_hidden()
-    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
-    assert page.locator(".msg.assistant").count() == 1  # no stale streaming copy left behind
+    states = page.evaluate("[window.__statuses, window.__banners]")
+    assert "reconnecting" in states[0] and "connection_lost" in states[1], states
+    resumed = page.evaluate(
+        "window.__sockets.slice(1).flatMap(s => s.__sent).filter(f => f.type === 'resume')"
+    )
+    assert resumed and resumed[0] == {"type": "resume", "session": "alice.drop", "after": first_seq}
+    assert replies(page) == ["before the drop", text] and page.locator(".msg.user").count() == 2
+    assert page.locator(".msg.assistant").count() == 2  # no stale streaming copy left behind
     page.reload()
-    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(text, timeout=REPLY_TIMEOUT_MS)
-    assert replies(page) == [text] and page.locator(".msg.user").count() == 1
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text(
+        ["before the drop", text], timeout=REPLY_TIMEOUT_MS
+    )
+    assert replies(page) == ["before the drop", text] and page.locator(".msg.user").count() == 2
+
+
+def test_markdown_is_rendered_while_the_reply_streams(context: BrowserContext, site: Site) -> None:
+    page = open_page(context, site, "alice.md")
+    page.evaluate(WATCH_STREAMED_MARKUP)
+    page.evaluate(WATCH_GROWTH)
+    text = (
+        "**Trains** leave every *20 minutes*\n\n- the first at `05:40`\n- the last at midnight\n\n"
+        + long_text("more")
+    )
+    send(page, text)
+    reply = page.locator(".msg.assistant[data-seq]")
+    expect(reply.locator("strong")).to_have_text("Trains")
+    expect(reply.locator("li")).to_have_count(2)
+    # The stream was shown in steps, as markdown already: bold, italic, a list and code spans
+    # while the reply was still marked busy, not its raw asterisks and dashes.
+    assert len([n for n in page.evaluate("window.__lengths") if n > 0]) >= 2
+    assert {"strong", "em", "ul", "li", "code"} <= set(page.evaluate("window.__streamedTags"))
+
+
+# Every text a model's reply was shown with, streaming or stored.
+WATCH_SHOWN = """
+window.__shown = [];
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll('.msg.assistant')) window.__shown.push(el.textContent);
+}).observe(document.getElementById('log'), {subtree: true, childList: true, characterData: true});
+"""
+
+
+def test_a_secret_in_the_reply_is_redacted_before_the_page_shows_any_of_it(
+    context: BrowserContext, site: Site
+) -> None:
+    key = "AKIA" + "Q" * 16  # an AWS access key id, as a model might repeat one
+    ask = "what is the key? [fake:pace=25]"
+    answer = " ".join(["Here", "it", "is:", key, *[f"filler{i}" for i in range(60)]])
+
+    def model(body: dict[str, object]) -> str:
+        said = echo_last_user(body)
+        return answer if said == ask else said
+
+    site.fake.set_default(model)
+    try:
+        page = open_page(context, site, "alice.leak")
+        page.evaluate(WATCH_SHOWN)
+        page.evaluate(WATCH_GROWTH)
+        send(page, ask)
+        done = page.locator(".msg.assistant[data-seq]")
+        expect(done).to_contain_text("[REDACTED:aws_access_key]")
+        expect(done).to_contain_text("filler59")
+    finally:
+        site.fake.set_default(echo_last_user)
+    shown = page.evaluate("window.__shown")
+    # It streamed (shown in steps before it was stored), and not one of those steps held the key.
+    assert len([n for n in page.evaluate("window.__lengths") if n > 0]) >= 2
+    assert shown and not any(key in text for text in shown)
+    assert any("[REDACTED:aws_access_key]" in text for text in shown)
+
+
+def test_new_conversations_and_the_conversation_list(context: BrowserContext, site: Site) -> None:
+    page = open_page(context, site, "alice.first")
+    send(page, "the first conversation")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("the first conversation")
+    page.get_by_role("button", name="New conversation", exact=True).click()
+    expect(page.locator(".msg")).to_have_count(0)  # a new conversation starts empty
+    expect(page.get_by_label("Message")).to_be_focused()
+    send(page, "the second conversation")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("the second conversation")
+    # Both in the list, the latest first and marked as the one shown; the new one is the user's own.
+    chats = page.get_by_role("navigation", name="Conversations").locator("#session-list button")
+    expect(chats).to_have_text(["the second conversation", "the first conversation"])
+    expect(chats.first).to_have_attribute("aria-current", "true")
+    second = chats.first.get_attribute("data-session") or ""
+    assert second.startswith("alice.") and second != "alice.first"
+    # Back to the first: its own history only, from the outbox.
+    chats.nth(1).click()
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("the first conversation")
+    assert "second" not in (page.locator("#log").text_content() or "")
+    # A reload keeps the list and the conversation shown.
+    page.reload()
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(chats).to_have_count(2)
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("the first conversation")
+
+
+def test_the_page_is_usable_from_the_keyboard_and_by_assistive_technology(
+    context: BrowserContext, site: Site
+) -> None:
+    page = open_page(context, site, "alice.a11y")
+    # Landmarks and names a screen reader announces.
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    expect(page.get_by_role("log")).to_have_attribute("aria-live", "polite")
+    expect(page.get_by_role("navigation", name="Conversations")).to_be_visible()
+    expect(page.get_by_role("button", name="New conversation", exact=True)).to_be_enabled()
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_enabled()
+    box = page.get_by_role("textbox", name="Message")
+    expect(box).to_be_focused()  # ready to type at once
+    # Shift+Enter is a new line, Enter sends.
+    page.keyboard.type("line one")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("line two")
+    expect(box).to_have_value("line one\nline two")
+    assert page.locator(".msg").count() == 0
+    page.keyboard.press("Enter")
+    expect(page.locator(".msg.user")).to_have_text("line one\nline two")
+    expect(box).to_have_value("")
+    expect(page.locator(".msg.assistant[data-seq]")).to_contain_text("line two")
+    # Tab reaches the send button from the message box, with a visible focus ring.
+    box.focus()
+    page.keyboard.press("Tab")
+    send_button = page.get_by_role("button", name="Send", exact=True)
+    expect(send_button).to_be_focused()
+    assert send_button.evaluate("b => getComputedStyle(b).outlineStyle") != "none"
+
+
+def test_the_page_follows_a_dark_colour_scheme(browser: Browser, site: Site) -> None:
+    def background(scheme: Literal["light", "dark"]) -> float:
+        ctx = browser.new_context(color_scheme=scheme)
+        try:
+            page = ctx.new_page()
+            page.goto(site.url + "/")
+            expect(page.get_by_label("Browser token")).to_be_visible()
+            rgb = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+            r, g, b = (int(x) for x in re.findall(r"\d+", rgb)[:3])
+            return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+        finally:
+            ctx.close()
+
+    assert background("light") > 0.8 and background("dark") < 0.2
 
 
 def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, site: Site) -> None:
-    # sigil dev serves the files itself; --aws through the webhook function, as the stack does,
-    # with its Content-Security-Policy (connect-src 'self': the socket on the same origin).
+    # sigil dev serves the files as the webhook function does (shared.ingress.http.page); --aws
+    # through that function, as the stack does; both with its Content-Security-Policy
+    # (connect-src 'self': the socket on the same origin).
     page = context.new_page()
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text))
@@ -187,8 +393,7 @@ def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, si
     expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("bold")
     # Nothing the page does is refused by its policy (no inline script or style, no other host).
     assert not [line for line in console if "Content Security Policy" in line], console
-    if site.mode == "aws":
-        assert "connect-src 'self'" in response.headers["content-security-policy"]
+    assert "connect-src 'self';" in response.headers["content-security-policy"]
 
 
 # A socket of the test's own from the page's origin: the frames a page could send by hand.

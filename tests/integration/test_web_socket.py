@@ -218,6 +218,32 @@ def test_the_page_is_served_and_holds_no_secret(gateway: LocalGateway) -> None:
     assert secret not in page.text
 
 
+def test_the_page_is_served_as_the_webhook_function_serves_it(gateway: LocalGateway) -> None:
+    # The same files, config.json and headers as the stack's HTTP API (shared.ingress.http.page).
+    client = TestClient(gateway.app())
+    files = {path: client.get(path) for path in ("/", "/config.json", "/assets/app.js", "/assets/style.css")}
+    assert {path: r.status_code for path, r in files.items()} == dict.fromkeys(files, 200)
+    # No socket URL: the page connects to this gateway's own /ws.
+    assert files["/config.json"].json() == {"websocket_url": None}
+    assert files["/assets/app.js"].headers["content-type"].startswith("text/javascript")
+    for r in files.values():
+        policy = r.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "connect-src 'self';" in policy
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+    assert files["/"].headers["cache-control"] == "no-cache"
+    assert files["/assets/app.js"].headers["cache-control"] == "public, max-age=300"
+    # Only the page's own files: a request never names a file to read.
+    for path in (
+        "/index.html",
+        "/assets/index.html",
+        "/assets/..%2Findex.html",
+        "/assets/nope.js",
+        "/secrets.json",
+    ):
+        assert client.get(path).status_code == 404, path
+
+
 def test_deltas_are_redacted_as_they_stream_and_a_late_joiner_gets_the_text_so_far(
     gateway: LocalGateway,
 ) -> None:

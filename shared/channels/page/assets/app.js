@@ -69,14 +69,19 @@
     }
     return stored;
   }
+  // A conversation's title until its first message names it: not the "New conversation" button's
+  // name, so a screen reader never hears two buttons of that name (the old one kept for lists
+  // stored before).
+  const UNTITLED = "Untitled conversation";
+  const PLACEHOLDERS = [UNTITLED, "New conversation"];
   function remember(name, title) {
     const list = knownSessions();
     const found = list.find((s) => s.name === name);
     if (found) {
-      if (title && (!found.title || found.title === found.name || found.title === "New conversation")) found.title = title;
+      if (title && (!found.title || found.title === found.name || PLACEHOLDERS.includes(found.title))) found.title = title;
       found.updated = Date.now();
     } else {
-      list.push({ name, title: title || "New conversation", updated: Date.now() });
+      list.push({ name, title: title || UNTITLED, updated: Date.now() });
     }
     list.sort((a, b) => b.updated - a.updated);
     save(key("sessions"), list.slice(0, MAX_KEPT));
