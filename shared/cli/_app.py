@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,20 @@ import typer
 from shared.config import Settings
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
+
+
+def one_line_summaries(group: typer.Typer) -> None:
+    """Each command's entry in a command list (its short help): the first paragraph of its help on
+    one line. Typer's rich help keeps a docstring's hard line breaks there, so a wrapped sentence
+    showed broken over rows of `sigil --help`; the command's own --help page is unchanged."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback is not None else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            one_line_summaries(sub.typer_instance)
+
 
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="state directory (default: $SIGIL_DATA_DIR or .sigil)")
