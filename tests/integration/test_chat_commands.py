@@ -1,4 +1,4 @@
-"""Chat commands (docs/commands.md) through the real webhook of each platform, on the local gateway.
+"""Chat commands (docs/commands.md) through the real webhook of each platform, on both backends.
 
 The real gateway (`sigil dev`'s app) on its embedded backend runs the lanes; its senders post to
 tests/support/fake_platforms.py (through Settings.platform_base_urls, with the bot tokens in the
@@ -6,6 +6,9 @@ gateway's secret store) and its model is the real openai SDK against tests/suppo
 Each delivery is signed as its platform signs it (the signers of test_webhook_channels), from the
 command fixtures in tests/fixtures (SOURCES.md says where each comes from), and what a command
 answered is read where the user would see it: in the fake platform's chats, or the web outbox.
+Every command on every platform runs again on the deployed functions over moto (LambdaStack):
+functions.webhook's handler, then the agent handler taking the lane, the workspace in DynamoDB
+and its skill in the S3 bucket.
 
 A command calls no model, spends no budget and keeps no message in the window; it is audited as
 "command". /new rolls the window into memory, where memory_search finds it; /model switches the
@@ -19,6 +22,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -26,17 +30,25 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import pytest
+from moto import mock_aws
 from starlette.testclient import TestClient
 
+from functions.webhook import handler as webhook
+from shared import cloud
+from shared.adapters.aws import clients
+from shared.backend import Backend
 from shared.channels import web
 from shared.channels.inbound import session_id
 from shared.channels.out import PlatformSender
 from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import BudgetLimits, MemoryConfig, ScopeLimits, Session, WorkspaceConfig
+from shared.observability import metrics
+from tests.integration.test_channels_end_to_end import run_agent, runtime, throttles_on
 from tests.integration.test_webhook_channels import (
     SECRETS,
     SIGNED_AT,
+    api_event,
     compact,
     discord_headers,
     fixture_bytes,
@@ -47,6 +59,8 @@ from tests.integration.test_webhook_channels import (
 )
 from tests.support.fake_openai import FakeOpenAI, FakeReply, Json, echo_last_user
 from tests.support.fake_platforms import DISCORD_APPLICATION, PLATFORMS, FakeClock, FakePlatforms
+from tests.support.lambda_context import context_for
+from tests.support.moto_aws import REGION, AwsResources, moto_like_aws
 
 WS = "default"
 WAIT_S = 30.0  # the longest a test waits for a condition (a bound, never a sleep)
@@ -86,13 +100,20 @@ def model(body: Json) -> str | FakeReply:
 # ---------------------------------------------------------------- the gateway
 
 
-@dataclass
-class Stack:
-    gw: LocalGateway
-    client: TestClient
+class Deployment:
+    """Where the commands go: a webhook to post deliveries to, and the backend the turns run on."""
+
     model: FakeOpenAI
     platforms: FakePlatforms
     web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        """Deliver one request to the webhook: its status and body."""
+        raise NotImplementedError
 
     def workspace(self, **changes: Any) -> None:
         config = WorkspaceConfig(
@@ -103,15 +124,34 @@ class Stack:
                 user=ScopeLimits(tokens_per_day=USER_TOKENS_PER_DAY, usd_per_month=Decimal("5.00")),
             ),
         )
-        self.gw.backend.workspaces.put(config.model_copy(update=changes))
+        self.backend.workspaces.put(config.model_copy(update=changes))
 
     def session(self, session: str) -> Session:
-        found = self.gw.backend.sessions.get(WS, session)
+        found = self.backend.sessions.get(WS, session)
         assert found is not None, session
         return found
 
     def outcomes(self) -> list[str]:
-        return [r.outcome for r in self.gw.backend.audit.list_records(WS)]
+        return [r.outcome for r in self.backend.audit.list_records(WS)]
+
+
+@dataclass
+class Stack(Deployment):
+    """The local gateway: deliveries through its HTTP app, its lane workers answer them."""
+
+    gw: LocalGateway
+    client: TestClient
+    model: FakeOpenAI
+    platforms: FakePlatforms
+    web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        return self.gw.backend
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        resp = self.client.post(path, content=body, headers=headers)
+        return resp.status_code, resp.text
 
 
 @pytest.fixture
@@ -171,13 +211,12 @@ class Chat:
     session: str
     text_commands = True  # a typed "/foo" is a command (no platform mechanism decides)
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Deployment) -> None:
         self.stack = stack
         self.n = 0
 
     def post(self, path: str, body: bytes, headers: dict[str, str], content_type: str) -> int:
-        resp = self.stack.client.post(path, content=body, headers={**headers, "content-type": content_type})
-        return resp.status_code
+        return self.stack.post(path, body, {**headers, "content-type": content_type})[0]
 
     def command(self, name: str, args: str = "") -> None:
         raise NotImplementedError
@@ -237,13 +276,11 @@ class DiscordChat(Chat):
         data["data"]["name"] = name
         data["data"]["options"] = [{"name": "name", "type": 3, "value": args}] if args else []
         body = compact(data)
-        resp = self.stack.client.post(
-            "/webhooks/discord",
-            content=body,
-            headers={**discord_headers(body), "content-type": "application/json"},
+        status, text = self.stack.post(
+            "/webhooks/discord", body, {**discord_headers(body), "content-type": "application/json"}
         )
         # Deferred ("thinking..."): the turn edits the original response with the answer.
-        assert (resp.status_code, resp.json()) == (200, {"type": 5})
+        assert (status, json.loads(text)) == (200, {"type": 5})
 
 
 class WhatsAppChat(Chat):
@@ -277,7 +314,7 @@ class WebChat(Chat):
         assert self.post(f"/webhooks/web/{WS}", body, headers, "application/json") == 202
 
     def answers(self) -> list[str]:
-        return [e.message.text for e in self.stack.gw.backend.outbox.read(WS, self.session, after_seq=0)]
+        return [e.message.text for e in self.stack.backend.outbox.read(WS, self.session, after_seq=0)]
 
 
 CHATS: dict[str, type[Chat]] = {
@@ -306,7 +343,12 @@ def answer(chat: Chat, send: Callable[[], None]) -> str:
 
 @pytest.mark.parametrize("platform", list(CHATS))
 def test_each_command_through_the_platforms_own_webhook(stack: Stack, platform: str) -> None:
-    chat = CHATS[platform](stack)
+    every_command(CHATS[platform](stack))
+
+
+def every_command(chat: Chat) -> None:
+    """Each command through `chat`'s webhook, answered where its user reads answers."""
+    stack = chat.stack
 
     # /status: the model in effect, the budgets left and when they reset, the skills, the memory policy
     status = answer(chat, lambda: chat.command("status"))
@@ -347,6 +389,68 @@ def test_each_command_through_the_platforms_own_webhook(stack: Stack, platform: 
     assert stack.model.requests == []
     assert stack.session(chat.session).active_messages == []
     assert stack.outcomes() == ["command"] * sent
+
+
+# ---------------------------------------------------------------- on the Lambda
+
+
+@dataclass
+class LambdaStack(Deployment):
+    """The deployed functions on moto: each delivery goes to functions.webhook's handler as API
+    Gateway hands it over, then the agent handler takes the lane as the SQS mapping does; the
+    workspace, its skill and the secrets are in the stack's DynamoDB, S3 and Secrets Manager."""
+
+    aws: AwsResources
+    model: FakeOpenAI
+    platforms: FakePlatforms
+    web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        return cloud.turn_deps().backend
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        channel = path.split("/")[2]
+        fields = {k: v for k, v in headers.items() if k != "content-type"}
+        event = api_event(channel, body, fields, content_type=headers["content-type"])
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        response = webhook.lambda_handler(event, LAMBDA_CONTEXT)
+        run_agent(self.aws)
+        return response["statusCode"], response.get("body") or ""
+
+
+LAMBDA_CONTEXT: Any = context_for("sigil-webhook")
+
+
+@pytest.fixture
+def on_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaStack]:
+    for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CHANNEL_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    with ExitStack() as stack:
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+        stack.callback(metrics.clear_metrics)
+        stack.enter_context(mock_aws())
+        fake = stack.enter_context(FakeOpenAI(model))
+        platforms = stack.enter_context(FakePlatforms())
+        stack.callback(cloud.reset)
+        # The stack's secrets (the platforms' and their bot tokens), the model and the platforms
+        aws = runtime(fake, platforms)
+        web_secret = "web-secret-for-the-lambda_0123456789"
+        clients.secretsmanager(REGION).create_secret(Name="sigil/web/default", SecretString=web_secret)
+        deployed = LambdaStack(aws, fake, platforms, web_secret)
+        deployed.backend.skills.put_skill(WS, "trip-planner", {"SKILL.md": SKILL.encode()})
+        deployed.workspace()
+        throttles_on(FakeClock(), patch)
+        stack.enter_context(moto_like_aws())
+        yield deployed
+
+
+@pytest.mark.parametrize("platform", list(CHATS))
+def test_each_command_through_the_platforms_own_webhook_on_the_lambda(
+    on_lambda: LambdaStack, platform: str
+) -> None:
+    every_command(CHATS[platform](on_lambda))
 
 
 # ---------------------------------------------------------------- what the commands do
