@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 if TYPE_CHECKING:
     from shared.backend import Backend
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 import typer
 
 from shared.config import Settings
+from shared.errors import SigilError
+
+T = TypeVar("T")
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
 
@@ -192,9 +195,12 @@ def open_identities(
     if settings.backend != "embedded":
         from shared.adapters import build_backend
 
-        backend = build_backend(settings)
+        backend = refused_in_one_line(lambda: build_backend(settings))
         try:
             yield backend.identities, workspace or settings.resolved_channel_workspace()
+        except SigilError as exc:
+            typer.echo(exc.message, err=True)
+            raise typer.Exit(1) from None
         finally:
             backend.close()
         return
@@ -211,8 +217,6 @@ def describe(identity: Identity) -> str:
 
 
 def admin(action: Callable[[], Identity]) -> Identity:
-    from shared.errors import SigilError
-
     try:
         return action()
     except SigilError as exc:
@@ -229,8 +233,22 @@ def open_backend(
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
+    backend = refused_in_one_line(lambda: build_backend(settings))
     try:
         yield backend, workspace or settings.default_workspace
+    except SigilError as exc:
+        # What the backend refused or could not reach (a stack's search endpoint the operator's
+        # network or credentials do not get to, say): said in one line, not as a traceback.
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from None
     finally:
         backend.close()
+
+
+def refused_in_one_line(action: Callable[[], T]) -> T:
+    """`action()`; a SigilError it raises ends the command with its message, exit status 1."""
+    try:
+        return action()
+    except SigilError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from None
