@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 if TYPE_CHECKING:
     from shared.backend import Backend
@@ -18,8 +18,6 @@ import typer
 
 from shared.config import Settings
 from shared.errors import SigilError
-
-T = TypeVar("T")
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
 
@@ -195,14 +193,12 @@ def open_identities(
     if settings.backend != "embedded":
         from shared.adapters import build_backend
 
-        backend = refused_in_one_line(lambda: build_backend(settings))
-        try:
-            yield backend.identities, workspace or settings.resolved_channel_workspace()
-        except SigilError as exc:
-            typer.echo(exc.message, err=True)
-            raise typer.Exit(1) from None
-        finally:
-            backend.close()
+        with said_in_one_line():
+            backend = build_backend(settings)
+            try:
+                yield backend.identities, workspace or settings.resolved_channel_workspace()
+            finally:
+                backend.close()
         return
     db = Database(open_data_dir(settings.data_dir) / "sigil.db")
     try:
@@ -233,22 +229,27 @@ def open_backend(
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = refused_in_one_line(lambda: build_backend(settings))
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            yield backend, workspace or settings.default_workspace
+        finally:
+            backend.close()
+
+
+@contextmanager
+def said_in_one_line() -> Iterator[None]:
+    """End the command in one line, exit status 1, when the backend refuses or cannot be reached:
+    a SigilError (a stack's search endpoint out of this machine's reach, say) with its message,
+    an AWS service's refusal (AccessDenied, a table the stack's output names but that is not
+    there) as AWS words it. Anything else is a bug and keeps its traceback."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
-        yield backend, workspace or settings.default_workspace
+        yield
     except SigilError as exc:
-        # What the backend refused or could not reach (a stack's search endpoint the operator's
-        # network or credentials do not get to, say): said in one line, not as a traceback.
         typer.echo(exc.message, err=True)
         raise typer.Exit(1) from None
-    finally:
-        backend.close()
-
-
-def refused_in_one_line(action: Callable[[], T]) -> T:
-    """`action()`; a SigilError it raises ends the command with its message, exit status 1."""
-    try:
-        return action()
-    except SigilError as exc:
-        typer.echo(exc.message, err=True)
+    except (ClientError, BotoCoreError) as exc:
+        typer.echo(f"AWS: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_config
+from shared.cli._app import DataDir, Region, Stack, app, said_in_one_line, target_config
 
 config_app = typer.Typer(
     help="Workspaces, channel routes and defaults as code (sigil.yaml): validate it, see how it "
@@ -48,11 +48,12 @@ def config_diff(
     from shared.configuration import plan
 
     settings, loaded = target_config(data_dir, stack, region, file)
-    backend = build_backend(settings)
-    try:
-        todo = plan(loaded, backend.workspaces, backend.routes)
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            todo = plan(loaded, backend.workspaces, backend.routes)
+        finally:
+            backend.close()
     for line in todo.lines():
         typer.echo(line)
 
@@ -72,11 +73,12 @@ def config_apply(
         for line in change.lines():
             typer.echo(line)
 
-    backend = build_backend(settings)
-    try:
-        done = apply(loaded, backend.workspaces, backend.routes, on_change=written)
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            done = apply(loaded, backend.workspaces, backend.routes, on_change=written)
+        finally:
+            backend.close()
     # After what was written, what was not: the workspaces left alone; "no changes" if nothing was.
     for change in done.changes:
         if change.action == "left alone":

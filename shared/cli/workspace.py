@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_settings
+from shared.cli._app import DataDir, Region, Stack, app, said_in_one_line, target_settings
 
 workspace_app = typer.Typer(
     help="The workspaces of the local data dir or of a deployed stack (--stack): list them, show "
@@ -29,11 +29,12 @@ def workspace_list(data_dir: DataDir = None, stack: Stack = None, region: Region
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
-    try:
-        found = backend.workspaces.list_workspaces()
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            found = backend.workspaces.list_workspaces()
+        finally:
+            backend.close()
     if not found:
         typer.echo(
             "no workspaces (`sigil config apply` writes them; `sigil dev` creates its default)", err=True
@@ -60,12 +61,13 @@ def workspace_show(
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
-    try:
-        config = backend.workspaces.get(workspace)
-        known = [] if config is not None else [c.id for c in backend.workspaces.list_workspaces()]
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            config = backend.workspaces.get(workspace)
+            known = [] if config is not None else [c.id for c in backend.workspaces.list_workspaces()]
+        finally:
+            backend.close()
     if config is None:
         typer.echo(
             f"unknown workspace {workspace!r}; the known ones are: {', '.join(known) or 'none'}", err=True

@@ -238,3 +238,26 @@ def test_skills_against_a_stack_use_its_skills_bucket_output(stack: MotoStack, t
     s3 = boto3.client("s3", region_name=REGION)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.resources.skills_bucket)["Contents"]]
     assert "skills/family/trip-notes/SKILL.md" in keys
+
+
+def test_what_aws_refuses_is_said_in_one_line_by_every_admin_command(tmp_path: Path) -> None:
+    # Given a stack whose outputs name tables that are not there (deleted by hand, another account)
+    (tmp_path / "sigil.yaml").write_text("workspaces:\n  family: {}\n")
+    with moto_aws.persistent_mock(), moto_aws.moto_like_aws():
+        resources = moto_aws.provision(moto_aws.name_for(tmp_path))
+        gone = {"SessionsTable": "no-such-sessions", "MemoryTable": "no-such-memory"}
+        create_stack("sigil-gone", {**outputs(resources), **gone})
+        for command in (
+            ["config", "diff"],
+            ["config", "apply"],
+            ["workspace", "list"],
+            ["workspace", "show", "family"],
+            ["pairing", "list"],
+            ["identity", "list"],
+            ["memory", "list"],
+        ):
+            result = runner.invoke(app, [*command, "--stack", "sigil-gone", "--region", REGION])
+            # Then each says what AWS said, on one line, and exits 1: no traceback
+            assert result.exit_code == 1, (command, result.output)
+            [line] = result.stderr.strip().splitlines()
+            assert line.startswith("AWS: An error occurred (ResourceNotFoundException)"), (command, line)
