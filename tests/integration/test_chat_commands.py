@@ -7,8 +7,9 @@ Each delivery is signed as its platform signs it (the signers of test_webhook_ch
 command fixtures in tests/fixtures (SOURCES.md says where each comes from), and what a command
 answered is read where the user would see it: in the fake platform's chats, or the web outbox.
 Every command on every platform runs again on the deployed functions over moto (LambdaStack):
-functions.webhook's handler, then the agent handler taking the lane, the workspace in DynamoDB
-and its skill in the S3 bucket.
+functions.webhook's handler, then the agent handler taking the lane, the workspace in DynamoDB,
+its skill in the S3 bucket and its search index on osmem-server; /new rolls the window into that
+memory there too.
 
 A command calls no model, spends no budget and keeps no message in the window; it is audited as
 "command". /new rolls the window into memory, where memory_search finds it; /model switches the
@@ -31,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 from moto import mock_aws
+from osmem_server import OsmemServer
 from starlette.testclient import TestClient
 
 from functions.webhook import handler as webhook
@@ -44,7 +46,7 @@ from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import BudgetLimits, MemoryConfig, ScopeLimits, Session, WorkspaceConfig
 from shared.observability import metrics
-from tests.integration.test_channels_end_to_end import run_agent, runtime, throttles_on
+from tests.integration.test_channels_end_to_end import TOKEN_SECRETS, run_agent, throttles_on
 from tests.integration.test_webhook_channels import (
     SECRETS,
     SIGNED_AT,
@@ -60,7 +62,7 @@ from tests.integration.test_webhook_channels import (
 from tests.support.fake_openai import FakeOpenAI, FakeReply, Json, echo_last_user
 from tests.support.fake_platforms import DISCORD_APPLICATION, PLATFORMS, FakeClock, FakePlatforms
 from tests.support.lambda_context import context_for
-from tests.support.moto_aws import REGION, AwsResources, moto_like_aws
+from tests.support.moto_aws import REGION, AwsResources, moto_like_aws, provision
 
 WS = "default"
 WAIT_S = 30.0  # the longest a test waits for a condition (a bound, never a sleep)
@@ -434,10 +436,30 @@ def on_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaStack]:
         fake = stack.enter_context(FakeOpenAI(model))
         platforms = stack.enter_context(FakePlatforms())
         stack.callback(cloud.reset)
-        # The stack's secrets (the platforms' and their bot tokens), the model and the platforms
-        aws = runtime(fake, platforms)
+        # The stack's search domain: an OpenSearch-compatible server over HTTP (what /new rolls
+        # out is indexed there, and memory_search reads it)
+        search = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+        stack.callback(search.close)
+        # The stack's secrets (the platforms', their bot tokens, the web channel's), the model and
+        # the platforms
+        clients.reset()
+        aws = provision("commands")
         web_secret = "web-secret-for-the-lambda_0123456789"
-        clients.secretsmanager(REGION).create_secret(Name="sigil/web/default", SecretString=web_secret)
+        store = clients.secretsmanager(REGION)
+        for name, value in {**SECRETS, **TOKEN_SECRETS, "web/default": web_secret}.items():
+            store.create_secret(Name=f"sigil/{name}", SecretString=value)
+        settings = aws.settings(
+            secrets_prefix="sigil/",
+            model=MODEL,
+            OPENAI_BASE_URL=fake.base_url,
+            OPENAI_API_KEY="sk-test",
+            provider_max_retries=0,
+            platform_base_urls=platforms.base_urls,
+            opensearch_endpoint=search.url,
+            embedding_model="none",
+        )
+        # The webhook verifies signatures made at SIGNED_AT, so its clock is pinned there.
+        cloud.reset(config=settings, clock=lambda: float(SIGNED_AT))
         deployed = LambdaStack(aws, fake, platforms, web_secret)
         deployed.backend.skills.put_skill(WS, "trip-planner", {"SKILL.md": SKILL.encode()})
         deployed.workspace()
@@ -492,6 +514,14 @@ def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
 
 
 def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Stack) -> None:
+    new_rolls_the_window_into_memory(stack)
+
+
+def test_new_on_the_lambda_rolls_the_window_into_the_stacks_memory(on_lambda: LambdaStack) -> None:
+    new_rolls_the_window_into_memory(on_lambda)
+
+
+def new_rolls_the_window_into_memory(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given a conversation of two turns
     assert answer(chat, lambda: chat.say(LOCKER)) == LOCKER
@@ -502,7 +532,7 @@ def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: 
     # Then the window is empty and its messages are in Tier 1
     session = stack.session(chat.session)
     assert session.active_messages == [] and session.rolled_out_count == 4
-    rolled = stack.gw.backend.memory.get_messages(WS, chat.session, limit=10)
+    rolled = stack.backend.memory.get_messages(WS, chat.session, limit=10)
     assert LOCKER in [r.text for r in rolled]
     # And the next turn starts from nothing, yet memory_search finds what was said before
     found = answer(chat, lambda: chat.say(ASK))
