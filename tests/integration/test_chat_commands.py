@@ -6,10 +6,9 @@ gateway's secret store) and its model is the real openai SDK against tests/suppo
 Each delivery is signed as its platform signs it (the signers of test_webhook_channels), from the
 command fixtures in tests/fixtures (SOURCES.md says where each comes from), and what a command
 answered is read where the user would see it: in the fake platform's chats, or the web outbox.
-Every command on every platform runs again on the deployed functions over moto (LambdaStack):
-functions.webhook's handler, then the agent handler taking the lane, the workspace in DynamoDB,
-its skill in the S3 bucket and its search index on osmem-server; /new rolls the window into that
-memory there too.
+Every test runs on both backends (the `stack` fixture): there, and on the deployed functions over
+moto (LambdaStack): functions.webhook's handler, then the agent handler taking the lane, the
+workspace in DynamoDB, its skill in the S3 bucket and its search index on osmem-server.
 
 A command calls no model, spends no budget and keeps no message in the window; it is audited as
 "command". /new rolls the window into memory, where memory_search finds it; /model switches the
@@ -156,8 +155,15 @@ class Stack(Deployment):
         return resp.status_code, resp.text
 
 
+@pytest.fixture(params=["local", "lambda"])
+def stack(request: pytest.FixtureRequest) -> Deployment:
+    """Each test on both backends: the local gateway, and the functions on moto."""
+    found: Deployment = request.getfixturevalue("local_gateway" if request.param == "local" else "on_lambda")
+    return found
+
+
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+def local_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CHANNEL_WORKSPACE"):
         monkeypatch.delenv(name, raising=False)
     with FakeOpenAI(model) as fake, FakePlatforms() as platforms:
@@ -344,7 +350,7 @@ def answer(chat: Chat, send: Callable[[], None]) -> str:
 
 
 @pytest.mark.parametrize("platform", list(CHATS))
-def test_each_command_through_the_platforms_own_webhook(stack: Stack, platform: str) -> None:
+def test_each_command_through_the_platforms_own_webhook(stack: Deployment, platform: str) -> None:
     every_command(CHATS[platform](stack))
 
 
@@ -468,24 +474,17 @@ def on_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaStack]:
         yield deployed
 
 
-@pytest.mark.parametrize("platform", list(CHATS))
-def test_each_command_through_the_platforms_own_webhook_on_the_lambda(
-    on_lambda: LambdaStack, platform: str
-) -> None:
-    every_command(CHATS[platform](on_lambda))
-
-
 # ---------------------------------------------------------------- what the commands do
 
 
-def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Stack) -> None:
+def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given the budget left before any model turn
     before = answer(chat, lambda: chat.command("status"))
     assert f"Your budget: {USER_TOKENS_PER_DAY:,} of {USER_TOKENS_PER_DAY:,} tokens" in before
     # When a model turn spends tokens
     assert answer(chat, lambda: chat.say("hello there")) == "hello there"
-    [record] = [r for r in stack.gw.backend.audit.list_records(WS) if r.outcome == "ok"]
+    [record] = [r for r in stack.backend.audit.list_records(WS) if r.outcome == "ok"]
     spent = record.tokens_in + record.tokens_out
     assert spent > 0
     # Then /status shows that much less left, for the user and for the workspace
@@ -494,12 +493,12 @@ def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Stack) 
     assert f"Workspace budget: {1_000_000 - spent:,} of 1,000,000 tokens" in after
     # And the commands spent nothing: only the model turn reached the model, and only it cost anything
     assert len(stack.model.requests) == 1
-    costs = {r.outcome: r.cost_usd for r in stack.gw.backend.audit.list_records(WS)}
-    assert sorted(r.outcome for r in stack.gw.backend.audit.list_records(WS)) == ["command", "command", "ok"]
+    costs = {r.outcome: r.cost_usd for r in stack.backend.audit.list_records(WS)}
+    assert sorted(r.outcome for r in stack.backend.audit.list_records(WS)) == ["command", "command", "ok"]
     assert costs["command"] == 0 and costs["ok"] > 0
 
 
-def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
+def test_status_without_budgets_skills_or_personal_memory(stack: Deployment) -> None:
     # Given a workspace with budgets off, none of the installed skills allowed, and team-wide recall
     stack.workspace(budget=None, skills=[], memory=MemoryConfig(recall="workspace"))
     chat = WebChat(stack)
@@ -513,15 +512,7 @@ def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
     assert answer(chat, lambda: chat.command("skills")) == "No skills are available in this workspace."
 
 
-def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Stack) -> None:
-    new_rolls_the_window_into_memory(stack)
-
-
-def test_new_on_the_lambda_rolls_the_window_into_the_stacks_memory(on_lambda: LambdaStack) -> None:
-    new_rolls_the_window_into_memory(on_lambda)
-
-
-def new_rolls_the_window_into_memory(stack: Deployment) -> None:
+def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given a conversation of two turns
     assert answer(chat, lambda: chat.say(LOCKER)) == LOCKER
@@ -541,7 +532,7 @@ def new_rolls_the_window_into_memory(stack: Deployment) -> None:
     assert "7731" in found
 
 
-def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Stack) -> None:
+def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given a session switched to the workspace's other model
     assert f"now uses {LARGER}" in answer(chat, lambda: chat.command("model", LARGER))
@@ -554,7 +545,7 @@ def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Stack)
     assert stack.model.requests[-1]["model"] == "fake-model"
 
 
-def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Stack) -> None:
+def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Deployment) -> None:
     stack.workspace(model_choices=[])
     chat = WebChat(stack)
     shown = answer(chat, lambda: chat.command("model"))
@@ -562,21 +553,21 @@ def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Stack) ->
     refused = answer(chat, lambda: chat.command("model", LARGER))
     assert refused == "Switching models is not enabled in this workspace (it lists no model_choices)."
     assert stack.session(chat.session).model_override is None
-    records = stack.gw.backend.audit.list_records(WS)
+    records = stack.backend.audit.list_records(WS)
     assert sorted((r.outcome, r.error or "") for r in records) == [
         ("command", ""),
         ("command", "model_choices is empty"),
     ]
 
 
-def test_a_command_inside_a_sentence_is_ordinary_text_for_the_model(stack: Stack) -> None:
+def test_a_command_inside_a_sentence_is_ordinary_text_for_the_model(stack: Deployment) -> None:
     chat = WebChat(stack)
     text = "what does /status show?"
     assert answer(chat, lambda: chat.say(text)) == text
     assert len(stack.model.requests) == 1 and stack.outcomes() == ["ok"]
 
 
-def test_a_sender_not_admitted_gets_no_command_answer(stack: Stack) -> None:
+def test_a_sender_not_admitted_gets_no_command_answer(stack: Deployment) -> None:
     # Given a workspace that admits only u1
     stack.workspace(unknown_sender_policy="allow_list", allowed_senders=["web:u1"])
     chat = WebChat(stack)
@@ -585,10 +576,10 @@ def test_a_sender_not_admitted_gets_no_command_answer(stack: Stack) -> None:
     stranger = web.session_id_for("s2")
     assert wait_until(lambda: len(stack.outcomes()) == 1)
     # Then they get what any message of theirs gets (the refusal), and nothing of the status
-    replies = [e.message.text for e in stack.gw.backend.outbox.read(WS, stranger, after_seq=0)]
+    replies = [e.message.text for e in stack.backend.outbox.read(WS, stranger, after_seq=0)]
     assert all("Model:" not in r and "budget" not in r for r in replies)
     assert stack.outcomes() == ["sender_refused"]
-    assert stack.gw.backend.sessions.get(WS, stranger) is None
+    assert stack.backend.sessions.get(WS, stranger) is None
 
 
 def test_the_fixtures_are_commands_and_prose_is_not() -> None:
