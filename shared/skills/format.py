@@ -100,40 +100,43 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
     except StopIteration:
         raise SkillError(f"{source}: the front matter has no closing '---' line") from None
     top, metadata, at = _front_matter(lines[1:end], source)
-    unknown = sorted(set(top) - FIELDS)
-    if unknown:
-        raise SkillError(
-            f"{source}:{at[unknown[0]]}: {unknown[0]!r} is not a SKILL.md field "
-            f"({', '.join(sorted(FIELDS))}); put extensions in metadata"
+    # Every rule the fields break, each at its line, so one `sigil skill validate` shows them all.
+    found: list[tuple[int, str]] = []
+    for key in sorted(set(top) - FIELDS):
+        found.append(
+            (
+                at[key],
+                f"{key!r} is not a SKILL.md field ({', '.join(sorted(FIELDS))}); put extensions in metadata",
+            )
         )
     # A folded (`>`) description ends in a line break, as YAML reads it: not part of the text.
     name, description = top.pop("name", ""), top.pop("description", "").strip()
     problem = name_problem(name)
     if problem:
-        raise SkillError(f"{source}:{at.get('name', 2)}: {problem}")
-    if folder is not None and name != folder:
-        raise SkillError(f"{source}:{at['name']}: name {name!r} differs from its folder {folder!r}")
+        found.append((at.get("name", 2), problem))
+    elif folder is not None and name != folder:
+        found.append((at["name"], f"name {name!r} differs from its folder {folder!r}"))
     if not description:
-        raise SkillError(f"{source}:{at.get('description', 2)}: description is required")
-    if len(description) > MAX_DESCRIPTION:
-        raise SkillError(
-            f"{source}:{at['description']}: description is {len(description)} characters "
-            f"(at most {MAX_DESCRIPTION})"
+        found.append((at.get("description", 2), "description is required"))
+    elif len(description) > MAX_DESCRIPTION:
+        found.append(
+            (at["description"], f"description is {len(description)} characters (at most {MAX_DESCRIPTION})")
         )
     compatibility = top.get("compatibility")
     if compatibility is not None and not 1 <= len(compatibility) <= MAX_COMPATIBILITY:
-        raise SkillError(
-            f"{source}:{at['compatibility']}: compatibility must be 1-{MAX_COMPATIBILITY} characters"
-        )
+        found.append((at["compatibility"], f"compatibility must be 1-{MAX_COMPATIBILITY} characters"))
     trigger = metadata.get("gateway:trigger", "auto")
-    if trigger not in TRIGGERS:
-        raise SkillError(
-            f"{source}:{at['gateway:trigger']}: gateway:trigger {trigger!r} "
-            f"is not one of {', '.join(TRIGGERS)}"
-        )
     keywords = tuple(k.lower() for k in re.split(r"[\s,]+", metadata.get("gateway:keywords", "")) if k)
-    if trigger == "keyword" and not keywords:
-        raise SkillError(f"{source}:{at['gateway:trigger']}: gateway:trigger keyword needs gateway:keywords")
+    if trigger not in TRIGGERS:
+        found.append(
+            (at["gateway:trigger"], f"gateway:trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+        )
+    elif trigger == "keyword" and not keywords:
+        found.append((at["gateway:trigger"], "gateway:trigger keyword needs gateway:keywords"))
+    if found:
+        raise SkillError(
+            "\n".join(f"{source}:{line}: {text}" for line, text in sorted(found, key=lambda f: f[0]))
+        )
     return Skill(
         name=name,
         description=description,

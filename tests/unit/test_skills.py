@@ -182,3 +182,19 @@ def test_a_block_line_indented_less_than_its_first_is_an_error_at_its_line() -> 
     text = "---\nname: pdf\ndescription: |\n    deep\n  shallow\n---\n"
     with pytest.raises(SkillError, match=r"^pdf/SKILL\.md:5: this line of the block is indented less"):
         parse_skill(text, "pdf/SKILL.md")
+
+
+def test_every_broken_rule_is_reported_at_its_line_in_one_error() -> None:
+    text = (
+        "---\nname: Bad--Name\ndescription: \nfoo: bar\nmetadata:\n  gateway:trigger: keyword\n---\nBody.\n"
+    )
+    with pytest.raises(SkillError) as caught:
+        parse_skill(text, "src/Bad--Name/SKILL.md")
+    assert str(caught.value).splitlines() == [
+        "src/Bad--Name/SKILL.md:2: name 'Bad--Name' is not lowercase letters, digits and hyphens (1-64), "
+        "without a leading, trailing or doubled hyphen",
+        "src/Bad--Name/SKILL.md:3: description is required",
+        "src/Bad--Name/SKILL.md:4: 'foo' is not a SKILL.md field (allowed-tools, compatibility, "
+        "description, license, metadata, name); put extensions in metadata",
+        "src/Bad--Name/SKILL.md:6: gateway:trigger keyword needs gateway:keywords",
+    ]
