@@ -133,7 +133,8 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
         )
     elif trigger == "keyword" and not keywords:
         found.append((at["gateway:trigger"], "gateway:trigger keyword needs gateway:keywords"))
-    if found:
+    # (A bad trigger is among `found`; named again so the type checker knows `trigger` is a Trigger.)
+    if found or trigger not in TRIGGERS:
         raise SkillError(
             "\n".join(f"{source}:{line}: {text}" for line, text in sorted(found, key=lambda f: f[0]))
         )
