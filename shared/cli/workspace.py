@@ -41,9 +41,10 @@ def workspace_list(data_dir: DataDir = None, stack: Stack = None, region: Region
         )
         return
     default = settings.resolved_model() or "-"
+    typer.echo(f"{'WORKSPACE':<24}  {'MODEL':<40}  NAME")
     for config in found:
         model = config.model or f"{default} (default)"
-        typer.echo(f"{config.id:<24}  {model:<40}  {config.name}")
+        typer.echo(f"{config.id:<24}  {model:<40}  {config.name}".rstrip())
 
 
 @workspace_app.command("show")

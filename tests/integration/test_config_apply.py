@@ -190,6 +190,7 @@ def test_the_same_file_gives_identical_effective_configs_on_embedded_and_on_a_st
     listed_local, listed_stack = sigil("workspace", "list", *local), sigil("workspace", "list", *stack.args())
     assert listed_local == listed_stack
     assert listed_local[1].split() == [
+        "WORKSPACE", "MODEL", "NAME",
         "family", "openai/gpt-4.1-mini", "Family", "team", "anthropic/claude-sonnet-4-5", "Team",
     ]  # fmt: skip
     for workspace in ("family", "team"):
@@ -230,4 +231,7 @@ def test_a_workspace_with_no_model_shows_the_gateways_default(
     shown = json.loads(sigil("workspace", "show", "plain", "-o", "json", *data)[1])
     assert shown["model"] == "openai/gpt-4.1"
     assert shown["budget"] == DEFAULT_BUDGET.model_dump(mode="json")
-    assert sigil("workspace", "list", *data) == (0, f"{'plain':<24}  {'openai/gpt-4.1 (default)':<40}  \n")
+    assert sigil("workspace", "list", *data) == (
+        0,
+        f"{'WORKSPACE':<24}  {'MODEL':<40}  NAME\n{'plain':<24}  openai/gpt-4.1 (default)\n",
+    )
