@@ -7,11 +7,12 @@ One module per command group (shared/cli/<group>.py); importing one registers it
 import importlib
 import pkgutil
 
-from shared.cli._app import app
+from shared.cli._app import app, one_line_summaries
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
+one_line_summaries(app)
 
 __all__ = ["app"]
 

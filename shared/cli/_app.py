@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,8 +17,23 @@ if TYPE_CHECKING:
 import typer
 
 from shared.config import Settings
+from shared.errors import SigilError
 
 app = typer.Typer(help="Sigil: an event-driven AI agent gateway.", no_args_is_help=True)
+
+
+def one_line_summaries(group: typer.Typer) -> None:
+    """Each command's entry in a command list (its short help): the first paragraph of its help on
+    one line. Typer's rich help keeps a docstring's hard line breaks there, so a wrapped sentence
+    showed broken over rows of `sigil --help`; the command's own --help page is unchanged."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback is not None else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            one_line_summaries(sub.typer_instance)
+
 
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="state directory (default: $SIGIL_DATA_DIR or .sigil)")
@@ -177,11 +193,12 @@ def open_identities(
     if settings.backend != "embedded":
         from shared.adapters import build_backend
 
-        backend = build_backend(settings)
-        try:
-            yield backend.identities, workspace or settings.resolved_channel_workspace()
-        finally:
-            backend.close()
+        with said_in_one_line():
+            backend = build_backend(settings)
+            try:
+                yield backend.identities, workspace or settings.resolved_channel_workspace()
+            finally:
+                backend.close()
         return
     db = Database(open_data_dir(settings.data_dir) / "sigil.db")
     try:
@@ -196,8 +213,6 @@ def describe(identity: Identity) -> str:
 
 
 def admin(action: Callable[[], Identity]) -> Identity:
-    from shared.errors import SigilError
-
     try:
         return action()
     except SigilError as exc:
@@ -214,8 +229,27 @@ def open_backend(
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            yield backend, workspace or settings.default_workspace
+        finally:
+            backend.close()
+
+
+@contextmanager
+def said_in_one_line() -> Iterator[None]:
+    """End the command in one line, exit status 1, when the backend refuses or cannot be reached:
+    a SigilError (a stack's search endpoint out of this machine's reach, say) with its message,
+    an AWS service's refusal (AccessDenied, a table the stack's output names but that is not
+    there) as AWS words it. Anything else is a bug and keeps its traceback."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
-        yield backend, workspace or settings.default_workspace
-    finally:
-        backend.close()
+        yield
+    except SigilError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(1) from None
+    except (ClientError, BotoCoreError) as exc:
+        typer.echo(f"AWS: {exc}", err=True)
+        raise typer.Exit(1) from None

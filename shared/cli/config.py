@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_config
+from shared.cli._app import DataDir, Region, Stack, app, said_in_one_line, target_config
 
 config_app = typer.Typer(
     help="Workspaces, channel routes and defaults as code (sigil.yaml): validate it, see how it "
@@ -45,16 +45,20 @@ def config_diff(
     """What `sigil config apply` would change in the target: + created, ~ updated (field: stored
     -> new), - deleted; = a stored workspace the file does not name (left alone)."""
     from shared.adapters import build_backend
-    from shared.configuration import plan
+    from shared.configuration import plan, skills_not_installed
 
     settings, loaded = target_config(data_dir, stack, region, file)
-    backend = build_backend(settings)
-    try:
-        todo = plan(loaded, backend.workspaces, backend.routes)
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            todo = plan(loaded, backend.workspaces, backend.routes)
+            missing = skills_not_installed(loaded, backend.skills)
+        finally:
+            backend.close()
     for line in todo.lines():
         typer.echo(line)
+    for line in missing:
+        typer.echo(line, err=True)
 
 
 @config_app.command("apply")
@@ -64,7 +68,7 @@ def config_apply(
     """Write the file to the target: each of its workspaces (effective: defaults filled in), and
     its channel routes as the whole set (a stored route the file lacks is deleted). Idempotent."""
     from shared.adapters import build_backend
-    from shared.configuration import Change, apply
+    from shared.configuration import Change, apply, skills_not_installed
 
     settings, loaded = target_config(data_dir, stack, region, file)
 
@@ -72,17 +76,21 @@ def config_apply(
         for line in change.lines():
             typer.echo(line)
 
-    backend = build_backend(settings)
-    try:
-        done = apply(loaded, backend.workspaces, backend.routes, on_change=written)
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            done = apply(loaded, backend.workspaces, backend.routes, on_change=written)
+            missing = skills_not_installed(loaded, backend.skills)
+        finally:
+            backend.close()
     # After what was written, what was not: the workspaces left alone; "no changes" if nothing was.
     for change in done.changes:
         if change.action == "left alone":
             written(change)
     if done.empty:
         typer.echo("no changes")
+    for line in missing:
+        typer.echo(line, err=True)
     typer.echo(
         f"applied {len(done.writes)} change{'s' if len(done.writes) != 1 else ''} to "
         f"{_where(stack, settings.data_dir)}",

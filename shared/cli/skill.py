@@ -139,7 +139,7 @@ def skill_install(
     with _errors():
         kind = install.source_kind(source)
         if kind == "index":
-            _install_from_index(store, ws, source, skill or [], every=every, force=force)
+            _install_from_index(store, ws, install.index_url(source), skill or [], every=every, force=force)
             return
         if kind == "folder":
             folder = Path(source).expanduser().resolve()
@@ -264,12 +264,25 @@ def skill_validate(
 def skill_search(
     query: str,
     index: Annotated[
-        str, typer.Option("--index", help="an index URL (https://host/.well-known/agent-skills/index.json)")
-    ],
+        str | None,
+        typer.Option(
+            "--index",
+            envvar="SIGIL_SKILL_INDEX",
+            help="the index to search: https://host (its /.well-known/agent-skills/index.json) or the "
+            "index's URL (default: $SIGIL_SKILL_INDEX)",
+        ),
+    ] = None,
 ) -> None:
     """Skills of an index whose name or description holds every word of QUERY."""
     from shared.skills import install
 
+    if not index:
+        _fail(
+            "no index to search: pass --index https://host (its /.well-known/agent-skills/index.json) "
+            "or set SIGIL_SKILL_INDEX"
+        )
+    assert index
+    index = install.index_url(index)
     with _errors():
         hits = install.search(install.load_index(index), query)
         if not hits:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_settings
+from shared.cli._app import DataDir, Region, Stack, app, said_in_one_line, target_settings
 
 workspace_app = typer.Typer(
     help="The workspaces of the local data dir or of a deployed stack (--stack): list them, show "
@@ -29,20 +29,22 @@ def workspace_list(data_dir: DataDir = None, stack: Stack = None, region: Region
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
-    try:
-        found = backend.workspaces.list_workspaces()
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            found = backend.workspaces.list_workspaces()
+        finally:
+            backend.close()
     if not found:
         typer.echo(
             "no workspaces (`sigil config apply` writes them; `sigil dev` creates its default)", err=True
         )
         return
     default = settings.resolved_model() or "-"
+    typer.echo(f"{'WORKSPACE':<24}  {'MODEL':<40}  NAME")
     for config in found:
         model = config.model or f"{default} (default)"
-        typer.echo(f"{config.id:<24}  {model:<40}  {config.name}")
+        typer.echo(f"{config.id:<24}  {model:<40}  {config.name}".rstrip())
 
 
 @workspace_app.command("show")
@@ -60,12 +62,13 @@ def workspace_show(
     from shared.adapters import build_backend
 
     settings = target_settings(data_dir, stack, region)
-    backend = build_backend(settings)
-    try:
-        config = backend.workspaces.get(workspace)
-        known = [] if config is not None else [c.id for c in backend.workspaces.list_workspaces()]
-    finally:
-        backend.close()
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            config = backend.workspaces.get(workspace)
+            known = [] if config is not None else [c.id for c in backend.workspaces.list_workspaces()]
+        finally:
+            backend.close()
     if config is None:
         typer.echo(
             f"unknown workspace {workspace!r}; the known ones are: {', '.join(known) or 'none'}", err=True

@@ -6,7 +6,15 @@ write it to, a backend's WorkspaceStore and RouteStore; `file_settings` fills th
 environment leaves unset from its `defaults`.
 """
 
-from shared.configuration.apply import Change, Plan, apply, effective, effective_configs, plan
+from shared.configuration.apply import (
+    Change,
+    Plan,
+    apply,
+    effective,
+    effective_configs,
+    plan,
+    skills_not_installed,
+)
 from shared.configuration.loader import ConfigFileError, Problem, load_file, load_text
 from shared.configuration.model import DEFAULT_WORKSPACE, Defaults, SigilFile, WorkspaceSpec, problems
 from shared.configuration.settings import file_settings, json_schema
@@ -29,4 +37,5 @@ __all__ = [
     "load_text",
     "plan",
     "problems",
+    "skills_not_installed",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from shared.configuration.model import Defaults, SigilFile, _WorkspaceSpecBase
 from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
-from shared.ports import RouteStore, WorkspaceStore
+from shared.ports import RouteStore, SkillStore, WorkspaceStore
 
 
 def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -> WorkspaceConfig:
@@ -153,3 +153,21 @@ def _changed(
 def _short(value: Any, limit: int = 100) -> str:
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def skills_not_installed(file: SigilFile, skills: SkillStore) -> list[str]:
+    """One line per skill a workspace of the file names in `skills:` that the target does not
+    hold. Not an error (it may be installed after the apply), but until it is the workspace's
+    turns get no such skill, and a misspelt name would otherwise go unnoticed."""
+    lines = []
+    for ws, config in effective_configs(file).items():
+        if not config.skills:
+            continue
+        installed = skills.list_skills(ws)
+        for name in config.skills:
+            if name not in installed:
+                lines.append(
+                    f"! workspace {ws}: skill {name!r} is not installed there "
+                    f"(installed: {', '.join(installed) or 'none'}; `sigil skill install ... -w {ws}`)"
+                )
+    return lines

@@ -35,6 +35,10 @@ EMBEDDING_PATTERN: Final = r"^(auto|none|local|[a-z0-9-]+/\S+)$"
 Loc = tuple[str | int, ...]
 
 
+def _not_a_ref(ref: str) -> str:
+    return f"{ref!r} is not provider/model (e.g. openai/gpt-4.1-mini)"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,6 +58,14 @@ class Defaults(_Strict):
         default=None,
         description="auto, none, local, openai/<model> or bedrock/<model> (SIGIL_EMBEDDING_MODEL)",
     )
+
+    @field_validator("model", "fallback_model", "consolidation_model", mode="before")
+    @classmethod
+    def _model_ref(cls, value: object) -> object:
+        # Before the pattern (kept for the schema's editors): the message a workspace's model gets.
+        if isinstance(value, str) and not re.match(MODEL_REF_PATTERN, value):
+            raise ValueError(_not_a_ref(value))
+        return value
 
 
 # What a field left out of a workspace's section means, where it is not WorkspaceConfig's default.
@@ -88,7 +100,7 @@ class _WorkspaceSpecBase(_Strict):
         # "gpt-4.1" alone names no provider: said here, at its line, not at the first turn.
         for ref in [value] if isinstance(value, str) else value or []:
             if not re.match(MODEL_REF_PATTERN, ref):
-                raise ValueError(f"{ref!r} is not provider/model (e.g. openai/gpt-4.1-mini)")
+                raise ValueError(_not_a_ref(ref))
         return value
 
     @model_validator(mode="after")

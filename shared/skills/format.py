@@ -22,10 +22,12 @@ trailing or doubled hyphen, equal to the skill's folder name; `description` 1-10
 extensions live in `metadata` (spec 000), so any agentskills.io skill works here and ours work
 elsewhere.
 
-The front matter the format uses is flat `key: value` lines plus one nested `metadata:` map, so
-it is read by the small parser below rather than a YAML library (PyYAML is not a runtime
-dependency of the gateway). Anything beyond that subset (lists, other nested maps, multi-line
-values) is an error naming the file and line, never a silent misreading.
+The front matter the format uses is `key: value` lines plus one nested `metadata:` map, so it is
+read by the small parser below rather than a YAML library (PyYAML is not a runtime dependency of
+the gateway). Values are read as YAML reads them: plain or quoted, a plain value going on over
+deeper-indented lines, and `|` / `>` block scalars (with `-` / `+` and an indentation digit), the
+way many published skills write a long description. Anything beyond that subset (lists, flow or
+other nested maps, anchors, tags) is an error naming the file and line, never a silent misreading.
 
 Trigger modes: `auto` is listed in the prompt's catalogue and loaded by the model with the
 `skill` tool when it needs it; `keyword` is loaded into the prompt when one of `gateway:keywords`
@@ -98,39 +100,44 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
     except StopIteration:
         raise SkillError(f"{source}: the front matter has no closing '---' line") from None
     top, metadata, at = _front_matter(lines[1:end], source)
-    unknown = sorted(set(top) - FIELDS)
-    if unknown:
-        raise SkillError(
-            f"{source}:{at[unknown[0]]}: {unknown[0]!r} is not a SKILL.md field "
-            f"({', '.join(sorted(FIELDS))}); put extensions in metadata"
+    # Every rule the fields break, each at its line, so one `sigil skill validate` shows them all.
+    found: list[tuple[int, str]] = []
+    for key in sorted(set(top) - FIELDS):
+        found.append(
+            (
+                at[key],
+                f"{key!r} is not a SKILL.md field ({', '.join(sorted(FIELDS))}); put extensions in metadata",
+            )
         )
-    name, description = top.pop("name", ""), top.pop("description", "")
+    # A folded (`>`) description ends in a line break, as YAML reads it: not part of the text.
+    name, description = top.pop("name", ""), top.pop("description", "").strip()
     problem = name_problem(name)
     if problem:
-        raise SkillError(f"{source}:{at.get('name', 2)}: {problem}")
-    if folder is not None and name != folder:
-        raise SkillError(f"{source}:{at['name']}: name {name!r} differs from its folder {folder!r}")
+        found.append((at.get("name", 2), problem))
+    elif folder is not None and name != folder:
+        found.append((at["name"], f"name {name!r} differs from its folder {folder!r}"))
     if not description:
-        raise SkillError(f"{source}:{at.get('description', 2)}: description is required")
-    if len(description) > MAX_DESCRIPTION:
-        raise SkillError(
-            f"{source}:{at['description']}: description is {len(description)} characters "
-            f"(at most {MAX_DESCRIPTION})"
+        found.append((at.get("description", 2), "description is required"))
+    elif len(description) > MAX_DESCRIPTION:
+        found.append(
+            (at["description"], f"description is {len(description)} characters (at most {MAX_DESCRIPTION})")
         )
     compatibility = top.get("compatibility")
     if compatibility is not None and not 1 <= len(compatibility) <= MAX_COMPATIBILITY:
-        raise SkillError(
-            f"{source}:{at['compatibility']}: compatibility must be 1-{MAX_COMPATIBILITY} characters"
-        )
+        found.append((at["compatibility"], f"compatibility must be 1-{MAX_COMPATIBILITY} characters"))
     trigger = metadata.get("gateway:trigger", "auto")
-    if trigger not in TRIGGERS:
-        raise SkillError(
-            f"{source}:{at['gateway:trigger']}: gateway:trigger {trigger!r} "
-            f"is not one of {', '.join(TRIGGERS)}"
-        )
     keywords = tuple(k.lower() for k in re.split(r"[\s,]+", metadata.get("gateway:keywords", "")) if k)
-    if trigger == "keyword" and not keywords:
-        raise SkillError(f"{source}:{at['gateway:trigger']}: gateway:trigger keyword needs gateway:keywords")
+    if trigger not in TRIGGERS:
+        found.append(
+            (at["gateway:trigger"], f"gateway:trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+        )
+    elif trigger == "keyword" and not keywords:
+        found.append((at["gateway:trigger"], "gateway:trigger keyword needs gateway:keywords"))
+    # (A bad trigger is among `found`; named again so the type checker knows `trigger` is a Trigger.)
+    if found or trigger not in TRIGGERS:
+        raise SkillError(
+            "\n".join(f"{source}:{line}: {text}" for line, text in sorted(found, key=lambda f: f[0]))
+        )
     return Skill(
         name=name,
         description=description,
@@ -202,17 +209,20 @@ def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[s
     metadata: dict[str, str] = {}
     at: dict[str, int] = {}
     in_metadata = False
-    for number, raw in enumerate(lines, start=2):
-        line = _strip_comment(raw).rstrip()
+    i = 0
+    while i < len(lines):
+        number, line = i + 2, _strip_comment(lines[i]).rstrip()
+        i += 1
         if not line.strip():
             continue
-        nested = line[0] in " \t"
+        indent = len(line) - len(line.lstrip(" \t"))
+        nested = indent > 0
         if nested and not in_metadata:
             raise SkillError(f"{source}:{number}: only 'metadata' may hold nested keys")
         match = _KEY.match(line.strip())
         if match is None:
             raise SkillError(f"{source}:{number}: expected 'key: value', got {line.strip()!r}")
-        key, value = match.group(1), _scalar(match.group(2) or "", source, number)
+        key, text = match.group(1), (match.group(2) or "").strip()
         target = metadata if nested else top
         if key in target or (not nested and key == "metadata" and key in at):
             raise SkillError(f"{source}:{number}: {key!r} appears twice")
@@ -220,11 +230,110 @@ def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[s
         if not nested:
             in_metadata = key == "metadata"
             if in_metadata:
-                if value:
+                if text:
                     raise SkillError(f"{source}:{number}: metadata is a map of nested 'key: value' lines")
                 continue
+        block = _BLOCK.match(text)
+        if block is not None:
+            value, i = _block_scalar(lines, i, indent, block, source=source, number=number)
+        else:
+            value = _scalar(text, source, number)
+            value, i = _continued(lines, i, indent, value, quoted=text[:1] in ("'", '"'), source=source)
         target[key] = value
     return top, metadata, at
+
+
+# A block scalar's header: `|` (literal) or `>` (folded), then an optional indentation digit
+# and chomping indicator (`-` strip, `+` keep) in either order. Descriptions are often written so.
+_BLOCK = re.compile(r"^([|>])(?:([1-9])([-+])?|([-+])([1-9])?)?$")
+
+
+def _block_scalar(
+    lines: list[str], start: int, parent: int, header: re.Match[str], *, source: str, number: int
+) -> tuple[str, int]:
+    """The value of a `|` or `>` block scalar whose key (at `parent` indentation) is on the line
+    before `lines[start]`, as YAML reads it; and the index of the line after it. Its lines are
+    the following ones indented deeper than the key (blank lines within count); comments there
+    are text, as in YAML."""
+    style = header.group(1)
+    digit = header.group(2) or header.group(5)
+    chomp = header.group(3) or header.group(4) or ""
+    end = start
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > parent):
+        end += 1
+    raw = [line.rstrip() for line in lines[start:end]]
+    if digit:
+        width = parent + int(digit)
+    else:
+        width = next((_indent(line) for line in raw if line.strip()), parent + 1)
+    content: list[str] = []
+    for offset, line in enumerate(raw):
+        if not line.strip():
+            content.append("")
+        elif _indent(line) < width:
+            raise SkillError(
+                f"{source}:{number + 1 + offset}: this line of the block is indented less than its first"
+            )
+        else:
+            content.append(line[width:])
+    while content and not content[-1]:
+        content.pop()
+    trailing = len(raw) - len(content) if raw else 0
+    text = "\n".join(content) if style == "|" else _fold(content)
+    if not text or chomp == "-":
+        return text, end
+    return text + "\n" + ("\n" * trailing if chomp == "+" else ""), end
+
+
+def _fold(content: list[str]) -> str:
+    """YAML's folding: a line break between two lines of text is a space; each blank line a
+    line break; lines indented deeper than the block keep theirs."""
+    out: list[str] = []
+    previous: str | None = None
+    blank = 0
+    for line in content:
+        if not line:
+            blank += 1
+            continue
+        if previous is None:
+            out.append("\n" * blank)
+        else:
+            deeper = previous[:1] in " \t" or line[:1] in " \t"
+            out.append("\n" * (blank + deeper) if blank or deeper else " ")
+        out.append(line)
+        previous, blank = line, 0
+    return "".join(out)
+
+
+def _continued(
+    lines: list[str], start: int, parent: int, value: str, *, quoted: bool, source: str
+) -> tuple[str, int]:
+    """A plain value that goes on over the following lines indented deeper than its key (YAML's
+    multi-line plain scalar: each line break a space, each blank line a line break); and the
+    index of the line after its last. A quoted value stays on its line."""
+    parts = [value] if value else []
+    blank, i, end = 0, start, start
+    while i < len(lines):
+        line = _strip_comment(lines[i]).rstrip()
+        if not line.strip():
+            blank, i = blank + 1, i + 1
+            continue
+        if _indent(line) <= parent:
+            break
+        if quoted or _KEY.match(line.strip()):
+            # A deeper `key: value` under a field, or text under a quoted value, is not YAML we read.
+            what = "a quoted value must fit on its line" if quoted else "only 'metadata' may hold nested keys"
+            raise SkillError(f"{source}:{i + 2}: {what}")
+        if parts:
+            parts.append("\n" * blank if blank else " ")
+        parts.append(line.strip())
+        blank, i = 0, i + 1
+        end = i
+    return "".join(parts), end
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
 
 
 def _strip_comment(line: str) -> str:

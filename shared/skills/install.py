@@ -234,6 +234,14 @@ def _declared_name(skill_md: bytes, source: str) -> str:
         raise InstallError(f"{source}/{SKILL_FILE}: not UTF-8 text") from None
 
 
+def index_url(url: str) -> str:
+    """An index's URL: as given, or for a bare origin (https://host) its well-known index."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.path in ("", "/") and not parts.query:
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, INDEX_PATH, "", ""))
+    return url
+
+
 def load_index(url: str) -> SkillIndex:
     data = fetch(url)
     try:
@@ -273,7 +281,7 @@ def source_kind(
             return "skill-md-file" if path.name == SKILL_FILE else "archive-file"
         raise InstallError(f"{source}: no such folder or file")
     url_path = urllib.parse.urlsplit(source).path
-    if url_path.endswith("/index.json") or url_path == "/index.json":
+    if url_path.endswith("/index.json") or url_path in ("", "/"):
         return "index"
     if url_path.endswith((".tar.gz", ".tgz", ".zip")):
         return "archive"
@@ -281,7 +289,7 @@ def source_kind(
         return "skill-md"
     raise InstallError(
         f"{source}: give a SKILL.md's URL, an archive's (.tar.gz, .zip) or an index's "
-        f"(https://host{INDEX_PATH})"
+        f"(https://host{INDEX_PATH}, or just https://host)"
     )
 
 
@@ -296,6 +304,7 @@ __all__ = [
     "from_archive",
     "from_index_entry",
     "from_skill_md",
+    "index_url",
     "load_index",
     "read_folder",
     "search",

@@ -1,4 +1,4 @@
-"""Chat commands (docs/commands.md) through the real webhook of each platform, on the local gateway.
+"""Chat commands (docs/commands.md) through the real webhook of each platform, on both backends.
 
 The real gateway (`sigil dev`'s app) on its embedded backend runs the lanes; its senders post to
 tests/support/fake_platforms.py (through Settings.platform_base_urls, with the bot tokens in the
@@ -6,6 +6,9 @@ gateway's secret store) and its model is the real openai SDK against tests/suppo
 Each delivery is signed as its platform signs it (the signers of test_webhook_channels), from the
 command fixtures in tests/fixtures (SOURCES.md says where each comes from), and what a command
 answered is read where the user would see it: in the fake platform's chats, or the web outbox.
+Every test runs on both backends (the `stack` fixture): there, and on the deployed functions over
+moto (LambdaStack): functions.webhook's handler, then the agent handler taking the lane, the
+workspace in DynamoDB, its skill in the S3 bucket and its search index on osmem-server.
 
 A command calls no model, spends no budget and keeps no message in the window; it is audited as
 "command". /new rolls the window into memory, where memory_search finds it; /model switches the
@@ -19,6 +22,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -26,17 +30,26 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import pytest
+from moto import mock_aws
+from osmem_server import OsmemServer
 from starlette.testclient import TestClient
 
+from functions.webhook import handler as webhook
+from shared import cloud
+from shared.adapters.aws import clients
+from shared.backend import Backend
 from shared.channels import web
 from shared.channels.inbound import session_id
 from shared.channels.out import PlatformSender
 from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import BudgetLimits, MemoryConfig, ScopeLimits, Session, WorkspaceConfig
+from shared.observability import metrics
+from tests.integration.test_channels_end_to_end import TOKEN_SECRETS, run_agent, throttles_on
 from tests.integration.test_webhook_channels import (
     SECRETS,
     SIGNED_AT,
+    api_event,
     compact,
     discord_headers,
     fixture_bytes,
@@ -47,6 +60,8 @@ from tests.integration.test_webhook_channels import (
 )
 from tests.support.fake_openai import FakeOpenAI, FakeReply, Json, echo_last_user
 from tests.support.fake_platforms import DISCORD_APPLICATION, PLATFORMS, FakeClock, FakePlatforms
+from tests.support.lambda_context import context_for
+from tests.support.moto_aws import REGION, AwsResources, moto_like_aws, provision
 
 WS = "default"
 WAIT_S = 30.0  # the longest a test waits for a condition (a bound, never a sleep)
@@ -86,13 +101,20 @@ def model(body: Json) -> str | FakeReply:
 # ---------------------------------------------------------------- the gateway
 
 
-@dataclass
-class Stack:
-    gw: LocalGateway
-    client: TestClient
+class Deployment:
+    """Where the commands go: a webhook to post deliveries to, and the backend the turns run on."""
+
     model: FakeOpenAI
     platforms: FakePlatforms
     web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        """Deliver one request to the webhook: its status and body."""
+        raise NotImplementedError
 
     def workspace(self, **changes: Any) -> None:
         config = WorkspaceConfig(
@@ -103,19 +125,45 @@ class Stack:
                 user=ScopeLimits(tokens_per_day=USER_TOKENS_PER_DAY, usd_per_month=Decimal("5.00")),
             ),
         )
-        self.gw.backend.workspaces.put(config.model_copy(update=changes))
+        self.backend.workspaces.put(config.model_copy(update=changes))
 
     def session(self, session: str) -> Session:
-        found = self.gw.backend.sessions.get(WS, session)
+        found = self.backend.sessions.get(WS, session)
         assert found is not None, session
         return found
 
     def outcomes(self) -> list[str]:
-        return [r.outcome for r in self.gw.backend.audit.list_records(WS)]
+        return [r.outcome for r in self.backend.audit.list_records(WS)]
+
+
+@dataclass
+class Stack(Deployment):
+    """The local gateway: deliveries through its HTTP app, its lane workers answer them."""
+
+    gw: LocalGateway
+    client: TestClient
+    model: FakeOpenAI
+    platforms: FakePlatforms
+    web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        return self.gw.backend
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        resp = self.client.post(path, content=body, headers=headers)
+        return resp.status_code, resp.text
+
+
+@pytest.fixture(params=["local", "lambda"])
+def stack(request: pytest.FixtureRequest) -> Deployment:
+    """Each test on both backends: the local gateway, and the functions on moto."""
+    found: Deployment = request.getfixturevalue("local_gateway" if request.param == "local" else "on_lambda")
+    return found
 
 
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+def local_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CHANNEL_WORKSPACE"):
         monkeypatch.delenv(name, raising=False)
     with FakeOpenAI(model) as fake, FakePlatforms() as platforms:
@@ -171,13 +219,12 @@ class Chat:
     session: str
     text_commands = True  # a typed "/foo" is a command (no platform mechanism decides)
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Deployment) -> None:
         self.stack = stack
         self.n = 0
 
     def post(self, path: str, body: bytes, headers: dict[str, str], content_type: str) -> int:
-        resp = self.stack.client.post(path, content=body, headers={**headers, "content-type": content_type})
-        return resp.status_code
+        return self.stack.post(path, body, {**headers, "content-type": content_type})[0]
 
     def command(self, name: str, args: str = "") -> None:
         raise NotImplementedError
@@ -237,13 +284,11 @@ class DiscordChat(Chat):
         data["data"]["name"] = name
         data["data"]["options"] = [{"name": "name", "type": 3, "value": args}] if args else []
         body = compact(data)
-        resp = self.stack.client.post(
-            "/webhooks/discord",
-            content=body,
-            headers={**discord_headers(body), "content-type": "application/json"},
+        status, text = self.stack.post(
+            "/webhooks/discord", body, {**discord_headers(body), "content-type": "application/json"}
         )
         # Deferred ("thinking..."): the turn edits the original response with the answer.
-        assert (resp.status_code, resp.json()) == (200, {"type": 5})
+        assert (status, json.loads(text)) == (200, {"type": 5})
 
 
 class WhatsAppChat(Chat):
@@ -277,7 +322,7 @@ class WebChat(Chat):
         assert self.post(f"/webhooks/web/{WS}", body, headers, "application/json") == 202
 
     def answers(self) -> list[str]:
-        return [e.message.text for e in self.stack.gw.backend.outbox.read(WS, self.session, after_seq=0)]
+        return [e.message.text for e in self.stack.backend.outbox.read(WS, self.session, after_seq=0)]
 
 
 CHATS: dict[str, type[Chat]] = {
@@ -305,8 +350,13 @@ def answer(chat: Chat, send: Callable[[], None]) -> str:
 
 
 @pytest.mark.parametrize("platform", list(CHATS))
-def test_each_command_through_the_platforms_own_webhook(stack: Stack, platform: str) -> None:
-    chat = CHATS[platform](stack)
+def test_each_command_through_the_platforms_own_webhook(stack: Deployment, platform: str) -> None:
+    every_command(CHATS[platform](stack))
+
+
+def every_command(chat: Chat) -> None:
+    """Each command through `chat`'s webhook, answered where its user reads answers."""
+    stack = chat.stack
 
     # /status: the model in effect, the budgets left and when they reset, the skills, the memory policy
     status = answer(chat, lambda: chat.command("status"))
@@ -349,17 +399,92 @@ def test_each_command_through_the_platforms_own_webhook(stack: Stack, platform: 
     assert stack.outcomes() == ["command"] * sent
 
 
+# ---------------------------------------------------------------- on the Lambda
+
+
+@dataclass
+class LambdaStack(Deployment):
+    """The deployed functions on moto: each delivery goes to functions.webhook's handler as API
+    Gateway hands it over, then the agent handler takes the lane as the SQS mapping does; the
+    workspace, its skill and the secrets are in the stack's DynamoDB, S3 and Secrets Manager."""
+
+    aws: AwsResources
+    model: FakeOpenAI
+    platforms: FakePlatforms
+    web_secret: str
+
+    @property
+    def backend(self) -> Backend:
+        return cloud.turn_deps().backend
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        channel = path.split("/")[2]
+        fields = {k: v for k, v in headers.items() if k != "content-type"}
+        event = api_event(channel, body, fields, content_type=headers["content-type"])
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        response = webhook.lambda_handler(event, LAMBDA_CONTEXT)
+        run_agent(self.aws)
+        return response["statusCode"], response.get("body") or ""
+
+
+LAMBDA_CONTEXT: Any = context_for("sigil-webhook")
+
+
+@pytest.fixture
+def on_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaStack]:
+    for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CHANNEL_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    with ExitStack() as stack:
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+        stack.callback(metrics.clear_metrics)
+        stack.enter_context(mock_aws())
+        fake = stack.enter_context(FakeOpenAI(model))
+        platforms = stack.enter_context(FakePlatforms())
+        stack.callback(cloud.reset)
+        # The stack's search domain: an OpenSearch-compatible server over HTTP (what /new rolls
+        # out is indexed there, and memory_search reads it)
+        search = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+        stack.callback(search.close)
+        # The stack's secrets (the platforms', their bot tokens, the web channel's), the model and
+        # the platforms
+        clients.reset()
+        aws = provision("commands")
+        web_secret = "web-secret-for-the-lambda_0123456789"
+        store = clients.secretsmanager(REGION)
+        for name, value in {**SECRETS, **TOKEN_SECRETS, "web/default": web_secret}.items():
+            store.create_secret(Name=f"sigil/{name}", SecretString=value)
+        settings = aws.settings(
+            secrets_prefix="sigil/",
+            model=MODEL,
+            OPENAI_BASE_URL=fake.base_url,
+            OPENAI_API_KEY="sk-test",
+            provider_max_retries=0,
+            platform_base_urls=platforms.base_urls,
+            opensearch_endpoint=search.url,
+            embedding_model="none",
+        )
+        # The webhook verifies signatures made at SIGNED_AT, so its clock is pinned there.
+        cloud.reset(config=settings, clock=lambda: float(SIGNED_AT))
+        deployed = LambdaStack(aws, fake, platforms, web_secret)
+        deployed.backend.skills.put_skill(WS, "trip-planner", {"SKILL.md": SKILL.encode()})
+        deployed.workspace()
+        throttles_on(FakeClock(), patch)
+        stack.enter_context(moto_like_aws())
+        yield deployed
+
+
 # ---------------------------------------------------------------- what the commands do
 
 
-def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Stack) -> None:
+def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given the budget left before any model turn
     before = answer(chat, lambda: chat.command("status"))
     assert f"Your budget: {USER_TOKENS_PER_DAY:,} of {USER_TOKENS_PER_DAY:,} tokens" in before
     # When a model turn spends tokens
     assert answer(chat, lambda: chat.say("hello there")) == "hello there"
-    [record] = [r for r in stack.gw.backend.audit.list_records(WS) if r.outcome == "ok"]
+    [record] = [r for r in stack.backend.audit.list_records(WS) if r.outcome == "ok"]
     spent = record.tokens_in + record.tokens_out
     assert spent > 0
     # Then /status shows that much less left, for the user and for the workspace
@@ -368,12 +493,12 @@ def test_status_shows_the_budget_left_dropping_after_a_model_turn(stack: Stack) 
     assert f"Workspace budget: {1_000_000 - spent:,} of 1,000,000 tokens" in after
     # And the commands spent nothing: only the model turn reached the model, and only it cost anything
     assert len(stack.model.requests) == 1
-    costs = {r.outcome: r.cost_usd for r in stack.gw.backend.audit.list_records(WS)}
-    assert sorted(r.outcome for r in stack.gw.backend.audit.list_records(WS)) == ["command", "command", "ok"]
+    costs = {r.outcome: r.cost_usd for r in stack.backend.audit.list_records(WS)}
+    assert sorted(r.outcome for r in stack.backend.audit.list_records(WS)) == ["command", "command", "ok"]
     assert costs["command"] == 0 and costs["ok"] > 0
 
 
-def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
+def test_status_without_budgets_skills_or_personal_memory(stack: Deployment) -> None:
     # Given a workspace with budgets off, none of the installed skills allowed, and team-wide recall
     stack.workspace(budget=None, skills=[], memory=MemoryConfig(recall="workspace"))
     chat = WebChat(stack)
@@ -387,7 +512,7 @@ def test_status_without_budgets_skills_or_personal_memory(stack: Stack) -> None:
     assert answer(chat, lambda: chat.command("skills")) == "No skills are available in this workspace."
 
 
-def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Stack) -> None:
+def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given a conversation of two turns
     assert answer(chat, lambda: chat.say(LOCKER)) == LOCKER
@@ -398,7 +523,7 @@ def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: 
     # Then the window is empty and its messages are in Tier 1
     session = stack.session(chat.session)
     assert session.active_messages == [] and session.rolled_out_count == 4
-    rolled = stack.gw.backend.memory.get_messages(WS, chat.session, limit=10)
+    rolled = stack.backend.memory.get_messages(WS, chat.session, limit=10)
     assert LOCKER in [r.text for r in rolled]
     # And the next turn starts from nothing, yet memory_search finds what was said before
     found = answer(chat, lambda: chat.say(ASK))
@@ -407,7 +532,7 @@ def test_new_empties_the_window_and_memory_search_finds_the_old_messages(stack: 
     assert "7731" in found
 
 
-def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Stack) -> None:
+def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Deployment) -> None:
     chat = WebChat(stack)
     # Given a session switched to the workspace's other model
     assert f"now uses {LARGER}" in answer(chat, lambda: chat.command("model", LARGER))
@@ -420,7 +545,7 @@ def test_model_switches_only_to_a_choice_and_the_next_turn_uses_it(stack: Stack)
     assert stack.model.requests[-1]["model"] == "fake-model"
 
 
-def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Stack) -> None:
+def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Deployment) -> None:
     stack.workspace(model_choices=[])
     chat = WebChat(stack)
     shown = answer(chat, lambda: chat.command("model"))
@@ -428,21 +553,21 @@ def test_model_is_refused_where_the_workspace_offers_no_choices(stack: Stack) ->
     refused = answer(chat, lambda: chat.command("model", LARGER))
     assert refused == "Switching models is not enabled in this workspace (it lists no model_choices)."
     assert stack.session(chat.session).model_override is None
-    records = stack.gw.backend.audit.list_records(WS)
+    records = stack.backend.audit.list_records(WS)
     assert sorted((r.outcome, r.error or "") for r in records) == [
         ("command", ""),
         ("command", "model_choices is empty"),
     ]
 
 
-def test_a_command_inside_a_sentence_is_ordinary_text_for_the_model(stack: Stack) -> None:
+def test_a_command_inside_a_sentence_is_ordinary_text_for_the_model(stack: Deployment) -> None:
     chat = WebChat(stack)
     text = "what does /status show?"
     assert answer(chat, lambda: chat.say(text)) == text
     assert len(stack.model.requests) == 1 and stack.outcomes() == ["ok"]
 
 
-def test_a_sender_not_admitted_gets_no_command_answer(stack: Stack) -> None:
+def test_a_sender_not_admitted_gets_no_command_answer(stack: Deployment) -> None:
     # Given a workspace that admits only u1
     stack.workspace(unknown_sender_policy="allow_list", allowed_senders=["web:u1"])
     chat = WebChat(stack)
@@ -451,10 +576,10 @@ def test_a_sender_not_admitted_gets_no_command_answer(stack: Stack) -> None:
     stranger = web.session_id_for("s2")
     assert wait_until(lambda: len(stack.outcomes()) == 1)
     # Then they get what any message of theirs gets (the refusal), and nothing of the status
-    replies = [e.message.text for e in stack.gw.backend.outbox.read(WS, stranger, after_seq=0)]
+    replies = [e.message.text for e in stack.backend.outbox.read(WS, stranger, after_seq=0)]
     assert all("Model:" not in r and "budget" not in r for r in replies)
     assert stack.outcomes() == ["sender_refused"]
-    assert stack.gw.backend.sessions.get(WS, stranger) is None
+    assert stack.backend.sessions.get(WS, stranger) is None
 
 
 def test_the_fixtures_are_commands_and_prose_is_not() -> None:

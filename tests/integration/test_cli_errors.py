@@ -304,3 +304,33 @@ def test_web_secret_create_refuses_a_bad_workspace_id(data_dir: Path) -> None:
     assert result.exit_code == 2
     assert "invalid workspace id" in result.output
     assert secrets_file(data_dir) == {}
+
+
+# ---------------------------------------------------------------- --help
+
+
+def test_each_command_list_shows_every_summary_on_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given every group of `sigil` (the app and its sub-apps), listed wide enough for one row each
+    # (TERMINAL_WIDTH, which typer reads when it is imported)
+    import inspect
+
+    import typer
+    import typer.rich_utils
+
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", 500)
+
+    def groups(command: object, path: list[str]) -> Iterator[tuple[list[str], dict[str, object]]]:
+        children = getattr(command, "commands", None)
+        if children:
+            yield path, children
+            for name, child in children.items():
+                yield from groups(child, [*path, name])
+
+    for path, children in groups(typer.main.get_command(app), []):
+        shown = runner.invoke(app, [*path, "--help"]).output
+        # Then each command's row holds the first paragraph of its help whole, not broken where
+        # its docstring is wrapped
+        for name, child in children.items():
+            summary = " ".join(inspect.cleandoc(getattr(child, "help", None) or "").split("\n\n")[0].split())
+            [row] = [line for line in shown.splitlines() if line.startswith(f"│ {name} ")]
+            assert summary in row, (path, name, row)

@@ -57,7 +57,13 @@ class Admin:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SIGIL_DATA_DIR", "SIGIL_DEFAULT_WORKSPACE", "SIGIL_BACKEND", "SIGIL_SKILLS_BUCKET"):
+    for name in (
+        "SIGIL_DATA_DIR",
+        "SIGIL_DEFAULT_WORKSPACE",
+        "SIGIL_BACKEND",
+        "SIGIL_SKILLS_BUCKET",
+        "SIGIL_SKILL_INDEX",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -113,6 +119,9 @@ def test_install_copy_link_edit_and_remove(admin: Admin) -> None:
         ("other", skill_md("not-other"), "SKILL.md:2: name 'not-other' differs from its folder 'other'"),
         ("a--b", skill_md("a--b"), "SKILL.md:2: name 'a--b' is not lowercase"),
         ("-lead", skill_md("-lead"), "SKILL.md:2: name '-lead' is not lowercase"),
+        ("trail-", skill_md("trail-"), "SKILL.md:2: name 'trail-' is not lowercase"),
+        ("Upper", skill_md("Upper"), "SKILL.md:2: name 'Upper' is not lowercase"),
+        ("empty-desc", skill_md("empty-desc", '""'), "SKILL.md:3: description is required"),
         ("x" * 65, skill_md("x" * 65), "must be 1-64 characters"),
         ("long", skill_md("long", "d" * 1025), "SKILL.md:3: description is 1025 characters (at most 1024)"),
         ("compat", skill_md("compat", extra=f"compatibility: {'c' * 501}\n"), "SKILL.md:4: compatibility"),
@@ -288,6 +297,30 @@ def test_search_matches_names_and_descriptions(index_url: str) -> None:
     assert result.stdout.splitlines() == ["k8s  [archive]  Kubernetes troubleshooting."]
     result = runner.invoke(app, ["skill", "search", "nothing-like-it", "--index", index_url])
     assert result.exit_code == 0 and "no skill" in result.stdout
+
+
+def test_search_takes_a_hosts_well_known_index_and_a_default_one(
+    index_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    origin = index_url.removesuffix("/.well-known/agent-skills/index.json")
+    # A bare origin stands for its well-known index
+    result = runner.invoke(app, ["skill", "search", "kubernetes", "--index", origin])
+    assert result.stdout.splitlines() == ["k8s  [archive]  Kubernetes troubleshooting."]
+    # With no --index, as spec 000 writes it (`sigil skill search "kubernetes"`): SIGIL_SKILL_INDEX's
+    result = runner.invoke(app, ["skill", "search", "kubernetes"])
+    assert result.exit_code == 1 and "pass --index https://host" in result.stderr
+    monkeypatch.setenv("SIGIL_SKILL_INDEX", f"{origin}/")
+    result = runner.invoke(app, ["skill", "search", "kubernetes"])
+    assert result.exit_code == 0 and result.stdout.splitlines() == [
+        "k8s  [archive]  Kubernetes troubleshooting."
+    ]
+
+
+def test_install_from_a_hosts_origin_reads_its_well_known_index(admin: Admin, index_url: str) -> None:
+    origin = index_url.removesuffix("/.well-known/agent-skills/index.json")
+    code, out = admin.sigil("skill", "install", origin, "-w", "ops", "--skill", "pdf")
+    assert code == 0, out
+    assert admin.store.list_skills("ops") == ["pdf"]
 
 
 def test_install_from_a_skill_md_url_an_archive_url_and_an_archive_file(admin: Admin, index_url: str) -> None:

@@ -49,6 +49,11 @@ channels:
       "-100200": {workspace: family}
   - {platform: slack, name: acme, workspace: team, account: T0123}
 """
+# The team's skill is not installed in these targets: diff and apply say so, after their work.
+NOT_INSTALLED = (
+    "! workspace team: skill 'meeting-notes' is not installed there (installed: none; "
+    "`sigil skill install ... -w team`)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -90,14 +95,19 @@ def test_apply_then_diff_is_empty_and_a_second_apply_changes_nothing(
         "+ route slack/acme (create)",
         "+ route telegram/family (create)",
         "+ route telegram/team (create)",
+        NOT_INSTALLED,
     ]
     status, out = sigil("config", "apply", str(config_file), *data)
     assert status == 0, out
     assert f"applied 5 changes to the local data dir {tmp_path / 'state'}" in out
-    assert sigil("config", "diff", str(config_file), *data) == (0, "no changes\n")
+    assert sigil("config", "diff", str(config_file), *data) == (0, f"no changes\n{NOT_INSTALLED}\n")
     status, out = sigil("config", "apply", str(config_file), *data)
     assert status == 0
-    assert out.splitlines() == ["no changes", f"applied 0 changes to the local data dir {tmp_path / 'state'}"]
+    assert out.splitlines() == [
+        "no changes",
+        NOT_INSTALLED,
+        f"applied 0 changes to the local data dir {tmp_path / 'state'}",
+    ]
 
     backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
     try:
@@ -152,6 +162,7 @@ def test_a_route_removed_from_the_file_is_deleted_and_an_unnamed_workspace_left_
         "    active_window: 30 -> 40",
         "= workspace legacy: not in the file, left alone",
         "- route slack/acme (delete)",
+        NOT_INSTALLED,
     ]
     status, out = sigil("config", "apply", str(config_file), *data)
     assert status == 0
@@ -161,11 +172,12 @@ def test_a_route_removed_from_the_file_is_deleted_and_an_unnamed_workspace_left_
         "    active_window: 30 -> 40",
         "- route slack/acme (delete)",
         "= workspace legacy: not in the file, left alone",
+        NOT_INSTALLED,
         f"applied 2 changes to the local data dir {tmp_path / 'state'}",
     ]
     assert sigil("config", "diff", str(config_file), *data) == (
         0,
-        "= workspace legacy: not in the file, left alone\nno changes\n",
+        f"= workspace legacy: not in the file, left alone\nno changes\n{NOT_INSTALLED}\n",
     )
     backend = build_embedded_backend(Settings(data_dir=tmp_path / "state"))
     try:
@@ -185,11 +197,12 @@ def test_the_same_file_gives_identical_effective_configs_on_embedded_and_on_a_st
     status, out = sigil("config", "apply", str(config_file), *stack.args())
     assert status == 0, out
     assert f"applied 5 changes to stack {stack.name}" in out
-    assert sigil("config", "diff", str(config_file), *stack.args()) == (0, "no changes\n")
+    assert sigil("config", "diff", str(config_file), *stack.args()) == (0, f"no changes\n{NOT_INSTALLED}\n")
 
     listed_local, listed_stack = sigil("workspace", "list", *local), sigil("workspace", "list", *stack.args())
     assert listed_local == listed_stack
     assert listed_local[1].split() == [
+        "WORKSPACE", "MODEL", "NAME",
         "family", "openai/gpt-4.1-mini", "Family", "team", "anthropic/claude-sonnet-4-5", "Team",
     ]  # fmt: skip
     for workspace in ("family", "team"):
@@ -230,4 +243,39 @@ def test_a_workspace_with_no_model_shows_the_gateways_default(
     shown = json.loads(sigil("workspace", "show", "plain", "-o", "json", *data)[1])
     assert shown["model"] == "openai/gpt-4.1"
     assert shown["budget"] == DEFAULT_BUDGET.model_dump(mode="json")
-    assert sigil("workspace", "list", *data) == (0, f"{'plain':<24}  {'openai/gpt-4.1 (default)':<40}  \n")
+    assert sigil("workspace", "list", *data) == (
+        0,
+        f"{'WORKSPACE':<24}  {'MODEL':<40}  NAME\n{'plain':<24}  openai/gpt-4.1 (default)\n",
+    )
+
+
+@pytest.mark.parametrize("target", ["local", "stack"])
+def test_a_skill_a_workspace_names_but_the_target_lacks_is_pointed_out(
+    tmp_path: Path, target: str, request: pytest.FixtureRequest
+) -> None:
+    # Given a file whose workspace lets one installed skill and one misspelt name through
+    path = tmp_path / "skills.yaml"
+    path.write_text("workspaces:\n  family:\n    skills: [pdf-forms, trip-planer]\n")
+    skill_md = "---\nname: pdf-forms\ndescription: Reading PDF forms.\n---\nBody.\n"
+    source = tmp_path / "src" / "pdf-forms"
+    source.mkdir(parents=True)
+    (source / "SKILL.md").write_text(skill_md)
+    where = ["--data-dir", str(tmp_path / "state")]
+    if target == "stack":
+        where = request.getfixturevalue("stack").args()
+    assert sigil("skill", "install", str(source), "-w", "family", *where)[0] == 0
+    # When it is compared and applied
+    for command in ("diff", "apply"):
+        result = runner.invoke(app, ["config", command, str(path), *where])
+        # Then each says which name lets no skill through, and still does its work
+        assert result.exit_code == 0, result.output
+        assert (
+            "! workspace family: skill 'trip-planer' is not installed there (installed: pdf-forms; "
+            "`sigil skill install ... -w family`)"
+        ) in result.stderr.splitlines()
+        assert "pdf-forms'" not in result.stderr
+    assert sigil("config", "diff", str(path), *where) == (
+        0,
+        "no changes\n! workspace family: skill "
+        "'trip-planer' is not installed there (installed: pdf-forms; `sigil skill install ... -w family`)\n",
+    )

@@ -148,6 +148,11 @@ def test_yaml_syntax_duplicates_and_missing_fields(tmp_path: Path) -> None:
         f"{no_provider}:3: workspaces.team.model_choices: 'gpt-4.1' is not provider/model "
         "(e.g. openai/gpt-4.1-mini)"
     ]
+    # The gateway's defaults are told the same, at their own line
+    no_provider = write(tmp_path, "defaults:\n  model: openai/gpt-4.1\n  fallback_model: gpt-4o\n", "d.yaml")
+    assert errors_of(no_provider) == [
+        f"{no_provider}:3: defaults.fallback_model: 'gpt-4o' is not provider/model (e.g. openai/gpt-4.1-mini)"
+    ]
 
     absent = tmp_path / "absent.yaml"
     assert errors_of(absent) == [f"{absent}: no such file"]

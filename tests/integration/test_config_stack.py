@@ -1,15 +1,17 @@
 """`--stack NAME [--region R]`: the CLI finds a deployed stack from its CloudFormation outputs (a
-real DescribeStacks, on moto) and administers it as it does the local data dir: pairing, memory,
-secrets."""
+real DescribeStacks, on moto) and administers it as it does the local data dir: pairing, memory
+(its search index on osmem-server where a command needs it), secrets, dead letters, skills."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 import typer
+from osmem_server import OsmemServer
 from typer.testing import CliRunner
 
 from shared.adapters.aws import clients
@@ -18,6 +20,7 @@ from shared.cli import app
 from shared.cli._app import target_settings
 from shared.identity import resolve_sender
 from shared.models import InboundMessage, LaneItem, Sender, Triple, WorkspaceConfig
+from tests.support import moto_aws
 from tests.support.moto_stack import REGION, MotoStack, create_stack, moto_stack, outputs
 
 runner = CliRunner()
@@ -105,7 +108,15 @@ def test_pairing_against_a_stack(stack: MotoStack) -> None:
 def test_memory_against_a_stack(stack: MotoStack) -> None:
     assert sigil("memory", "list", *stack.args()) == (0, f"no memories in workspace {WS!r}\n")
     DynamoMemoryStore(stack.resources.memory_table, region=REGION).put_triple(
-        Triple(id="k1", workspace_id=WS, subject="Ada", predicate="likes", object="tea", run_id="run-1")
+        Triple(
+            id="k1",
+            workspace_id=WS,
+            subject="Ada",
+            predicate="likes",
+            object="tea",
+            source="consolidation",
+            run_id="run-1",
+        )
     )
     status, out = sigil("memory", "list", *stack.args())
     assert status == 0
@@ -113,6 +124,44 @@ def test_memory_against_a_stack(stack: MotoStack) -> None:
     status, out = sigil("memory", "rollback", "--run", "run-9", *stack.args())
     assert status == 1
     assert out.startswith(f"no consolidation run 'run-9' in workspace {WS!r}")
+    # A run that exists, with the stack's search endpoint out of reach of this machine: said in one
+    # line, no traceback
+    result = runner.invoke(app, ["memory", "rollback", "--run", "run-1", *stack.args()])
+    assert result.exit_code == 1 and result.exception is not None
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert "search.invalid" in result.stderr
+
+
+def test_a_memory_rollback_against_a_stack_reaches_its_search_index(tmp_path: Path) -> None:
+    # Given a stack whose SearchEndpoint output is an OpenSearch-compatible server over HTTP
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    try:
+        with moto_aws.persistent_mock(), moto_aws.moto_like_aws():
+            resources = moto_aws.provision(moto_aws.name_for(tmp_path))
+            create_stack("sigil-search", {**outputs(resources), "SearchEndpoint": server.url})
+            args = ["--stack", "sigil-search", "--region", REGION]
+            DynamoMemoryStore(resources.memory_table, region=REGION).put_triple(
+                Triple(
+                    id="k1",
+                    workspace_id=WS,
+                    subject="Ada",
+                    predicate="likes",
+                    object="tea",
+                    source="consolidation",
+                    run_id="run-1",
+                )
+            )
+            # When the run that wrote the fact is rolled back
+            status, out = sigil("memory", "rollback", "--run", "run-1", *args)
+            # Then the rollback reached the index at the stack's endpoint and the fact is gone from
+            # the stack's table, as `sigil memory rollback` does in a data dir
+            assert status == 0 and json.loads(out)["deleted_triples"] == 1, out
+            assert sigil("memory", "list", "--status", "all", *args) == (
+                0,
+                f"no memories in workspace {WS!r}\n",
+            )
+    finally:
+        server.close()
 
 
 def test_secrets_against_a_stack(stack: MotoStack) -> None:
@@ -189,3 +238,26 @@ def test_skills_against_a_stack_use_its_skills_bucket_output(stack: MotoStack, t
     s3 = boto3.client("s3", region_name=REGION)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.resources.skills_bucket)["Contents"]]
     assert "skills/family/trip-notes/SKILL.md" in keys
+
+
+def test_what_aws_refuses_is_said_in_one_line_by_every_admin_command(tmp_path: Path) -> None:
+    # Given a stack whose outputs name tables that are not there (deleted by hand, another account)
+    (tmp_path / "sigil.yaml").write_text("workspaces:\n  family: {}\n")
+    with moto_aws.persistent_mock(), moto_aws.moto_like_aws():
+        resources = moto_aws.provision(moto_aws.name_for(tmp_path))
+        gone = {"SessionsTable": "no-such-sessions", "MemoryTable": "no-such-memory"}
+        create_stack("sigil-gone", {**outputs(resources), **gone})
+        for command in (
+            ["config", "diff"],
+            ["config", "apply"],
+            ["workspace", "list"],
+            ["workspace", "show", "family"],
+            ["pairing", "list"],
+            ["identity", "list"],
+            ["memory", "list"],
+        ):
+            result = runner.invoke(app, [*command, "--stack", "sigil-gone", "--region", REGION])
+            # Then each says what AWS said, on one line, and exits 1: no traceback
+            assert result.exit_code == 1, (command, result.output)
+            [line] = result.stderr.strip().splitlines()
+            assert line.startswith("AWS: An error occurred (ResourceNotFoundException)"), (command, line)

@@ -190,3 +190,24 @@ def test_sigil_consolidate_without_a_model_says_how_to_configure_one(
     status, out, _ = sigil(data_dir, "--workspace", "default")
     assert status == 0 and "compaction skipped: No model is configured" in out
     assert backend.memory.list_summaries("default", scope=WORKSPACE_WIDE) == []
+
+
+def test_sigil_consolidate_takes_the_model_from_the_configuration_file(
+    backend: Backend, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a sigil.yaml naming the consolidation model, and none in the environment (the
+    # provider's address and key are the environment's, as for the gateway)
+    consolidator = FakeConsolidator()
+    config = tmp_path / "sigil.yaml"
+    config.write_text("defaults:\n  model: openai/turn-model\n  consolidation_model: openai/file-model\n")
+    seed(backend, workspace_id="default")
+    with FakeOpenAI(consolidator.openai) as server:
+        monkeypatch.setenv("SIGIL_CONFIG", str(config))
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        # When the out-of-process command runs
+        status, out, err = sigil(data_dir, "--session", SID)
+        # Then it used the file's model, as the gateway would, with no word of restarting anything
+        assert status == 0, err
+        assert "2 summaries" in out and "restart" not in out + err
+        assert {body["model"] for body in server.requests} == {"file-model"}

@@ -5,7 +5,9 @@ format's folders, binary files, skills the workspace's config leaves out."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,7 @@ from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext
 from shared.tools.builtin import agent_registry
 
+ROOT = Path(__file__).resolve().parents[2]
 WS = "ws1"
 BODY = "Write release notes as three bullet points, newest change first."
 SKILL_MD = f"""---
@@ -162,6 +165,65 @@ def test_the_tool_refuses_what_is_not_a_text_file_one_level_into_the_folders(
 def test_a_script_is_shown_as_text_and_never_run(installed: Backend) -> None:
     result = run_tool(installed, {"name": "release-notes", "path": "scripts/tag.sh"})
     assert not result.is_error and 'git tag "$1"' in result.content
+
+
+def test_a_turn_that_loads_a_skill_and_reads_its_executable_script_never_runs_it(
+    backend: Backend, settings: Settings, tmp_path: Path
+) -> None:
+    # Given a skill whose script, were it run, would leave a file behind; executable on disk
+    ran = tmp_path / "the-script-ran"
+    script = f"#!/bin/sh\ntouch {ran}\n"
+    backend.skills.put_skill(
+        WS, "release-notes", {"SKILL.md": SKILL_MD.encode(), "scripts/tag.sh": script.encode()}
+    )
+    on_disk = settings.data_dir / "workspaces" / WS / "skills" / "release-notes" / "scripts" / "tag.sh"
+    on_disk.chmod(0o755)
+
+    def wants_the_script(request: ChatRequest) -> str | list[ProviderEvent]:
+        results = results_since_user(request)
+        if not results:
+            return call("skill", {"name": "release-notes"}, "c1")
+        if len(results) == 1:
+            return call("skill", {"name": "release-notes", "path": "scripts/tag.sh"}, "c2")
+        return "read it"
+
+    provider = FunctionProvider(wants_the_script)
+    deps = TurnDeps(
+        backend=backend,
+        settings=settings,
+        senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+        provider_factory=lambda ref: (provider, "test-model"),
+    )
+    # When a turn loads the skill and asks for its script, by name, as the model decides to
+    assert run_turn(deps, item("e1", "tag the release, run the script")).outcome == "ok"
+    # Then the model got the script's text, and nothing ran it
+    _, script_result = results_since_user(provider.requests[-1])
+    assert not script_result.is_error and f"touch {ran}" in script_result.content
+    assert not ran.exists()
+
+
+def test_no_code_the_functions_import_can_start_a_process() -> None:
+    # What a turn runs is shared/ and functions/: none of it imports a way to start a program
+    # (the dev kit's shared/local runs the Lambda handlers in processes and is not a turn's code)
+    starters = {"subprocess", "pty", "multiprocessing", "pexpect"}
+    os_calls = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
+    found = []
+    for path in [*(ROOT / "shared").rglob("*.py"), *(ROOT / "functions").rglob("*.py")]:
+        if path.is_relative_to(ROOT / "shared" / "local") or path.is_relative_to(ROOT / "shared" / "cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(path, a.name) for a in node.names if a.name.split(".")[0] in starters]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in starters:
+                found.append((path, node.module))
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and node.attr.startswith(os_calls)
+            ):
+                found.append((path, f"os.{node.attr}"))
+    assert found == []
 
 
 def test_the_tool_lists_and_loads_only_what_the_workspace_config_allows(installed: Backend) -> None:

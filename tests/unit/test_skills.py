@@ -148,3 +148,53 @@ def test_the_gateway_loader_leaves_a_broken_skill_out_instead_of_failing_every_t
     loaded = local_skills(tmp_path)("ws1")
     assert [s.name for s in loaded] == ["good"]
     assert "skill left out" in caplog.text
+
+
+# Front matter as published skills write it, each read as PyYAML reads it (the gateway's parser
+# has no YAML library; tests/ may use one to say what the right reading is).
+YAML_FORMS = {
+    "folded": "description: >\n  Reads PDFs\n  and fills forms.\n\n  Use it for PDFs.\nlicense: MIT\n",
+    "folded, stripped, a # kept": "description: >-\n  Reads PDFs # not a comment\n  and forms.\n",
+    "literal": "description: |\n  Line one.\n  Line two.\n\ncompatibility: Needs qpdf\n",
+    "literal, kept": "description: Reads PDFs.\nlicense: |+\n  MIT\n\n\nmetadata:\n  author: ada\n",
+    "an indentation digit": "description: >2\n    Indented more.\n  Then not.\n",
+    "deeper lines folded apart": "description: >\n  Text\n    deeper\n  text\n",
+    "plain over lines": "description: Reads PDFs\n  and fills forms.\n\n  Then more.\nlicense: MIT\n",
+    "plain on the next line": "description:\n  Reads PDFs.\n",
+    "in metadata": "description: d\nmetadata:\n  notes: >\n    folded\n    note\n  author: ada\n",
+    "quoted": "description: \"Reads: PDFs\"\nlicense: 'MIT # or not'\n",
+}
+
+
+@pytest.mark.parametrize("front", list(YAML_FORMS.values()), ids=list(YAML_FORMS))
+def test_multi_line_values_read_as_yaml_reads_them(front: str) -> None:
+    import yaml
+
+    expected = yaml.safe_load(f"name: pdf\n{front}")
+    skill = parse_skill(f"---\nname: pdf\n{front}---\nBody.\n")
+    assert skill.description == expected["description"].strip()
+    assert (skill.license, skill.compatibility) == (expected.get("license"), expected.get("compatibility"))
+    assert skill.metadata == (expected.get("metadata") or {})
+    assert skill.body == "Body."
+
+
+def test_a_block_line_indented_less_than_its_first_is_an_error_at_its_line() -> None:
+    text = "---\nname: pdf\ndescription: |\n    deep\n  shallow\n---\n"
+    with pytest.raises(SkillError, match=r"^pdf/SKILL\.md:5: this line of the block is indented less"):
+        parse_skill(text, "pdf/SKILL.md")
+
+
+def test_every_broken_rule_is_reported_at_its_line_in_one_error() -> None:
+    text = (
+        "---\nname: Bad--Name\ndescription: \nfoo: bar\nmetadata:\n  gateway:trigger: keyword\n---\nBody.\n"
+    )
+    with pytest.raises(SkillError) as caught:
+        parse_skill(text, "src/Bad--Name/SKILL.md")
+    assert str(caught.value).splitlines() == [
+        "src/Bad--Name/SKILL.md:2: name 'Bad--Name' is not lowercase letters, digits and hyphens (1-64), "
+        "without a leading, trailing or doubled hyphen",
+        "src/Bad--Name/SKILL.md:3: description is required",
+        "src/Bad--Name/SKILL.md:4: 'foo' is not a SKILL.md field (allowed-tools, compatibility, "
+        "description, license, metadata, name); put extensions in metadata",
+        "src/Bad--Name/SKILL.md:6: gateway:trigger keyword needs gateway:keywords",
+    ]
