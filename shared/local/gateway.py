@@ -7,11 +7,8 @@ nothing that was accepted.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,19 +43,16 @@ from shared.ingress.http import HttpAnswer, WebhookFront, page, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.local.logs import RequestIds
+from shared.local.sse import session_events
 from shared.local.web_socket import Connection, CorsMiddleware, DeltaHub, preflight
 from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
-from shared.models import LaneItem, new_workspace
+from shared.models import LaneItem, OutboxEntry, new_workspace
 from shared.providers import build_provider, cached_provider_factory
 from shared.providers.deadline import deadline
-from shared.serde import to_jsonable
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
-
-SSE_POLL_S = 0.1
-SSE_HEARTBEAT_S = 15.0
 
 
 @dataclass
@@ -249,7 +243,8 @@ class LocalGateway:
         return _response(await run_in_threadpool(self.front.outbox, p["workspace"], p["session"], req))
 
     async def _get_stream(self, request: Request) -> Response:
-        """Server-sent events: one `reply` event per outbox entry, resumable with Last-Event-ID."""
+        """Server-sent events: a `reply` event per outbox entry, resumable with Last-Event-ID, and
+        the session's live `delta` events (shared.local.sse)."""
         req = await _to_webhook_request(request, b"")
         workspace, session = request.path_params["workspace"], request.path_params["session"]
         await run_in_threadpool(self.ingress.authorise_read, workspace, req)
@@ -260,26 +255,14 @@ class LocalGateway:
         timeout = _parse_timeout(request.query_params.get("timeout"))
         session_id = web.session_id_for(session)
 
-        async def events() -> AsyncIterator[bytes]:
-            nonlocal after
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            last_beat = loop.time()
-            while loop.time() < deadline and not await request.is_disconnected():
-                entries = await run_in_threadpool(
-                    self.backend.outbox.read, workspace, session_id, after_seq=after
-                )
-                for e in entries:
-                    after = e.seq
-                    data = json.dumps({"seq": e.seq, **to_jsonable(e.message)})
-                    yield f"id: {e.seq}\nevent: reply\ndata: {data}\n\n".encode()
-                if loop.time() - last_beat > SSE_HEARTBEAT_S:
-                    last_beat = loop.time()
-                    yield b": keep-alive\n\n"
-                await asyncio.sleep(SSE_POLL_S)
+        def read(after_seq: int) -> list[OutboxEntry]:
+            return self.backend.outbox.read(workspace, session_id, after_seq=after_seq)
 
+        events = session_events(
+            request, read=read, hub=self.deltas, key=(workspace, session_id), after=after, timeout=timeout
+        )
         return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
         )
 
 

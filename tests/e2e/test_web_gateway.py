@@ -55,6 +55,38 @@ def test_the_reply_is_readable_as_server_sent_events(gateway: DevGateway) -> Non
     assert (data["text"], data["in_reply_to"], data["seq"]) == ("stream me", "evt-sse", 1)
 
 
+def test_the_stream_carries_the_replys_deltas_over_the_wire_before_the_reply(gateway: DevGateway) -> None:
+    # A reply the fake model writes a word at a time (tests/support/slow_streams.py's marker).
+    text = " ".join(f"word{i}" for i in range(120)) + " [fake:pace=50]"
+    target = "/sessions/default/s1/stream?timeout=120"
+    headers = web.signed_headers(gateway.secret, target.encode())
+    names: list[str] = []
+    outbox_at_first_delta: list[dict[str, object]] | None = None
+    with httpx.stream("GET", gateway.url + target, headers=headers, timeout=150) as resp:
+        gateway.post(text, event_id="evt-deltas")
+        event: list[str] = []
+        for line in resp.iter_lines():
+            if line:
+                event.append(line)
+                continue
+            if not event or event[0].startswith(":"):
+                event = []
+                continue
+            names.append(event[0])
+            if event[0] == "event: delta" and outbox_at_first_delta is None:
+                outbox_at_first_delta = gateway.outbox()
+            if event[-2:-1] == ["event: reply"]:
+                reply = json.loads(event[-1].removeprefix("data: "))
+                assert event[0] == f"id: {reply['seq']}"
+                break
+            event = []
+    # Through uvicorn as `sigil dev` serves it: deltas (without ids) while the outbox was still
+    # empty, then the reply with its id.
+    assert names[:-1] and set(names[:-1]) == {"event: delta"} and names[-1].startswith("id: ")
+    assert outbox_at_first_delta == []
+    assert reply["text"] == text and reply["in_reply_to"] == "evt-deltas"
+
+
 def test_a_bad_signature_is_401_and_nothing_is_queued(gateway: DevGateway, fake_openai: FakeOpenAI) -> None:
     body = json.dumps({"event_id": "evt-bad", "session": "s1", "user": "u1", "text": "hi"}).encode()
     forged = web.signed_headers("not-the-secret", body)
