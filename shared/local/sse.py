@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from shared.channels.web import WebDelta
 from shared.channels.web_frames import delta_frame
-from shared.local.web_socket import DeltaHub, Key, _Subscriber
+from shared.local.web_socket import DeltaHub, DeltaSubscriber, Key
 from shared.models import OutboxEntry
 from shared.serde import to_jsonable
 
@@ -51,7 +51,7 @@ async def session_events(
     is dropped: the reply supersedes it.
     """
     loop = asyncio.get_running_loop()
-    sub = _Subscriber(loop)
+    sub = DeltaSubscriber(loop)
     # Subscribed before the first read: a part that finishes in between is in that read.
     pending = hub.subscribe(key, sub)  # the parts in flight, each as one delta from offset 0
     committed: set[tuple[str, int]] = set()
@@ -79,7 +79,7 @@ async def session_events(
         hub.unsubscribe([key], sub)
 
 
-async def _next_deltas(sub: _Subscriber, wait_s: float) -> list[WebDelta]:
+async def _next_deltas(sub: DeltaSubscriber, wait_s: float) -> list[WebDelta]:
     """What the hub has pushed: waits up to `wait_s` for the first, then takes all that are queued."""
     try:
         items = [await asyncio.wait_for(sub.queue.get(), wait_s)]

@@ -51,7 +51,7 @@ CLOSE_ORIGIN = 4403
 Key = tuple[str, str]  # (workspace_id, session_id)
 
 
-class _Subscriber:
+class DeltaSubscriber:
     """One connection's inbox, fed from the turns' threads."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -68,7 +68,7 @@ class DeltaHub:
     """The local DeltaSink: each session's live text, fanned out to the connections watching it."""
 
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _subscribers: dict[Key, set[_Subscriber]] = field(default_factory=dict)
+    _subscribers: dict[Key, set[DeltaSubscriber]] = field(default_factory=dict)
     # The text streamed so far of each part not yet final, for a connection that joins mid-turn.
     _inflight: dict[tuple[str, str, str, int], WebDelta] = field(default_factory=dict)
 
@@ -89,13 +89,13 @@ class DeltaHub:
         for sub in subscribers:
             sub.push(delta)
 
-    def subscribe(self, key: Key, sub: _Subscriber) -> list[WebDelta]:
+    def subscribe(self, key: Key, sub: DeltaSubscriber) -> list[WebDelta]:
         """Watch a session; returns its parts in flight, each as one delta from offset 0."""
         with self._lock:
             self._subscribers.setdefault(key, set()).add(sub)
             return [d for p, d in self._inflight.items() if p[:2] == key]
 
-    def unsubscribe(self, keys: Iterable[Key], sub: _Subscriber) -> None:
+    def unsubscribe(self, keys: Iterable[Key], sub: DeltaSubscriber) -> None:
         with self._lock:
             for key in keys:
                 subs = self._subscribers.get(key)
@@ -158,7 +158,7 @@ class Connection:
         if claims is None:
             return
         self.claims = claims
-        sub = _Subscriber(asyncio.get_running_loop())
+        sub = DeltaSubscriber(asyncio.get_running_loop())
         pump = asyncio.create_task(self._pump(sub))
         try:
             await self._read(claims, sub)
@@ -215,7 +215,7 @@ class Connection:
             return str(message["text"])
         return bytes(message.get("bytes") or b"").decode("utf-8", errors="replace")
 
-    async def _read(self, claims: BrowserClaims, sub: _Subscriber) -> None:
+    async def _read(self, claims: BrowserClaims, sub: DeltaSubscriber) -> None:
         while True:
             raw = await self._receive()
             try:
@@ -245,7 +245,7 @@ class Connection:
         result = await run_in_threadpool(self.browser.send, claims, frame)
         await self.send(accepted_frame(frame.event_id, frame.session, result.status))
 
-    async def _pump(self, sub: _Subscriber) -> None:
+    async def _pump(self, sub: DeltaSubscriber) -> None:
         """Deltas and outbox replies, in order, from this task alone (so no reply goes out twice)."""
         assert self.claims is not None
         claims = self.claims
