@@ -213,7 +213,11 @@ def open_identities(
             try:
                 store = backend.identities
                 require_known_workspace(
-                    ws, settings, file, lambda: nullcontext(backend), holds=lambda w: bool(store.list_identities(w))
+                    ws,
+                    settings,
+                    file,
+                    lambda: nullcontext(backend),
+                    holds=lambda w: bool(store.list_identities(w)),
                 )
                 yield store, ws
             finally:
@@ -224,7 +228,11 @@ def open_identities(
         identities = SqliteIdentityStore(db)
         sources = _Sources(SqliteWorkspaceStore(db), SqliteRouteStore(db), SqliteSessionStore(db))
         require_known_workspace(
-            ws, settings, file, lambda: nullcontext(sources), holds=lambda w: bool(identities.list_identities(w))
+            ws,
+            settings,
+            file,
+            lambda: nullcontext(sources),
+            holds=lambda w: bool(identities.list_identities(w)),
         )
         yield identities, ws
     finally:
@@ -320,7 +328,9 @@ def require_known_workspace(
         if found.workspaces.get(workspace) is not None or found.sessions.list_sessions(workspace, limit=1):
             return
         routes = found.routes.list_routes()
-        routed = {r.workspace for r in routes} | {o.workspace for r in routes for o in r.chats.values() if o.workspace}
+        routed = {r.workspace for r in routes} | {
+            o.workspace for r in routes for o in r.chats.values() if o.workspace
+        }
         if workspace in routed:
             return
         known = configured | routed | {c.id for c in found.workspaces.list_workspaces()}
