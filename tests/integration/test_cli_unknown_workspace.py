@@ -8,6 +8,7 @@ holding what the command reads (its facts, identities, skills)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from shared.backend import Backend
 from shared.cli import app
 from shared.cli._app import target_settings
 from shared.config import Settings
-from shared.models import ChannelRoute, Identity, Session, Triple, WorkspaceConfig
+from shared.models import ChannelRoute, Identity, Session, Triple, WorkspaceConfig, new_workspace
 from tests.support.moto_stack import REGION, moto_stack
 
 runner = CliRunner()
@@ -172,3 +173,17 @@ def test_consolidate_refuses_an_unknown_workspace_the_same_way(tmp_path: Path) -
     assert "Invalid value for '--workspace': no workspace 'taem'; the known ones are: default, family" in (
         refusal(result)
     )
+
+
+def test_workspace_show_refuses_an_unknown_one_and_shows_a_known_one_without_stored_config(
+    target: Target,
+) -> None:
+    message = refusal(target.sigil("workspace", "show", "taem"))
+    assert f"Invalid value for 'WORKSPACE': no workspace 'taem'; the known ones are: {KNOWN}" in message
+    # chat has sessions and no stored configuration: its turns run on the defaults, shown as such
+    shown = target.sigil("workspace", "show", "chat", "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == new_workspace("chat").model_dump(mode="json")
+    assert "workspace 'chat' has no stored configuration" in shown.stderr
+    stored = target.sigil("workspace", "show", "team", "-o", "json")
+    assert json.loads(stored.stdout)["id"] == "team" and stored.stderr == ""
