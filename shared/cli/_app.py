@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 if TYPE_CHECKING:
     from shared.backend import Backend
     from shared.configuration import SigilFile
     from shared.models import Identity
-    from shared.ports import IdentityStore
+    from shared.ports import IdentityStore, RouteStore, SessionStore, WorkspaceStore
 
 import typer
 
@@ -100,10 +100,17 @@ def target_settings(
 ) -> Settings:
     """The settings of the backend a command administers: the local one (settings_for), or with
     `stack` the deployed stack its CloudFormation outputs name, in `region`."""
+    return target_settings_and_file(data_dir, stack, region, **overrides)[0]
+
+
+def target_settings_and_file(
+    data_dir: Path | None, stack: str | None = None, region: str | None = None, **overrides: object
+) -> tuple[Settings, SigilFile | None]:
+    """target_settings, and the configuration file it read (None: no file at the default path)."""
     values = stack_settings(stack, region)
     # A flag given on the command line wins over the stack's output of the same setting.
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return settings_for(data_dir, **values)
+    return settings_and_file(data_dir, **values)
 
 
 def target_config(
@@ -186,23 +193,48 @@ def open_identities(
     data_dir: Path | None, workspace: str | None, stack: str | None = None, region: str | None = None
 ) -> Iterator[tuple[IdentityStore, str]]:
     """The identity store of the target (target_settings; embedded: only the data dir's sigil.db
-    is opened), and the workspace."""
-    from shared.adapters.embedded import Database, SqliteIdentityStore, open_data_dir
+    is opened), and the workspace: a known one (require_known_workspace; its identities count)."""
+    from shared.adapters.embedded import (
+        Database,
+        SqliteIdentityStore,
+        SqliteRouteStore,
+        SqliteSessionStore,
+        SqliteWorkspaceStore,
+        open_data_dir,
+    )
 
-    settings = target_settings(data_dir, stack, region)
+    settings, file = target_settings_and_file(data_dir, stack, region)
+    ws = workspace or settings.resolved_channel_workspace()
     if settings.backend != "embedded":
         from shared.adapters import build_backend
 
         with said_in_one_line():
             backend = build_backend(settings)
             try:
-                yield backend.identities, workspace or settings.resolved_channel_workspace()
+                store = backend.identities
+                require_known_workspace(
+                    ws,
+                    settings,
+                    file,
+                    lambda: nullcontext(backend),
+                    holds=lambda w: bool(store.list_identities(w)),
+                )
+                yield store, ws
             finally:
                 backend.close()
         return
     db = Database(open_data_dir(settings.data_dir) / "sigil.db")
     try:
-        yield SqliteIdentityStore(db), workspace or settings.resolved_channel_workspace()
+        identities = SqliteIdentityStore(db)
+        sources = _Sources(SqliteWorkspaceStore(db), SqliteRouteStore(db), SqliteSessionStore(db))
+        require_known_workspace(
+            ws,
+            settings,
+            file,
+            lambda: nullcontext(sources),
+            holds=lambda w: bool(identities.list_identities(w)),
+        )
+        yield identities, ws
     finally:
         db.close()
 
@@ -222,19 +254,95 @@ def admin(action: Callable[[], Identity]) -> Identity:
 
 @contextmanager
 def open_backend(
-    data_dir: Path | None, workspace: str | None, stack: str | None = None, region: str | None = None
+    data_dir: Path | None,
+    workspace: str | None,
+    stack: str | None = None,
+    region: str | None = None,
+    *,
+    holds: Callable[[Backend, str], bool] | None = None,
 ) -> Iterator[tuple[Backend, str]]:
     """The backend of the target (target_settings: the embedded data dir by default, or a
-    deployed stack), and the workspace."""
+    deployed stack), and the workspace: a known one (require_known_workspace; what `holds` finds
+    in it counts)."""
     from shared.adapters import build_backend
 
-    settings = target_settings(data_dir, stack, region)
+    settings, file = target_settings_and_file(data_dir, stack, region)
+    ws = workspace or settings.default_workspace
     with said_in_one_line():
         backend = build_backend(settings)
         try:
-            yield backend, workspace or settings.default_workspace
+            require_known_workspace(
+                ws,
+                settings,
+                file,
+                lambda: nullcontext(backend),
+                holds=None if holds is None else (lambda w: holds(backend, w)),
+            )
+            yield backend, ws
         finally:
             backend.close()
+
+
+class WorkspaceSources(Protocol):
+    """The stores that say a workspace exists (a Backend has them all)."""
+
+    @property
+    def workspaces(self) -> WorkspaceStore: ...
+
+    @property
+    def routes(self) -> RouteStore: ...
+
+    @property
+    def sessions(self) -> SessionStore: ...
+
+
+class _Sources:
+    def __init__(self, workspaces: WorkspaceStore, routes: RouteStore, sessions: SessionStore) -> None:
+        self.workspaces, self.routes, self.sessions = workspaces, routes, sessions
+
+
+def require_known_workspace(
+    workspace: str,
+    settings: Settings,
+    file: SigilFile | None,
+    sources: Callable[[], AbstractContextManager[WorkspaceSources]],
+    *,
+    holds: Callable[[str], bool] | None = None,
+    option: str = "--workspace",
+) -> None:
+    """End the command (exit 2, a usage error listing the known ones) when `workspace` is none
+    the target knows; a typo would otherwise read as an empty workspace ("no memories").
+
+    Known (docs/configuration.md): the settings' default and channel workspaces (where messages
+    land with no configuration at all); one the configuration file names; one with a stored
+    WorkspaceConfig or a stored route into it; one holding a session (a workspace the cloud's
+    agent served needs no stored configuration); one holding what the command reads (`holds`:
+    its facts, identities, skills). The stores are opened (`sources`) only when the cheap checks
+    do not decide. The list names the ones that can be listed: sessions and data are found per
+    workspace, not listed.
+    """
+    configured = _configured_workspaces(settings, file)
+    if workspace in configured or (holds is not None and holds(workspace)):
+        return
+    with sources() as found:
+        if found.workspaces.get(workspace) is not None or found.sessions.list_sessions(workspace, limit=1):
+            return
+        routes = found.routes.list_routes()
+        routed = {r.workspace for r in routes} | {
+            o.workspace for r in routes for o in r.chats.values() if o.workspace
+        }
+        if workspace in routed:
+            return
+        known = configured | routed | {c.id for c in found.workspaces.list_workspaces()}
+    raise typer.BadParameter(
+        f"no workspace {workspace!r}; the known ones are: {', '.join(sorted(known))}",
+        param_hint=f"'{option}'",
+    )
+
+
+def _configured_workspaces(settings: Settings, file: SigilFile | None) -> set[str]:
+    named = {settings.default_workspace, settings.resolved_channel_workspace()}
+    return named | set(file.workspaces if file is not None else ())
 
 
 @contextmanager

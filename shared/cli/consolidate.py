@@ -56,13 +56,6 @@ def consolidate(
             return consolidation_model(settings)
 
         report: CompactionResult | WorkspaceReport | HourlyReport
-        known = sorted(w.id for w in backend.workspaces.list_workspaces())
-        if workspace is not None and workspace not in known:
-            # Consolidation runs over the stored workspaces; a name not among them is a typo.
-            typer.echo(
-                f"no workspace {workspace!r}; the known ones are: {', '.join(known) or 'none'}", err=True
-            )
-            raise typer.Exit(1)
         if session is not None and backend.sessions.get(ws, session) is None:
             web_id = f"web.{session}"  # what `sigil send --session` names, as the web channel stores it
             hint = f" (did you mean {web_id}?)" if backend.sessions.get(ws, web_id) is not None else ""

@@ -83,6 +83,13 @@ def dev(
         ),
         err=True,
     )
+    if config is not None:
+        # As `sigil config diff|apply` end: a skill the file names that the data dir has not
+        # installed would otherwise leave the workspace's turns without it, unnoticed.
+        from shared.configuration import skills_not_installed
+
+        for line in skills_not_installed(config, gateway.backend.skills):
+            typer.echo(line, err=True)
     try:
         uvicorn.Server(uvicorn.Config(gateway.app(), log_config=None)).run(sockets=[listener])
     finally:

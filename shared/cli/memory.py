@@ -19,6 +19,7 @@ from shared.cli._app import (
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from shared.backend import Backend
     from shared.models import Triple
 
 
@@ -31,6 +32,16 @@ app.add_typer(memory_app, name="memory")
 MemoryWorkspace = Annotated[
     str | None, typer.Option("--workspace", "-w", help="workspace id (default: $SIGIL_DEFAULT_WORKSPACE)")
 ]
+
+
+def _holds_memory(backend: Backend, workspace: str) -> bool:
+    """A workspace with facts or summaries is known to `sigil memory` (require_known_workspace)."""
+    from shared.models import WORKSPACE_WIDE
+
+    return bool(
+        backend.memory.list_triples(workspace, scope=WORKSPACE_WIDE, limit=1)
+        or backend.memory.list_summaries(workspace, scope=WORKSPACE_WIDE, limit=1)
+    )
 
 
 def _when(value: datetime) -> str:
@@ -61,7 +72,7 @@ def memory_list(
     if status not in ("active", "all"):
         typer.echo("--status is active or all", err=True)
         raise typer.Exit(2)
-    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region, holds=_holds_memory) as (backend, ws):
         facts: list[Triple] = []
         after: str | None = None
         while len(facts) < limit and (
@@ -152,7 +163,7 @@ def _set_shared(
     from shared.errors import SigilError
     from shared.memory.sharing import set_shared
 
-    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region, holds=_holds_memory) as (backend, ws):
         try:
             triple = set_shared(backend.memory, backend.index, ws, fact_id, shared=shared)
         except SigilError as exc:
@@ -176,7 +187,7 @@ def memory_erase(
     """Erase a user from every store of the workspace (the right to erasure; docs/consolidation.md)."""
     from shared.memory.erasure import erase_user
 
-    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region, holds=_holds_memory) as (backend, ws):
         if not yes and not typer.confirm(
             f"erase everything of user {user!r} in workspace {ws!r}? This cannot be undone"
         ):
@@ -199,7 +210,7 @@ def memory_rollback(
     """Undo a consolidation run: restore what it merged, pruned or promoted; delete what it wrote."""
     from shared.consolidation.rollback import rollback_run, run_exists
 
-    with open_backend(data_dir, workspace, stack, region) as (backend, ws):
+    with open_backend(data_dir, workspace, stack, region, holds=_holds_memory) as (backend, ws):
         if not run_exists(backend, ws, run):
             typer.echo(
                 f"no consolidation run {run!r} in workspace {ws!r}: no fact or summary carries it "

@@ -22,10 +22,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_settings
+from shared.cli._app import (
+    DataDir,
+    Region,
+    Stack,
+    app,
+    require_known_workspace,
+    said_in_one_line,
+    target_settings_and_file,
+)
 
 if TYPE_CHECKING:
+    from shared.backend import Backend
     from shared.config import Settings
+    from shared.configuration import SigilFile
     from shared.ports import SkillStore
 
 skill_app = typer.Typer(help="A workspace's skills (agentskills.io SKILL.md folders).", no_args_is_help=True)
@@ -42,7 +52,13 @@ Force = Annotated[bool, typer.Option("--force", help="replace a skill of the sam
 def skill_settings(data_dir: Path | None, stack: str | None = None, region: str | None = None) -> Settings:
     """The settings every `sigil skill` command works with: the local data dir, or a deployed
     stack's (--stack; its SkillsBucket output names the bucket)."""
-    return target_settings(data_dir, stack, region)
+    return _target(data_dir, stack, region)[0]
+
+
+def _target(
+    data_dir: Path | None, stack: str | None = None, region: str | None = None
+) -> tuple[Settings, SigilFile | None]:
+    return target_settings_and_file(data_dir, stack, region)
 
 
 def skill_store(settings: Settings) -> SkillStore:
@@ -60,18 +76,50 @@ def skill_store(settings: Settings) -> SkillStore:
 
 
 def _open(
-    data_dir: Path | None, workspace: str | None = None, stack: str | None = None, region: str | None = None
+    data_dir: Path | None,
+    workspace: str | None = None,
+    stack: str | None = None,
+    region: str | None = None,
+    *,
+    option: str = "--workspace",
+    new: bool = False,
 ) -> tuple[SkillStore, str]:
+    """The store and the workspace: one the target knows (require_known_workspace; its skills
+    count), or with `new` (a command that adds a skill) any valid id, as installing a skill
+    before the workspace's configuration is applied is how a workspace gets one."""
     from shared.errors import SigilError
     from shared.skills import check_workspace
 
-    settings = skill_settings(data_dir, stack, region)
+    settings, file = _target(data_dir, stack, region)
     ws = workspace or settings.default_workspace
     try:
         check_workspace(ws)
     except SigilError as exc:
         _fail(exc.message)
-    return skill_store(settings), ws
+    store = skill_store(settings)
+    if not new:
+        with _errors():
+            require_known_workspace(
+                ws,
+                settings,
+                file,
+                lambda: _backend(settings),
+                holds=lambda w: bool(store.list_skills(w)),
+                option=option,
+            )
+    return store, ws
+
+
+@contextmanager
+def _backend(settings: Settings) -> Iterator[Backend]:
+    from shared.adapters import build_backend
+
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            yield backend
+        finally:
+            backend.close()
 
 
 def _fail(message: str) -> None:
@@ -135,7 +183,7 @@ def skill_install(
     """Install a skill, checked against the agentskills.io rules (and, from an index, its sha256)."""
     from shared.skills import install
 
-    store, ws = _open(data_dir, workspace, stack, region)
+    store, ws = _open(data_dir, workspace, stack, region, new=True)
     with _errors():
         kind = install.source_kind(source)
         if kind == "index":
@@ -195,8 +243,8 @@ def skill_copy(
     region: Region = None,
 ) -> None:
     """Copy a skill into another workspace: the copy is its own, later edits do not reach it."""
-    store, source = _open(data_dir, from_, stack, region)
-    _, target = _open(data_dir, to, stack, region)
+    store, source = _open(data_dir, from_, stack, region, option="--from")
+    _, target = _open(data_dir, to, stack, region, new=True)
     with _errors():
         paths = store.list_files(source, name)
         if not paths:
@@ -212,8 +260,8 @@ def skill_link(
     """Share a skill with another workspace: one stored copy, so an edit shows in both."""
     from shared.ports import SkillLink
 
-    store, source = _open(data_dir, from_, stack, region)
-    _, target = _open(data_dir, to, stack, region)
+    store, source = _open(data_dir, from_, stack, region, option="--from")
+    _, target = _open(data_dir, to, stack, region, new=True)
     with _errors():
         store.link_skill(target, name, SkillLink(workspace_id=source, name=name))
         typer.echo(f"linked {target}/{name} to {source}/{name}")

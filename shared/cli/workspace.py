@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, said_in_one_line, target_settings
+from shared.cli._app import (
+    DataDir,
+    Region,
+    Stack,
+    app,
+    require_known_workspace,
+    said_in_one_line,
+    target_settings,
+    target_settings_and_file,
+)
 
 workspace_app = typer.Typer(
     help="The workspaces of the local data dir or of a deployed stack (--stack): list them, show "
@@ -56,24 +66,31 @@ def workspace_show(
     region: Region = None,
 ) -> None:
     """A workspace's effective configuration: as stored, with the gateway's default model when it
-    sets none."""
+    sets none; for a known workspace with none stored (one the cloud's agent serves on the
+    defaults), the defaults its turns use."""
     import yaml
 
     from shared.adapters import build_backend
+    from shared.models import new_workspace
 
-    settings = target_settings(data_dir, stack, region)
+    settings, file = target_settings_and_file(data_dir, stack, region)
     with said_in_one_line():
         backend = build_backend(settings)
         try:
             config = backend.workspaces.get(workspace)
-            known = [] if config is not None else [c.id for c in backend.workspaces.list_workspaces()]
+            if config is None:
+                require_known_workspace(
+                    workspace, settings, file, lambda: nullcontext(backend), option="WORKSPACE"
+                )
         finally:
             backend.close()
     if config is None:
         typer.echo(
-            f"unknown workspace {workspace!r}; the known ones are: {', '.join(known) or 'none'}", err=True
+            f"workspace {workspace!r} has no stored configuration: its turns use the defaults below "
+            "(`sigil config apply` writes one)",
+            err=True,
         )
-        raise typer.Exit(1)
+        config = new_workspace(workspace)
     if config.model is None:
         config = config.model_copy(update={"model": settings.resolved_model()})
     data = config.model_dump(mode="json")

@@ -8,6 +8,7 @@ the last one, are errors here: a repeated workspace would otherwise replace the 
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -17,8 +18,18 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from shared.configuration.model import DEFAULT_WORKSPACE, Loc, SigilFile, dotted, problems
+from shared.configuration.model import (
+    DEFAULT_WORKSPACE,
+    EMBEDDING_PATTERN,
+    MODEL_REF_PATTERN,
+    Loc,
+    SigilFile,
+    dotted,
+    problems,
+    route_problems,
+)
 from shared.errors import SigilError
+from shared.models import ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,41 @@ def load_text(
         # Structure first; the cross-field rules next, located, rather than as one model error.
         file = SigilFile.model_validate(data, context={"cross_field": False})
     except ValidationError as exc:
-        raise ConfigFileError(source, [_from_pydantic(root, e) for e in exc.errors()]) from None
-    found = problems(file, default_workspace=default_workspace)
-    if found:
-        raise ConfigFileError(source, [Problem(_line_at(root, loc), dotted(loc), msg) for loc, msg in found])
+        # With the cross-field rules of the part that is valid: one run shows every error.
+        found = [_from_pydantic(root, e) for e in exc.errors()]
+        cross = _valid_part_problems(data, default_workspace)
+        raise ConfigFileError(source, _by_line(found + _located(root, cross))) from None
+    cross = problems(file, default_workspace=default_workspace)
+    if cross:
+        raise ConfigFileError(source, _by_line(_located(root, cross)))
     return file
+
+
+def _located(root: yaml.Node | None, found: list[tuple[Loc, str]]) -> list[Problem]:
+    return [Problem(_line_at(root, loc), dotted(loc), msg) for loc, msg in found]
+
+
+def _by_line(found: list[Problem]) -> list[Problem]:
+    # In file order; errors of one line keep the order they were found in (sorted is stable).
+    return sorted(found, key=lambda p: p.line if p.line is not None else 0)
+
+
+def _valid_part_problems(data: dict[str, Any], default_workspace: str) -> list[tuple[Loc, str]]:
+    """The cross-field rules over a file that has field errors: its valid workspace ids and the
+    routes that are valid on their own. A route with errors of its own is left to those; with
+    `workspaces` not a mapping nothing can be said of the routes' workspaces."""
+    workspaces = data.get("workspaces") or {}
+    channels = data.get("channels") or []
+    if not isinstance(workspaces, dict) or not isinstance(channels, list):
+        return []
+    ids = {k for k in workspaces if isinstance(k, str) and re.match(ID_PATTERN, k)}
+    routes: list[tuple[int, ChannelRoute]] = []
+    for i, raw in enumerate(channels):
+        try:
+            routes.append((i, ChannelRoute.model_validate(raw)))
+        except ValidationError:
+            continue
+    return route_problems(ids, routes, default_workspace)
 
 
 # ---------------------------------------------------------------- YAML
@@ -184,9 +225,43 @@ def _from_pydantic(root: yaml.Node | None, error: Any) -> Problem:
             message = f"unknown field {loc[-1]!r}; the known ones are: {', '.join(known)}"
     if message.startswith("Value error, "):
         message = message.removeprefix("Value error, ")
+    if error["type"] == "string_pattern_mismatch":
+        message = (
+            _pattern_message(loc, error["input"], str(error.get("ctx", {}).get("pattern", ""))) or message
+        )
     shown = loc[:-1] if loc[-1:] == ("[key]",) else loc
     path = dotted(shown) + (" (the key)" if shown != loc else "")
     return Problem(_line_at(root, loc), path, message)
+
+
+# What each pattern of the file's model allows, in words: "String should match pattern '^...$'"
+# tells a user nothing they can act on. A test checks every pattern of the schema is here.
+PATTERN_RULES: dict[str, tuple[str, str]] = {
+    ID_PATTERN: (
+        "a workspace id",
+        "1-128 characters of letters, digits and . _ @ + = -, starting with a letter or digit",
+    ),
+    ROUTE_NAME_PATTERN: (
+        "a route name",
+        "1-32 characters of a-z, 0-9 and -, starting and ending with a letter or digit "
+        "(it is the last segment of the webhook path /webhooks/PLATFORM/NAME)",
+    ),
+    MODEL_REF_PATTERN: ("a model", "provider/model, e.g. openai/gpt-4.1-mini"),
+    EMBEDDING_PATTERN: (
+        "an embedding model",
+        "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
+    ),
+}
+
+
+def _pattern_message(loc: Loc, value: object, pattern: str) -> str | None:
+    rule = PATTERN_RULES.get(pattern)
+    if rule is None:
+        return None
+    noun, allowed = rule
+    if pattern == ID_PATTERN and "workspace" not in loc and loc[:1] != ("workspaces",):
+        noun = "an id"  # the pattern of every id: only workspaces use it in the file today
+    return f"{value!r} is not {noun}: {noun} is {allowed}"
 
 
 def _known_fields(loc: Loc) -> list[str]:

@@ -150,15 +150,24 @@ class SigilFile(_Strict):
 
 def problems(file: SigilFile, *, default_workspace: str = DEFAULT_WORKSPACE) -> list[tuple[Loc, str]]:
     """What is wrong across fields, each with the path of the value at fault."""
+    return route_problems(set(file.workspaces), list(enumerate(file.channels)), default_workspace)
+
+
+def route_problems(
+    workspaces: set[str], routes: list[tuple[int, ChannelRoute]], default_workspace: str = DEFAULT_WORKSPACE
+) -> list[tuple[Loc, str]]:
+    """The cross-field rules over the file's workspace ids and its routes (each with its index
+    in `channels`): also run on the valid part of a file with errors, so its routes' rules are
+    reported with its other errors (loader.load_text)."""
     found: list[tuple[Loc, str]] = []
-    known = set(file.workspaces) | {default_workspace}
+    known = workspaces | {default_workspace}
 
     def unknown(workspace: str) -> str:
         return f"unknown workspace {workspace!r}; the known ones are: {', '.join(sorted(known))}"
 
     seen_names: dict[tuple[str, str], int] = {}
     seen_accounts: dict[tuple[str, str], int] = {}
-    for i, route in enumerate(file.channels):
+    for i, route in routes:
         if route.workspace not in known:
             found.append((("channels", i, "workspace"), unknown(route.workspace)))
         for chat, override in route.chats.items():

@@ -157,8 +157,11 @@ def test_consolidating_a_workspace_nobody_configured_lists_the_known_ones(
 ) -> None:
     seed(backend, workspace_id="team", session_id="web.demo", turns=1)
     result = sigil(data_dir, "consolidate", "--workspace", "taem")
-    assert result.exit_code == 1
-    assert one_line_error(result) == "no workspace 'taem'; the known ones are: team"
+    # A usage error (tests/integration/test_cli_unknown_workspace.py has every command's)
+    assert result.exit_code == 2
+    assert "no workspace 'taem'; the known ones are: default, team" in " ".join(
+        line.strip(" │") for line in result.output.splitlines()
+    )
 
 
 # ---------------------------------------------------------------- memory rollback

@@ -183,7 +183,11 @@ def test_bad_input_and_unknown_identities_are_clear_errors(admin: Admin) -> None
         ("telegram", "7001", "telegram:7001")
     ]
     status, _, err = admin.sigil("identity", "list", "--workspace", "empty")
-    assert status == 0 and "no identities in workspace 'empty'" in err
+    assert status == 2 and "no workspace 'empty'; the known ones are: default" in " ".join(
+        err.replace("│", " ").split()
+    )
+    status, _, err = admin.sigil("identity", "list", "--user", "nobody")
+    assert status == 0 and "no identities in workspace 'default' for user 'nobody'" in err
 
 
 def _fact(triple_id: str, obj: str, scope: MemoryScope | None) -> Triple:

@@ -76,6 +76,11 @@ def admin(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         resources = moto_aws.provision(moto_aws.name_for(tmp_path))
         monkeypatch.setenv("SIGIL_BACKEND", "aws")
         monkeypatch.setenv("SIGIL_SKILLS_BUCKET", resources.skills_bucket)
+        # The stack's tables too: a workspace with no skills is known by its configuration or
+        # sessions there (require_known_workspace). The search endpoint is never contacted.
+        settings = resources.settings(embedding_model="none", opensearch_endpoint="search.invalid")
+        for field in ("sessions_table", "memory_table", "queue_url", "event_bus_name", "opensearch_endpoint"):
+            monkeypatch.setenv(f"SIGIL_{field.upper()}", str(getattr(settings, field)))
         monkeypatch.setenv("AWS_REGION", moto_aws.REGION)
         yield Admin(tmp_path / "state", tmp_path)
 
@@ -109,8 +114,11 @@ def test_install_copy_link_edit_and_remove(admin: Admin) -> None:
     assert admin.sigil("skill", "remove", "deploy-notes", "-w", "team")[0] == 0
     assert admin.sigil("skill", "remove", "deploy-notes", "-w", "ops")[0] == 0
     assert admin.store.list_skills("ops") == [] and admin.store.list_skills("team") == []
+    # ops holds nothing now, and nothing configures it: a workspace the target does not know
     code, out = admin.sigil("skill", "remove", "deploy-notes", "-w", "ops")
-    assert code == 1 and "no skill 'deploy-notes' in ops" in out
+    assert code == 2 and "no workspace 'ops'; the known ones are: default" in " ".join(
+        out.replace("│", " ").split()
+    )
 
 
 @pytest.mark.parametrize(

@@ -99,23 +99,27 @@ def test_route_errors_point_at_the_route_and_its_field(tmp_path: Path) -> None:
               "-100123": {workspace: nowhere}
         """,
     )
-    errors = errors_of(path)
-    assert errors[0] == (
-        f"{path}:8: channels[1].platform: Input should be 'telegram', 'slack', 'discord' or 'whatsapp'"
-    )
-    assert errors[1].startswith(f"{path}:9: channels[1].name: String should match pattern")
-    assert len(errors) == 2  # the cross-field rules run once the structure is right
-
-    # Once the structure is right, the cross-field rules, each at its own line.
-    fixed = path.read_text().replace("platform: signal", "platform: slack").replace("Bad_Name", "acme")
-    path.write_text(fixed)
-    assert errors_of(path) == [
+    # Each field's error, and the cross-field rules of the routes that are valid on their own,
+    # together in one run, in file order.
+    cross_field = [
+        f"{path}:12: channels[2].name: route telegram/family is already defined at channels[0]",
         f"{path}:13: channels[2].workspace: unknown workspace 'famly'; the known ones are: default, family",
+        f"{path}:14: channels[2].account: telegram account '7012345678' is already routed by channels[0]",
         f"{path}:16: channels[2].chats.-100123.workspace: unknown workspace 'nowhere'; "
         "the known ones are: default, family",
-        f"{path}:12: channels[2].name: route telegram/family is already defined at channels[0]",
-        f"{path}:14: channels[2].account: telegram account '7012345678' is already routed by channels[0]",
     ]
+    assert errors_of(path) == [
+        f"{path}:8: channels[1].platform: Input should be 'telegram', 'slack', 'discord' or 'whatsapp'",
+        f"{path}:9: channels[1].name: 'Bad_Name' is not a route name: a route name is 1-32 characters of "
+        "a-z, 0-9 and -, starting and ending with a letter or digit (it is the last segment of the "
+        "webhook path /webhooks/PLATFORM/NAME)",
+        *cross_field,
+    ]
+
+    # Once the fields are right, the cross-field rules alone, the same.
+    fixed = path.read_text().replace("platform: signal", "platform: slack").replace("Bad_Name", "acme")
+    path.write_text(fixed)
+    assert errors_of(path) == cross_field
 
 
 def test_yaml_syntax_duplicates_and_missing_fields(tmp_path: Path) -> None:
@@ -136,7 +140,10 @@ def test_yaml_syntax_duplicates_and_missing_fields(tmp_path: Path) -> None:
 
     bad_key = write(tmp_path, "workspaces:\n  ok: {}\n  'no#hash': {}\n", "key.yaml")
     [error] = errors_of(bad_key)
-    assert error.startswith(f"{bad_key}:3: workspaces.no#hash (the key): String should match pattern")
+    assert error == (
+        f"{bad_key}:3: workspaces.no#hash (the key): 'no#hash' is not a workspace id: a workspace id is "
+        "1-128 characters of letters, digits and . _ @ + = -, starting with a letter or digit"
+    )
 
     listed = write(tmp_path, "- just\n- a list\n", "list.yaml")
     assert errors_of(listed) == [f"{listed}:1: the file must be a mapping (defaults, workspaces, channels)"]
@@ -283,3 +290,41 @@ def test_the_local_gateway_applies_the_file_at_start_and_says_which(tmp_path: Pa
     )
     no_file = Settings(data_dir=tmp_path / "state")
     assert _config_line(no_file, None) == "none (sigil.yaml not found: defaults, nothing applied)"
+
+
+def test_a_value_off_its_pattern_is_told_what_is_allowed(tmp_path: Path) -> None:
+    # Every pattern the file's schema has is said in words (a new one must be added to the rules)
+    from shared.configuration.loader import PATTERN_RULES
+
+    def patterns(node: object) -> set[str]:
+        if isinstance(node, dict):
+            found = {node["pattern"]} if isinstance(node.get("pattern"), str) else set()
+            return found.union(*(patterns(v) for v in node.values()))
+        if isinstance(node, list):
+            return set().union(*(patterns(v) for v in node))
+        return set()
+
+    schema_patterns = patterns(json.loads(json_schema()))
+    assert schema_patterns and schema_patterns <= set(PATTERN_RULES)
+
+    # ... at the line and path of the value, with the other errors of the file
+    path = write(
+        tmp_path,
+        """
+        defaults:
+          embedding_model: big-model
+        workspaces:
+          family: {active_window: 1}
+        channels:
+          - {platform: slack, name: acme, workspace: "team bot"}
+          - {platform: slack, name: home, workspace: famly}
+        """,
+    )
+    assert errors_of(path) == [
+        f"{path}:2: defaults.embedding_model: 'big-model' is not an embedding model: an embedding model is "
+        "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
+        f"{path}:4: workspaces.family.active_window: Input should be greater than or equal to 2",
+        f"{path}:6: channels[0].workspace: 'team bot' is not a workspace id: a workspace id is 1-128 "
+        "characters of letters, digits and . _ @ + = -, starting with a letter or digit",
+        f"{path}:7: channels[1].workspace: unknown workspace 'famly'; the known ones are: default, family",
+    ]
