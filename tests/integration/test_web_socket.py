@@ -18,10 +18,9 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from shared.channels import web, web_tokens
-from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import BudgetLimits, ScopeLimits, new_workspace
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.local_gateway import gateway_on_fake_openai
 
 WS = "default"
 ORIGIN = "http://127.0.0.1:8787"
@@ -29,22 +28,8 @@ ORIGIN = "http://127.0.0.1:8787"
 
 @pytest.fixture
 def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalGateway]:
-    for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CONFIG", "SIGIL_WEB_ORIGINS"):
-        monkeypatch.delenv(name, raising=False)
-    with FakeOpenAI() as fake:
-        settings = Settings(
-            data_dir=tmp_path / "state",
-            model="openai/fake-model",
-            OPENAI_BASE_URL=fake.base_url,
-            OPENAI_API_KEY="sk-test",
-            provider_max_retries=0,
-        )
-        gw = LocalGateway(settings)
-        gw.start()
-        try:
-            yield gw
-        finally:
-            gw.stop()
+    with gateway_on_fake_openai(tmp_path / "state", monkeypatch) as gw:
+        yield gw
 
 
 def token(gw: LocalGateway, user: str = "alice", sessions: list[str] | None = None, **kw: Any) -> str:

@@ -22,9 +22,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from shared.channels import web
-from shared.config import Settings
 from shared.local.gateway import LocalGateway
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.local_gateway import gateway_on_fake_openai
 
 WS = "default"
 DELTA_FIELDS = {"session", "turn_id", "part", "in_reply_to", "offset", "text"}
@@ -33,22 +32,8 @@ KEY = "AKIA" + "Q" * 16  # an AWS access key id, as a model might repeat one
 
 @pytest.fixture
 def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalGateway]:
-    for name in ("SIGIL_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SIGIL_CONFIG", "SIGIL_WEB_ORIGINS"):
-        monkeypatch.delenv(name, raising=False)
-    with FakeOpenAI() as fake:
-        settings = Settings(
-            data_dir=tmp_path / "state",
-            model="openai/fake-model",
-            OPENAI_BASE_URL=fake.base_url,
-            OPENAI_API_KEY="sk-test",
-            provider_max_retries=0,
-        )
-        gw = LocalGateway(settings)
-        gw.start()
-        try:
-            yield gw
-        finally:
-            gw.stop()
+    with gateway_on_fake_openai(tmp_path / "state", monkeypatch) as gw:
+        yield gw
 
 
 @dataclass
