@@ -510,10 +510,12 @@ for _name, _label in (
     ("summaries", "summaries pointing to their messages"),
     ("feedback", "a second search seeded by the first's hits"),
 ):
+    _on: dict[str, Any] = {_name: True}
+    _off: dict[str, Any] = {_name: False}
     GAINS += [
-        (f"{_label}, alone", Setup(**{**BEFORE, _name: True}), Setup(**BEFORE)),
-        (f"{_label}, added to the defaults", Setup(**{_name: True}), Setup(**{_name: False})),
-        (f"{_label}, added to the other four", Setup(**ALL), Setup(**{**ALL, _name: False})),
+        (f"{_label}, alone", Setup(**{**BEFORE, **_on}), Setup(**BEFORE)),
+        (f"{_label}, added to the defaults", Setup(**_on), Setup(**_off)),
+        (f"{_label}, added to the other four", Setup(**ALL), Setup(**{**ALL, **_off})),
     ]
 
 
