@@ -32,7 +32,6 @@ from shared.memory.expand import expand_summaries
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
 from shared.memory.scope import visible
 from shared.memory.second_step import (
-    NEIGHBOUR_WEIGHT,
     add_second,
     feedback_terms,
     feedback_vector,
@@ -174,7 +173,7 @@ class MemorySearch:
         feedback_docs: int = 3,
         feedback_terms: int = 4,
         feedback_beta: float = 0.5,
-        neighbour_weight: float = NEIGHBOUR_WEIGHT,
+        neighbour_weight: float = 0.0,
     ) -> None:
         """`people(workspace_id)`: the words of the names the workspace's people go by
         (shared.memory.people.WorkspacePeople); in a search of messages alone (`tiers=["message"]`,

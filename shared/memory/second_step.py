@@ -26,10 +26,11 @@ from dataclasses import replace
 from shared.memory.doc_keys import RECORD_ID_KEY
 from shared.memory.fusion import FusedHit
 
-# The share of its best neighbour's score a message gains by default (MemorySearch's
-# neighbour_weight). On LoCoMo's development split it gains on four of the five conversations
-# at 0.075 to 0.125 (conv-41 loses a little at every weight) and costs multi-hop questions about
-# 2 points while open-domain and single-hop gain: docs/memory.md, "LoCoMo retrieval".
+# The share of its best neighbour's score a message gains when neighbour propagation is on
+# (MemorySearch's neighbour_weight, off by default). On LoCoMo's development split it gains on
+# four of the five conversations added to the defaults (0.075 to 0.125), but on two alone and on
+# none added to the other mechanisms, and costs multi-hop questions about 2 points: not kept
+# (docs/memory.md, "LoCoMo retrieval").
 NEIGHBOUR_WEIGHT = 0.1
 
 # A capitalised word (letters only, at least three): a proper name when it does not open a sentence.
