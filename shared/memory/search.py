@@ -31,10 +31,17 @@ from shared.memory.doc_keys import AUTHOR_KEY, MAX_AUTHOR_CHARS, RECORD_ID_KEY
 from shared.memory.expand import expand_summaries
 from shared.memory.fusion import FusedHit, FusionMethod, fuse
 from shared.memory.scope import visible
+from shared.memory.second_step import (
+    add_second,
+    feedback_terms,
+    feedback_vector,
+    lend_to_neighbours,
+    record_of,
+)
 from shared.memory.when import TimeFilter, timed_search
 from shared.metric_catalogue import SEARCH_FALLBACK_BM25, SEARCH_FALLBACK_RECENT, record
 from shared.models import IndexQuery, MemoryTier, RecallScope
-from shared.ports import Embedder, MemoryIndex, MemoryStore
+from shared.ports import Embedder, MemoryIndex, MemoryStore, ReadsDocs
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +169,11 @@ class MemorySearch:
         summary_bring_in: bool = False,
         fact_weight: float = 0.0,
         fact_top: int = 10,
+        feedback_weight: float = 0.0,
+        feedback_docs: int = 3,
+        feedback_terms: int = 4,
+        feedback_beta: float = 0.5,
+        neighbour_weight: float = 0.0,
     ) -> None:
         """`people(workspace_id)`: the words of the names the workspace's people go by
         (shared.memory.people.WorkspacePeople); in a search of messages alone (`tiers=["message"]`,
@@ -170,9 +182,23 @@ class MemorySearch:
 
         `summary_weight` > 0: a search of messages alone ranks Tier-2 summaries beside them, and
         the `summary_top` best lend that share of their score to the messages they summarise
-        (with `summary_bring_in`, also to those that were not candidates): shared.memory.expand."""
+        (with `summary_bring_in`, also to those that were not candidates): shared.memory.expand.
+
+        `feedback_weight` > 0: the `feedback_docs` best hits seed a second search (their proper
+        names, up to `feedback_terms`, added to its keywords; its vector moved `feedback_beta`
+        towards theirs), whose scores are added at that weight. `neighbour_weight` > 0: a message
+        gains that share of the best score of the candidates beside it in its session. Both:
+        shared.memory.second_step."""
         if overfetch < 1:
             raise ValueError("overfetch must be at least 1")
+        if (
+            min(feedback_weight, feedback_beta, neighbour_weight) < 0
+            or feedback_docs < 1
+            or feedback_terms < 0
+        ):
+            raise ValueError(
+                "feedback and neighbour settings must not be negative (feedback_docs at least 1)"
+            )
         if author_boost < 0:
             raise ValueError("author_boost must not be negative")
         self._index = index
@@ -193,6 +219,11 @@ class MemorySearch:
         self._summary_bring_in = summary_bring_in
         self._fact_weight = fact_weight
         self._fact_top = fact_top
+        self._feedback_weight = feedback_weight
+        self._feedback_docs = feedback_docs
+        self._feedback_terms = feedback_terms
+        self._feedback_beta = feedback_beta
+        self._neighbour_weight = neighbour_weight
 
     def search(
         self,
@@ -308,7 +339,70 @@ class MemorySearch:
             )
         if self._author_boost:
             fused = boost_named_authors(fused, text, self._author_boost)
+        if self._feedback_weight > 0:
+            fused = self._second_search(workspace_id, text, fused, index_query, expanding)
+        if self._neighbour_weight > 0:
+            fused = lend_to_neighbours(fused, self._neighbour_weight)
         return SearchOutcome(hits=_by_record(fused, k), mode=answered, degraded=degraded)
+
+    def _second_search(
+        self, workspace_id: str, text: str, fused: list[FusedHit], first: IndexQuery, expanding: bool
+    ) -> list[FusedHit]:
+        """`fused` with a second search's scores added, seeded by its best hits (pseudo-relevance
+        feedback, shared.memory.second_step); `fused` itself when it has nothing to add or fails."""
+        seeds = fused[: self._feedback_docs]
+        if not seeds:
+            return fused
+        exclude = STOP_WORDS | name_words(text) | self._names(workspace_id)
+        terms = feedback_terms(
+            [s.doc.text for s in seeds],
+            exclude=exclude,
+            limit=self._feedback_terms,
+            weights=[s.score for s in seeds],
+        )
+        second_text = f"{first.text} {' '.join(terms)}" if first.text is not None and terms else first.text
+        second_vector = first.vector
+        if first.vector is not None and self._feedback_beta > 0 and isinstance(self._index, ReadsDocs):
+            wanted = {record_of(s) for s in seeds}
+            try:
+                docs = self._index.get_docs(workspace_id, list(wanted))
+            except Exception:
+                logger.warning("the first hits' vectors unavailable; the query's own", exc_info=True)
+                docs = []
+            # The records' own documents (a chunk is part of one); each was a visible hit.
+            own = [d.vector for d in docs if d.vector is not None and d.id in wanted]
+            second_vector = feedback_vector(first.vector, own, self._feedback_beta)
+        if second_text == first.text and second_vector == first.vector:
+            return fused  # the second search would only repeat the first
+        try:
+            result = self._index.search(
+                workspace_id, first.model_copy(update={"text": second_text, "vector": second_vector})
+            )
+        except Exception:
+            logger.warning("the second search failed; the first's hits stand", exc_info=True)
+            return fused
+        second = fuse(
+            result,
+            method=self._fusion,
+            text_weight=self._text_weight,
+            vector_weight=self._vector_weight,
+            k=len(result.text_hits) + len(result.vector_hits),
+            min_score=self._min_score,
+        )
+        if expanding:  # summaries and facts lend in the first step only; the answer is messages
+            second = [f for f in second if f.doc.tier == "message"]
+        if self._author_boost:
+            second = boost_named_authors(second, text, self._author_boost)
+        return add_second(fused, second, self._feedback_weight)
+
+    def _names(self, workspace_id: str) -> frozenset[str]:
+        if self._people is None:
+            return frozenset()
+        try:
+            return self._people(workspace_id)
+        except Exception:
+            logger.warning("the workspace's people unavailable", exc_info=True)
+            return frozenset()
 
     def _without_people(self, workspace_id: str, text: str) -> str:
         """`text` without the words (and their "'s") that name the workspace's people; `text`

@@ -357,6 +357,23 @@ def test_the_author_boost_must_not_be_negative(index: SqliteMemoryIndex, memory:
 # ---------------------------------------------------------------- people's names and the embedding
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"feedback_weight": -0.1},
+        {"feedback_beta": -1.0},
+        {"feedback_docs": 0},
+        {"feedback_terms": -1},
+        {"neighbour_weight": -0.5},
+    ],
+)
+def test_second_step_settings_must_not_be_negative(
+    index: SqliteMemoryIndex, memory: SqliteMemoryStore, settings: dict[str, float]
+) -> None:
+    with pytest.raises(ValueError, match="feedback and neighbour settings"):
+        MemorySearch(index, memory, None, **settings)  # type: ignore[arg-type]
+
+
 def test_names_are_left_out_with_their_possessive_and_nothing_else() -> None:
     names = frozenset({"caroline", "melanie", "smith"})
     assert without_names("What did Caroline research?", names) == "What did research?"
