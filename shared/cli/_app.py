@@ -309,6 +309,7 @@ def require_known_workspace(
     *,
     holds: Callable[[str], bool] | None = None,
     option: str = "--workspace",
+    hint: str | None = None,
 ) -> None:
     """End the command (exit 2, a usage error listing the known ones) when `workspace` is none
     the target knows; a typo would otherwise read as an empty workspace ("no memories").
@@ -319,7 +320,8 @@ def require_known_workspace(
     agent served needs no stored configuration); one holding what the command reads (`holds`:
     its facts, identities, skills). The stores are opened (`sources`) only when the cheap checks
     do not decide. The list names the ones that can be listed: sessions and data are found per
-    workspace, not listed.
+    workspace, not listed. `hint` ends the message: how to make the workspace, where the command
+    can.
     """
     configured = _configured_workspaces(settings, file)
     if workspace in configured or (holds is not None and holds(workspace)):
@@ -334,10 +336,8 @@ def require_known_workspace(
         if workspace in routed:
             return
         known = configured | routed | {c.id for c in found.workspaces.list_workspaces()}
-    raise typer.BadParameter(
-        f"no workspace {workspace!r}; the known ones are: {', '.join(sorted(known))}",
-        param_hint=f"'{option}'",
-    )
+    message = f"no workspace {workspace!r}; the known ones are: {', '.join(sorted(known))}"
+    raise typer.BadParameter(message + (f"; {hint}" if hint else ""), param_hint=f"'{option}'")
 
 
 def _configured_workspaces(settings: Settings, file: SigilFile | None) -> set[str]:

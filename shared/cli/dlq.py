@@ -8,16 +8,25 @@ of each user's message: it is for the operator's terminal, and nothing here logs
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, app, target_settings
+from shared.cli._app import (
+    DataDir,
+    Region,
+    Stack,
+    app,
+    require_known_workspace,
+    said_in_one_line,
+    target_settings_and_file,
+)
 
 if TYPE_CHECKING:
     from shared.config import Settings
+    from shared.configuration import SigilFile
     from shared.ports import DeadLetterEntry, DeadLetters, Requeue
 
 dlq_app = typer.Typer(
@@ -45,18 +54,23 @@ def dlq_settings(
     dlq_url: str | None,
     stack: str | None = None,
     region: str | None = None,
-) -> Settings:
+) -> tuple[Settings, SigilFile | None]:
     """The one place the dlq commands get their settings: a deployed stack's (--stack, its
-    DeadLettersQueueUrl output included), or the local data dir, or explicit queue URLs."""
+    DeadLettersQueueUrl output included), or the local data dir, or explicit queue URLs; and
+    the configuration file read (it names workspaces the -w check knows)."""
     backend = "aws" if dlq_url else None
-    return target_settings(
+    return target_settings_and_file(
         data_dir, stack, region, backend=backend, queue_url=queue_url, dead_letter_queue_url=dlq_url
     )
 
 
 @contextmanager
-def open_dead_letters(settings: Settings) -> Iterator[tuple[DeadLetters, Requeue]]:
-    """The backend's dead letters, and the redrive policy over its session store."""
+def open_dead_letters(
+    settings: Settings, file: SigilFile | None = None, workspace: str | None = None
+) -> Iterator[tuple[DeadLetters, Requeue]]:
+    """The backend's dead letters, and the redrive policy over its session store; with
+    `workspace` (a -w given), one the target knows (require_known_workspace; one holding dead
+    letters counts)."""
     from shared.adapters import build_backend
     from shared.agent.redrive import requeue_policy
     from shared.errors import SigilError
@@ -74,7 +88,17 @@ def open_dead_letters(settings: Settings) -> Iterator[tuple[DeadLetters, Requeue
                 err=True,
             )
             raise typer.Exit(2)
-        yield backend.dead_letters, requeue_policy(backend.sessions)
+        dead = backend.dead_letters
+        if workspace is not None:
+            with said_in_one_line():
+                require_known_workspace(
+                    workspace,
+                    settings,
+                    file,
+                    lambda: nullcontext(backend),
+                    holds=lambda w: bool(dead.list_entries(w, limit=1)),
+                )
+        yield dead, requeue_policy(backend.sessions)
     finally:
         backend.close()
 
@@ -100,7 +124,8 @@ def dlq_list(
     region: Region = None,
 ) -> None:
     """The dead letters, by session, each session's in its original order."""
-    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url, stack, region)) as (dead, _):
+    settings, file = dlq_settings(data_dir, queue_url, dlq_url, stack, region)
+    with open_dead_letters(settings, file, workspace) as (dead, _):
         entries = dead.list_entries(workspace, limit=limit)
     if not entries:
         typer.echo("no dead letters")
@@ -125,7 +150,7 @@ def dlq_show(
     region: Region = None,
 ) -> None:
     """One dead letter, with its whole reason."""
-    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url, stack, region)) as (dead, _):
+    with open_dead_letters(dlq_settings(data_dir, queue_url, dlq_url, stack, region)[0]) as (dead, _):
         entry = dead.show(entry_id)
     if entry is None:
         typer.echo(f"no dead letter {entry_id!r}", err=True)
@@ -172,9 +197,10 @@ def dlq_redrive(
     """Put dead letters back on their lanes in original order; skip turns already committed."""
     if bool(ids) == (session is not None):
         raise typer.BadParameter("give either --session or dead-letter ids, not both and not neither")
-    settings = dlq_settings(data_dir, queue_url, dlq_url, stack, region)
+    settings, file = dlq_settings(data_dir, queue_url, dlq_url, stack, region)
     target = (workspace or settings.default_workspace, session) if session is not None else None
-    with open_dead_letters(settings) as (dead, requeue):
+    # -w names the session's workspace; with dead-letter ids it names nothing, so is not checked.
+    with open_dead_letters(settings, file, workspace if session is not None else None) as (dead, requeue):
         if not yes:
             what = (
                 f"every dead letter of session {target[1]} in {target[0]}"

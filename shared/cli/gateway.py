@@ -7,7 +7,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -17,8 +17,9 @@ from shared.cli._app import (
     Url,
     Workspace,
     app,
+    require_known_workspace,
+    said_in_one_line,
     settings_and_file,
-    settings_for,
 )
 from shared.config import Settings
 
@@ -121,21 +122,37 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _secret(settings: Settings, workspace: str) -> str:
+def _secret(settings: Settings, file: SigilFile | None, workspace: str) -> str:
+    """The workspace's web signing secret, read from the target, for a workspace it knows
+    (require_known_workspace; one holding a web secret counts): a typo in -w is named as one,
+    with the known workspaces, not as a missing secret. The check is made here, client-side, for
+    `send` and `replies` too: they sign with the secret this data dir holds, so without it they
+    could not ask the gateway anything."""
     from shared.adapters import build_backend
     from shared.channels import web
 
-    backend = build_backend(settings)
-    try:
-        secret = backend.secrets.get(web.secret_name(workspace))
-    finally:
-        backend.close()
+    # `web-secret --create` makes a workspace and its secret where the store can create secrets.
+    create = f"create it with `sigil web-secret -w {workspace} --create`"
+    with said_in_one_line():
+        backend = build_backend(settings)
+        try:
+            secret = backend.secrets.get(web.secret_name(workspace))
+            require_known_workspace(
+                workspace,
+                settings,
+                file,
+                lambda: nullcontext(backend),
+                holds=lambda _: secret is not None,
+                hint=create if settings.backend == "embedded" else None,
+            )
+        finally:
+            backend.close()
     if secret is None:
         # `sigil dev` creates only its default workspace's secret; any other is made on request.
         how = (
             "run `sigil dev` once, or `sigil web-secret --create`"
             if workspace == settings.default_workspace
-            else f"create it with `sigil web-secret -w {workspace} --create`"
+            else create
         )
         typer.echo(f"no web signing secret for workspace {workspace!r}: {how}", err=True)
         raise typer.Exit(2)
@@ -186,9 +203,9 @@ def send(
     data_dir: DataDir = None,
 ) -> None:
     """Post a signed message to the local gateway's web channel."""
-    settings = settings_for(data_dir)
+    settings, file = settings_and_file(data_dir)
     base = url or f"http://{settings.host}:{settings.port}"
-    secret = _secret(settings, workspace)
+    secret = _secret(settings, file, workspace)
     with _gateway_errors(base):
         _send(base, secret, workspace, session, user, text, event_id, wait=wait, timeout=timeout)
 
@@ -247,10 +264,10 @@ def replies(
     data_dir: DataDir = None,
 ) -> None:
     """Print a web session's replies from the outbox."""
-    settings = settings_for(data_dir)
+    settings, file = settings_and_file(data_dir)
     base = url or f"http://{settings.host}:{settings.port}"
     target = f"/sessions/{workspace}/{session}/outbox?after={after}"
-    secret = _secret(settings, workspace)
+    secret = _secret(settings, file, workspace)
     with _gateway_errors(base):
         page = _signed_get(base, secret, target)
     typer.echo(json.dumps(page, indent=2))
@@ -268,10 +285,11 @@ def web_secret(
     data_dir: DataDir = None,
 ) -> None:
     """Print a workspace's web signing secret (for your own web client; keep it out of logs)."""
-    settings = settings_for(data_dir)
+    settings, file = settings_and_file(data_dir)
     if create:
+        # The one command here that makes a workspace: any valid id, known or not.
         _create_web_secret(settings, workspace)
-    typer.echo(_secret(settings, workspace))
+    typer.echo(_secret(settings, file, workspace))
 
 
 def _create_web_secret(settings: Settings, workspace: str) -> None:

@@ -3,13 +3,23 @@ workspace (shared.replay, docs/replay.md); the report as JSON, markdown or HTML.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from shared.cli._app import DataDir, Region, Stack, Workspace, app, target_settings
+from shared.cli._app import (
+    DataDir,
+    Region,
+    Stack,
+    Workspace,
+    app,
+    require_known_workspace,
+    said_in_one_line,
+    target_settings_and_file,
+)
 
 
 class ReportFormat(StrEnum):
@@ -75,7 +85,7 @@ def replay_command(
     from shared.models import MemoryConfig
     from shared.replay import ReplayChange, render_html, render_markdown, replay
 
-    settings = target_settings(data_dir, stack, region)
+    settings, file = target_settings_and_file(data_dir, stack, region)
     try:
         prompt = system_prompt_file.read_text(encoding="utf-8") if system_prompt_file else None
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,6 +107,10 @@ def replay_command(
         raise _fail(f"nothing recorded: no Sigil data in {settings.data_dir}")
     source = build_backend(settings)
     try:
+        # A workspace the target knows (require_known_workspace): the ones with recorded
+        # sessions are among them, so a typo is named as one rather than as nothing recorded.
+        with said_in_one_line():
+            require_known_workspace(workspace, settings, file, lambda: nullcontext(source))
         report = replay(source, settings, workspace, change, sessions=session or (), runs=runs)
     except SigilError as exc:
         raise _fail(exc.message) from None

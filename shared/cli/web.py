@@ -16,7 +16,7 @@ from shared.cli._app import (
     app,
     settings_for,
     stack_outputs,
-    target_settings,
+    target_settings_and_file,
 )
 
 web_app = typer.Typer(
@@ -51,8 +51,9 @@ def _token(
     from shared.cli.gateway import _secret
     from shared.errors import SigilError
 
-    # With --stack the secret is the deployed one (Secrets Manager), read with your credentials.
-    settings = target_settings(data_dir, stack, region)
+    # With --stack the secret is the deployed one (Secrets Manager), read with your credentials,
+    # of a workspace the stack knows (_secret checks it).
+    settings, file = target_settings_and_file(data_dir, stack, region)
     try:
         ttl_s = web_tokens.parse_ttl(ttl)
         claims = web_tokens.claims_for(
@@ -60,7 +61,7 @@ def _token(
         )
     except SigilError as exc:
         raise typer.BadParameter(exc.message) from None
-    return web_tokens.mint(_secret(settings, workspace), claims)
+    return web_tokens.mint(_secret(settings, file, workspace), claims)
 
 
 @web_app.command("token")

@@ -18,7 +18,7 @@ from shared.adapters.embedded import FileSecretStore, build_embedded_backend
 from shared.backend import Backend
 from shared.cli import app
 from shared.config import Settings
-from shared.models import WORKSPACE_WIDE, Summary, Triple
+from shared.models import WORKSPACE_WIDE, Summary, Triple, new_workspace
 from tests.support.consolidation import seed
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -278,7 +278,11 @@ def test_delete_asks_first_then_deletes(data_dir: Path) -> None:
 # ---------------------------------------------------------------- web-secret
 
 
-def test_web_secret_of_another_workspace_says_how_to_create_it(data_dir: Path) -> None:
+def test_web_secret_of_a_known_workspace_without_one_says_how_to_create_it(
+    data_dir: Path, backend: Backend
+) -> None:
+    # Given a workspace with stored configuration (config apply) but no web secret yet
+    backend.workspaces.put(new_workspace("other"))
     result = sigil(data_dir, "web-secret", "-w", "other")
     assert result.exit_code == 2
     line = one_line_error(result)
@@ -286,6 +290,21 @@ def test_web_secret_of_another_workspace_says_how_to_create_it(data_dir: Path) -
         line
         == "no web signing secret for workspace 'other': create it with `sigil web-secret -w other --create`"
     )
+
+
+def test_web_secret_of_an_unknown_workspace_lists_the_known_ones_and_how_to_create_it(
+    data_dir: Path,
+) -> None:
+    # The shared check (require_known_workspace), its message ending with the way to make one.
+    result = sigil(data_dir, "web-secret", "-w", "other")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    message = " ".join(" ".join(line.strip(" │╭╮╰╯─") for line in result.output.splitlines()).split())
+    assert (
+        "Invalid value for '--workspace': no workspace 'other'; the known ones are: default; "
+        "create it with `sigil web-secret -w other --create`"
+    ) in message
+    assert "web/other" not in secrets_file(data_dir)
 
 
 def test_web_secret_create_makes_the_workspace_and_its_secret_once(data_dir: Path) -> None:
