@@ -4,24 +4,43 @@ outputs): a typo reads as an empty workspace no more (issue 15, item 6; docs/con
 
 Known: the default and channel workspaces, one sigil.yaml names, one with a stored configuration
 or route, one holding a session (how a cloud workspace without stored configuration shows), one
-holding what the command reads (its facts, identities, skills)."""
+holding what the command reads (its facts, identities, skills, dead letters, web secret).
+
+The commands: memory, pairing, identity, skill, consolidate, workspace show, dlq list|redrive,
+replay, web token|open (each on both targets), and send, replies, web-secret (the local data dir
+only: they take no --stack)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
 import pytest
 from typer.testing import CliRunner, Result
 
 from shared.adapters import build_backend
+from shared.adapters.embedded import EmbeddedLaneRunner, SqliteLanes
 from shared.backend import Backend
+from shared.channels import web
 from shared.cli import app
 from shared.cli._app import target_settings
 from shared.config import Settings
-from shared.models import ChannelRoute, Identity, Session, Triple, WorkspaceConfig, new_workspace
+from shared.models import (
+    ChannelRoute,
+    Identity,
+    InboundMessage,
+    LaneItem,
+    Sender,
+    Session,
+    Triple,
+    WorkspaceConfig,
+    new_workspace,
+)
 from tests.support.moto_stack import REGION, moto_stack
 
 runner = CliRunner()
@@ -32,9 +51,14 @@ KNOWN = "default, family, routed, team"
 class Target:
     backend: Backend
     args: list[str]
+    # What `sigil dlq` adds: on a stack, its dead-letter queue (the moto stack has no such output).
+    dlq_args: list[str] = field(default_factory=list)
 
     def sigil(self, *args: str, input: str | None = None) -> Result:
         return runner.invoke(app, [*args, *self.args], input=input)
+
+    def dlq(self, *args: str, input: str | None = None) -> Result:
+        return self.sigil("dlq", *args, *self.dlq_args, input=input)
 
 
 @pytest.fixture(autouse=True)
@@ -61,22 +85,71 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         data_dir = tmp_path / "state"
         backend = build_backend(Settings(data_dir=data_dir))
         try:
-            yield seeded(Target(backend, ["--data-dir", str(data_dir)]))
+            target = seeded(Target(backend, ["--data-dir", str(data_dir)]))
+            dead_lettered_by_the_lanes(backend)
+            yield target
         finally:
             backend.close()
         return
     with moto_stack(tmp_path) as stack:
         backend = build_backend(target_settings(None, stack.name, REGION))
         try:
-            yield seeded(Target(backend, stack.args()))
+            target = seeded(Target(backend, stack.args()))
+            target.dlq_args = ["--dlq-url", dead_lettered_by_sqs(stack.name)]
+            yield target
         finally:
             backend.close()
 
 
+# dead: a workspace only a dead letter names (what `dlq` reads); keyed: one only a web secret names
+# (what `web`, `send`, `replies` and `web-secret` read).
+DEAD = LaneItem(
+    inbound=InboundMessage(
+        event_id="evt-dead",
+        channel="web",
+        workspace_id="dead",
+        session_id="web.s1",
+        sender=Sender(id="u1"),
+        chat_id="s1",
+        text="a message the lane gave up on",
+    )
+)
+
+
+def dead_lettered_by_the_lanes(backend: Backend) -> None:
+    """The embedded lanes bury DEAD: its one attempt fails."""
+    lanes = backend.lanes
+    assert isinstance(lanes, SqliteLanes)
+    buried = threading.Event()
+
+    def fails(item: LaneItem) -> None:
+        raise RuntimeError("the model is down")
+
+    with EmbeddedLaneRunner(lanes, fails, workers=1, max_attempts=1, on_dead_letter=lambda _: buried.set()):
+        lanes.submit(DEAD)
+        assert buried.wait(30)
+    assert backend.dead_letters is not None and backend.dead_letters.list_entries("dead")
+
+
+def dead_lettered_by_sqs(stack: str) -> str:
+    """A FIFO dead-letter queue holding DEAD as SQS moves it there (its body and group)."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(
+        QueueName=f"{stack}-dlq.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    )["QueueUrl"]
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody=DEAD.model_dump_json(),
+        MessageGroupId=DEAD.inbound.lane_key,
+        MessageDeduplicationId=DEAD.dedup_id,
+    )
+    return url
+
+
 def seeded(target: Target) -> Target:
     """team: a stored configuration; routed: a stored route's; chat: a session only (a cloud
-    workspace the agent served without stored configuration); facts, people, skills: only what
-    `memory`, `pairing`/`identity` and `skill` read."""
+    workspace the agent served without stored configuration); facts, people, skills, keyed: only
+    what `memory`, `pairing`/`identity`, `skill` and the web commands read."""
     b = target.backend
     b.workspaces.put(WorkspaceConfig(id="team"))
     b.routes.put(ChannelRoute(platform="telegram", name="bot", workspace="routed"))
@@ -90,6 +163,8 @@ def seeded(target: Target) -> Target:
     b.skills.put_skill(
         "skills", "notes", {"SKILL.md": b"---\nname: notes\ndescription: Notes.\n---\nBody.\n"}
     )
+    # Both secret stores write (the port only reads): a secret set by hand, no configuration.
+    b.secrets.set(web.secret_name("keyed"), "a-web-secret-not-real")  # type: ignore[attr-defined]
     return target
 
 
@@ -187,3 +262,80 @@ def test_workspace_show_refuses_an_unknown_one_and_shows_a_known_one_without_sto
     assert "workspace 'chat' has no stored configuration" in shown.stderr
     stored = target.sigil("workspace", "show", "team", "-o", "json")
     assert json.loads(stored.stdout)["id"] == "team" and stored.stderr == ""
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def unknown(result: Result) -> bool:
+    return f"Invalid value for '--workspace': no workspace 'taem'; the known ones are: {KNOWN}" in (
+        refusal(result)
+    )
+
+
+def test_dlq_refuses_an_unknown_workspace_and_knows_one_holding_dead_letters(target: Target) -> None:
+    assert unknown(target.dlq("list", "-w", "taem"))
+    assert unknown(target.dlq("redrive", "--session", "web.s1", "-w", "taem", "--yes"))
+    # ... the refused redrive left the dead letter where it was
+    listed = target.dlq("list", "-w", "dead")
+    assert listed.exit_code == 0, listed.output
+    assert "dead/web.s1  event evt-dead" in listed.stdout and listed.stdout.endswith("1 dead letter(s)\n")
+    # a known workspace without dead letters has none; -w with dead-letter ids names no workspace
+    assert target.dlq("list", "-w", "chat").stdout == "no dead letters\n"
+    assert target.dlq("redrive", "no-such-id", "-w", "taem", "--yes").stdout.startswith("not found")
+    # dead letters make a workspace known to `dlq` only
+    assert refusal(target.sigil("memory", "list", "-w", "dead"))
+    assert refusal(target.dlq("list", "-w", "facts"))
+
+
+def test_replay_refuses_an_unknown_workspace(target: Target) -> None:
+    assert unknown(target.sigil("replay", "-w", "taem"))
+    # A known one gets past the check, to what replay itself says of it.
+    result = target.sigil("replay", "-w", "team")
+    assert result.exit_code == 2
+    assert "nothing recorded to replay in workspace 'team'" in result.output
+
+
+def test_web_token_and_open_refuse_an_unknown_workspace(target: Target) -> None:
+    for command in (["token"], ["open", "--url", "http://127.0.0.1:8787"]):
+        message = refusal(target.sigil("web", *command, "-u", "alice", "-w", "taem"))
+        assert f"no workspace 'taem'; the known ones are: {KNOWN}" in message, (command, message)
+        # The way to make one is named where `web-secret --create` can: the local data dir.
+        assert ("create it with `sigil web-secret -w taem --create`" in message) == (
+            "--stack" not in target.args
+        )
+    # A workspace holding a web secret is known to them; a known one without a secret says so.
+    assert target.sigil("web", "token", "-u", "alice", "-w", "keyed").exit_code == 0
+    result = target.sigil("web", "token", "-u", "alice", "-w", "team")
+    assert result.exit_code == 2 and "no web signing secret for workspace 'team'" in result.output
+
+
+def test_the_local_web_client_commands_refuse_an_unknown_workspace_before_asking_the_gateway(
+    tmp_path: Path,
+) -> None:
+    # send and replies sign with the secret this data dir holds: the check reads the same data
+    # dir, client-side, so a typo is named as one (no gateway needs to be running to say it).
+    data_dir = tmp_path / "state"
+    backend = build_backend(Settings(data_dir=data_dir))
+    try:
+        seeded(Target(backend, []))
+    finally:
+        backend.close()
+    create = "create it with `sigil web-secret -w taem --create`"
+    gateway = f"http://127.0.0.1:{closed_port()}"
+    for command in (["send", "hi", "-w", "taem"], ["replies", "-w", "taem"], ["web-secret", "-w", "taem"]):
+        message = refusal(runner.invoke(app, [*command, "--data-dir", str(data_dir)]))
+        assert f"no workspace 'taem'; the known ones are: {KNOWN}; {create}" in message, (command, message)
+    # keyed is known by its secret: send gets past the check to the missing gateway.
+    sent = runner.invoke(app, ["send", "hi", "-w", "keyed", "--url", gateway, "--data-dir", str(data_dir)])
+    assert (sent.exit_code, sent.output) == (1, f"no gateway at {gateway[7:]} (start it with make dev)\n")
+    # web-secret --create makes a new workspace: any valid id is taken, then known.
+    made = runner.invoke(app, ["web-secret", "-w", "fresh", "--create", "--data-dir", str(data_dir)])
+    assert made.exit_code == 0, made.output
+    asked = runner.invoke(app, ["replies", "-w", "fresh", "--url", gateway, "--data-dir", str(data_dir)])
+    assert (asked.exit_code, asked.output) == (1, f"no gateway at {gateway[7:]} (start it with make dev)\n")
