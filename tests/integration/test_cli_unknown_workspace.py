@@ -164,7 +164,7 @@ def seeded(target: Target) -> Target:
         "skills", "notes", {"SKILL.md": b"---\nname: notes\ndescription: Notes.\n---\nBody.\n"}
     )
     # Both secret stores write (the port only reads): a secret set by hand, no configuration.
-    b.secrets.set(web.secret_name("keyed"), "a-web-secret-not-real")  # type: ignore[attr-defined]
+    b.secrets.set(web.secret_name("keyed"), "a-web-secret-not-real")
     return target
 
 
