@@ -318,10 +318,10 @@ def require_known_workspace(
     land with no configuration at all); one the configuration file names; one with a stored
     WorkspaceConfig or a stored route into it; one holding a session (a workspace the cloud's
     agent served needs no stored configuration); one holding what the command reads (`holds`:
-    its facts, identities, skills, dead letters, web secret). The stores are opened (`sources`) only when the cheap checks
-    do not decide. The list names the ones that can be listed: sessions and data are found per
-    workspace, not listed. `hint` ends the message: how to make the workspace, where the command
-    can.
+    its facts, identities, skills, dead letters, web secret). The stores are opened (`sources`)
+    only when the cheap checks do not decide. The list names the ones that can be listed:
+    sessions and data are found per workspace, not listed. `hint` ends the message: how to make
+    the workspace, where the command can.
     """
     configured = _configured_workspaces(settings, file)
     if workspace in configured or (holds is not None and holds(workspace)):
