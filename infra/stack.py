@@ -177,6 +177,8 @@ class SigilStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.ingress.stage.url, description="Base URL of the webhooks")
         CfnOutput(self, "TurnsQueueUrl", value=self.lanes.turns.queue_url)
         CfnOutput(self, "DeadLettersQueueUrl", value=self.lanes.dead_letters.queue_url)
+        # The agent's SIGIL_EXTRACTION_QUEUE_URL, for an env.json of `sam local invoke` (docs/deploy.md).
+        CfnOutput(self, "ExtractionQueueUrl", value=self.consolidation.extraction.queue_url)
         CfnOutput(self, "EventBusName", value=self.consolidation.bus.event_bus_name)
         CfnOutput(self, "SessionsTable", value=self.memory.sessions.table_name)
         CfnOutput(self, "MemoryTable", value=self.memory.memory.table_name)
@@ -218,6 +220,13 @@ class SigilStack(Stack):
         # agent: posts deltas and replies to the connections of this API alone.
         self.websocket.grant_post_to_connections(self.agent.function)
         CfnOutput(self, "WebSocketUrl", value=self.websocket.stage.url, description="wss:// URL of the chat")
+        # SIGIL_WS_ENDPOINT of the agent and the ws function, for an env.json of `sam local invoke`.
+        CfnOutput(
+            self,
+            "WebSocketManagementEndpoint",
+            value=websocket.management_endpoint,
+            description="https:// endpoint that posts to the chat's connections",
+        )
 
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup

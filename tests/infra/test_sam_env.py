@@ -3,6 +3,8 @@
 SAM's `--env-vars` file only replaces the variables a function's template already defines and
 drops the others (aws/aws-sam-cli#6145), so the documented env.json gives the agent a model only
 if the documented synth puts SIGIL_MODEL into the agent's and the consolidator's environment.
+SAM cannot resolve a CloudFormation reference either: each variable the template gives as one
+must be in env.json as the stack output that holds its value (`<Name output>`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from tests.infra.helpers import Synth, logical_id, synthesize
 pytestmark = pytest.mark.slow
 
 DEPLOY = ROOT / "docs" / "deploy.md"
+# How env.json names the stack output a value is copied from.
+OUTPUT_PLACEHOLDER = re.compile(r"<(\w+) output>")
 
 
 def _section() -> str:
@@ -98,3 +102,40 @@ def test_without_a_model_at_synth_the_agent_has_no_variable_for_env_json_to_repl
     # Why the documented synth names a model: the default template leaves SIGIL_MODEL out.
     assert "SIGIL_MODEL" not in environment(dev, dev.stack.agent.function)
     assert "model" in documented_synth_context()
+
+
+def test_every_reference_in_a_functions_environment_is_in_the_documented_env_json_as_its_output(
+    documented: Synth,
+) -> None:
+    # SAM passes a reference on unresolved; the operator can fill it only from an output.
+    env_json = documented_env_json()
+    outputs: dict[str, Any] = documented.raw["Outputs"]
+    functions = documented.resources("AWS::Lambda::Function")
+    references: dict[str, Any] = {}
+    for function_id, function in functions.items():
+        for name, value in function["Properties"].get("Environment", {}).get("Variables", {}).items():
+            if not isinstance(value, str):
+                # One value per name whichever function has it: env.json is one file for all.
+                assert references.setdefault(name, value) == value, (function_id, name)
+    # The agent's extraction queue and WebSocket endpoint are among them, for the webhook's page URL too.
+    assert {"SIGIL_EXTRACTION_QUEUE_URL", "SIGIL_WS_ENDPOINT", "SIGIL_WS_URL", "SIGIL_QUEUE_URL"} <= set(
+        references
+    )
+
+    unfilled = sorted(name for name in references if name not in env_json)
+    assert unfilled == []
+    for name, value in references.items():
+        placeholder = OUTPUT_PLACEHOLDER.fullmatch(env_json[name])
+        assert placeholder is not None, f"{name}: {env_json[name]!r} names no output"
+        output = placeholder.group(1)
+        assert output in outputs, f"{name}: the stack has no output {output}"
+        assert outputs[output]["Value"] == value, f"{name}: output {output} holds another value"
+
+
+def test_every_output_the_documented_env_json_names_exists(documented: Synth) -> None:
+    named = {
+        name: found.group(1)
+        for name, value in documented_env_json().items()
+        if (found := OUTPUT_PLACEHOLDER.fullmatch(value))
+    }
+    assert named and set(named.values()) - set(documented.raw["Outputs"]) == set()

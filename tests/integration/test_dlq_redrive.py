@@ -152,12 +152,7 @@ class Stack:
         reports done is deleted, what failed is visible again at once (its visibility timeout
         cut short), and SQS moves a record to the dead-letter queue after its last receive."""
         for _ in range(100):
-            messages = self.sqs.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=10,
-                VisibilityTimeout=30,
-                MessageSystemAttributeNames=["All"],
-            ).get("Messages", [])
+            messages = self.receive()
             if not messages:
                 if self.pending() == 0:
                     return
@@ -176,6 +171,28 @@ class Stack:
                 else:
                     self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
         raise AssertionError("the turns queue never emptied")
+
+    def receive(self) -> list[Any]:
+        return list(
+            self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                VisibilityTimeout=30,
+                MessageSystemAttributeNames=["All"],
+            ).get("Messages", [])
+        )
+
+    def timed_out_invocation(self) -> None:
+        """One batch whose invocation ran its turns and then timed out before it answered: the
+        event source mapping deletes nothing, so every record comes back once its visibility
+        timeout ends (cut short here), its receive counted, whatever its turn committed."""
+        messages = self.receive()
+        assert messages, "nothing to receive"
+        agent.lambda_handler({"Records": [self.record(m) for m in messages]}, AGENT_CONTEXT)
+        for m in messages:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+            )
 
     def record(self, message: Mapping[str, Any]) -> dict[str, Any]:
         record = copy.deepcopy(RECORD_TEMPLATE)
@@ -280,13 +297,63 @@ def test_on_moto_a_poisoned_sessions_turns_are_dead_lettered_listed_redriven_and
     assert shown() == [APOLOGY] * 3 + TEXTS
 
 
+def test_on_moto_a_redrive_skips_a_turn_that_committed_before_it_was_dead_lettered(
+    stack: Stack, model: FaultModel
+) -> None:
+    session = "web.timed-out"
+    outbox = cloud.turn_deps().backend.outbox
+    sessions = cloud.turn_deps().backend.sessions
+    lanes = SqsLanes(stack.queue_url, region=REGION)
+
+    def shown() -> list[str]:
+        return [e.message.text for e in outbox.read(WS, session)]
+
+    # Given a turn answered and committed by an invocation that then timed out, and received
+    # again by one that timed out too (its turn a redelivery, skipped): SQS counts both receives
+    lanes.submit(web_item(session, "evt-0", TEXTS[0]))
+    stack.timed_out_invocation()
+    assert shown() == [TEXTS[0]]
+    stack.timed_out_invocation()
+    assert shown() == [TEXTS[0]] and model.tries[TEXTS[0]] == 1
+    # And the session's next two messages, queued behind it, fail until they are given up
+    model.down = True
+    lanes.submit(web_item(session, "evt-1", TEXTS[1]))
+    lanes.submit(web_item(session, "evt-2", TEXTS[2]))
+    stack.run_agent()
+    # Then all three are dead letters, in order: the answered one moved on its next receive,
+    # and given up on by nothing, so no apology for it
+    assert shown() == [TEXTS[0], APOLOGY, APOLOGY]
+    listed = sigil("dlq", "list", "-w", WS, env=stack.operator_env())
+    rows = [line.split() for line in listed.splitlines() if "event " in line]
+    assert [row[row.index("event") + 1] for row in rows] == ["evt-0", "evt-1", "evt-2"]
+    ids = [row[0] for row in rows]
+
+    # When the fault is fixed and the session redriven
+    model.down = False
+    redrive = sigil("dlq", "redrive", "--session", session, "-w", WS, "--yes", env=stack.operator_env())
+    # Then the committed turn is skipped, and says so; the two given up are put back in order
+    assert f"skipped   {ids[0]}  its turn already committed" in redrive
+    assert f"redriven  {ids[1]}  as event evt-1.r1" in redrive
+    assert f"redriven  {ids[2]}  as event evt-2.r1" in redrive
+    assert redrive.index(ids[1]) < redrive.index(ids[2])
+    assert "2 redriven, 1 skipped, 0 failed, 0 not found" in redrive
+    stack.run_agent()
+
+    # And each message is answered once, in order: the skipped one not asked of the model again
+    assert shown() == [TEXTS[0], APOLOGY, APOLOGY, TEXTS[1], TEXTS[2]]
+    assert {text: model.tries[text] for text in TEXTS} == dict.fromkeys(TEXTS, 1)
+    stored = sessions.get(WS, session)
+    assert stored is not None
+    assert_answered_once_in_order(stored.active_messages)
+    assert "no dead letters" in sigil("dlq", "list", env=stack.operator_env())
+
+
 # ---------------------------------------------------------------- embedded: the local gateway
 
 
-@pytest.fixture
-def gateway(tmp_path: Path, model: FaultModel) -> Iterator[LocalGateway]:
+def local_gateway(data_dir: Path, model: FaultModel) -> LocalGateway:
     settings = Settings(
-        data_dir=tmp_path / "state",
+        data_dir=data_dir,
         model="openai/fake-model",
         OPENAI_BASE_URL=model.base_url,
         OPENAI_API_KEY="sk-test",
@@ -296,6 +363,12 @@ def gateway(tmp_path: Path, model: FaultModel) -> Iterator[LocalGateway]:
     )
     gw = LocalGateway(settings)
     gw.ensure_workspace(WS)
+    return gw
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, model: FaultModel) -> Iterator[LocalGateway]:
+    gw = local_gateway(tmp_path / "state", model)
     gw.start()
     try:
         yield gw
@@ -389,6 +462,107 @@ def test_a_redrive_before_the_fix_is_given_up_again_without_keeping_the_message_
     stored = gateway.backend.sessions.get(WS, session)
     assert stored is not None and [m.content for m in stored.active_messages] == [TEXTS[0], TEXTS[0]]
     assert [m.kind for m in stored.active_messages] == ["user", "assistant"]
+
+
+class Killed(BaseException):
+    """The gateway's process dying: no `except Exception` of the lane runner stops it."""
+
+
+def dying_after_each_turn(gw: LocalGateway) -> list[str]:
+    """Make `gw` die after each turn it runs, once the turn has returned and before its lane
+    records the item done (the item stays in flight, as a crash leaves it); returns the event ids
+    of the turns that ran."""
+    ran: list[str] = []
+    turn = gw.runner.handler
+
+    def handler(item: LaneItem) -> None:
+        turn(item)
+        ran.append(item.inbound.event_id)
+        raise Killed
+
+    gw.runner.handler = handler
+    return ran
+
+
+def test_on_the_embedded_backend_a_redrive_skips_a_turn_that_committed_before_it_was_dead_lettered(
+    tmp_path: Path, model: FaultModel
+) -> None:
+    data_dir = tmp_path / "state"
+    session = web.session_id_for("crashed")
+
+    def post(gw: LocalGateway, i: int) -> None:
+        secret = gw.backend.secrets.get(web.secret_name(WS))
+        assert secret is not None
+        body = json.dumps({"event_id": f"evt-{i}", "session": "crashed", "user": "alice", "text": TEXTS[i]})
+        response = TestClient(gw.app()).post(
+            f"/webhooks/web/{WS}", content=body.encode(), headers=web.signed_headers(secret, body.encode())
+        )
+        assert response.status_code == 202, response.text
+
+    def shown(gw: LocalGateway) -> list[str]:
+        return [e.message.text for e in gw.backend.outbox.read(WS, session)]
+
+    # Given a gateway that dies right after a turn answered and committed, before its lane
+    # recorded the item done; and one started after it that takes the item back (a redelivery,
+    # skipped by the turn) and dies there too
+    first = local_gateway(data_dir, model)
+    ran = dying_after_each_turn(first)
+    first.start()
+    try:
+        post(first, 0)
+        assert wait_until(lambda: ran == ["evt-0"])
+        assert shown(first) == [TEXTS[0]]
+    finally:
+        first.stop()
+    second = local_gateway(data_dir, model)
+    ran = dying_after_each_turn(second)
+    second.start()
+    try:
+        assert wait_until(lambda: ran == ["evt-0"])
+        # And the session's next two messages are queued behind it while the model is down
+        model.down = True
+        post(second, 1)
+        post(second, 2)
+    finally:
+        second.stop()
+    assert model.tries[TEXTS[0]] == 1
+
+    third = local_gateway(data_dir, model)
+    third.start()
+    try:
+        # Then the next gateway buries the first (its attempts used up), with no apology for a
+        # turn that committed, and gives up on the other two
+        assert wait_until(lambda: shown(third) == [TEXTS[0], APOLOGY, APOLOGY])
+        assert third.runner.wait_idle(30)
+        listed = sigil("dlq", "list", "--data-dir", str(data_dir))
+        rows = [line.split() for line in listed.splitlines() if "event " in line]
+        assert [row[row.index("event") + 1] for row in rows] == ["evt-0", "evt-1", "evt-2"]
+        assert f"interrupted after {ATTEMPTS} attempt(s)" in listed
+        ids = [row[0] for row in rows]
+
+        # When the fault is fixed and the session redriven
+        model.down = False
+        redrive = sigil(
+            "dlq", "redrive", "--session", session, "-w", WS, "--yes", "--data-dir", str(data_dir)
+        )
+        # Then the committed turn is skipped, and says so; the two given up are put back in order
+        assert f"skipped   {ids[0]}  its turn already committed" in redrive
+        assert f"redriven  {ids[1]}  as event evt-1.r1" in redrive
+        assert f"redriven  {ids[2]}  as event evt-2.r1" in redrive
+        assert redrive.index(ids[1]) < redrive.index(ids[2])
+        assert "2 redriven, 1 skipped, 0 failed, 0 not found" in redrive
+
+        # And each message is answered once, in order: the skipped one not asked of the model again
+        assert wait_until(lambda: shown(third) == [TEXTS[0], APOLOGY, APOLOGY, TEXTS[1], TEXTS[2]])
+        assert third.runner.wait_idle(30)
+        assert {text: model.tries[text] for text in TEXTS} == dict.fromkeys(TEXTS, 1)
+        stored = third.backend.sessions.get(WS, session)
+        assert stored is not None
+        assert_answered_once_in_order(stored.active_messages)
+        assert "no dead letters" in sigil("dlq", "list", "--data-dir", str(data_dir))
+        assert shown(third) == [TEXTS[0], APOLOGY, APOLOGY, TEXTS[1], TEXTS[2]]
+    finally:
+        third.stop()
 
 
 # ---------------------------------------------------------------- the CLI's refusals
