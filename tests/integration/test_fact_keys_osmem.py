@@ -6,14 +6,12 @@ leaves no text; scopes filter; a summary hit brings its messages."""
 from __future__ import annotations
 
 import pathlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from opensearchpy import OpenSearch
-from osmem_server import OsmemServer
 
-from shared.adapters.aws.opensearch import OpenSearchIndex, index_body, opensearch_client
+from shared.adapters.aws.opensearch import OpenSearchIndex, index_body
 from shared.adapters.embedded import Database, SqliteMemoryStore
 from shared.memory.fact_keys import attach_fact_keys, drop_fact_keys
 from shared.memory.scope import owner_scope, recall_scope
@@ -32,23 +30,6 @@ TEXTS = [
     "Next Tuesday evening",
     "Sounds good",
 ]
-
-
-@pytest.fixture(scope="module")
-def osmem() -> Iterator[OsmemServer]:
-    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(osmem: OsmemServer) -> OpenSearch:
-    return opensearch_client(osmem.url)
-
-
-@pytest.fixture
-def index(client: OpenSearch) -> OpenSearchIndex:
-    return OpenSearchIndex(client=client, index=f"mem-{uuid.uuid4().hex[:12]}", dimension=DIM)
 
 
 @pytest.fixture

@@ -10,44 +10,21 @@ tests/unit/test_opensearch_requests.py, and here only for the clear error it mus
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from opensearchpy import OpenSearch
-from osmem_server import OsmemServer
 
 from shared.adapters.aws.opensearch import (
     OpenSearchIndex,
     OpenSearchIndexError,
     index_body,
-    opensearch_client,
 )
 from shared.memory.search import CONTEXT_KEY
 from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, MemoryScope, RecallScope
 
 DIM = 4
-
-
-@pytest.fixture(scope="module")
-def osmem() -> Iterator[OsmemServer]:
-    # Not named `osmem_server`: osmem's own pytest plugin defines that fixture, seeded from ini
-    # options this project does not set. Japanese analysis (kuromoji) is not needed here.
-    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(osmem: OsmemServer) -> OpenSearch:
-    return opensearch_client(osmem.url)
-
-
-@pytest.fixture
-def index(client: OpenSearch) -> OpenSearchIndex:
-    # One index per test on the shared server: tests stay independent without a restart.
-    return OpenSearchIndex(client=client, index=f"mem-{uuid.uuid4().hex[:12]}", dimension=DIM)
 
 
 def _doc(ws: str, doc_id: str, text: str, **kw: Any) -> IndexDoc:

@@ -6,14 +6,11 @@ query goes through the adapter with the first's scope, and a turn beside the bes
 from __future__ import annotations
 
 import pathlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from opensearchpy import OpenSearch
-from osmem_server import OsmemServer
 
-from shared.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
+from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.adapters.embedded import Database, SqliteMemoryStore
 from shared.memory.scope import owner_scope, recall_scope
 from shared.memory.search import MemorySearch
@@ -25,23 +22,6 @@ from tests.contract.test_memory_second_step import TEXTS
 DIM = 4
 WS = "ws-second"
 SCOPE = owner_scope("telegram.100", ["ada"], group=False)
-
-
-@pytest.fixture(scope="module")
-def osmem() -> Iterator[OsmemServer]:
-    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(osmem: OsmemServer) -> OpenSearch:
-    return opensearch_client(osmem.url)
-
-
-@pytest.fixture
-def index(client: OpenSearch) -> OpenSearchIndex:
-    return OpenSearchIndex(client=client, index=f"mem-{uuid.uuid4().hex[:12]}", dimension=DIM)
 
 
 @pytest.fixture
