@@ -105,19 +105,21 @@ def test_pairing_against_a_stack(stack: MotoStack) -> None:
     assert approved is not None and (approved.status, approved.user_id) == ("approved", "ada")
 
 
+# A fact consolidation run "run-1" wrote, for the memory commands to list and roll back.
+ADA_LIKES_TEA = Triple(
+    id="k1",
+    workspace_id=WS,
+    subject="Ada",
+    predicate="likes",
+    object="tea",
+    source="consolidation",
+    run_id="run-1",
+)
+
+
 def test_memory_against_a_stack(stack: MotoStack) -> None:
     assert sigil("memory", "list", *stack.args()) == (0, f"no memories in workspace {WS!r}\n")
-    DynamoMemoryStore(stack.resources.memory_table, region=REGION).put_triple(
-        Triple(
-            id="k1",
-            workspace_id=WS,
-            subject="Ada",
-            predicate="likes",
-            object="tea",
-            source="consolidation",
-            run_id="run-1",
-        )
-    )
+    DynamoMemoryStore(stack.resources.memory_table, region=REGION).put_triple(ADA_LIKES_TEA)
     status, out = sigil("memory", "list", *stack.args())
     assert status == 0
     assert out.startswith("fact k1  [active] relevance") and "Ada | likes | tea" in out
@@ -140,17 +142,7 @@ def test_a_memory_rollback_against_a_stack_reaches_its_search_index(tmp_path: Pa
             resources = moto_aws.provision(moto_aws.name_for(tmp_path))
             create_stack("sigil-search", {**outputs(resources), "SearchEndpoint": server.url})
             args = ["--stack", "sigil-search", "--region", REGION]
-            DynamoMemoryStore(resources.memory_table, region=REGION).put_triple(
-                Triple(
-                    id="k1",
-                    workspace_id=WS,
-                    subject="Ada",
-                    predicate="likes",
-                    object="tea",
-                    source="consolidation",
-                    run_id="run-1",
-                )
-            )
+            DynamoMemoryStore(resources.memory_table, region=REGION).put_triple(ADA_LIKES_TEA)
             # When the run that wrote the fact is rolled back
             status, out = sigil("memory", "rollback", "--run", "run-1", *args)
             # Then the rollback reached the index at the stack's endpoint and the fact is gone from
