@@ -385,6 +385,23 @@ def run_backend(backend: str, args: argparse.Namespace) -> Run:
     return run
 
 
+def _resend_late(target: Target, clients: Clients, late: list[tuple[int, int]]) -> int:
+    """Send each late message again, COPIES times at once, past the deduplication window; the
+    length of the gateway's log before them. Only what the agent logs from there on answers for
+    the re-sends: a kill earlier in the run can have made the agent skip one of these very
+    messages already (a redelivery of a turn that had committed when the gateway died), under the
+    same event id."""
+    before = len(target.gw.log_text())
+    for s, m in late:
+        target.expire_dedup(event_for(s, m))
+    with ThreadPoolExecutor(max_workers=max(1, len(late) * COPIES)) as pool:
+        for f in [
+            pool.submit(clients.post, s, m, text_for(s, m, "late")) for s, m in late for _ in range(COPIES)
+        ]:
+            f.result()
+    return before
+
+
 def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     clients = Clients(target, deadline_s=args.timeout_s)
     started = time.monotonic()
@@ -441,13 +458,7 @@ def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     run.finished = settle()
     # The redelivery after the deduplication window: every original is answered and deleted.
     late = [(s, m) for s in range(run.sessions) if row_of(s) == "late" for m in LATE_AT if m < run.messages]
-    for s, m in late:
-        target.expire_dedup(event_for(s, m))
-    with ThreadPoolExecutor(max_workers=max(1, len(late) * COPIES)) as pool:
-        for f in [
-            pool.submit(clients.post, s, m, text_for(s, m, "late")) for s, m in late for _ in range(COPIES)
-        ]:
-            f.result()
+    before_late = _resend_late(target, clients, late)
     run.late_sent = len(late)
     run.finished = settle() and run.finished
     run.elapsed_s = time.monotonic() - started
@@ -458,7 +469,7 @@ def _drive(run: Run, target: Target, args: argparse.Namespace) -> None:
     def count_log() -> bool:
         # The agent's turn line for each delivery it ran: a late re-send it skipped says so.
         text = target.gw.log_text()
-        found = re.findall(r" turn .*event_id=(\S+) .*outcome=skipped_duplicate", text)
+        found = re.findall(r" turn .*event_id=(\S+) .*outcome=skipped_duplicate", text[before_late:])
         run.skipped_late = sum(event in late_ids for event in found)
         in_flight = r"(\d+) item\(s\) were in flight|records=(\d+) error=Runtime.ExitError"
         run.killed_turns = sum(int(a or b) for a, b in re.findall(in_flight, text))

@@ -74,9 +74,12 @@ def test_one_message_carries_one_correlation_id_through_webhook_agent_and_consol
 ) -> None:
     gw = DevGateway(tmp_path / "state", gateway_env(fake), extra_args=["--aws"]).start()
     try:
-        # Given the default workspace with a two-message window and summary batch
+        # Given the default workspace with a two-message window and summary batch, and no per-turn
+        # extraction: its runs (a debounce after each turn, in the same consolidate function) carry
+        # their own turn's id, and on a loaded machine the first turn's would land among the lines
+        # this test reads as the CompactionDue run's
         store = workspaces(gw)
-        store.put(WorkspaceConfig(id="default", active_window=2, summary_batch=2))
+        store.put(WorkspaceConfig(id="default", active_window=2, summary_batch=2, turn_extraction=False))
         # When a first message is answered, then a second, each its own request
         assert gw.post("first", event_id="evt-first").status_code == 202
         assert len(gw.wait_replies(1)) == 1
