@@ -211,32 +211,26 @@ def open_identities(
         with said_in_one_line():
             backend = build_backend(settings)
             try:
-                store = backend.identities
-                require_known_workspace(
-                    ws,
-                    settings,
-                    file,
-                    lambda: nullcontext(backend),
-                    holds=lambda w: bool(store.list_identities(w)),
-                )
-                yield store, ws
+                yield _known(backend.identities, ws, settings, file, backend)
             finally:
                 backend.close()
         return
     db = Database(open_data_dir(settings.data_dir) / "sigil.db")
     try:
-        identities = SqliteIdentityStore(db)
         sources = _Sources(SqliteWorkspaceStore(db), SqliteRouteStore(db), SqliteSessionStore(db))
-        require_known_workspace(
-            ws,
-            settings,
-            file,
-            lambda: nullcontext(sources),
-            holds=lambda w: bool(identities.list_identities(w)),
-        )
-        yield identities, ws
+        yield _known(SqliteIdentityStore(db), ws, settings, file, sources)
     finally:
         db.close()
+
+
+def _known(
+    identities: IdentityStore, ws: str, settings: Settings, file: SigilFile | None, sources: WorkspaceSources
+) -> tuple[IdentityStore, str]:
+    """(identities, ws) once `ws` is a known workspace; its identities count."""
+    require_known_workspace(
+        ws, settings, file, lambda: nullcontext(sources), holds=lambda w: bool(identities.list_identities(w))
+    )
+    return identities, ws
 
 
 def describe(identity: Identity) -> str:

@@ -40,7 +40,7 @@ from shared.memory.second_step import (
 )
 from shared.memory.when import TimeFilter, timed_search
 from shared.metric_catalogue import SEARCH_FALLBACK_BM25, SEARCH_FALLBACK_RECENT, record
-from shared.models import IndexQuery, MemoryTier, RecallScope
+from shared.models import IndexQuery, IndexResult, MemoryTier, RecallScope
 from shared.ports import Embedder, MemoryIndex, MemoryStore, ReadsDocs
 
 logger = logging.getLogger(__name__)
@@ -317,14 +317,7 @@ class MemorySearch:
                 scope=scope,
             )
 
-        fused = fuse(
-            result,
-            method=self._fusion,
-            text_weight=self._text_weight,
-            vector_weight=self._vector_weight,
-            k=len(result.text_hits) + len(result.vector_hits),
-            min_score=self._min_score,
-        )
+        fused = self._fuse(result)
         if expanding:
             fused = expand_summaries(
                 fused,
@@ -381,7 +374,16 @@ class MemorySearch:
         except Exception:
             logger.warning("the second search failed; the first's hits stand", exc_info=True)
             return fused
-        second = fuse(
+        second = self._fuse(result)
+        if expanding:  # summaries and facts lend in the first step only; the answer is messages
+            second = [f for f in second if f.doc.tier == "message"]
+        if self._author_boost:
+            second = boost_named_authors(second, text, self._author_boost)
+        return add_second(fused, second, self._feedback_weight)
+
+    def _fuse(self, result: IndexResult) -> list[FusedHit]:
+        """Every hit of both halves of `result`, fused with this search's settings."""
+        return fuse(
             result,
             method=self._fusion,
             text_weight=self._text_weight,
@@ -389,11 +391,6 @@ class MemorySearch:
             k=len(result.text_hits) + len(result.vector_hits),
             min_score=self._min_score,
         )
-        if expanding:  # summaries and facts lend in the first step only; the answer is messages
-            second = [f for f in second if f.doc.tier == "message"]
-        if self._author_boost:
-            second = boost_named_authors(second, text, self._author_boost)
-        return add_second(fused, second, self._feedback_weight)
 
     def _names(self, workspace_id: str) -> frozenset[str]:
         if self._people is None:

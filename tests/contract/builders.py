@@ -10,6 +10,7 @@ from shared.models import (
     InboundMessage,
     LaneItem,
     MemoryRecord,
+    MemoryScope,
     Message,
     Sender,
     Session,
@@ -83,6 +84,26 @@ def record(workspace_id: str, session_id: str, seq: int, text: str | None = None
         created_at=at(seq),
         message=message,
     )
+
+
+def user_records(
+    workspace_id: str, texts: list[str], *, user_id: str, scope: MemoryScope, session_id: str = "s1"
+) -> list[MemoryRecord]:
+    """One person's messages in one session, record `r{seq}` a minute apart, seq = position."""
+    return [
+        MemoryRecord(
+            id=f"r{seq}",
+            workspace_id=workspace_id,
+            session_id=session_id,
+            role="user",
+            text=text,
+            seq=seq,
+            created_at=at(seq),
+            user_id=user_id,
+            scope=scope,
+        )
+        for seq, text in enumerate(texts)
+    ]
 
 
 def unit_vector(axis: int, *, tilt: float = 0.0, towards: int | None = None) -> list[float]:

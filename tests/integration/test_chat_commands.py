@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ def model(body: Json) -> str | FakeReply:
 # ---------------------------------------------------------------- the gateway
 
 
-class Deployment:
+class Deployment(ABC):
     """Where the commands go: a webhook to post deliveries to, and the backend the turns run on."""
 
     model: FakeOpenAI
@@ -109,12 +110,12 @@ class Deployment:
     web_secret: str
 
     @property
-    def backend(self) -> Backend:
-        raise NotImplementedError
+    @abstractmethod
+    def backend(self) -> Backend: ...
 
+    @abstractmethod
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
         """Deliver one request to the webhook: its status and body."""
-        raise NotImplementedError
 
     def workspace(self, **changes: Any) -> None:
         config = WorkspaceConfig(

@@ -18,7 +18,7 @@ from shared.memory.scope import owner_scope, recall_scope
 from shared.memory.search import FACTS_KEY, MemorySearch
 from shared.memory.writer import MemoryWriter, summary_doc
 from shared.models import WORKSPACE_WIDE, MemoryRecord, RecallScope, Summary, Triple
-from tests.contract.builders import at
+from tests.contract.builders import at, user_records
 from tests.support.hashing_embedder import HashingEmbedder
 
 DIM = 4
@@ -42,20 +42,7 @@ def memory(tmp_path: pathlib.Path) -> Iterator[SqliteMemoryStore]:
 @pytest.fixture
 def written(index: OpenSearchIndex, memory: SqliteMemoryStore) -> MemoryWriter:
     writer = MemoryWriter(index, HashingEmbedder(DIM))
-    records = [
-        MemoryRecord(
-            id=f"r{seq}",
-            workspace_id=WS,
-            session_id="s1",
-            role="user",
-            text=text,
-            seq=seq,
-            created_at=at(seq),
-            user_id="ada",
-            scope=SCOPE,
-        )
-        for seq, text in enumerate(TEXTS)
-    ]
+    records = user_records(WS, TEXTS, user_id="ada", scope=SCOPE)
     memory.append_messages(WS, records)
     writer.write_messages(WS, records)
     return writer

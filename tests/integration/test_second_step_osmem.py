@@ -15,8 +15,8 @@ from shared.adapters.embedded import Database, SqliteMemoryStore
 from shared.memory.scope import owner_scope, recall_scope
 from shared.memory.search import MemorySearch
 from shared.memory.writer import MemoryWriter
-from shared.models import WORKSPACE_WIDE, MemoryRecord, RecallScope
-from tests.contract.builders import at
+from shared.models import WORKSPACE_WIDE, RecallScope
+from tests.contract.builders import user_records
 from tests.contract.test_memory_second_step import TEXTS
 
 DIM = 4
@@ -28,20 +28,7 @@ SCOPE = owner_scope("telegram.100", ["ada"], group=False)
 def memory(tmp_path: pathlib.Path, index: OpenSearchIndex) -> Iterator[SqliteMemoryStore]:
     db = Database(tmp_path / "sigil.db")
     store = SqliteMemoryStore(db)
-    records = [
-        MemoryRecord(
-            id=f"r{seq}",
-            workspace_id=WS,
-            session_id="s1",
-            role="user",
-            text=text,
-            seq=seq,
-            created_at=at(seq),
-            user_id="ada",
-            scope=SCOPE,
-        )
-        for seq, text in enumerate(TEXTS)
-    ]
+    records = user_records(WS, TEXTS, user_id="ada", scope=SCOPE)
     store.append_messages(WS, records)
     MemoryWriter(index, None, context_before=0, context_after=0).write_messages(WS, records)
     yield store
