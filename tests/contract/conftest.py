@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from osmem_server import OsmemServer
 
 from shared.clock import new_id
 
@@ -28,6 +29,16 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Open
 def contract(open_backend: OpenBackend) -> Iterator[ContractBackend]:
     with open_backend() as backend:
         yield backend
+
+
+@pytest.fixture(scope="session")
+def osmem() -> Iterator[OsmemServer]:
+    """osmem-server, the in-memory OpenSearch stand-in, for the suites that run the OpenSearch
+    adapter over real HTTP (each on its own index). It answers no k-NN query (docs/memory.md,
+    "Where each index adapter is proven"). Japanese analysis (kuromoji) is not needed."""
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    yield server
+    server.close()
 
 
 @pytest.fixture

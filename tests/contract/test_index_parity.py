@@ -103,13 +103,6 @@ def _docs(workspace_id: str, rows: list[tuple[str, MemoryTier, str, str]]) -> li
 
 
 @pytest.fixture(scope="module")
-def osmem() -> Iterator[OsmemServer]:
-    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def indexes(osmem: OsmemServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, MemoryIndex]]:
     """Both adapters, loaded once with the same corpus in two workspaces."""
     db = Database(tmp_path_factory.mktemp("parity") / "index.db", load_vec=True)

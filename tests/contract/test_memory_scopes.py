@@ -379,13 +379,6 @@ def test_sqlite_index_search_admits_exactly_what_visible_admits(
 # ---------------------------------------------------------------- OpenSearch on osmem-server
 
 
-@pytest.fixture(scope="module")
-def osmem() -> Iterator[OsmemServer]:
-    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
-    yield server
-    server.close()
-
-
 @dataclass
 class Sent:
     """The _msearch bodies the adapter's client sent (the real client, over real HTTP)."""
