@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import pathlib
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from shared.adapters.aws.dynamodb import create_tables
 from shared.adapters.embedded import Database, SqliteMemoryIndex
 from shared.backend import Backend
 from shared.config import Settings
-from shared.models import LaneItem
+from shared.models import EVENT_SOURCE, LaneItem
 
 REGION = "us-east-1"
 
@@ -217,6 +218,32 @@ def drain_fifo(queue_url: str, max_items: int) -> list[LaneItem]:
                     QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
                 )
     return consumed
+
+
+def route_bus_to_queue(event_bus_name: str) -> str:
+    """A rule on the bus matching every event Sigil publishes, targeting a standard queue of its
+    own: what the bus delivers is then read back as a consumer sees it. Returns the queue's URL."""
+    sqs, events = clients.sqs(REGION), clients.events(REGION)
+    queue_url = sqs.create_queue(QueueName=f"{event_bus_name}-watch")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(
+        Name="watch", EventBusName=event_bus_name, EventPattern=json.dumps({"source": [EVENT_SOURCE]})
+    )
+    events.put_targets(Rule="watch", EventBusName=event_bus_name, Targets=[{"Id": "watch", "Arn": arn}])
+    return queue_url
+
+
+def receive_all(queue_url: str) -> list[str]:
+    """Receive and delete every message visible now in a standard queue; their bodies."""
+    sqs = clients.sqs(REGION)
+    bodies: list[str] = []
+    while messages := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
+        "Messages", []
+    ):
+        for message in messages:
+            bodies.append(message["Body"])
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    return bodies
 
 
 @contextlib.contextmanager
