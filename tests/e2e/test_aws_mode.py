@@ -17,7 +17,6 @@ import json
 import re
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -123,11 +122,15 @@ def test_the_same_event_id_three_times_is_one_turn_one_reply(
     The first repeats fall in SQS FIFO's 5-minute deduplication window. moto forgets a dedup id
     once its message is deleted, which SQS does not; a repeat after that is queued again, and the
     agent skips it because the event id is already in the session (both paths end in one reply).
+    So the proof is the queue's: every post had been sent to SQS when it was answered, and the
+    event source deletes a record only once the agent has handled it, so once turns.fifo holds
+    nothing (visible or in flight) every repeat SQS kept has been handled, and no turn can follow.
     """
     statuses = [gateway.post("only once", event_id="evt-dup").json()["status"] for _ in range(3)]
     assert statuses == ["queued", "queued", "queued"]
     assert len(gateway.wait_replies(1)) == 1
-    time.sleep(1.0)  # give a wrongly queued second turn the time to show itself
+    sqs = moto_sqs(gateway)
+    assert wait_until(lambda: visible_and_in_flight(sqs, "turns.fifo") == 0, timeout=REPLY_TIMEOUT_S)
     assert len(gateway.outbox()) == 1
     assert len(turn_requests(fake_openai)) == 1
 
