@@ -152,9 +152,10 @@ def test_query_syntax_in_user_text_is_just_text(
     index: MemoryIndex, corpus: list[IndexDoc], ws_a: str, text: str, request: pytest.FixtureRequest
 ) -> None:
     if isinstance(index, OpenSearchIndex) and text == "text:kayaking":
-        # A gap this suite found and leaves open: OpenSearch's standard tokenizer follows UAX #29,
-        # where ':' between letters joins them (MidLetter), so "text:kayaking" is one term and
-        # matches no document; FTS5 splits it. Strict: the day the adapter splits it, this fails.
+        # A gap this suite found and leaves open: the standard tokenizer (osmem-server's, after
+        # OpenSearch's, which follows Unicode word breaking: ':' between letters joins them) makes
+        # "text:kayaking" one term, which matches no document; FTS5 splits it. Strict: the day
+        # the adapter splits it, this fails and the mark goes.
         request.applymarker(pytest.mark.xfail(strict=True, reason="'text:kayaking' is one OpenSearch term"))
     result = index.search(ws_a, IndexQuery(scope=WORKSPACE_WIDE, text=text))
     assert "d-kayak" in _ids(result.text_hits)

@@ -250,9 +250,11 @@ def receive_all(queue_url: str) -> list[str]:
 def contract_backend(data_dir: pathlib.Path) -> Iterator[tuple[Backend, Callable[[int], list[LaneItem]]]]:
     """The backend `build_aws_backend` wires, on moto, for the contract suites; and its lane drain.
 
-    The index is the embedded one: moto has no OpenSearch, and osmem-server (which serves the
-    OpenSearch adapter's own tests) answers no k-NN query, which the index contract needs. Entering
-    twice with one directory finds the same tables, queue and index again (a restart).
+    The index is the embedded one: moto has no OpenSearch, and osmem-server answers no k-NN
+    query, which the suites that search with vectors need. The index's own contract runs the
+    OpenSearch adapter on osmem-server itself (tests/contract/test_memory_index.py; docs/
+    architecture.md, "Where each adapter is proven"). Entering twice with one directory finds the
+    same tables, queue and index again (a restart).
     """
     with persistent_mock(), moto_like_aws():
         resources = provision(name_for(data_dir))
