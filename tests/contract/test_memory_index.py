@@ -14,6 +14,7 @@ from __future__ import annotations
 import pathlib
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from osmem_server import OsmemServer
@@ -210,49 +211,60 @@ def test_k_caps_both_rankings(index: MemoryIndex, corpus: list[IndexDoc], ws_a: 
     assert len(result.vector_hits) == 2
 
 
-TIER_QUERY = IndexQuery(scope=WORKSPACE_WIDE, text="kayaking pasta dinner", k=10, tiers=["summary", "fact"])
+@dataclass(frozen=True)
+class FilterCase:
+    """A filtered query, what it matches in the corpus, and the same query under another value."""
+
+    query: IndexQuery
+    matches: set[str]
+    other: dict[str, object]  # the filter's other value, as a model_copy update
+    field: str  # the IndexDoc field the filter reads
+    other_values: set[object]  # what that field holds in every hit under the other value
 
 
-def test_tier_filter_applies_to_the_text_path(index: MemoryIndex, corpus: list[IndexDoc], ws_a: str) -> None:
-    assert set(_ids(index.search(ws_a, TIER_QUERY).text_hits)) == {"d-sum", "d-fact"}
-    only_messages = index.search(ws_a, TIER_QUERY.model_copy(update={"tiers": ["message"]})).text_hits
-    assert only_messages
-    assert {h.doc.tier for h in only_messages} == {"message"}
+FILTER_CASES = {
+    "tier": FilterCase(
+        IndexQuery(scope=WORKSPACE_WIDE, text="kayaking pasta dinner", k=10, tiers=["summary", "fact"]),
+        {"d-sum", "d-fact"},
+        {"tiers": ["message"]},
+        "tier",
+        {"message"},
+    ),
+    "session": FilterCase(
+        IndexQuery(scope=WORKSPACE_WIDE, text="the budget meeting kayaking", k=10, session_id="s2"),
+        {"d-meeting"},
+        {"session_id": "s1"},
+        "session_id",
+        {"s1"},
+    ),
+}
 
 
-@knn
-def test_tier_filter_applies_to_both_paths(index: MemoryIndex, corpus: list[IndexDoc], ws_a: str) -> None:
-    query = TIER_QUERY.model_copy(update={"vector": unit_vector(0)})
-    result = index.search(ws_a, query)
-
-    assert set(_ids(result.text_hits)) == {"d-sum", "d-fact"}
-    assert set(_ids(result.vector_hits)) == {"d-sum", "d-fact"}
-    only_messages = index.search(ws_a, query.model_copy(update={"tiers": ["message"]}))
-    assert {h.doc.tier for h in only_messages.text_hits + only_messages.vector_hits} == {"message"}
-
-
-SESSION_QUERY = IndexQuery(scope=WORKSPACE_WIDE, text="the budget meeting kayaking", k=10, session_id="s2")
-
-
-def test_session_filter_applies_to_the_text_path(
-    index: MemoryIndex, corpus: list[IndexDoc], ws_a: str
+@pytest.mark.parametrize("case", FILTER_CASES)
+def test_a_filter_applies_to_the_text_path(
+    index: MemoryIndex, corpus: list[IndexDoc], ws_a: str, case: str
 ) -> None:
-    assert _ids(index.search(ws_a, SESSION_QUERY).text_hits) == ["d-meeting"]
-    s1 = index.search(ws_a, SESSION_QUERY.model_copy(update={"session_id": "s1"})).text_hits
-    assert s1
-    assert {h.doc.session_id for h in s1} == {"s1"}
+    f = FILTER_CASES[case]
+    assert set(_ids(index.search(ws_a, f.query).text_hits)) == f.matches
+    others = index.search(ws_a, f.query.model_copy(update=f.other)).text_hits
+    assert others
+    assert {getattr(h.doc, f.field) for h in others} == f.other_values
 
 
 @knn
-def test_session_filter_applies_to_both_paths(index: MemoryIndex, corpus: list[IndexDoc], ws_a: str) -> None:
-    query = SESSION_QUERY.model_copy(update={"vector": unit_vector(3)})
+@pytest.mark.parametrize("case", FILTER_CASES)
+def test_a_filter_applies_to_both_paths(
+    index: MemoryIndex, corpus: list[IndexDoc], ws_a: str, case: str
+) -> None:
+    f = FILTER_CASES[case]
+    query = f.query.model_copy(update={"vector": unit_vector(0)})
     result = index.search(ws_a, query)
 
-    assert _ids(result.text_hits) == ["d-meeting"]
-    assert _ids(result.vector_hits) == ["d-meeting"]
-    s1 = index.search(ws_a, query.model_copy(update={"session_id": "s1"}))
-    assert "d-meeting" not in _ids(s1.text_hits) + _ids(s1.vector_hits)
-    assert {h.doc.session_id for h in s1.text_hits + s1.vector_hits} == {"s1"}
+    assert set(_ids(result.text_hits)) == f.matches
+    assert set(_ids(result.vector_hits)) == f.matches
+    others = index.search(ws_a, query.model_copy(update=f.other))
+    assert others.vector_hits
+    assert {getattr(h.doc, f.field) for h in others.text_hits + others.vector_hits} == f.other_values
 
 
 def _replace_kayak(index: MemoryIndex, ws: str) -> IndexDoc:
