@@ -1,4 +1,6 @@
-"""The `contract` fixture: each suite in this folder runs once per adapter set in BACKEND_FACTORIES."""
+"""The `contract` fixture: each suite in this folder runs once per adapter set in BACKEND_FACTORIES
+(test_memory_index.py runs once per index adapter instead: the aws set's index is the embedded
+one); and osmem-server for the suites that run the OpenSearch adapter."""
 
 from __future__ import annotations
 
