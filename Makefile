@@ -9,14 +9,30 @@ STAMP := $(VENV)/.synced
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# Reinstall only when the lock file changes; versions and hashes come from requirements.lock.
-$(STAMP): requirements.lock pyproject.toml overrides.txt | $(BIN)/python
-	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
-	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes requirements.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
-	touch $(STAMP)
+UV := $(BIN)/uv
+RUN_STAMP := $(VENV)/.synced-run
 
-dev: $(STAMP)
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
+
+# `make dev` installs what running needs, from requirements-run.lock (the gateway, the CLI, the
+# embedded backend, the offline embedder and `sigil dev --aws`'s stand-ins), with uv's progress
+# shown. `make test` syncs requirements.lock, which adds the tools (CDK, linters, Playwright).
+# The run lock is compiled from the full one (`make lock`), so both pin the same versions.
+$(RUN_STAMP): requirements-run.lock pyproject.toml overrides.txt | $(UV)
+	@echo "make dev: installing the gateway's $$(grep -cE '^[a-z0-9]' requirements-run.lock) packages into $(VENV) (the test tools come with make test)"
+	$(UV) pip install --python $(BIN)/python --no-deps --require-hashes -r requirements-run.lock
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	touch $(RUN_STAMP)
+
+# Reinstall only when the lock file changes; versions and hashes come from requirements.lock.
+$(STAMP): requirements.lock pyproject.toml overrides.txt | $(UV)
+	@echo "make: installing the $$(grep -cE '^[a-z0-9]' requirements.lock) locked packages into $(VENV)"
+	$(UV) pip sync -q --python $(BIN)/python --require-hashes requirements.lock
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	touch $(STAMP) $(RUN_STAMP)
+
+dev: $(RUN_STAMP)
 	$(BIN)/sigil dev
 
 # The gates, cheapest first: lint, formatting (docs' Python examples too), the import contracts of
@@ -31,9 +47,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The dev kit's extra and both groups: a developer's venv holds everything (the layer has its own lock).
+# The run lock starts from the full one, whose pins uv keeps as its preferences: the same versions.
 lock:
 	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --extra local --group dev --group local \
-		--override overrides.txt pyproject.toml -o requirements.lock
+		--group aws-mode --override overrides.txt pyproject.toml -o requirements.lock
+	cp requirements.lock requirements-run.lock
+	$(BIN)/uv pip compile -q --universal --python-version 3.11 --generate-hashes --extra local --group local \
+		--group aws-mode --override overrides.txt pyproject.toml -o requirements-run.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

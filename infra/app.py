@@ -18,6 +18,7 @@ from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra.config import read_context
+from infra.constructs.function import LayerNotReady
 from infra.stack import SigilStack
 
 
@@ -44,7 +45,11 @@ def build_app(
 
 
 def main() -> None:
-    app, _ = build_app()
+    try:
+        app, _ = build_app()
+    except LayerNotReady as problem:
+        # One line that says what to do: cdk prints whatever the app writes, traceback included.
+        raise SystemExit(f"sigil synth: {problem}") from None
     app.synth()
 
 

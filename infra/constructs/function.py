@@ -35,6 +35,12 @@ SHARED_DIR = ROOT / "shared"
 LAYER_MANIFEST = "sigil-layer.json"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache")
 
+
+class LayerNotReady(Exception):
+    """The dependency layer is missing or built for another Python: `make layer` mends both, so
+    synth says that in one line (infra.app) rather than in a traceback."""
+
+
 # The dev kit: the local gateway, its scheduler and runtimes, the CLI, the embedded SQLite adapters
 # and the local embedding model. Their third-party packages are pyproject.toml's `local` extra (and
 # dev group), which the layer leaves out, so bundling them would ship code that cannot import on
@@ -87,12 +93,12 @@ class DependencyLayer(Construct):
 def _read_manifest(layer_dir: Path) -> dict[str, object]:
     path = layer_dir / LAYER_MANIFEST
     if not (layer_dir / "python").is_dir() or not path.is_file():
-        raise FileNotFoundError(
+        raise LayerNotReady(
             f"no dependency layer in {layer_dir}: run `make layer` (layers/build.py) before synth"
         )
     manifest: dict[str, object] = json.loads(path.read_text())
     if manifest.get("python_version") != PYTHON_VERSION:
-        raise ValueError(
+        raise LayerNotReady(
             f"the layer in {layer_dir} was built for Python {manifest.get('python_version')}, "
             f"the functions run {PYTHON_VERSION}: run `make layer` again"
         )

@@ -83,7 +83,7 @@ def replay_command(
     from shared.adapters import build_backend
     from shared.errors import SigilError
     from shared.models import MemoryConfig
-    from shared.replay import ReplayChange, render_html, render_markdown, replay
+    from shared.replay import ReplayChange, change_problems, render_html, render_markdown, replay
 
     settings, file = target_settings_and_file(data_dir, stack, region)
     try:
@@ -100,8 +100,7 @@ def replay_command(
             memory=None if memory_recall is None else MemoryConfig(recall=memory_recall.value),
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise _fail(f"bad change: {problems}") from None
+        raise _fail(f"bad change: {change_problems(exc)}") from None
     if settings.backend == "embedded" and not (settings.data_dir / "sigil.db").is_file():
         # Opening the backend would create an empty data dir: say there is nothing instead.
         raise _fail(f"nothing recorded: no Sigil data in {settings.data_dir}")

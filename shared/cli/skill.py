@@ -292,12 +292,18 @@ def skill_validate(
     region: Region = None,
 ) -> None:
     """Check a skill against the agentskills.io rules; errors name the file and line."""
-    from shared.skills import install
+    from shared.skills import SKILL_FILE, install, name_problem
 
     with _errors():
-        if Path(target).expanduser().is_dir():
-            folder = Path(target).expanduser().resolve()
+        path = Path(target).expanduser()
+        if path.is_file() and path.name == SKILL_FILE:
+            path = path.parent  # the skill's own file named: its folder is the skill
+        if path.is_dir():
+            folder = path.resolve()
             found = install.validate_files(install.read_folder(folder), folder.name, str(folder))
+        elif path.exists() or name_problem(target) is not None:
+            # Not a name a skill could have: the user meant a path, so say what is wrong with it.
+            _fail(f"{target}: no such folder" if not path.exists() else f"{target}: not a folder")
         else:
             store, ws = _open(data_dir, workspace, stack, region)
             paths = store.list_files(ws, target)

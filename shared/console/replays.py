@@ -22,7 +22,7 @@ from shared.console.html import esc, link, seg, table
 from shared.console.views import MAX_SESSIONS, Ctx, Html
 from shared.errors import ModelNotConfigured, SigilError
 from shared.models import MemoryConfig
-from shared.replay import ReplayChange, ReplayReport, render_html, render_markdown, replay
+from shared.replay import ReplayChange, ReplayReport, change_problems, render_html, render_markdown, replay
 from shared.replay.engine import MAX_RUNS
 
 # The bound on the reports kept for download; the oldest goes first.
@@ -130,10 +130,6 @@ def _bad(ctx: Ctx, why: str, status: int = 400) -> Html:
     return ctx.page("Replay refused", f'<p class="error">{esc(why)}</p>', active="replay", status=status)
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'change'}: {e['msg']}" for e in exc.errors())
-
-
 def run(ctx: Ctx, reports: Reports, fields: Mapping[str, str]) -> Html:
     """Replay what the form asks and show the report; bad input is an error page with its status."""
     workspace_id, session_id = fields.get("workspace", ""), fields.get("session", "")
@@ -154,12 +150,12 @@ def run(ctx: Ctx, reports: Reports, fields: Mapping[str, str]) -> Html:
             memory=MemoryConfig.model_validate({"recall": recall}) if recall else None,
         )
     except ValidationError as exc:
-        return _bad(ctx, f"bad change: {_problems(exc)}")
+        return _bad(ctx, f"bad change: {change_problems(exc)}")
     try:
         report = replay(ctx.backend, ctx.settings, workspace_id, change, sessions=[session_id], runs=runs)
     except ValidationError as exc:
         # The workspace's config with the change applied, validated again as a whole.
-        return _bad(ctx, f"bad change for workspace {workspace_id!r}: {_problems(exc)}")
+        return _bad(ctx, f"bad change for workspace {workspace_id!r}: {change_problems(exc)}")
     except ModelNotConfigured as exc:
         # In the console the model is the operator's input (the form's, or the workspace's):
         # theirs to fix, not the console being unavailable (the error's own 503).

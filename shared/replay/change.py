@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+import re
+
+from pydantic import Field, ValidationError, field_validator
 
 from shared.models import MemoryConfig, Model, WorkspaceConfig
 
@@ -13,13 +15,21 @@ class ReplayChange(Model):
     """The change under test, applied to the sandbox's copy of the workspace's config. A field left
     None keeps what the workspace has."""
 
-    model: str | None = Field(default=None, pattern=MODEL_REF_PATTERN, max_length=200)
+    model: str | None = Field(default=None, max_length=200)
     system_prompt: str | None = Field(default=None, min_length=1, max_length=100_000)
     # The installed skills the turns may use (WorkspaceConfig.skills); [] allows none.
     skills: list[str] | None = None
     tools_allow: list[str] | None = None
     tools_deny: list[str] | None = None
     memory: MemoryConfig | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, model: str | None) -> str | None:
+        # Said in words: a regex in an error message is the reader's puzzle, not an answer.
+        if model is not None and not re.match(MODEL_REF_PATTERN, model):
+            raise ValueError(f"{model!r} is not a model: name it as provider/model, e.g. openai/{model}")
+        return model
 
     @field_validator("skills", "tools_allow", "tools_deny")
     @classmethod
@@ -56,3 +66,12 @@ class ReplayChange(Model):
         if self.memory is not None:
             lines.append(f"memory policy: {self.memory.model_dump_json()}")
         return lines or ["(nothing: the recorded setup, run again)"]
+
+
+def change_problems(exc: ValidationError) -> str:
+    """A refused change's problems in one line: each field and what is wrong with it."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'change'}: "
+        + (str(e["ctx"]["error"]) if e["type"] == "value_error" else e["msg"])
+        for e in exc.errors()
+    )

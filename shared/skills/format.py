@@ -99,10 +99,11 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
         end = next(i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---")
     except StopIteration:
         raise SkillError(f"{source}: the front matter has no closing '---' line") from None
-    top, metadata, at = _front_matter(lines[1:end], source)
-    # Every rule the fields break, each at its line, so one `sigil skill validate` shows them all.
+    # Every rule the fields break, each at its line, so one `sigil skill validate` shows them all:
+    # a value the reader can't take is one of them, not the end of the reading.
     found: list[tuple[int, str]] = []
-    for key in sorted(set(top) - FIELDS):
+    top, metadata, at, unread = _front_matter(lines[1:end], source, found)
+    for key in sorted((set(top) | unread) - FIELDS):
         found.append(
             (
                 at[key],
@@ -111,12 +112,14 @@ def parse_skill(text: str, source: str = SKILL_FILE, *, folder: str | None = Non
         )
     # A folded (`>`) description ends in a line break, as YAML reads it: not part of the text.
     name, description = top.pop("name", ""), top.pop("description", "").strip()
-    problem = name_problem(name)
+    problem = None if "name" in unread else name_problem(name)
     if problem:
         found.append((at.get("name", 2), problem))
     elif folder is not None and name != folder:
         found.append((at["name"], f"name {name!r} differs from its folder {folder!r}"))
-    if not description:
+    if "description" in unread:
+        pass
+    elif not description:
         found.append((at.get("description", 2), "description is required"))
     elif len(description) > MAX_DESCRIPTION:
         found.append(
@@ -203,8 +206,13 @@ def _selected(skill: Skill, text: str, asked: set[str]) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(k)}(?!\w)", text, re.IGNORECASE) for k in skill.keywords)
 
 
-def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[str, str], dict[str, int]]:
-    """(top-level fields, metadata, the line of each key) of the lines between the `---`s."""
+def _front_matter(
+    lines: list[str], source: str, found: list[tuple[int, str]]
+) -> tuple[dict[str, str], dict[str, str], dict[str, int], set[str]]:
+    """(top-level fields, metadata, the line of each key, the top-level fields whose value could
+    not be read) of the lines between the `---`s. A value outside the subset read here is added
+    to `found` and reading goes on, so it is reported once, at its line, not also as missing."""
+    unread: set[str] = set()
     top: dict[str, str] = {}
     metadata: dict[str, str] = {}
     at: dict[str, int] = {}
@@ -237,10 +245,18 @@ def _front_matter(lines: list[str], source: str) -> tuple[dict[str, str], dict[s
         if block is not None:
             value, i = _block_scalar(lines, i, indent, block, source=source, number=number)
         else:
-            value = _scalar(text, source, number)
+            problem = _scalar_problem(text)
+            if problem is not None:
+                found.append((number, f"{key!r}: {problem}"))
+                if not nested:
+                    unread.add(key)
+                while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > indent):
+                    i += 1  # the rest of the value, unread: its lines are not keys
+                continue
+            value = _scalar(text)
             value, i = _continued(lines, i, indent, value, quoted=text[:1] in ("'", '"'), source=source)
         target[key] = value
-    return top, metadata, at
+    return top, metadata, at, unread
 
 
 # A block scalar's header: `|` (literal) or `>` (folded), then an optional indentation digit
@@ -349,13 +365,34 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def _scalar(value: str, source: str, number: int) -> str:
+def _scalar(value: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
-    if value and value[0] in "[{|>&*!\"'":
-        raise SkillError(f"{source}:{number}: only plain or quoted one-line values are supported")
     return value
+
+
+# What a value may not start with here, and what to say about it.
+_UNSUPPORTED = {
+    "[": "a list ([...]) is not a SKILL.md value: write it as text, e.g. a, b",
+    "{": "a map ({...}) is not a SKILL.md value: only 'metadata' holds keys, one per line",
+    "&": "YAML anchors (&) are not supported",
+    "*": "YAML aliases (*) are not supported",
+    "!": "YAML tags (!) are not supported",
+    "|": "a block scalar's header is | or > with an optional digit and - or +",
+    ">": "a block scalar's header is | or > with an optional digit and - or +",
+}
+
+
+def _scalar_problem(text: str) -> str | None:
+    """Why `text` (one line's value) is outside what this reader takes, or None."""
+    value = text.strip()
+    if not value:
+        return None
+    quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'"
+    if value[0] in "\"'" and not quoted:
+        return "a quoted value must be closed on its line"
+    return None if quoted else _UNSUPPORTED.get(value[0])
 
 
 def local_skills(data_dir: Path) -> Callable[[str], list[Skill]]:

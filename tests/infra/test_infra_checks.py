@@ -6,7 +6,9 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 from types import ModuleType
@@ -19,7 +21,14 @@ from cfnlint.api import lint
 from cfnlint.config import ManualArgs
 
 from infra.config import ROOT
-from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION, RUNTIME, DependencyLayer, is_dev_kit
+from infra.constructs.function import (
+    LAYER_MANIFEST,
+    PYTHON_VERSION,
+    RUNTIME,
+    DependencyLayer,
+    LayerNotReady,
+    is_dev_kit,
+)
 from tests.infra.helpers import Synth
 
 pytestmark = pytest.mark.slow
@@ -179,10 +188,33 @@ def test_a_layer_built_for_another_python_is_refused(tmp_path: Path) -> None:
     (tmp_path / "python").mkdir()
     (tmp_path / LAYER_MANIFEST).write_text(json.dumps({"python_version": "3.11"}))
 
-    with pytest.raises(ValueError, match=r"built for Python 3\.11"):
+    with pytest.raises(LayerNotReady, match=r"built for Python 3\.11"):
         DependencyLayer(Stack(App(), "S"), "Layer", layer_dir=tmp_path)
 
 
 def test_a_missing_layer_says_how_to_build_it(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="make layer"):
+    with pytest.raises(LayerNotReady, match="make layer"):
         DependencyLayer(Stack(App(), "S"), "Layer", layer_dir=tmp_path)
+
+
+def test_synth_without_a_layer_says_so_in_one_line(tmp_path: Path) -> None:
+    """`cdk synth` before `make layer`: the app's whole output is one line naming the fix."""
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.app"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "CDK_CONTEXT_JSON": json.dumps({"layer_dir": str(tmp_path)}),
+            # jsii's own banner about node 20's end of life is not the app's output.
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        },
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"sigil synth: no dependency layer in {tmp_path}: run `make layer` (layers/build.py) before synth"
+    ]

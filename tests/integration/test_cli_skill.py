@@ -148,6 +148,22 @@ def test_validate_refuses_what_the_specification_refuses(
     assert admin.store.list_skills("ops") == []
 
 
+def test_validate_of_a_missing_path_says_so_rather_than_judging_it_as_a_name(admin: Admin) -> None:
+    code, out = admin.sigil("skill", "validate", "./no-such-skill")
+    assert (code, out.strip()) == (1, "./no-such-skill: no such folder")
+    code, out = admin.sigil("skill", "validate", "skills/Deploy")
+    assert (code, out.strip()) == (1, "skills/Deploy: no such folder")
+    # A name a skill could have is still looked up among the installed ones
+    code, out = admin.sigil("skill", "validate", "nosuch")
+    assert code == 1 and "nosuch: neither a folder nor a skill installed in default" in out
+
+
+def test_validate_takes_a_skill_md_path_as_its_folder(admin: Admin) -> None:
+    path = admin.folder("tags", skill_md("tags", extra="tags: [a, b]\n"))
+    code, out = admin.sigil("skill", "validate", str(path / "SKILL.md"))
+    assert code == 1 and "SKILL.md:4: 'tags': a list ([...]) is not a SKILL.md value" in out
+
+
 def test_validate_accepts_the_full_format_and_an_installed_skill(admin: Admin) -> None:
     text = skill_md(
         "full",

@@ -548,7 +548,10 @@ def test_sigil_replay_writes_json_and_markdown_against_a_real_provider(
     [
         (["-w", "nobody"], "no workspace 'nobody'"),
         (["-w", WS, "-s", "web.nope"], "no session 'web.nope'"),
-        (["-w", WS, "--model", "not-a-ref"], "bad change: model"),
+        (
+            ["-w", WS, "--model", "gpt-4o"],
+            "bad change: model: 'gpt-4o' is not a model: name it as provider/model, e.g. openai/gpt-4o",
+        ),
         (["-w", WS, "--model", "zzz/model"], "Unknown model provider 'zzz'"),
         (["-w", WS, "--model", "openai/x"], "neither OPENAI_API_KEY nor OPENAI_BASE_URL"),
         (["-w", WS, "--runs", "0"], "runs must be between 1 and 20"),

@@ -249,7 +249,9 @@ def test_a_replay_post_needs_the_token_and_bad_input_is_its_error_page(
 
     assert client.post("/replay", data=form).status_code == 403
     assert client.post("/replay", data={**form, "csrf": "wrong"}).status_code == 403
-    assert "bad change: model: String should match pattern" in post(400, model="not-a-ref")
+    assert "bad change: model: &#x27;not-a-ref&#x27; is not a model: name it as provider/model" in post(
+        400, model="not-a-ref"
+    )
     assert "bad change: tools_deny:" in post(400, tools_deny="two words")
     assert "runs must be a whole number" in post(400, runs="many")
     assert "runs must be between 1 and 20" in post(400, runs="21")

@@ -91,7 +91,9 @@ def test_manual_only_when_asked_by_name() -> None:
             "---\nname: x\ndescription: y\nmetadata:\n  gateway:trigger: keyword\n---\n",
             "needs gateway:keywords",
         ),
-        ("---\nname: x\ndescription: y\ntags: [a, b]\n---\n", "one-line values"),
+        ("---\nname: x\ndescription: y\ntags: [a, b]\n---\n", "'tags': a list ([...]) is not"),
+        ("---\nname: x\ndescription: y\nlicense: {a: b}\n---\n", "'license': a map ({...}) is not"),
+        ("---\nname: x\ndescription: 'open\n---\n", "must be closed on its line"),
         ("---\nname: x\n  nested: no\ndescription: y\n---\n", "only 'metadata'"),
         ("---\nname: x\ndescription: y\njust text\n---\n", "expected 'key: value'"),
         ("---\nname: x\nname: z\ndescription: y\n---\n", "appears twice"),
@@ -197,4 +199,28 @@ def test_every_broken_rule_is_reported_at_its_line_in_one_error() -> None:
         "src/Bad--Name/SKILL.md:4: 'foo' is not a SKILL.md field (allowed-tools, compatibility, "
         "description, license, metadata, name); put extensions in metadata",
         "src/Bad--Name/SKILL.md:6: gateway:trigger keyword needs gateway:keywords",
+    ]
+
+
+def test_a_value_the_reader_cannot_take_does_not_hide_the_later_errors() -> None:
+    """`tags: [a, b]` used to end the reading: every later broken rule went unreported."""
+    text = "---\nname: x\ntags: [a, b]\ndescription:\nfoo: bar\nlicense: [MIT]\n  - more\n---\nBody.\n"
+    with pytest.raises(SkillError) as caught:
+        parse_skill(text, "x/SKILL.md")
+    assert str(caught.value).splitlines() == [
+        "x/SKILL.md:3: 'tags': a list ([...]) is not a SKILL.md value: write it as text, e.g. a, b",
+        "x/SKILL.md:3: 'tags' is not a SKILL.md field (allowed-tools, compatibility, description, "
+        "license, metadata, name); put extensions in metadata",
+        "x/SKILL.md:4: description is required",
+        "x/SKILL.md:5: 'foo' is not a SKILL.md field (allowed-tools, compatibility, description, "
+        "license, metadata, name); put extensions in metadata",
+        "x/SKILL.md:6: 'license': a list ([...]) is not a SKILL.md value: write it as text, e.g. a, b",
+    ]
+
+
+def test_an_unreadable_name_is_reported_once() -> None:
+    with pytest.raises(SkillError) as caught:
+        parse_skill("---\nname: [x]\ndescription: y\n---\n", "x/SKILL.md")
+    assert str(caught.value).splitlines() == [
+        "x/SKILL.md:2: 'name': a list ([...]) is not a SKILL.md value: write it as text, e.g. a, b"
     ]
