@@ -1,6 +1,7 @@
 """The console's Starlette application: routes, CSRF and the one lock around the backend.
 
-Every POST carries the process's CSRF token in a hidden field (`csrf`), compared in constant
+Every request first passes shared.console.guard (its Host, its Origin, the launch secret); then
+every POST carries the process's CSRF token in a hidden field (`csrf`), compared in constant
 time, and the `confirm` field its confirmation page filled in with what it acts on; without
 either it is refused (403, 400) before anything is read. The token is made when the app is
 and dies with the process, so a page from an earlier console cannot post to this one. A
@@ -14,12 +15,13 @@ import hmac
 import re
 import secrets
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -28,7 +30,8 @@ from starlette.staticfiles import StaticFiles
 from shared.backend import Backend
 from shared.config import Settings
 from shared.console import replays, views
-from shared.console.html import esc, page, seg
+from shared.console.guard import ConsoleGuard, refusal
+from shared.console.html import seg
 from shared.console.views import Ctx, Html
 
 STATIC = Path(__file__).parent / "static"
@@ -41,10 +44,19 @@ View = Callable[..., Html]
 
 
 def create_app(
-    backend: Backend, settings: Settings, *, source: str = "", target: str = "", csrf: str | None = None
+    backend: Backend,
+    settings: Settings,
+    *,
+    source: str = "",
+    target: str = "",
+    csrf: str | None = None,
+    secret: str | None = None,
+    hosts: Iterable[str] = (),
 ) -> Starlette:
     """The console over `backend`. `source` is what the header says it reads (a data dir, a stack);
-    `target` the CLI options that name it, for the commands a page suggests."""
+    `target` the CLI options that name it, for the commands a page suggests. `secret` is the
+    launch secret every request needs (a new random one unless given: `app.state.secret`), and
+    `hosts` the names it answers to besides loopback ones (shared.console.guard)."""
     ctx = Ctx(
         backend=backend,
         settings=settings,
@@ -63,8 +75,7 @@ def create_app(
         return HTMLResponse(body, status_code=status)
 
     def refuse(status: int, why: str) -> Response:
-        body = page("Refused", f'<p class="error">{esc(why)}</p>', active="", source=ctx.source)
-        return HTMLResponse(body, status_code=status)
+        return refusal(status, why, source=ctx.source)
 
     async def posted(request: Request, limit: int = MAX_FORM_BYTES) -> dict[str, str] | Response:
         """The POST's fields when it carries this process's token; else the refusal."""
@@ -166,8 +177,10 @@ def create_app(
         *_replay_routes(render, posted),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes)
+    launch = secret or secrets.token_urlsafe(32)
+    app = Starlette(routes=routes, middleware=[Middleware(ConsoleGuard, secret=launch, hosts=tuple(hosts))])
     app.state.csrf = ctx.csrf
+    app.state.secret = launch
     return app
 
 
