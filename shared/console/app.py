@@ -41,6 +41,7 @@ MAX_FORM_BYTES = 16 * 1024
 MAX_REPLAY_FORM_BYTES = 120 * 1024
 
 View = Callable[..., Html]
+NO_CSRF = "refused: this form has no valid CSRF token (reload the page and try again)"
 
 
 def create_app(
@@ -74,20 +75,17 @@ def create_app(
         status, body = await run_in_threadpool(run)
         return HTMLResponse(body, status_code=status)
 
-    def refuse(status: int, why: str) -> Response:
-        return refusal(status, why, source=ctx.source)
-
     async def posted(request: Request, limit: int = MAX_FORM_BYTES) -> dict[str, str] | Response:
         """The POST's fields when it carries this process's token; else the refusal."""
         body = await request.body()
         if len(body) > limit:
-            return refuse(413, "form too large")
+            return refusal(413, "form too large", source=ctx.source)
         parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
         fields = {k: v[0] for k, v in parsed.items()}
         if not (token := fields.get("csrf", "")) or not hmac.compare_digest(
             token.encode(), ctx.csrf.encode()
         ):
-            return refuse(403, "refused: this form has no valid CSRF token (reload the page and try again)")
+            return refusal(403, NO_CSRF, source=ctx.source)
         return fields
 
     async def checked(request: Request, expected: str) -> Response | None:
@@ -96,7 +94,7 @@ def create_app(
         if isinstance(fields, Response):
             return fields
         if fields.get("confirm", "") != expected:
-            return refuse(400, "refused: not confirmed (use the confirmation page)")
+            return refusal(400, "refused: not confirmed (use the confirmation page)", source=ctx.source)
         return None
 
     def p(request: Request, name: str) -> str:

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared.console.html import esc, page
 
-TOKEN_PARAM = "token"
+TOKEN_PARAM = "token"  # noqa: S105 -- the query parameter's name, not the secret
 COOKIE_PREFIX = "sigil-console-"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 # A state-changing request a browser sent from this very origin, or one the user started by
