@@ -77,7 +77,7 @@ def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]
 
 def hits(page: Page) -> list[dict[str, str]]:
     rows = page.locator("table.hits tbody tr")
-    keys = ["tier", "text", "session", "fused", "bm25", "vector"]
+    keys = ["tier", "author", "text", "session", "fused", "bm25", "vector"]
     return [dict(zip(keys, row.locator("td").all_inner_texts(), strict=True)) for row in rows.all()]
 
 
@@ -95,6 +95,7 @@ def test_a_memory_search_shows_each_hits_bm25_vector_and_fused_scores_and_which_
         expect(page.locator(".answered .degraded")).to_have_text("no embedding model configured")
     found = hits(page)
     assert found and "dark mode" in found[0]["text"], found
+    assert "alice" in found[0]["author"], found[0]  # her message, or a fact or summary of hers
     for hit in found:
         assert SCORE.match(hit["fused"]), hit
     # The best hit was found by BM25, and on the hybrid search by the vector half too.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,15 @@ from shared.memory.writer import MemoryWriter
 from shared.models import (
     WORKSPACE_WIDE,
     AuditRecord,
+    BudgetLimits,
     MemoryRecord,
+    ScopeLimits,
     Session,
     Triple,
     UserMessage,
     WorkspaceConfig,
 )
+from shared.models.budgets import BudgetUsage
 from shared.replay import ReplayReport, render_html, render_markdown
 from tests.support import console_seed
 from tests.support.fake_openai import FakeOpenAI
@@ -301,6 +305,90 @@ def test_a_workspaces_plots_are_of_one_user_when_asked(backend: Backend) -> None
     assert "Usage over time of trudy" in client.get(f"/workspaces/{WS}?user=trudy").text
 
 
+# ---------------------------------------------------------------- what each figure counts
+
+
+def _text(html: str) -> str:
+    """A page's text, tags dropped and spaces collapsed, as a reader sees it."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_the_overview_and_the_budget_table_say_what_each_counts(backend: Backend) -> None:
+    """Issue 26: the overview's tokens are the turns' over all time (the audit log); the budget
+    table's are the budget store's of today, consolidation's model calls included. Both labelled."""
+    limits = BudgetLimits(workspace=ScopeLimits(tokens_per_day=10_000, usd_per_day=Decimal("5")))
+    backend.workspaces.put(WorkspaceConfig(id=WS, name="ops", budget=limits))
+    # A compaction today, charged to the workspace (no turn, so no audit record).
+    usage_ = BudgetUsage(tokens_in=1_200, tokens_out=34, usd_nanos=2_500_000)
+    backend.budgets.charge(WS, None, usage_, limits, datetime.now(UTC))
+    page = _client(create_app(backend, Settings())).get(f"/workspaces/{WS}").text
+    text = _text(page)
+    # The one turn of the fixture, on 2 March 2026: 3 in, 1 out.
+    assert "tokens, all time 4 " in text and "turns, all time 1 " in text
+    assert "est. cost, all time $0.0100" in text
+    budgets = _text(page[page.index('<table class="budgets"') :])
+    assert "workspace today (UTC) tokens 1,234 10,000 8,766" in budgets
+    assert "workspace today (UTC) USD (estimated) $0.00 $5.00 $5.00" in budgets
+    assert "used this period" in budgets
+    assert "consolidation's model calls" in text and "differ from the all-time turn totals" in text
+
+
+def test_every_usd_figure_of_the_console_is_labelled_an_estimate(backend: Backend) -> None:
+    # The session of the fixture's turn: its page lists the turn's audit record, with its cost.
+    backend.sessions.save(Session(id="s1", workspace_id=WS, user_id="mallory"), expected_version=0)
+    client = _client(create_app(backend, Settings()))
+    for path in ("/workspaces", f"/workspaces/{WS}", "/sessions", f"/workspaces/{WS}/sessions/s1"):
+        page = client.get(path).text
+        assert "<th>cost</th>" not in page and "<th>est. cost</th>" in page, path
+    assert "Estimated cost per day (USD)" in client.get(f"/workspaces/{WS}").text
+    assert "Costs are estimates at the price table" in client.get("/workspaces").text
+
+
+def test_the_memory_page_names_each_hits_author_and_every_user_with_messages(backend: Backend) -> None:
+    """Issue 26: the hits had no author, and "Users with memories: none" was shown beside a user
+    with 22 messages (in sessions, with no fact or summary yet)."""
+    trudy = Session(id="web.trudy", workspace_id=WS, user_id="trudy", message_count=22, rolled_out_count=18)
+    backend.sessions.save(trudy, expected_version=0)
+    said = [
+        MemoryRecord(
+            id="r0",
+            workspace_id=WS,
+            session_id="web.trudy",
+            role="user",
+            seq=0,
+            created_at=T0,
+            text="my favourite dinner is pasta with basil pesto",
+            user_id="trudy",
+            author="Trudy T",
+        ),
+        MemoryRecord(
+            id="r1",
+            workspace_id=WS,
+            session_id="web.trudy",
+            role="assistant",
+            seq=1,
+            created_at=T0,
+            text="Noted: pasta with basil pesto for dinner",
+            user_id="trudy",
+        ),
+    ]
+    backend.memory.append_messages(WS, said)
+    MemoryWriter(backend.index, None).write_messages(WS, said)
+    _pin(backend)
+    client = _client(create_app(backend, Settings()))
+    page = client.get(f"/workspaces/{WS}/memory?q=pasta+pesto&mode=bm25").text
+    hits = page[page.index('<table class="hits"') : page.index("</table>", page.index('<table class="hits"'))]
+    authors = dict(re.findall(r'<span class="author">([^<]*)</span></td><td>([^<]*)</td>', hits))
+    assert authors == {
+        "Trudy T (trudy)": "my favourite dinner is pasta with basil pesto",
+        "assistant to trudy": "Noted: pasta with basil pesto for dinner",
+    }
+    users = page[page.index('class="memory-users"') :]
+    rows = [_text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", users[: users.index("</table>")])][1:]
+    # mallory: the fixture's session (saved with no count: 0) and her fact; trudy: 22 messages.
+    assert rows == ["mallory 1 0 1 0 erase…", "trudy 1 22 0 0 erase…"]
+
+
 # ---------------------------------------------------------------- replay
 
 
@@ -355,6 +443,7 @@ def test_a_replay_from_the_console_shows_its_report_and_the_downloads_are_that_r
     assert "fake says &lt;b&gt;hi&lt;/b&gt;" in shown.text and "<b>hi</b>" not in shown.text
     assert "Noted: my favourite colour is blue" in shown.text
     assert "tools denied: memory_store, pin_task" in shown.text
+    assert "Costs are estimates at the price table" in shown.text  # its "cost USD" figures
 
     key = _key(shown.text)
     as_json = client.get(f"/replay/{key}.json")
