@@ -68,7 +68,7 @@ def test_the_command_serves_the_console_of_a_data_dir_on_loopback(tmp_path: Path
     sigil = str(Path(sys.executable).parent / "sigil")
     env = os.environ | {"PYTHONUNBUFFERED": "1", "SIGIL_EMBEDDING_MODEL": "none"}
     proc = subprocess.Popen(
-        [sigil, "console", "--port", "0", "--data-dir", str(data_dir)],
+        [sigil, "console", "--port", "0", "--data-dir", str(data_dir), "--allow-host", "console.lan"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -84,14 +84,17 @@ def test_the_command_serves_the_console_of_a_data_dir_on_loopback(tmp_path: Path
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(origin + "/workspaces", timeout=30)
         assert refused.value.code == 403
-        conn = http.client.HTTPConnection(printed.hostname or "", printed.port, timeout=30)
-        try:
-            conn.request(
-                "GET", "/workspaces?" + printed.query, headers={"Host": f"attacker.example:{printed.port}"}
-            )
-            assert conn.getresponse().status == 400
-        finally:
-            conn.close()
+        secret = printed.query.removeprefix("token=")
+        for name, status in (("attacker.example", 400), ("console.lan", 200)):  # --allow-host's is
+            conn = http.client.HTTPConnection(printed.hostname or "", printed.port, timeout=30)
+            try:
+                cookie = f"sigil-console-{printed.port}={secret}"
+                conn.request(
+                    "GET", "/workspaces", headers={"Host": f"{name}:{printed.port}", "Cookie": cookie}
+                )
+                assert conn.getresponse().status == status, name
+            finally:
+                conn.close()
         # A browser opening the printed URL: the cookie, then the pages.
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
         with browser.open(url, timeout=30) as response:
