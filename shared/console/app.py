@@ -1,6 +1,7 @@
 """The console's Starlette application: routes, CSRF and the one lock around the backend.
 
-Every POST carries the process's CSRF token in a hidden field (`csrf`), compared in constant
+Every request first passes shared.console.guard (its Host, its Origin, the launch secret); then
+every POST carries the process's CSRF token in a hidden field (`csrf`), compared in constant
 time, and the `confirm` field its confirmation page filled in with what it acts on; without
 either it is refused (403, 400) before anything is read. The token is made when the app is
 and dies with the process, so a page from an earlier console cannot post to this one. A
@@ -14,12 +15,13 @@ import hmac
 import re
 import secrets
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -28,7 +30,8 @@ from starlette.staticfiles import StaticFiles
 from shared.backend import Backend
 from shared.config import Settings
 from shared.console import replays, views
-from shared.console.html import esc, page, seg
+from shared.console.guard import ConsoleGuard, refusal
+from shared.console.html import seg
 from shared.console.views import Ctx, Html
 
 STATIC = Path(__file__).parent / "static"
@@ -38,13 +41,23 @@ MAX_FORM_BYTES = 16 * 1024
 MAX_REPLAY_FORM_BYTES = 120 * 1024
 
 View = Callable[..., Html]
+NO_CSRF = "refused: this form has no valid CSRF token (reload the page and try again)"
 
 
 def create_app(
-    backend: Backend, settings: Settings, *, source: str = "", target: str = "", csrf: str | None = None
+    backend: Backend,
+    settings: Settings,
+    *,
+    source: str = "",
+    target: str = "",
+    csrf: str | None = None,
+    secret: str | None = None,
+    hosts: Iterable[str] = (),
 ) -> Starlette:
     """The console over `backend`. `source` is what the header says it reads (a data dir, a stack);
-    `target` the CLI options that name it, for the commands a page suggests."""
+    `target` the CLI options that name it, for the commands a page suggests. `secret` is the
+    launch secret every request needs (a new random one unless given: `app.state.secret`), and
+    `hosts` the names it answers to besides loopback ones (shared.console.guard)."""
     ctx = Ctx(
         backend=backend,
         settings=settings,
@@ -62,21 +75,17 @@ def create_app(
         status, body = await run_in_threadpool(run)
         return HTMLResponse(body, status_code=status)
 
-    def refuse(status: int, why: str) -> Response:
-        body = page("Refused", f'<p class="error">{esc(why)}</p>', active="", source=ctx.source)
-        return HTMLResponse(body, status_code=status)
-
     async def posted(request: Request, limit: int = MAX_FORM_BYTES) -> dict[str, str] | Response:
         """The POST's fields when it carries this process's token; else the refusal."""
         body = await request.body()
         if len(body) > limit:
-            return refuse(413, "form too large")
+            return refusal(413, "form too large", source=ctx.source)
         parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
         fields = {k: v[0] for k, v in parsed.items()}
         if not (token := fields.get("csrf", "")) or not hmac.compare_digest(
             token.encode(), ctx.csrf.encode()
         ):
-            return refuse(403, "refused: this form has no valid CSRF token (reload the page and try again)")
+            return refusal(403, NO_CSRF, source=ctx.source)
         return fields
 
     async def checked(request: Request, expected: str) -> Response | None:
@@ -85,7 +94,7 @@ def create_app(
         if isinstance(fields, Response):
             return fields
         if fields.get("confirm", "") != expected:
-            return refuse(400, "refused: not confirmed (use the confirmation page)")
+            return refusal(400, "refused: not confirmed (use the confirmation page)", source=ctx.source)
         return None
 
     def p(request: Request, name: str) -> str:
@@ -166,8 +175,10 @@ def create_app(
         *_replay_routes(render, posted),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes)
+    launch = secret or secrets.token_urlsafe(32)
+    app = Starlette(routes=routes, middleware=[Middleware(ConsoleGuard, secret=launch, hosts=tuple(hosts))])
     app.state.csrf = ctx.csrf
+    app.state.secret = launch
     return app
 
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from shared.console import usage
 from shared.console.html import esc, link, seg, table
-from shared.console.views import MAX_SESSIONS, Ctx, Html
+from shared.console.views import ESTIMATED, MAX_SESSIONS, Ctx, Html
 from shared.errors import ModelNotConfigured, SigilError
 from shared.models import MemoryConfig
 from shared.replay import ReplayChange, ReplayReport, change_problems, render_html, render_markdown, replay
@@ -173,7 +173,8 @@ def show(ctx: Ctx, key: str, report: ReplayReport) -> Html:
         f'<a href="/replay?workspace={seg(report.workspace_id)}&session={seg(report.sessions[0])}">'
         "replay again…</a></p>"
     )
-    return ctx.page("Replay report", downloads + render_html(report, page=False), active="replay")
+    body = downloads + ESTIMATED + render_html(report, page=False)
+    return ctx.page("Replay report", body, active="replay")
 
 
 def stored(ctx: Ctx, reports: Reports, key: str) -> Html:

@@ -18,6 +18,8 @@ from shared.config import Settings
 from shared.console import usage
 from shared.console.html import dl, esc, form, link, money, page, seg, table, when
 from shared.console.svg import bars
+from shared.memory.doc_keys import AUTHOR_KEY
+from shared.memory.search import MemoryHit, SearchOutcome
 from shared.models import (
     WORKSPACE_WIDE,
     AssistantMessage,
@@ -32,6 +34,14 @@ from shared.models import (
 )
 
 Html = tuple[int, str]
+
+# Every USD figure is the price table's estimate (list prices or the operator's overrides,
+# docs/budgets.md), never a bill: each is labelled so where it is shown.
+EST_COST = "est. cost"
+ESTIMATED = (
+    '<p class="hint">Costs are estimates at the price table\'s list prices (or its overrides), '
+    "not a provider's bill (docs/budgets.md).</p>"
+)
 
 _PAGE = 500
 MAX_SESSIONS = 1_000
@@ -107,11 +117,15 @@ def workspaces(ctx: Ctx) -> Html:
                 esc(when(t.last)),
             ]
         )
-    body = table(
-        ["workspace", "name", "model", "turns", "tokens", "cost", "last turn"],
-        rows,
-        cls="workspaces",
-        empty="no workspaces (`sigil config apply` writes them; `sigil dev` creates its default)",
+    body = (
+        '<p class="hint">All time: the turns in each workspace\'s audit log.</p>'
+        + table(
+            ["workspace", "name", "model", "turns", "tokens", EST_COST, "last turn"],
+            rows,
+            cls="workspaces",
+            empty="no workspaces (`sigil config apply` writes them; `sigil dev` creates its default)",
+        )
+        + ESTIMATED
     )
     return ctx.page("Workspaces", body, active="workspaces")
 
@@ -129,7 +143,7 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
         [
             bars("Turns per day", [(d, t.turns) for d, t in label], cls="turns"),
             bars("Tokens per day", [(d, t.tokens) for d, t in label], cls="tokens"),
-            bars("Cost per day (USD)", [(d, t.cost_usd) for d, t in label], fmt=money, cls="cost"),
+            bars("Estimated cost per day (USD)", [(d, t.cost_usd) for d, t in label], fmt=money, cls="cost"),
             bars(
                 "Mean latency per day (ms)",
                 [(d, t.mean_latency_ms) for d, t in label],
@@ -156,13 +170,13 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
     if config.budget is None:
         budget = '<p class="empty">budgets are off in this workspace (nothing is counted)</p>'
     else:
-        budget = table(
-            ["scope", "period", "metric", "used", "limit", "left", "resets"],
+        budget = BUDGET_HINT + table(
+            ["scope", "period", "metric", "used this period", "limit", "left", "resets"],
             [
                 [
                     esc(r.scope if r.scope == "workspace" else f"user {u}"),
-                    esc(r.period),
-                    esc(r.metric),
+                    esc(PERIOD_LABELS.get(r.period, r.period)),
+                    esc(METRIC_LABELS.get(r.metric, r.metric)),
                     esc(r.used),
                     esc(r.limit),
                     f"<strong>{esc(r.left)}</strong>",
@@ -177,11 +191,13 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
     total = usage.total(found)
     body = (
         _ws_nav(workspace_id, "overview")
+        + '<p class="hint">All time, from the audit log: what the agent\'s turns used (the newest '
+        f"{usage.MAX_RECORDS:,} turns). The budgets below count the current day or month.</p>"
         + dl(
             [
-                ("turns", str(total.turns)),
-                ("tokens", f"{total.tokens:,}"),
-                ("cost", money(total.cost_usd)),
+                ("turns, all time", str(total.turns)),
+                ("tokens, all time", f"{total.tokens:,}"),
+                (f"{EST_COST}, all time", money(total.cost_usd)),
                 ("models used", esc(", ".join(sorted(total.models)) or "-")),
             ]
         )
@@ -189,12 +205,14 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
         + (f"<p>{link(f'/workspaces/{seg(workspace_id)}#usage', 'All users')}</p>" if user else "")
         + f'<div class="plots">{plots}</div></section>'
         + "<section><h2>Per user</h2>"
+        + '<p class="hint">All time, from the audit log, as the totals above.</p>'
         + table(
-            ["user", "turns", "tokens", "cost", "mean latency", "last turn", ""],
+            ["user", "turns", "tokens", EST_COST, "mean latency", "last turn", ""],
             user_rows,
             cls="users",
             empty="no turns by an identified user",
         )
+        + ESTIMATED
         + "</section>"
         + f"<section><h2>Budgets and what remains</h2>{budget}</section>"
         + "<section><h2>Effective configuration</h2>"
@@ -202,6 +220,17 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
         "model when it sets none.</p>" + f'<pre class="config">{esc(effective)}</pre></section>'
     )
     return ctx.page(f"Workspace {workspace_id}", body, active="workspaces")
+
+
+# The budget store's counters are of the current UTC period, and count more than the turns.
+PERIOD_LABELS = {"day": "today (UTC)", "month": "this month (UTC)"}
+METRIC_LABELS = {"tokens": "tokens", "tool_calls": "tool calls", "usd": "USD (estimated)"}
+BUDGET_HINT = (
+    '<p class="hint">Counted by the budget store for the current UTC day or month, as a turn checks '
+    "them: the turns' model and tool calls, and consolidation's model calls (compaction, fact "
+    "extraction), which are charged to the workspace and have no turn in the audit log. So these "
+    "differ from the all-time turn totals above (docs/budgets.md).</p>"
+)
 
 
 def _with_users(
@@ -273,7 +302,7 @@ def _session_table(ctx: Ctx, workspace_id: str) -> str:
             ]
         )
     return table(
-        ["session", "user", "channel", "messages", "turns", "cost", "updated"],
+        ["session", "user", "channel", "messages", "turns", EST_COST, "updated"],
         rows,
         cls="sessions",
         empty="no sessions",
@@ -400,7 +429,7 @@ def _audit_table(records: list[AuditRecord]) -> str:
             "model",
             "tools",
             "tokens",
-            "cost",
+            EST_COST,
             "duration",
             "outcome",
             "quoted as untrusted",
@@ -435,6 +464,8 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = No
         + "".join(f"<option{' selected' if m == asked else ''}>{m}</option>" for m in SEARCH_MODES)
         + "</select><button type=submit>Search</button></form>"
     )
+    facts = list(triples(ctx.backend, workspace_id))
+    sums = summaries(ctx.backend, workspace_id)
     results = ""
     if query:
         try:
@@ -444,30 +475,8 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = No
         except SigilError as exc:
             results = f'<p class="error">{esc(exc.message)}</p>'
         else:
-            answered = f'<p class="answered">answered by <strong class="mode">{esc(outcome.mode)}</strong>'
-            answered += (
-                f' · <span class="degraded">{esc(outcome.degraded)}</span></p>'
-                if outcome.degraded
-                else "</p>"
-            )
-            results = answered + table(
-                ["tier", "text", "session", "fused", "BM25", "vector"],
-                [
-                    [
-                        esc(h.tier),
-                        esc(h.text),
-                        link(f"{base}/sessions/{seg(h.session_id)}", h.session_id) if h.session_id else "-",
-                        f'<span class="score fused">{h.score:.3f}</span>',
-                        f'<span class="score bm25">{_score(h.bm25)}</span>',
-                        f'<span class="score vector">{_score(h.vector)}</span>',
-                    ]
-                    for h in outcome.hits
-                ],
-                cls="hits",
-                empty="no hits",
-            )
-    facts = list(triples(ctx.backend, workspace_id))
-    sums = summaries(ctx.backend, workspace_id)
+            owners = {t.id: t.user_id for t in facts} | {s.id: s.user_id for s in sums}
+            results = _hits(base, outcome, owners)
     fact_rows = [
         [
             link(f"{base}/facts/{seg(t.id)}", t.id),
@@ -484,6 +493,7 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = No
         [
             esc(s.kind),
             link(f"{base}/sessions/{seg(s.session_id)}", s.session_id),
+            esc(s.user_id or "-"),
             f"{s.first_seq}-{s.last_seq}",
             esc(s.text),
             esc(s.run_id or "-"),
@@ -495,7 +505,6 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = No
         [esc(run), str(n), link(f"{base}/runs/{seg(run)}/rollback", "roll back…")]
         for run, n in sorted(runs.items())
     ]
-    users = sorted({t.user_id for t in facts if t.user_id} | {s.user_id for s in sums if s.user_id})
     body = (
         _ws_nav(workspace_id, "memory")
         + f"<section>{search}{results}</section>"
@@ -503,20 +512,89 @@ def memory(ctx: Ctx, workspace_id: str, query: str | None, mode: str | None = No
         + table(["id", "subject", "predicate", "object", "status", "source", "user"], fact_rows, cls="facts")
         + "</section>"
         + f"<section><h2>Summaries ({len(sums)})</h2>"
-        + table(["kind", "session", "messages", "text", "run"], summary_rows, cls="summaries")
+        + table(["kind", "session", "user", "messages", "text", "run"], summary_rows, cls="summaries")
         + "</section>"
         + "<section><h2>Consolidation runs</h2>"
         + table(["run", "facts and summaries it wrote or changed", ""], run_rows, cls="runs", empty="no runs")
         + "</section>"
-        + "<section><h2>Users with memories</h2>"
+        + _memory_users(ctx, workspace_id, facts, sums)
+    )
+    return ctx.page(f"Memory of {workspace_id}", body, active="memory")
+
+
+def _hits(base: str, outcome: SearchOutcome, owners: dict[str, str | None]) -> str:
+    """A search's hits with their author and scores; `owners` gives the user a fact or summary
+    belongs to, by id."""
+    answered = f'<p class="answered">answered by <strong class="mode">{esc(outcome.mode)}</strong>'
+    answered += (
+        f' · <span class="degraded">{esc(outcome.degraded)}</span></p>' if outcome.degraded else "</p>"
+    )
+    return answered + table(
+        ["tier", "author", "text", "session", "fused", "BM25", "vector"],
+        [
+            [
+                esc(h.tier),
+                f'<span class="author">{esc(_author(h, owners))}</span>',
+                esc(h.text),
+                link(f"{base}/sessions/{seg(h.session_id)}", h.session_id) if h.session_id else "-",
+                f'<span class="score fused">{h.score:.3f}</span>',
+                f'<span class="score bm25">{_score(h.bm25)}</span>',
+                f'<span class="score vector">{_score(h.vector)}</span>',
+            ]
+            for h in outcome.hits
+        ],
+        cls="hits",
+        empty="no hits",
+    )
+
+
+def _author(hit: MemoryHit, owners: dict[str, str | None]) -> str:
+    """Who a hit is from: a user message's writer (the name they go by, and their user id), the
+    assistant or a tool (and whom it answered), or the user a fact or summary belongs to."""
+    if hit.tier != "message":
+        return owners.get(hit.id) or "-"
+    role, user = hit.metadata.get("role", ""), hit.metadata.get("user_id")
+    if role != "user":
+        return f"{role} to {user}" if user else role or "-"
+    name = hit.metadata.get(AUTHOR_KEY)
+    if name and user and name != user:
+        return f"{name} ({user})"
+    return name or user or "user"
+
+
+def _memory_users(ctx: Ctx, workspace_id: str, facts: list[Triple], sums: list[Summary]) -> str:
+    """Each user who opened a session, whose messages are in memory (its window, then Tier 1), or
+    whom a fact or summary belongs to: what erasing them removes."""
+    base = f"/workspaces/{seg(workspace_id)}"
+    counts: dict[str, list[int]] = {}  # user: [sessions, messages, facts, summaries]
+
+    def add(user: str | None, column: int, n: int = 1) -> None:
+        if user:
+            counts.setdefault(user, [0, 0, 0, 0])[column] += n
+
+    for s in ctx.backend.sessions.list_sessions(workspace_id, limit=MAX_SESSIONS):
+        add(s.user_id, 0)
+        add(s.user_id, 1, s.message_count)
+    for t in facts:
+        add(t.user_id, 2)
+    for summary in sums:
+        add(summary.user_id, 3)
+    rows = [
+        [esc(u), *(str(n) for n in c), link(f"{base}/users/{seg(u)}/erase", "erase…")]
+        for u, c in sorted(counts.items())
+    ]
+    return (
+        "<section><h2>Users with memories</h2>"
+        + '<p class="hint">Each user who opened a session (its messages, all of them: the active '
+        "window, then Tier 1) or whom a fact or summary belongs to.</p>"
         + table(
-            ["user", ""],
-            [[esc(u), link(f"{base}/users/{seg(u)}/erase", "erase…")] for u in users],
+            ["user", "sessions opened", "messages in them", "facts", "summaries", ""],
+            rows,
             cls="memory-users",
+            empty="no user has a session, a fact or a summary",
         )
         + "</section>"
     )
-    return ctx.page(f"Memory of {workspace_id}", body, active="memory")
 
 
 def _score(value: float | None) -> str:

@@ -71,13 +71,15 @@ def main() -> int:
         )
         app = create_app(backend, settings, source="embedded: .sigil")
         with console_seed.serve(app) as url, sync_playwright() as p:
-            shots(p.chromium.launch(executable_path=CHROMIUM, headless=True), backend, url, only)
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+            shots(browser, backend, url, app.state.secret, only)
     return 0
 
 
-def shots(browser: Browser, backend: Backend, url: str, only: str) -> None:
+def shots(browser: Browser, backend: Backend, url: str, secret: str, only: str) -> None:
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.goto(f"{url}/?token={secret}")  # the URL `sigil console` prints: the secret's cookie
         [fact] = [
             t.id
             for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE)

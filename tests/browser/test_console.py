@@ -4,7 +4,8 @@ DynamoDB and SQS, osmem-server's OpenSearch), each test on both (the `console` f
 Each test gets a fresh backend filled by tests.support.console_seed through the real turn and the
 real compaction (two people, one consolidation run each, one dead letter), and the console's
 Starlette app served by uvicorn on a thread of this process (moto is in-process), stopped when
-the test ends, pass or fail.
+the test ends, pass or fail. A page is opened as the operator opens the URL the console prints:
+with its launch secret (`?token=`), which the console turns into a cookie for the context.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 from pydantic import SecretStr
 
 from shared.backend import Backend
@@ -24,6 +25,7 @@ from shared.console import create_app
 from shared.console.views import summaries
 from shared.models import WORKSPACE_WIDE
 from shared.replay import ReplayReport
+from tests.browser.conftest import CHROMIUM
 from tests.support import console_seed
 from tests.support.console_seed import (
     ALICE_RUN,
@@ -47,10 +49,15 @@ class Console:
     settings: Settings
     kind: str
     fake: FakeOpenAI  # the model a replay may try: "openai/<any name>"
+    secret: str  # the launch secret, as `sigil console` prints it in its URL
+    csrf: str  # the forms' token, which a page of the console shows
 
     def open(self, context: BrowserContext, path: str) -> Page:
+        """`path` opened with the secret in its URL: the console sets its cookie in `context` and
+        redirects to `path` without it."""
         page = context.new_page()
-        page.goto(self.url + path)
+        page.goto(f"{self.url}{path}{'&' if '?' in path else '?'}token={self.secret}")
+        expect(page).not_to_have_url(re.compile("token="))
         return page
 
 
@@ -65,12 +72,12 @@ def console(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Console]
         )
         app = create_app(backend, settings, source=request.param)
         with console_seed.serve(app) as url:
-            yield Console(url, backend, settings, request.param, fake)
+            yield Console(url, backend, settings, request.param, fake, app.state.secret, app.state.csrf)
 
 
 def hits(page: Page) -> list[dict[str, str]]:
     rows = page.locator("table.hits tbody tr")
-    keys = ["tier", "text", "session", "fused", "bm25", "vector"]
+    keys = ["tier", "author", "text", "session", "fused", "bm25", "vector"]
     return [dict(zip(keys, row.locator("td").all_inner_texts(), strict=True)) for row in rows.all()]
 
 
@@ -88,6 +95,7 @@ def test_a_memory_search_shows_each_hits_bm25_vector_and_fused_scores_and_which_
         expect(page.locator(".answered .degraded")).to_have_text("no embedding model configured")
     found = hits(page)
     assert found and "dark mode" in found[0]["text"], found
+    assert "alice" in found[0]["author"], found[0]  # her message, or a fact or summary of hers
     for hit in found:
         assert SCORE.match(hit["fused"]), hit
     # The best hit was found by BM25, and on the hybrid search by the vector half too.
@@ -317,3 +325,52 @@ def test_a_replay_from_the_console_shows_recorded_and_replayed_turns_side_by_sid
     page.goto(console.url + f"/workspaces/{WS}/sessions/{ALICE_SESSION}")
     expect(page.locator(".msg.in-window").last).to_contain_text("Noted: thanks, that is all for now")
     expect(page.locator("main")).not_to_contain_text("Replayed:")
+
+
+def test_the_printed_url_sets_a_strict_http_only_cookie_and_a_page_without_it_is_refused(
+    context: BrowserContext, console: Console
+) -> None:
+    stranger = context.new_page()
+    refused = stranger.goto(console.url + f"/workspaces/{WS}/memory")
+    assert refused is not None and refused.status == 403
+    expect(stranger.locator(".error")).to_contain_text("needs the secret it printed")
+    expect(stranger.locator("main")).not_to_contain_text("dark mode")
+
+    page = console.open(context, f"/workspaces/{WS}/memory")
+    expect(page).to_have_url(console.url + f"/workspaces/{WS}/memory")
+    expect(page.locator("table.facts")).to_contain_text("dark mode")
+    [cookie] = context.cookies()
+    assert cookie["value"] == console.secret
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+    # A script on the page can't read it (nor could one on any other page).
+    assert page.evaluate("document.cookie") == ""
+
+
+def test_a_dns_rebinding_page_gets_nothing_from_the_console(browser: Browser, console: Console) -> None:
+    """What a rebinding attack achieves, made real in the browser: chromium resolves
+    attacker.example to 127.0.0.1, so a page of that name is served by the console's port, and
+    its requests carry that name in Host and Origin. The console answers none of them."""
+    port = console.url.rsplit(":", 1)[1]
+    attacker = f"http://attacker.example:{port}"
+    rebound = browser.browser_type.launch(
+        executable_path=CHROMIUM,
+        headless=True,
+        args=["--host-resolver-rules=MAP attacker.example 127.0.0.1"],
+    )
+    try:
+        page = rebound.new_page()
+        # The secret would not help it either, were it stolen.
+        shown = page.goto(f"{attacker}/workspaces/{WS}/memory?token={console.secret}")
+        assert shown is not None and shown.status == 400
+        expect(page.locator(".error")).to_contain_text("answers only to its own address")
+        expect(page.locator("main")).not_to_contain_text("dark mode")
+        # The page's own script posts the erasure to "its" origin, as the issue's reproduction did.
+        status = page.evaluate(
+            """async ([path, csrf]) => (await fetch(path, {
+                method: "POST", body: new URLSearchParams({csrf, confirm: "bob"})})).status""",
+            [f"/workspaces/{WS}/users/{BOB}/erase", console.csrf],
+        )
+        assert status == 400
+    finally:
+        rebound.close()
+    assert console.backend.sessions.get(WS, BOB_SESSION) is not None

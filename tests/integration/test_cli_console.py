@@ -1,23 +1,28 @@
 """`sigil console` as the operator runs it: it refuses a non-loopback address unless told to, and
-serves the console of a data dir on loopback (a subprocess, stopped whatever the outcome)."""
+serves the console of a data dir on loopback (a subprocess, stopped whatever the outcome) to the
+browser that opens the URL it prints, and to no other name or request without its secret."""
 
 from __future__ import annotations
 
+import http.client
+import http.cookiejar
 import os
 import selectors
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from typer.testing import CliRunner
 
 from shared.adapters.embedded import build_embedded_backend
 from shared.cli import app
-from shared.cli.console import is_loopback
 from shared.config import Settings
+from shared.console.guard import is_loopback
 from shared.models import WorkspaceConfig
 from tests.e2e.processes import kill_group
 
@@ -63,7 +68,7 @@ def test_the_command_serves_the_console_of_a_data_dir_on_loopback(tmp_path: Path
     sigil = str(Path(sys.executable).parent / "sigil")
     env = os.environ | {"PYTHONUNBUFFERED": "1", "SIGIL_EMBEDDING_MODEL": "none"}
     proc = subprocess.Popen(
-        [sigil, "console", "--port", "0", "--data-dir", str(data_dir)],
+        [sigil, "console", "--port", "0", "--data-dir", str(data_dir), "--allow-host", "console.lan"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -72,9 +77,29 @@ def test_the_command_serves_the_console_of_a_data_dir_on_loopback(tmp_path: Path
     )
     try:
         url = _line(proc, "console: http://127.0.0.1:", 120).split()[1]
-        with urllib.request.urlopen(url + "workspaces", timeout=30) as response:
+        printed = urlsplit(url)
+        assert printed.path == "/" and printed.query.startswith("token=") and len(printed.query) > 40
+        origin = f"http://{printed.netloc}"
+        # Without the secret, nothing; with another name in Host (a DNS-rebinding page), nothing.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(origin + "/workspaces", timeout=30)
+        assert refused.value.code == 403
+        secret = printed.query.removeprefix("token=")
+        for name, status in (("attacker.example", 400), ("console.lan", 200)):  # --allow-host's is
+            conn = http.client.HTTPConnection(printed.hostname or "", printed.port, timeout=30)
+            try:
+                cookie = f"sigil-console-{printed.port}={secret}"
+                conn.request(
+                    "GET", "/workspaces", headers={"Host": f"{name}:{printed.port}", "Cookie": cookie}
+                )
+                assert conn.getresponse().status == status, name
+            finally:
+                conn.close()
+        # A browser opening the printed URL: the cookie, then the pages.
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with browser.open(url, timeout=30) as response:
             page = response.read().decode()
-        assert response.status == 200
+        assert response.status == 200 and response.url == origin + "/workspaces"
         assert "ops-desk" in page and "Operations" in page
     finally:
         kill_group(proc.pid)

@@ -1,26 +1,42 @@
 """shared.console's parts below the browser: the raw scores a search hit carries, usage by day and
-user from audit records, the SVG plots, escaping, and the POST checks (Starlette's TestClient on
-the real app over the embedded backend)."""
+user from audit records, the SVG plots, escaping, the POST checks, and the guard in front of every
+route (its Host allow-list, Origin checks and launch secret, against a DNS-rebinding page):
+Starlette's TestClient on the real app over the embedded backend."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from shared.adapters.embedded import SqliteMemoryIndex, SqliteMemoryStore, build_embedded_backend
 from shared.backend import Backend
 from shared.config import Settings
 from shared.console import create_app, usage
+from shared.console.guard import host_name
 from shared.console.svg import bars
 from shared.memory.search import MemorySearch
 from shared.memory.writer import MemoryWriter
-from shared.models import WORKSPACE_WIDE, AuditRecord, MemoryRecord, Session, UserMessage, WorkspaceConfig
+from shared.models import (
+    WORKSPACE_WIDE,
+    AuditRecord,
+    BudgetLimits,
+    MemoryRecord,
+    ScopeLimits,
+    Session,
+    Triple,
+    UserMessage,
+    WorkspaceConfig,
+)
+from shared.models.budgets import BudgetUsage
 from shared.replay import ReplayReport, render_html, render_markdown
 from tests.support import console_seed
 from tests.support.fake_openai import FakeOpenAI
@@ -29,6 +45,17 @@ from tests.support.hashing_embedder import HashingEmbedder
 WS = "ws-console"
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TEXTS = ["my favourite dinner is pasta with basil pesto", "the budget meeting moved to Thursday"]
+
+
+# Where `sigil console` listens by default, as a browser on this machine names it.
+CONSOLE = "http://127.0.0.1:8790"
+
+
+def _client(app: Starlette) -> TestClient:
+    """A browser that opened the URL the console printed: its Host, and the launch secret's cookie."""
+    client = TestClient(app, base_url=CONSOLE)
+    assert client.get(f"/?token={app.state.secret}").status_code == 200
+    return client
 
 
 def _records() -> list[MemoryRecord]:
@@ -109,7 +136,7 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
 
 
 def test_what_a_store_holds_is_escaped_on_every_page(backend: Backend) -> None:
-    client = TestClient(create_app(backend, Settings(), csrf="t"))
+    client = _client(create_app(backend, Settings(), csrf="t"))
     for path in ("/workspaces", f"/workspaces/{WS}", "/sessions", f"/workspaces/{WS}/sessions/web.evil"):
         page = client.get(path)
         assert page.status_code == 200, path
@@ -120,7 +147,7 @@ def test_what_a_store_holds_is_escaped_on_every_page(backend: Backend) -> None:
 def test_unknown_things_are_404_pages_and_a_post_needs_the_token_and_its_confirmation(
     backend: Backend,
 ) -> None:
-    client = TestClient(create_app(backend, Settings(), csrf="right-token"))
+    client = _client(create_app(backend, Settings(), csrf="right-token"))
     for path in ("/workspaces/nope", f"/workspaces/{WS}/sessions/nope", f"/workspaces/{WS}/facts/nope"):
         assert client.get(path).status_code == 404, path
     assert client.get(f"/workspaces/{WS}/runs/nope/rollback").status_code == 404
@@ -141,9 +168,131 @@ def test_unknown_things_are_404_pages_and_a_post_needs_the_token_and_its_confirm
     assert backend.sessions.get(WS, "web.evil") is None
 
 
+# ---------------------------------------------------------------- the guard
+
+ATTACKER = "http://attacker.example:8790"
+PIN = "the door code is 4817"
+
+
+def _pin(backend: Backend) -> None:
+    backend.memory.put_triple(
+        Triple(
+            id="f-pin",
+            workspace_id=WS,
+            subject="mallory",
+            predicate="door code",
+            object=PIN,
+            user_id="mallory",
+        )
+    )
+
+
+def _facts(backend: Backend) -> list[str]:
+    return [t.object for t in backend.memory.list_triples(WS, scope=WORKSPACE_WIDE, limit=100)]
+
+
+def test_a_dns_rebinding_page_can_neither_read_the_memory_page_nor_erase(backend: Backend) -> None:
+    """Issue 25's reproduction: a page of attacker.example whose name now points at 127.0.0.1
+    sends its requests with its own name in Host and Origin; the console answers none of them."""
+    _pin(backend)
+    app = create_app(backend, Settings())
+    rebound = TestClient(app, base_url=ATTACKER, headers={"Origin": ATTACKER})
+    memory = rebound.get(f"/workspaces/{WS}/memory")
+    assert memory.status_code == 400
+    assert PIN not in memory.text and app.state.csrf not in memory.text
+    confirm = rebound.get(f"/workspaces/{WS}/users/mallory/erase")
+    assert confirm.status_code == 400 and app.state.csrf not in confirm.text
+    # Even knowing the CSRF token, and the launch secret, a rebound name is not the console's.
+    rebound.cookies.set("sigil-console-8790", app.state.secret)
+    for path in (f"/workspaces/{WS}/users/mallory/erase", f"/workspaces/{WS}/memory"):
+        assert rebound.post(path, data={"csrf": app.state.csrf, "confirm": "mallory"}).status_code == 400
+    assert rebound.get(f"/workspaces/{WS}/memory?token={app.state.secret}").status_code == 400
+    assert _facts(backend) == [PIN]
+    assert backend.sessions.get(WS, "web.evil") is not None
+
+
+def _every_request(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path) for every route of the app, path parameters filled in."""
+    out = []
+    for route in app.routes:
+        if isinstance(route, Mount):
+            out.append(("GET", f"{route.path}/console.css"))
+            continue
+        assert isinstance(route, Route)
+        path = re.sub(r"\{(\w+)\}", lambda m: "mallory" if m.group(1) == "user" else WS, route.path)
+        out += [(method, path) for method in sorted(route.methods or ()) if method != "HEAD"]
+    return out
+
+
+def test_every_route_needs_the_launch_secret_which_the_printed_url_sets_as_a_strict_cookie(
+    backend: Backend,
+) -> None:
+    _pin(backend)
+    app = create_app(backend, Settings(), csrf="right-token", secret="launch-secret")
+    stranger = TestClient(app, base_url=CONSOLE)
+    requests = _every_request(app)
+    assert ("POST", f"/workspaces/{WS}/users/mallory/erase") in requests and ("GET", "/replay") in requests
+    for method, path in requests:
+        fields = {"csrf": "right-token", "confirm": "mallory", "workspace": WS, "session": "web.evil"}
+        answer = stranger.request(method, path, data=fields if method == "POST" else None)
+        assert answer.status_code == 403, (method, path)
+        assert PIN not in answer.text and "right-token" not in answer.text
+    # A wrong secret, in the URL or in the cookie, is no better.
+    assert stranger.get("/workspaces?token=launch-secreT").status_code == 403
+    stranger.cookies.set("sigil-console-8790", "launch-secreT")
+    assert stranger.get(f"/workspaces/{WS}/memory").status_code == 403
+    assert _facts(backend) == [PIN] and backend.sessions.get(WS, "web.evil") is not None
+
+    # The printed URL: the cookie (HttpOnly, SameSite=Strict), and the same address without it.
+    browser = TestClient(app, base_url=CONSOLE, follow_redirects=False)
+    opened = browser.get(f"/workspaces/{WS}/memory?q=door&token=launch-secret")
+    assert opened.status_code == 303
+    assert opened.headers["location"] == f"/workspaces/{WS}/memory?q=door"
+    cookie = opened.headers["set-cookie"]
+    assert cookie.startswith("sigil-console-8790=launch-secret;")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    shown = browser.get(opened.headers["location"])
+    assert shown.status_code == 200 and PIN in shown.text
+    # A secret in the URL of a POST is not taken: only the cookie is.
+    assert stranger.post("/replay?token=launch-secret", data={"csrf": "right-token"}).status_code == 403
+
+
+def test_a_state_changing_request_from_another_origin_or_site_is_refused(backend: Backend) -> None:
+    client = _client(create_app(backend, Settings(), csrf="t", hosts=["console.lan"]))
+    erase = f"/workspaces/{WS}/users/mallory/erase"
+    fields = {"csrf": "t", "confirm": "mallory"}
+    for headers in (
+        {"Origin": ATTACKER},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1:9999"},  # another local server, another port
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ):
+        assert client.post(erase, data=fields, headers=headers).status_code == 403, headers
+    assert client.get(f"/workspaces/{WS}", headers={"Origin": ATTACKER}).status_code == 403
+    assert backend.sessions.get(WS, "web.evil") is not None
+    # The console's own names: loopback ones, and those it was given.
+    for host in ("localhost:8790", "[::1]:8790", "127.0.0.2:8790", "console.lan:8790"):
+        assert client.get("/workspaces", headers={"Host": host}).status_code == 200, host
+    for host in ("127.0.0.1.attacker.example:8790", "consolexlan:8790", "127.0.0.1:port", ""):
+        assert client.get("/workspaces", headers={"Host": host}).status_code == 400, host
+    # Its own origin, as a browser's form sends it.
+    own = {"Origin": CONSOLE, "Sec-Fetch-Site": "same-origin"}
+    done = client.post(erase, data=fields, headers=own)
+    assert done.status_code == 200 and "User mallory erased" in done.text
+
+
+def test_the_host_name_of_a_host_header() -> None:
+    assert host_name("127.0.0.1:8790") == "127.0.0.1"
+    assert host_name("[::1]:8790") == "::1"
+    assert host_name("LocalHost") == "localhost"
+    for bad in ("", ":8790", "a:b", "evil/x", "user@127.0.0.1", "[::1"):
+        assert host_name(bad) is None, bad
+
+
 def test_a_workspaces_plots_are_of_one_user_when_asked(backend: Backend) -> None:
     backend.audit.append(_audit(2, "trudy", 7, 0.02))
-    client = TestClient(create_app(backend, Settings(), csrf="t"))
+    client = _client(create_app(backend, Settings(), csrf="t"))
 
     def turn_bars(path: str) -> list[str]:
         page = client.get(path).text
@@ -154,6 +303,90 @@ def test_a_workspaces_plots_are_of_one_user_when_asked(backend: Backend) -> None
     assert turn_bars(f"/workspaces/{WS}") == ["2026-03-02: 1", "2026-03-03: 0", "2026-03-04: 1"]
     assert turn_bars(f"/workspaces/{WS}?user=trudy") == ["2026-03-04: 1"]
     assert "Usage over time of trudy" in client.get(f"/workspaces/{WS}?user=trudy").text
+
+
+# ---------------------------------------------------------------- what each figure counts
+
+
+def _text(html: str) -> str:
+    """A page's text, tags dropped and spaces collapsed, as a reader sees it."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_the_overview_and_the_budget_table_say_what_each_counts(backend: Backend) -> None:
+    """Issue 26: the overview's tokens are the turns' over all time (the audit log); the budget
+    table's are the budget store's of today, consolidation's model calls included. Both labelled."""
+    limits = BudgetLimits(workspace=ScopeLimits(tokens_per_day=10_000, usd_per_day=Decimal("5")))
+    backend.workspaces.put(WorkspaceConfig(id=WS, name="ops", budget=limits))
+    # A compaction today, charged to the workspace (no turn, so no audit record).
+    usage_ = BudgetUsage(tokens_in=1_200, tokens_out=34, usd_nanos=2_500_000)
+    backend.budgets.charge(WS, None, usage_, limits, datetime.now(UTC))
+    page = _client(create_app(backend, Settings())).get(f"/workspaces/{WS}").text
+    text = _text(page)
+    # The one turn of the fixture, on 2 March 2026: 3 in, 1 out.
+    assert "tokens, all time 4 " in text and "turns, all time 1 " in text
+    assert "est. cost, all time $0.0100" in text
+    budgets = _text(page[page.index('<table class="budgets"') :])
+    assert "workspace today (UTC) tokens 1,234 10,000 8,766" in budgets
+    assert "workspace today (UTC) USD (estimated) $0.00 $5.00 $5.00" in budgets
+    assert "used this period" in budgets
+    assert "consolidation's model calls" in text and "differ from the all-time turn totals" in text
+
+
+def test_every_usd_figure_of_the_console_is_labelled_an_estimate(backend: Backend) -> None:
+    # The session of the fixture's turn: its page lists the turn's audit record, with its cost.
+    backend.sessions.save(Session(id="s1", workspace_id=WS, user_id="mallory"), expected_version=0)
+    client = _client(create_app(backend, Settings()))
+    for path in ("/workspaces", f"/workspaces/{WS}", "/sessions", f"/workspaces/{WS}/sessions/s1"):
+        page = client.get(path).text
+        assert "<th>cost</th>" not in page and "<th>est. cost</th>" in page, path
+    assert "Estimated cost per day (USD)" in client.get(f"/workspaces/{WS}").text
+    assert "Costs are estimates at the price table" in client.get("/workspaces").text
+
+
+def test_the_memory_page_names_each_hits_author_and_every_user_with_messages(backend: Backend) -> None:
+    """Issue 26: the hits had no author, and "Users with memories: none" was shown beside a user
+    with 22 messages (in sessions, with no fact or summary yet)."""
+    trudy = Session(id="web.trudy", workspace_id=WS, user_id="trudy", message_count=22, rolled_out_count=18)
+    backend.sessions.save(trudy, expected_version=0)
+    said = [
+        MemoryRecord(
+            id="r0",
+            workspace_id=WS,
+            session_id="web.trudy",
+            role="user",
+            seq=0,
+            created_at=T0,
+            text="my favourite dinner is pasta with basil pesto",
+            user_id="trudy",
+            author="Trudy T",
+        ),
+        MemoryRecord(
+            id="r1",
+            workspace_id=WS,
+            session_id="web.trudy",
+            role="assistant",
+            seq=1,
+            created_at=T0,
+            text="Noted: pasta with basil pesto for dinner",
+            user_id="trudy",
+        ),
+    ]
+    backend.memory.append_messages(WS, said)
+    MemoryWriter(backend.index, None).write_messages(WS, said)
+    _pin(backend)
+    client = _client(create_app(backend, Settings()))
+    page = client.get(f"/workspaces/{WS}/memory?q=pasta+pesto&mode=bm25").text
+    hits = page[page.index('<table class="hits"') : page.index("</table>", page.index('<table class="hits"'))]
+    authors = dict(re.findall(r'<span class="author">([^<]*)</span></td><td>([^<]*)</td>', hits))
+    assert authors == {
+        "Trudy T (trudy)": "my favourite dinner is pasta with basil pesto",
+        "assistant to trudy": "Noted: pasta with basil pesto for dinner",
+    }
+    users = page[page.index('class="memory-users"') :]
+    rows = [_text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", users[: users.index("</table>")])][1:]
+    # mallory: the fixture's session (saved with no count: 0) and her fact; trudy: 22 messages.
+    assert rows == ["mallory 1 0 1 0 erase…", "trudy 1 22 0 0 erase…"]
 
 
 # ---------------------------------------------------------------- replay
@@ -189,7 +422,7 @@ def test_a_replay_from_the_console_shows_its_report_and_the_downloads_are_that_r
         settings = settings.model_copy(
             update={"openai_base_url": fake.base_url, "openai_api_key": SecretStr("sk-test")}
         )
-        client = TestClient(create_app(backend, settings, csrf="t"))
+        client = _client(create_app(backend, settings, csrf="t"))
         form = client.get(f"/replay?workspace={WS}&session=web.ann")
         assert form.status_code == 200 and 'name="system_prompt"' in form.text
         shown = client.post(
@@ -210,6 +443,7 @@ def test_a_replay_from_the_console_shows_its_report_and_the_downloads_are_that_r
     assert "fake says &lt;b&gt;hi&lt;/b&gt;" in shown.text and "<b>hi</b>" not in shown.text
     assert "Noted: my favourite colour is blue" in shown.text
     assert "tools denied: memory_store, pin_task" in shown.text
+    assert "Costs are estimates at the price table" in shown.text  # its "cost USD" figures
 
     key = _key(shown.text)
     as_json = client.get(f"/replay/{key}.json")
@@ -239,7 +473,7 @@ def test_a_replay_post_needs_the_token_and_bad_input_is_its_error_page(
     backend, settings = recorded
     # Whatever the environment holds, this console has no key for any provider.
     settings = settings.model_copy(update={"openai_api_key": None, "openai_base_url": None})
-    client = TestClient(create_app(backend, settings, csrf="t"))
+    client = _client(create_app(backend, settings, csrf="t"))
     form = {"workspace": WS, "session": "web.ann", "model": "openai/x"}
 
     def post(status: int, **fields: str) -> str:
