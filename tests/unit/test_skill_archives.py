@@ -81,10 +81,10 @@ def test_a_member_declaring_more_than_the_cap_is_refused_before_it_is_read() -> 
 
     peak, raised = peak_while(lambda: unpack(data, "bomb.tar.gz"))
 
-    assert isinstance(raised, InstallError)
-    assert f"entry 'bomb/references/big.md' declares {HUGE} bytes" in raised.message
     # Nothing of the member was read: far under one cap's worth, where believing it costs eight.
     assert peak < MAX_SKILL_BYTES // 4, peak
+    assert isinstance(raised, InstallError)
+    assert f"entry 'bomb/references/big.md' declares {HUGE} bytes" in raised.message
 
 
 def test_the_total_of_the_files_is_capped_as_each_is_declared() -> None:
@@ -93,9 +93,9 @@ def test_the_total_of_the_files_is_capped_as_each_is_declared() -> None:
 
     peak, raised = peak_while(lambda: unpack(data, "many.tar.gz"))
 
-    assert isinstance(raised, InstallError) and "past 8388608 bytes" in raised.message
     # At most the files within the cap were held, plus the buffers of the stream.
     assert peak < 1.5 * MAX_SKILL_BYTES, peak
+    assert isinstance(raised, InstallError) and "past 8388608 bytes" in raised.message
 
 
 def test_skipped_members_count_towards_the_uncompressed_cap() -> None:
@@ -104,8 +104,11 @@ def test_skipped_members_count_towards_the_uncompressed_cap() -> None:
 
     peak, raised = peak_while(lambda: unpack(data, "dotted.tar.gz"))
 
-    assert isinstance(raised, InstallError) and f"unpacks to more than {MAX_UNPACKED_BYTES} bytes" in raised.message
     assert peak < MAX_SKILL_BYTES // 4, peak
+    assert (
+        isinstance(raised, InstallError)
+        and f"unpacks to more than {MAX_UNPACKED_BYTES} bytes" in raised.message
+    )
 
 
 def test_a_huge_extended_header_is_cut_at_the_uncompressed_cap() -> None:
@@ -115,8 +118,8 @@ def test_a_huge_extended_header_is_cut_at_the_uncompressed_cap() -> None:
 
     peak, raised = peak_while(lambda: unpack(data, "pax.tar.gz"))
 
-    assert isinstance(raised, InstallError) and "unpacks to more than" in raised.message
     assert peak < 2 * MAX_UNPACKED_BYTES, peak
+    assert isinstance(raised, InstallError) and "unpacks to more than" in raised.message
 
 
 def test_too_many_members_are_refused_as_they_are_counted() -> None:
@@ -164,8 +167,8 @@ def test_a_zip_is_refused_from_its_declared_sizes_before_anything_is_inflated() 
 
     peak, raised = peak_while(lambda: unpack(data, "sum.zip"))
 
-    assert isinstance(raised, InstallError) and "past 8388608 bytes" in raised.message
     assert peak < MAX_SKILL_BYTES // 4, peak
+    assert isinstance(raised, InstallError) and "past 8388608 bytes" in raised.message
 
 
 def test_a_zip_member_that_holds_more_than_it_declares_is_cut_while_read() -> None:
@@ -174,9 +177,10 @@ def test_a_zip_member_that_holds_more_than_it_declares_is_cut_while_read() -> No
 
     peak, raised = peak_while(lambda: unpack(data, "liar.zip"))
 
+    assert peak < MAX_SKILL_BYTES // 4, peak
+
     # zipfile stops at the declared size and finds the CRC of the whole does not match
     assert isinstance(raised, InstallError) and "not a .tar.gz or .zip archive" in raised.message
-    assert peak < MAX_SKILL_BYTES // 4, peak
 
 
 def test_a_well_formed_archive_still_unpacks() -> None:
