@@ -186,11 +186,15 @@ def skill_install(
     force: Force = False,
     sha256: Annotated[
         str | None,
-        typer.Option("--sha256", help="a SKILL.md or archive (path or URL): its sha256, checked before install"),
+        typer.Option(
+            "--sha256", help="a SKILL.md or archive (path or URL): its sha256, checked before install"
+        ),
     ] = None,
     no_digest: Annotated[
         bool,
-        typer.Option("--no-digest", help="a SKILL.md's or archive's URL: install it without checking a sha256"),
+        typer.Option(
+            "--no-digest", help="a SKILL.md's or archive's URL: install it without checking a sha256"
+        ),
     ] = False,
     allow_http: AllowHttp = False,
     data_dir: DataDir = None,
@@ -208,7 +212,13 @@ def skill_install(
             _fail("--sha256 checks one file: a SKILL.md or an archive (its path or URL)")
         if kind == "index":
             _install_from_index(
-                store, ws, install.index_url(source), skill or [], every=every, force=force, allow_http=allow_http
+                store,
+                ws,
+                install.index_url(source),
+                skill or [],
+                every=every,
+                force=force,
+                allow_http=allow_http,
             )
             return
         if kind == "folder":

@@ -164,7 +164,8 @@ class _SchemeCheckedRedirects(urllib.request.HTTPRedirectHandler):
     def __init__(self, *, allow_http: bool) -> None:
         self.allow_http = allow_http
 
-    def redirect_request(
+    # urllib calls it with these six positionally: the override cannot take keywords.
+    def redirect_request(  # noqa: PLR0917
         self,
         req: urllib.request.Request,
         fp: IO[bytes],

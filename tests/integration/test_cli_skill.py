@@ -281,7 +281,9 @@ HTTP = "--allow-http"
 
 
 def test_an_index_install_verifies_digests_and_names(admin: Admin, index_url: str) -> None:
-    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "pdf", "--skill", "k8s", HTTP)
+    code, out = admin.sigil(
+        "skill", "install", index_url, "-w", "ops", "--skill", "pdf", "--skill", "k8s", HTTP
+    )
     assert code == 0, out
     code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "notes", HTTP)
     assert code == 0, out
@@ -345,7 +347,9 @@ def test_install_from_a_hosts_origin_reads_its_well_known_index(admin: Admin, in
 def test_install_from_a_skill_md_url_an_archive_url_and_an_archive_file(admin: Admin, index_url: str) -> None:
     base = index_url.removesuffix("index.json")
     pdf = ARTIFACTS["/skills/pdf/SKILL.md"]
-    code, out = admin.sigil("skill", "install", f"{base}pdf/SKILL.md", "-w", "ops", "--sha256", sha(pdf), HTTP)
+    code, out = admin.sigil(
+        "skill", "install", f"{base}pdf/SKILL.md", "-w", "ops", "--sha256", sha(pdf), HTTP
+    )
     assert code == 0 and "installed pdf in ops (1 files)" in out
     code, out = admin.sigil("skill", "install", f"{base}k8s.tar.gz", "-w", "ops", "--no-digest", HTTP)
     assert code == 0 and "installed k8s in ops (2 files)" in out
@@ -404,14 +408,18 @@ def test_a_files_own_url_needs_its_sha256_or_an_explicit_no_digest(admin: Admin,
     assert code == 1 and "not both" in out
     assert admin.store.list_skills("ops") == []
     # The right one, as `sha256sum` prints it or as an index writes it (any case)
-    code, out = admin.sigil("skill", "install", url, "-w", "ops", "--sha256", f"SHA256:{sha(k8s).upper()}", HTTP)
+    code, out = admin.sigil(
+        "skill", "install", url, "-w", "ops", "--sha256", f"SHA256:{sha(k8s).upper()}", HTTP
+    )
     assert code == 0 and "installed k8s in ops" in out
     # A local file may be checked the same way; a folder or an index may not
     archive = admin.tmp / "k8s.tar.gz"
     archive.write_bytes(k8s)
     code, out = admin.sigil("skill", "install", str(archive), "-w", "ops", "--force", "--sha256", wrong)
     assert code == 1 and "--sha256 says" in out
-    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "k8s", "--sha256", wrong, HTTP)
+    code, out = admin.sigil(
+        "skill", "install", index_url, "-w", "ops", "--skill", "k8s", "--sha256", wrong, HTTP
+    )
     assert code == 1 and "--sha256 checks one file" in out
 
 

@@ -29,6 +29,7 @@ from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
 from shared.models import WORKSPACE_WIDE, BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
 from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
+from tests.support.consolidator_reach import SESSIONS_TABLE_REACH, recorded
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -265,6 +266,35 @@ def test_a_compaction_due_is_charged_to_the_workspace_budget_and_stops_when_it_i
     )
     metrics = emitted_metrics(capsys.readouterr().out)
     assert (metrics["SummariesWritten"], metrics["CompactionOverBudget"]) == (1, 1)
+
+
+def test_the_consolidator_asks_the_sessions_table_only_what_the_stack_grants(
+    aws: AwsResources, osmem: OsmemServer, fake: FakeOpenAI, consolidator: FakeConsolidator
+) -> None:
+    # Given a budgeted workspace with a session to compact, and another whose CompactionDue
+    # never arrived (the hourly run's catch-up)
+    prices = {"openai/fake-model": {"input_per_mtok": 2, "output_per_mtok": 10}}
+    cloud.reset(config=settings(aws, osmem, fake, model_prices=prices))
+    budget = BudgetLimits(workspace=ScopeLimits(tokens_per_day=10_000_000))
+    backend().workspaces.put(WorkspaceConfig(id=WS, active_window=WINDOW, budget=budget))
+    seed(backend(), workspace_id=WS)
+    seed(backend(), workspace_id="ws-b")
+    event = bus_event(aws, compaction_due())
+    # When the consolidate function compacts on the event, then runs its hourly schedule (every
+    # adapter sends through the one cached client of the region)
+    with recorded(clients.dynamodb(REGION), aws.sessions_table) as reach:
+        assert consolidate.lambda_handler(event, Context())["outcome"]["status"] == "done"
+        assert consolidate.lambda_handler(schedule_event(), Context())["outcome"]["status"] == "done"
+    # Then every request to the sessions table is one the stack's grant allows (no Scan, no
+    # BatchWriteItem, deletes of leases only, updates of budget counters only), and the run did
+    # reach each kind: a lease released, a budget charged, sessions listed
+    assert reach <= SESSIONS_TABLE_REACH, reach - SESSIONS_TABLE_REACH
+    assert {
+        ("dynamodb:DeleteItem", "consolidation"),
+        ("dynamodb:UpdateItem", "budget"),
+        ("dynamodb:Query", "session"),
+        ("dynamodb:PutItem", "session"),
+    } <= reach
 
 
 # ---------------------------------------------------------------- the hourly schedule

@@ -100,7 +100,9 @@ def test_a_skill_install_creates_the_data_dir_owner_only(tmp_path: Path, umask: 
     (folder / "SKILL.md").write_text("---\nname: notes\ndescription: Notes.\n---\nBody.\n")
     data_dir = tmp_path / "fresh"
 
-    result = CliRunner().invoke(app, ["skill", "install", str(folder), "-w", "ops", "--data-dir", str(data_dir)])
+    result = CliRunner().invoke(
+        app, ["skill", "install", str(folder), "-w", "ops", "--data-dir", str(data_dir)]
+    )
 
     assert result.exit_code == 0, result.output
     assert mode(data_dir) == 0o700

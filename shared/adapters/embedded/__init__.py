@@ -2,8 +2,8 @@
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
 (sessions, memory, outbox, workspaces, audit, identities, budget counters), `index.db` (FTS5 +
-sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json`; the directory is its owner's alone (0700, its
-files 0600: shared.adapters.embedded.owner_only).
+sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json`; the directory is its
+owner's alone (0700, its files 0600: shared.adapters.embedded.owner_only).
 """
 
 from __future__ import annotations

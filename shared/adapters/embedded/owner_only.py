@@ -36,7 +36,8 @@ def restrict(path: Path) -> None:
     except PermissionError:
         # Someone else's file: say so, but a gateway that worked before still starts.
         logger.warning(
-            "data file readable by others, and not ours to restrict", extra={"path": str(path), "mode": oct(mode)}
+            "data file readable by others, and not ours to restrict",
+            extra={"path": str(path), "mode": oct(mode)},
         )
         return
     logger.warning("data file was readable by others; restricted to its owner", extra={"path": str(path)})
