@@ -40,7 +40,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Mapping
-from email.message import Message
+from http.client import HTTPMessage
 from pathlib import Path, PurePosixPath
 from typing import IO, Literal
 
@@ -171,7 +171,7 @@ class _SchemeCheckedRedirects(urllib.request.HTTPRedirectHandler):
         fp: IO[bytes],
         code: int,
         msg: str,
-        headers: Message,
+        headers: HTTPMessage,
         newurl: str,
     ) -> urllib.request.Request | None:
         _check_scheme(newurl, allow_http=self.allow_http)
@@ -313,7 +313,7 @@ class _Capped:
     """A stream read through, refused once more than `limit` bytes came out of it: the bound on
     decompressing that no header of the archive can talk past."""
 
-    def __init__(self, inner: IO[bytes], limit: int, source: str) -> None:
+    def __init__(self, inner: io.BufferedIOBase, limit: int, source: str) -> None:
         self.inner, self.limit, self.source = inner, limit, source
         self.count = 0
 
@@ -342,7 +342,7 @@ class _Capped:
         self.inner.close()
 
 
-def _decompressed(data: bytes) -> IO[bytes]:
+def _decompressed(data: bytes) -> io.BufferedIOBase:
     """The tar stream inside `data`, decompressed as it is read (gzip, bzip2, xz, or none)."""
     raw = io.BytesIO(data)
     if data[:2] == b"\x1f\x8b":
