@@ -142,17 +142,13 @@ def read_file(path: Path, *, max_bytes: int = MAX_DOWNLOAD_BYTES) -> bytes:
     return data
 
 
-def _plain_http(url: str) -> InstallError:
-    return InstallError(
-        f"{url}: plain http, which anyone on the way can read or change (digests included); "
-        "use https, or pass --allow-http to accept it"
-    )
-
-
 def _check_scheme(url: str, *, allow_http: bool) -> None:
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme == "http" and not allow_http:
-        raise _plain_http(url)
+        raise InstallError(
+            f"{url}: plain http, which anyone on the way can read or change (digests included); "
+            "use https, or pass --allow-http to accept it"
+        )
     if scheme not in ("http", "https"):
         raise InstallError(f"{url}: only https (or, with --allow-http, http) URLs can be fetched")
 
