@@ -164,9 +164,10 @@ class SigilStack(Stack):
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
-        # writes a session's rolling summary and its own leases and checkpoints (conditional puts).
+        # reads sessions and saves their rolling summaries, keeps its leases and checkpoints and
+        # charges the budget counters, and nothing else (Memory.grant_consolidator_sessions).
         memory.grant_memory_read_write(consolidate)
-        memory.sessions.grant_read_write_data(consolidate)
+        memory.grant_consolidator_sessions(consolidate)
         memory.grant_index_read_write(consolidate)
         self._grant_models(context, turn_runner, consolidate)
 

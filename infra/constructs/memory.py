@@ -8,7 +8,7 @@ compares the two). The search domain accepts only SigV4-signed requests from the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import jsii
 from aws_cdk import CfnElement, IStableAnyProducer, Lazy, RemovalPolicy, Stack
@@ -36,6 +36,19 @@ INDEX_ACTIONS = [
 STRING = dynamodb.AttributeType.STRING
 # The sessions table's partition of the channel routes (shared.adapters.aws.dynamodb.routes).
 ROUTES_PARTITION = "ROUTES"
+# What the consolidate function does in the sessions table (shared/consolidation, through the
+# DynamoDB adapters), as (actions, the partitions they may name, IAM StringLike): a session
+# `WS#{ws}` read, listed (Query, BatchGetItem) and saved with its rolling summary (a conditional
+# PutItem); its leases and checkpoints `WS#{ws}#CONSOLIDATION` read and put, a lease released
+# (a conditional DeleteItem: only there); the budget counters `WS#{ws}#BUDGET` read (BatchGetItem)
+# and charged (Updates in a TransactWriteItems: only there). No Scan, no BatchWriteItem, no
+# deletion of a session, outbox or ledger item, no routes or connections. tests/infra checks
+# the patterns against the adapters' keys.
+CONSOLIDATOR_SESSIONS_ACCESS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
+    (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:BatchGetItem"), ("WS#*",)),
+    (("dynamodb:DeleteItem",), ("WS#*#CONSOLIDATION",)),
+    (("dynamodb:UpdateItem",), ("WS#*#BUDGET",)),
+)
 
 
 def outbox_partitions(workspace_id: str) -> str:
@@ -199,6 +212,23 @@ class Memory(Construct):
             "DynamoDB grants name a table's indexes as table/index/*; the only indexes under this "
             "table are GSI1 and GSI2, which the memory store queries for triples.",
         )
+
+    def grant_consolidator_sessions(self, function: lambda_.Function) -> None:
+        """The consolidate function's reach into the sessions table: CONSOLIDATOR_SESSIONS_ACCESS,
+        where grant_read_write_data would give every action on every item (Scan, BatchWriteItem,
+        deleting sessions and outbox entries)."""
+        for actions, partitions in CONSOLIDATOR_SESSIONS_ACCESS:
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=list(actions),
+                    resources=[self.sessions.table_arn],
+                    conditions={
+                        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(partitions)},
+                        # ForAllValues holds for a request naming no partition key; these all name one.
+                        "Null": {"dynamodb:LeadingKeys": "false"},
+                    },
+                )
+            )
 
     def grant_outbox_read(self, function: lambda_.Function, workspaces: Iterable[str]) -> None:
         """dynamodb:Query on the sessions table, only in these web workspaces' outbox partitions.

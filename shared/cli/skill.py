@@ -3,11 +3,12 @@ skills bucket, as SIGIL_BACKEND says.
 
     sigil skill list [-w WS]
     sigil skill install PATH|URL|INDEX [-w WS] [--skill NAME ...] [--all] [--force]
+                        [--sha256 HEX | --no-digest] [--allow-http]
     sigil skill copy NAME --from WS --to WS [--force]
     sigil skill link NAME --from WS --to WS
     sigil skill remove NAME [-w WS]
     sigil skill validate PATH|NAME [-w WS]
-    sigil skill search QUERY --index URL
+    sigil skill search QUERY --index URL [--allow-http]
 
 Every command reads its settings from `skill_settings` alone, so pointing the group at another
 target (a deployed stack) is one change there.
@@ -47,6 +48,13 @@ SkillWorkspace = Annotated[
 From = Annotated[str, typer.Option("--from", help="the workspace that has the skill")]
 To = Annotated[str, typer.Option("--to", help="the workspace to add it to")]
 Force = Annotated[bool, typer.Option("--force", help="replace a skill of the same name")]
+AllowHttp = Annotated[
+    bool,
+    typer.Option(
+        "--allow-http",
+        help="accept plain http:// for the index and its files (anyone on the way could change them)",
+    ),
+]
 
 
 def skill_settings(data_dir: Path | None, stack: str | None = None, region: str | None = None) -> Settings:
@@ -176,41 +184,60 @@ def skill_install(
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="from an index: install every skill it lists")] = False,
     force: Force = False,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            "--sha256", help="a SKILL.md or archive (path or URL): its sha256, checked before install"
+        ),
+    ] = None,
+    no_digest: Annotated[
+        bool,
+        typer.Option(
+            "--no-digest", help="a SKILL.md's or archive's URL: install it without checking a sha256"
+        ),
+    ] = False,
+    allow_http: AllowHttp = False,
     data_dir: DataDir = None,
     stack: Stack = None,
     region: Region = None,
 ) -> None:
-    """Install a skill, checked against the agentskills.io rules (and, from an index, its sha256)."""
+    """Install a skill, checked against the agentskills.io rules and, fetched, against a sha256
+    (an index's, or --sha256's for a file's own URL)."""
     from shared.skills import install
 
     store, ws = _open(data_dir, workspace, stack, region, new=True)
     with _errors():
         kind = install.source_kind(source)
+        if sha256 is not None and kind in ("folder", "index"):
+            _fail("--sha256 checks one file: a SKILL.md or an archive (its path or URL)")
         if kind == "index":
-            _install_from_index(store, ws, install.index_url(source), skill or [], every=every, force=force)
+            _install_from_index(
+                store,
+                ws,
+                install.index_url(source),
+                skill or [],
+                every=every,
+                force=force,
+                allow_http=allow_http,
+            )
             return
         if kind == "folder":
             folder = Path(source).expanduser().resolve()
             files = install.read_folder(folder)
             found = install.validate_files(files, folder.name, str(folder))
-        elif kind == "skill-md-file":
-            path = Path(source).expanduser().resolve()
-            found, files = install.from_skill_md(path.read_bytes(), str(path), expected=path.parent.name)
-        elif kind == "archive-file":
-            found, files = install.from_archive(Path(source).expanduser().read_bytes(), source)
-        elif kind == "archive":
-            found, files = install.from_archive(install.fetch(source), source)
+        elif kind in ("skill-md-file", "archive-file"):
+            found, files = install.from_file(Path(source).expanduser(), sha256=sha256)
         else:
-            found, files = install.from_skill_md(install.fetch(source), source)
+            found, files = install.from_url(source, sha256=sha256, no_digest=no_digest, allow_http=allow_http)
         _put(store, ws, found.name, files, force=force)
 
 
 def _install_from_index(
-    store: SkillStore, ws: str, url: str, wanted: list[str], *, every: bool, force: bool
+    store: SkillStore, ws: str, url: str, wanted: list[str], *, every: bool, force: bool, allow_http: bool
 ) -> None:
     from shared.skills import install
 
-    index = install.load_index(url)
+    index = install.load_index(url, allow_http=allow_http)
     listed = {e.name: e for e in index.skills}
     if not wanted and not every:
         names = ", ".join(sorted(listed)) or "none"
@@ -220,7 +247,7 @@ def _install_from_index(
         _fail(f"{url} lists no skill {', '.join(unknown)}; it lists: {', '.join(sorted(listed))}")
     # Every artifact is fetched and verified before the first is stored: one bad digest installs none.
     chosen = [listed[n] for n in (sorted(listed) if every else wanted)]
-    verified = [install.from_index_entry(url, entry) for entry in chosen]
+    verified = [install.from_index_entry(url, entry, allow_http=allow_http) for entry in chosen]
     for found, files in verified:
         _put(store, ws, found.name, files, force=force)
 
@@ -326,6 +353,7 @@ def skill_search(
             "index's URL (default: $SIGIL_SKILL_INDEX)",
         ),
     ] = None,
+    allow_http: AllowHttp = False,
 ) -> None:
     """Skills of an index whose name or description holds every word of QUERY."""
     from shared.skills import install
@@ -338,7 +366,7 @@ def skill_search(
     assert index
     index = install.index_url(index)
     with _errors():
-        hits = install.search(install.load_index(index), query)
+        hits = install.search(install.load_index(index, allow_http=allow_http), query)
         if not hits:
             typer.echo(f"no skill in {index} matches {query!r}")
             return

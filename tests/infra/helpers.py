@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,9 @@ def ref_or_getatt_target(value: dict[str, Any]) -> str:
     if "Ref" in value:
         return str(value["Ref"])
     return str(value["Fn::GetAtt"][0])
+
+
+def string_like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: `*` any run of characters ("#" included), `?` one character."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None

@@ -183,6 +183,29 @@ def test_the_consolidator_rewrites_memory_and_session_summaries(dev: Synth) -> N
     assert _actions_on(dev, stack.consolidation, stack.lanes.turns) == set()
 
 
+def test_the_consolidator_reaches_only_its_partitions_of_the_sessions_table(dev: Synth) -> None:
+    # Not grant_read_write_data: no Scan, BatchWriteItem or ConditionCheckItem, no index, deletes
+    # of its own leases only and updates of budget counters only (tests/infra/
+    # test_consolidator_partitions.py matches the patterns against the adapters' keys).
+    stack = dev.stack
+    statements = _statements_on(dev, stack.consolidation, stack.memory.sessions)
+    granted = {
+        (
+            tuple(sorted(_as_list(s["Action"]))),
+            tuple(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]),
+        )
+        for s in statements
+    }
+    assert granted == {
+        (("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"), ("WS#*",)),
+        (("dynamodb:DeleteItem",), ("WS#*#CONSOLIDATION",)),
+        (("dynamodb:UpdateItem",), ("WS#*#BUDGET",)),
+    }
+    for statement in statements:
+        assert statement["Resource"] == {"Fn::GetAtt": [logical_id(stack.memory.sessions), "Arn"]}
+        assert statement["Condition"]["Null"] == {"dynamodb:LeadingKeys": "false"}
+
+
 def test_only_the_agent_sends_to_the_extraction_queue_and_only_the_consolidator_receives(dev: Synth) -> None:
     stack = dev.stack
     queue = stack.consolidation.extraction

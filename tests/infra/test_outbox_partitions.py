@@ -7,7 +7,6 @@ adapters' own helpers, so that a change to either side is caught.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,13 +20,9 @@ from shared.adapters.aws.dynamodb.send_ledger import DynamoSendLedger
 from shared.adapters.aws.dynamodb.sessions import DynamoSessionStore
 from shared.channels.web import session_id_for
 from shared.models import AuditRecord
+from tests.infra.helpers import string_like
 
 WORKSPACE = "default"
-
-
-def _string_like(pattern: str, value: str) -> bool:
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
 @pytest.mark.parametrize("session", ["s1", "a.b@c+d=e-f", "x" * 120])
@@ -35,7 +30,7 @@ def test_the_pattern_admits_the_web_outbox_of_its_workspace(session: str) -> Non
     # DynamoOutbox.read pages exactly this partition for GET /sessions/{ws}/{session}/outbox.
     key = DynamoOutbox._pk(WORKSPACE, session_id_for(session))
 
-    assert _string_like(outbox_partitions(WORKSPACE), key)
+    assert string_like(outbox_partitions(WORKSPACE), key)
 
 
 def _other_partitions() -> dict[str, str]:
@@ -62,4 +57,4 @@ def _other_partitions() -> dict[str, str]:
 def test_the_pattern_refuses_every_other_partition(name: str) -> None:
     key = _other_partitions()[name]
 
-    assert not _string_like(outbox_partitions(WORKSPACE), key), key
+    assert not string_like(outbox_partitions(WORKSPACE), key), key

@@ -184,11 +184,18 @@ def test_validate_accepts_the_full_format_and_an_installed_skill(admin: Admin) -
 class Files(Served):
     """Serves a dict of path -> bytes over HTTP on a free local port."""
 
-    def __init__(self, files: dict[str, bytes]) -> None:
+    def __init__(self, files: dict[str, bytes], redirects: dict[str, str] | None = None) -> None:
         served = files
+        moved = redirects or {}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path in moved:
+                    self.send_response(302)
+                    self.send_header("Location", moved[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = served.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Length", str(len(body or b"")))
@@ -285,10 +292,16 @@ def index_url() -> Iterator[str]:
         yield f"{server.origin}/.well-known/agent-skills/index.json"
 
 
+# The test's server speaks plain http, which every command refuses unless told (the next section).
+HTTP = "--allow-http"
+
+
 def test_an_index_install_verifies_digests_and_names(admin: Admin, index_url: str) -> None:
-    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "pdf", "--skill", "k8s")
+    code, out = admin.sigil(
+        "skill", "install", index_url, "-w", "ops", "--skill", "pdf", "--skill", "k8s", HTTP
+    )
     assert code == 0, out
-    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "notes")
+    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", "notes", HTTP)
     assert code == 0, out
     assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
     assert admin.store.read_file("ops", "k8s", "references/pods.md") == b"pods"
@@ -300,26 +313,26 @@ def test_an_index_install_verifies_digests_and_names(admin: Admin, index_url: st
         "impostor": "differs from its folder",
     }
     for name, problem in refusals.items():
-        code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", name)
+        code, out = admin.sigil("skill", "install", index_url, "-w", "ops", "--skill", name, HTTP)
         assert code == 1 and problem in out, (name, out)
     # One refused artifact installs none of the batch
     code, out = admin.sigil(
-        "skill", "install", index_url, "-w", "fresh", "--skill", "pdf", "--skill", "tampered"
+        "skill", "install", index_url, "-w", "fresh", "--skill", "pdf", "--skill", "tampered", HTTP
     )
     assert code == 1 and admin.store.list_skills("fresh") == []
     assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
-    code, out = admin.sigil("skill", "install", index_url, "-w", "ops")
+    code, out = admin.sigil("skill", "install", index_url, "-w", "ops", HTTP)
     assert code == 1 and "name them with --skill NAME" in out and "pdf" in out
 
 
 def test_search_matches_names_and_descriptions(index_url: str) -> None:
-    result = runner.invoke(app, ["skill", "search", "pdf forms", "--index", index_url])
+    result = runner.invoke(app, ["skill", "search", "pdf forms", "--index", index_url, HTTP])
     assert result.exit_code == 0 and result.stdout.splitlines() == [
         "pdf  [skill-md]  Reading and filling PDF forms."
     ]
-    result = runner.invoke(app, ["skill", "search", "KUBERNETES", "--index", index_url])
+    result = runner.invoke(app, ["skill", "search", "KUBERNETES", "--index", index_url, HTTP])
     assert result.stdout.splitlines() == ["k8s  [archive]  Kubernetes troubleshooting."]
-    result = runner.invoke(app, ["skill", "search", "nothing-like-it", "--index", index_url])
+    result = runner.invoke(app, ["skill", "search", "nothing-like-it", "--index", index_url, HTTP])
     assert result.exit_code == 0 and "no skill" in result.stdout
 
 
@@ -328,13 +341,13 @@ def test_search_takes_a_hosts_well_known_index_and_a_default_one(
 ) -> None:
     origin = index_url.removesuffix("/.well-known/agent-skills/index.json")
     # A bare origin stands for its well-known index
-    result = runner.invoke(app, ["skill", "search", "kubernetes", "--index", origin])
+    result = runner.invoke(app, ["skill", "search", "kubernetes", "--index", origin, HTTP])
     assert result.stdout.splitlines() == ["k8s  [archive]  Kubernetes troubleshooting."]
     # With no --index, as spec 000 writes it (`sigil skill search "kubernetes"`): SIGIL_SKILL_INDEX's
-    result = runner.invoke(app, ["skill", "search", "kubernetes"])
+    result = runner.invoke(app, ["skill", "search", "kubernetes", HTTP])
     assert result.exit_code == 1 and "pass --index https://host" in result.stderr
     monkeypatch.setenv("SIGIL_SKILL_INDEX", f"{origin}/")
-    result = runner.invoke(app, ["skill", "search", "kubernetes"])
+    result = runner.invoke(app, ["skill", "search", "kubernetes", HTTP])
     assert result.exit_code == 0 and result.stdout.splitlines() == [
         "k8s  [archive]  Kubernetes troubleshooting."
     ]
@@ -342,28 +355,98 @@ def test_search_takes_a_hosts_well_known_index_and_a_default_one(
 
 def test_install_from_a_hosts_origin_reads_its_well_known_index(admin: Admin, index_url: str) -> None:
     origin = index_url.removesuffix("/.well-known/agent-skills/index.json")
-    code, out = admin.sigil("skill", "install", origin, "-w", "ops", "--skill", "pdf")
+    code, out = admin.sigil("skill", "install", origin, "-w", "ops", "--skill", "pdf", HTTP)
     assert code == 0, out
     assert admin.store.list_skills("ops") == ["pdf"]
 
 
 def test_install_from_a_skill_md_url_an_archive_url_and_an_archive_file(admin: Admin, index_url: str) -> None:
     base = index_url.removesuffix("index.json")
-    code, out = admin.sigil("skill", "install", f"{base}pdf/SKILL.md", "-w", "ops")
+    pdf = ARTIFACTS["/skills/pdf/SKILL.md"]
+    code, out = admin.sigil(
+        "skill", "install", f"{base}pdf/SKILL.md", "-w", "ops", "--sha256", sha(pdf), HTTP
+    )
     assert code == 0 and "installed pdf in ops (1 files)" in out
-    code, out = admin.sigil("skill", "install", f"{base}k8s.tar.gz", "-w", "ops")
+    code, out = admin.sigil("skill", "install", f"{base}k8s.tar.gz", "-w", "ops", "--no-digest", HTTP)
     assert code == 0 and "installed k8s in ops (2 files)" in out
     archive = admin.tmp / "notes.zip"
     archive.write_bytes(ARTIFACTS["/skills/notes.zip"])
     assert admin.sigil("skill", "install", str(archive), "-w", "ops")[0] == 0
     assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
-    code, out = admin.sigil("skill", "install", f"{base}escape.tar.gz", "-w", "ops")
+    code, out = admin.sigil("skill", "install", f"{base}escape.tar.gz", "-w", "ops", "--no-digest", HTTP)
     assert code == 1 and "escapes the skill's folder" in out
-    code, out = admin.sigil("skill", "install", f"{base}nothing.txt", "-w", "ops")
+    code, out = admin.sigil("skill", "install", f"{base}nothing.txt", "-w", "ops", HTTP)
     assert code == 1 and "give a SKILL.md's URL" in out
-    code, out = admin.sigil("skill", "install", f"{base}missing.zip", "-w", "ops")
+    code, out = admin.sigil("skill", "install", f"{base}missing.zip", "-w", "ops", "--no-digest", HTTP)
     assert code == 1 and "can't be fetched" in out
     assert admin.store.list_skills("ops") == ["k8s", "notes", "pdf"]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- plain http and unchecked URLs
+
+
+def test_plain_http_is_refused_unless_the_operator_allows_it(admin: Admin, index_url: str) -> None:
+    origin = index_url.removesuffix("/.well-known/agent-skills/index.json")
+    base = index_url.removesuffix("index.json")
+    pdf = ARTIFACTS["/skills/pdf/SKILL.md"]
+    # An index, by its URL or its host's, a search, and a file's own URL even with its sha256
+    attempts = [
+        ("skill", "install", index_url, "-w", "ops", "--skill", "pdf"),
+        ("skill", "install", origin, "-w", "ops", "--all"),
+        ("skill", "install", f"{base}pdf/SKILL.md", "-w", "ops", "--sha256", sha(pdf)),
+    ]
+    for args in attempts:
+        code, out = admin.sigil(*args)
+        assert code == 1 and "plain http" in out and "--allow-http" in out, (args, out)
+    result = runner.invoke(app, ["skill", "search", "pdf", "--index", index_url])
+    assert result.exit_code == 1 and "plain http" in result.stderr and "--allow-http" in result.stderr
+    assert admin.store.list_skills("ops") == []
+
+
+def test_a_files_own_url_needs_its_sha256_or_an_explicit_no_digest(admin: Admin, index_url: str) -> None:
+    base = index_url.removesuffix("index.json")
+    k8s = ARTIFACTS["/skills/k8s.tar.gz"]
+    url = f"{base}k8s.tar.gz"
+    # No digest said: refused before anything is fetched or stored, saying what to pass
+    code, out = admin.sigil("skill", "install", url, "-w", "ops", HTTP)
+    assert code == 1 and "--sha256" in out and "--no-digest" in out
+    # A wrong one: refused, naming both
+    wrong = sha(k8s + b"x")
+    code, out = admin.sigil("skill", "install", url, "-w", "ops", "--sha256", wrong, HTTP)
+    assert code == 1 and f"sha256 is {sha(k8s)}, --sha256 says {wrong}" in out
+    code, out = admin.sigil("skill", "install", url, "-w", "ops", "--sha256", "abc", HTTP)
+    assert code == 1 and "64 hex digits" in out
+    code, out = admin.sigil("skill", "install", url, "-w", "ops", "--sha256", sha(k8s), "--no-digest", HTTP)
+    assert code == 1 and "not both" in out
+    assert admin.store.list_skills("ops") == []
+    # The right one, as `sha256sum` prints it or as an index writes it (any case)
+    code, out = admin.sigil(
+        "skill", "install", url, "-w", "ops", "--sha256", f"SHA256:{sha(k8s).upper()}", HTTP
+    )
+    assert code == 0 and "installed k8s in ops" in out
+    # A local file may be checked the same way; a folder or an index may not
+    archive = admin.tmp / "k8s.tar.gz"
+    archive.write_bytes(k8s)
+    code, out = admin.sigil("skill", "install", str(archive), "-w", "ops", "--force", "--sha256", wrong)
+    assert code == 1 and "--sha256 says" in out
+    code, out = admin.sigil(
+        "skill", "install", index_url, "-w", "ops", "--skill", "k8s", "--sha256", wrong, HTTP
+    )
+    assert code == 1 and "--sha256 checks one file" in out
+
+
+def test_a_redirect_may_not_leave_for_another_scheme(admin: Admin) -> None:
+    # urllib alone follows a redirect to ftp:// (or from https to http); the install does not.
+    with Files({}, redirects={"/k8s.tar.gz": "ftp://files.invalid/k8s.tar.gz"}) as server:
+        code, out = admin.sigil(
+            "skill", "install", f"{server.origin}/k8s.tar.gz", "-w", "ops", "--no-digest", HTTP
+        )
+    assert code == 1 and "ftp://files.invalid/k8s.tar.gz: only https" in out
+    assert admin.store.list_skills("ops") == []
 
 
 def test_the_aws_backend_without_a_bucket_says_what_is_missing(

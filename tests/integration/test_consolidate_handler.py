@@ -29,6 +29,7 @@ from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
 from shared.models import WORKSPACE_WIDE, BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
 from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
+from tests.support.consolidator_reach import SESSIONS_TABLE_REACH, recorded
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -231,6 +232,15 @@ def test_without_a_model_a_compaction_due_is_skipped_not_retried(
     assert backend().consolidation.get_checkpoint(WS, f"compact:{SID}") is None
 
 
+def budgeted_session(aws: AwsResources, osmem: OsmemServer, fake: FakeOpenAI, *, tokens_per_day: int) -> None:
+    """The model priced (SIGIL_MODEL_PRICES), WS allowed `tokens_per_day`, and its session seeded."""
+    prices = {"openai/fake-model": {"input_per_mtok": 2, "output_per_mtok": 10}}
+    cloud.reset(config=settings(aws, osmem, fake, model_prices=prices))
+    budget = BudgetLimits(workspace=ScopeLimits(tokens_per_day=tokens_per_day))
+    backend().workspaces.put(WorkspaceConfig(id=WS, active_window=WINDOW, budget=budget))
+    seed(backend(), workspace_id=WS)
+
+
 def test_a_compaction_due_is_charged_to_the_workspace_budget_and_stops_when_it_is_used_up(
     aws: AwsResources,
     osmem: OsmemServer,
@@ -241,11 +251,7 @@ def test_a_compaction_due_is_charged_to_the_workspace_budget_and_stops_when_it_i
     # Given the consolidation model's price in SIGIL_MODEL_PRICES, and a workspace allowed one
     # token a day: the check before the first call passes (nothing spent yet), batch 1's charge
     # uses the day up
-    prices = {"openai/fake-model": {"input_per_mtok": 2, "output_per_mtok": 10}}
-    cloud.reset(config=settings(aws, osmem, fake, model_prices=prices))
-    one_token_a_day = BudgetLimits(workspace=ScopeLimits(tokens_per_day=1))
-    backend().workspaces.put(WorkspaceConfig(id=WS, active_window=WINDOW, budget=one_token_a_day))
-    seed(backend(), workspace_id=WS)
+    budgeted_session(aws, osmem, fake, tokens_per_day=1)
     # When the consolidate function gets the CompactionDue
     result = consolidate.lambda_handler(bus_event(aws, compaction_due()), Context())
     # Then batch 1 is summarised and batch 2 waits in Tier 1 for the budget to reset
@@ -265,6 +271,31 @@ def test_a_compaction_due_is_charged_to_the_workspace_budget_and_stops_when_it_i
     )
     metrics = emitted_metrics(capsys.readouterr().out)
     assert (metrics["SummariesWritten"], metrics["CompactionOverBudget"]) == (1, 1)
+
+
+def test_the_consolidator_asks_the_sessions_table_only_what_the_stack_grants(
+    aws: AwsResources, osmem: OsmemServer, fake: FakeOpenAI, consolidator: FakeConsolidator
+) -> None:
+    # Given a budgeted workspace with a session to compact, and another whose CompactionDue
+    # never arrived (the hourly run's catch-up)
+    budgeted_session(aws, osmem, fake, tokens_per_day=10_000_000)
+    seed(backend(), workspace_id="ws-b")
+    event = bus_event(aws, compaction_due())
+    # When the consolidate function compacts on the event, then runs its hourly schedule (every
+    # adapter sends through the one cached client of the region)
+    with recorded(clients.dynamodb(REGION), aws.sessions_table) as reach:
+        assert consolidate.lambda_handler(event, Context())["outcome"]["status"] == "done"
+        assert consolidate.lambda_handler(schedule_event(), Context())["outcome"]["status"] == "done"
+    # Then every request to the sessions table is one the stack's grant allows (no Scan, no
+    # BatchWriteItem, deletes of leases only, updates of budget counters only), and the run did
+    # reach each kind: a lease released, a budget charged, sessions listed
+    assert reach <= SESSIONS_TABLE_REACH, reach - SESSIONS_TABLE_REACH
+    assert {
+        ("dynamodb:DeleteItem", "consolidation"),
+        ("dynamodb:UpdateItem", "budget"),
+        ("dynamodb:Query", "session"),
+        ("dynamodb:PutItem", "session"),
+    } <= reach
 
 
 # ---------------------------------------------------------------- the hourly schedule

@@ -2,12 +2,11 @@
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
 (sessions, memory, outbox, workspaces, audit, identities, budget counters), `index.db` (FTS5 +
-sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json` (mode 0600).
+sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json`; the directory is its
+owner's alone (0700, its files 0600: shared.adapters.embedded.owner_only).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from shared.adapters.embedded.budgets import SqliteBudgetStore
 from shared.adapters.embedded.consolidation_state import SqliteConsolidationState
@@ -20,6 +19,7 @@ from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
+from shared.adapters.embedded.owner_only import open_data_dir
 from shared.adapters.embedded.routes import SqliteRouteStore
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.send_ledger import SqliteSendLedger
@@ -57,14 +57,8 @@ __all__ = [
     "StoredEvent",
     "build_embedded_backend",
     "fts_match_query",
+    "open_data_dir",
 ]
-
-
-def open_data_dir(data_dir: Path) -> Path:
-    path = Path(data_dir).expanduser()
-    # Owner-only when we create it: it holds conversations and secrets.
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
 
 
 def build_embedded_backend(settings: Settings) -> Backend:

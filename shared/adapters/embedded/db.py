@@ -22,6 +22,7 @@ from typing import Any
 import apsw
 import sqlite_vec
 
+from shared.adapters.embedded.owner_only import private_database
 from shared.models import MemoryScope, RecallScope
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class Database:
         busy_timeout_ms: int = 10_000,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Before SQLite creates it 0644: a database holds conversations and memory.
+        private_database(self.path)
         self._load_vec = load_vec
         self._busy_timeout_ms = busy_timeout_ms
         self._local = _Local()

@@ -11,20 +11,19 @@ import json
 import logging
 import os
 import secrets
-import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from shared.adapters.embedded.owner_only import DIR_MODE, FILE_MODE, restrict
 
-_FILE_MODE = 0o600
+logger = logging.getLogger(__name__)
 
 
 class FileSecretStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -66,7 +65,7 @@ class FileSecretStore:
         # gateway and a CLI command creating the same secret at once must agree on one value).
         lock_path = self.path.with_name(self.path.name + ".lock")
         with self._lock:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -74,14 +73,11 @@ class FileSecretStore:
                 os.close(fd)
 
     def _read(self) -> dict[str, str]:
+        restrict(self.path)
         try:
-            st = os.stat(self.path)
+            text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            logger.warning("%s was readable by others; restricting it to its owner", self.path)
-            os.chmod(self.path, _FILE_MODE)
-        text = self.path.read_text(encoding="utf-8")
         try:
             data = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError as exc:
@@ -95,11 +91,11 @@ class FileSecretStore:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         # Created 0600 from the start (not chmod-ed after), then renamed over the old file, so
         # neither a reader nor a crash ever sees a half-written or world-readable file.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 # A leftover temporary file keeps its old mode through O_TRUNC; reset it.
-                os.fchmod(fh.fileno(), _FILE_MODE)
+                os.fchmod(fh.fileno(), FILE_MODE)
                 json.dump(values, fh, indent=2, sort_keys=True)
                 fh.flush()
                 os.fsync(fh.fileno())

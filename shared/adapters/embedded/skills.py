@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from shared.adapters.embedded.owner_only import open_data_dir
 from shared.errors import ConcurrencyConflict, NotFound
 from shared.ports import SkillLink
 from shared.skills import LINK_FILE, check_name, check_path, check_workspace
@@ -113,6 +114,8 @@ class FileSkillStore:
             return True
 
     def _write(self, folder: Path, files: Mapping[str, bytes]) -> None:
+        # `sigil skill install` may be the first thing to touch the data dir: owner-only, as always.
+        open_data_dir(self.root.parent)
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = folder.parent / f".staging-{folder.name}-{uuid.uuid4().hex[:8]}"
         try:
