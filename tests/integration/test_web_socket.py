@@ -18,8 +18,8 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from shared.channels import web, web_tokens
-from shared.local.gateway import LocalGateway
 from shared.channels.web_frames import MAX_SUBSCRIPTIONS
+from shared.local.gateway import LocalGateway
 from shared.models import BudgetLimits, OutboundMessage, ScopeLimits, new_workspace
 from tests.support.local_gateway import gateway_on_fake_openai
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from shared import serde
-from shared.channels.web_frames import MAX_SUBSCRIPTIONS
 from shared.adapters.aws.dynamodb.table import Table, dump_doc, item_key, number, string, ws_prefix
+from shared.channels.web_frames import MAX_SUBSCRIPTIONS
 from shared.ports import WebConnection
 
 if TYPE_CHECKING:
