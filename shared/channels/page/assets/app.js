@@ -2,12 +2,13 @@
 //
 // The token comes from the URL fragment (#token=..., never sent to a server, so never in a log) or
 // the paste box, and is kept in sessionStorage: this tab only, and a reload keeps it. A link for
-// another user than the one this browser was is asked about, never taken silently: anyone can send
-// a link, and one taken silently would put the person in the sender's session (login CSRF). The outbox is
-// the source of truth: the page keeps the last seq it has per session and resumes after it on every
-// reconnection, so a dropped connection loses and repeats nothing. The user's own messages are kept
-// in localStorage (the outbox holds replies only) and each reply is placed under the message it
-// answers (`in_reply_to`). Text from users and models only ever becomes DOM text (markdown.js).
+// another user than the one this browser was is asked about, never taken silently: anyone can
+// send a link, and one taken silently would put the person in the sender's session (login CSRF).
+// The outbox is the source of truth: the page keeps the last seq it has per session and resumes
+// after it on every reconnection, so a dropped connection loses and repeats nothing. The user's own
+// messages are kept in localStorage (the outbox holds replies only) and each reply is placed under
+// the message it answers (`in_reply_to`). Text from users and models, rendered by the same markdown
+// (markdown.js), only ever becomes DOM nodes, never markup.
 "use strict";
 
 (function () {
@@ -70,7 +71,7 @@
       askToSwitch(link, identityOf(claims), held);
       return;
     }
-    adopt(link, held && claims ? !sameIdentity(held, identityOf(claims)) : true);
+    adopt(link, !(held && claims)); // here a decodable token for someone held is for the same one
   }
 
   function adopt(link, newIdentity) {
