@@ -18,6 +18,10 @@ from shared.models import Identifier, InboundMessage, Model, OutboxEntry
 # A frame is at most MAX_TEXT_CHARS characters of text, 4 bytes each in UTF-8 at worst, plus the
 # envelope; API Gateway's own limit on a frame is 128 KB.
 MAX_FRAME_BYTES: Final = 4 * web.MAX_TEXT_CHARS + 4096
+# A connection follows at most this many sessions, locally and in the cloud; following one more
+# drops the one it began following first (a page shows a handful at a time). A bound on what one
+# socket costs: locally each followed session is read once a second, in the cloud it is an item.
+MAX_SUBSCRIPTIONS: Final = 50
 
 
 class SendFrame(Model):

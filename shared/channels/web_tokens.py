@@ -9,8 +9,9 @@ A browser token names one workspace, one Sigil user and the sessions it may use,
     claims  = {"workspace": str, "user": str, "sessions": [str, ...], "iat": int, "exp": int}
 
 base64url is RFC 4648 §5 without padding. `sessions` holds session names (the `session` of the
-web channel, e.g. "s1") or prefixes written with a trailing "*" ("alice.*": every session whose
-name starts with "alice."); a single string is read as a one-item list. `iat` and `exp` are unix
+web channel, e.g. "s1") or patterns ending in "*", which stands for one or more characters other
+than "." ("alice.*": "alice.main", never "alice.smith.main"); a single string is read as a
+one-item list. `iat` and `exp` are unix
 seconds; a token lives at most 24 hours. The claims are signed, not encrypted: the page may read
 them (it does, to know its sessions), so they must hold nothing secret.
 
@@ -96,13 +97,22 @@ class BrowserClaims(Model):
 
     def allows(self, session: str) -> bool:
         """Whether the token may read and post to web session `session`."""
-        for pattern in self.sessions:
-            if pattern.endswith("*"):
-                if session.startswith(pattern[:-1]) and session != pattern[:-1]:
-                    return True
-            elif session == pattern:
-                return True
-        return False
+        return any(pattern_allows(pattern, session) for pattern in self.sessions)
+
+
+def pattern_allows(pattern: str, session: str) -> bool:
+    """Whether one of a token's session patterns covers web session `session`.
+
+    A name covers itself only. In "prefix*" the "*" stands for one or more characters other than
+    ".": user ids may hold dots, so were it any characters, user `john`'s own sessions `john.*`
+    would also cover user `john.smith`'s `john.smith.main`. With it, a session's owner is the
+    name up to its last dot, and `U.*` covers user U's conversations and no other user's.
+    """
+    if not pattern.endswith("*"):
+        return session == pattern
+    prefix = pattern[:-1]
+    rest = session[len(prefix) :]
+    return session.startswith(prefix) and rest != "" and "." not in rest
 
 
 def derive_key(secret: str) -> bytes:

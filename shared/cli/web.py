@@ -31,8 +31,9 @@ Sessions = Annotated[
     typer.Option(
         "--session",
         "-s",
-        help="a session the token may use (repeatable); 'name*' for every session starting with "
-        "'name' (default: '<user>.*', the user's own sessions)",
+        help="a session the token may use (repeatable); 'name*' for every session that is 'name' "
+        "followed by characters other than '.' (default: '<user>.*', the user's own sessions, never "
+        "another user's such as '<user>.smith.main')",
     ),
 ]
 Ttl = Annotated[str, typer.Option("--ttl", help="lifetime: 90s, 30m, 1h (default), at most 24h")]

@@ -43,7 +43,6 @@ from shared.channels.web_frames import (
     reply_frame,
 )
 from shared.channels.web_socket import SessionSockets
-from shared.channels.web_tokens import BrowserClaims
 from shared.errors import Forbidden, SigilError
 from shared.ingress import Ingress, check_id
 from shared.ingress.admission import Admission
@@ -83,14 +82,7 @@ _EVENT_ID: TypeAdapter[str] = TypeAdapter(Identifier)
 
 def allows(connection: WebConnection, session: str) -> bool:
     # The token's own rule (exact names and "prefix*" patterns), over the patterns kept at $connect.
-    claims = BrowserClaims.model_construct(
-        workspace=connection.workspace_id,
-        user=connection.user,
-        sessions=connection.sessions,
-        iat=0,
-        exp=connection.expires_at,
-    )
-    return claims.allows(session)
+    return any(web_tokens.pattern_allows(pattern, session) for pattern in connection.sessions)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from shared.channels.web import WebDelta, session_id_for
 from shared.channels.web_frames import (
+    MAX_SUBSCRIPTIONS,
     AuthFrame,
     ResumeFrame,
     SendFrame,
@@ -261,6 +262,7 @@ class Connection:
                     await self._replies(session)
                 continue
             if isinstance(item, ResumeFrame):
+                self._follow(claims, item.session, sub)
                 self.cursors[item.session] = item.after
                 inflight = self.hub.subscribe((claims.workspace, _session_id(item.session)), sub)
                 await self._replies(item.session)
@@ -271,6 +273,14 @@ class Connection:
                     await self._replies(item.session)
                 else:
                     await self.send(delta_frame(item))
+
+    def _follow(self, claims: BrowserClaims, session: str, sub: DeltaSubscriber) -> None:
+        """Make room for one more followed session: the cloud's cap, with its rule (oldest goes)."""
+        if session in self.cursors or len(self.cursors) < MAX_SUBSCRIPTIONS:
+            return
+        oldest = next(iter(self.cursors))
+        del self.cursors[oldest]
+        self.hub.unsubscribe([(claims.workspace, _session_id(oldest))], sub)
 
     async def _replies(self, session: str) -> None:
         assert self.claims is not None

@@ -179,7 +179,12 @@ def test_a_refused_sender_and_an_exhausted_budget_show_their_states(
         ("closed", "sender_refused", "not accept"),
         ("tight", "budget_exhausted", "budget"),
     ):
-        page = open_page(context, site, "alice.1", workspace=workspace)
+        # alice of another workspace is another user: the page asks before it switches.
+        page = context.new_page()
+        page.goto(site.page_url(site.token(workspace=workspace), "alice.1"))
+        if workspace == "tight":
+            page.get_by_role("button", name="Switch to alice").click()
+        expect(page.locator("#status")).to_have_attribute("data-state", "open")
         send(page, "hello")
         expect(page.locator("#banner")).to_have_attribute("data-code", code)
         expect(page.get_by_role("alert")).to_contain_text(words)
@@ -352,7 +357,7 @@ def test_the_page_is_usable_from_the_keyboard_and_by_assistive_technology(
     expect(box).to_have_value("line one\nline two")
     assert page.locator(".msg").count() == 0
     page.keyboard.press("Enter")
-    expect(page.locator(".msg.user")).to_have_text("line one\nline two")
+    expect(page.locator(".msg.user")).to_have_text("line one\nline two", use_inner_text=True)
     expect(box).to_have_value("")
     expect(page.locator(".msg.assistant[data-seq]")).to_contain_text("line two")
     # Tab reaches the send button from the message box, with a visible focus ring.
@@ -472,7 +477,9 @@ def test_a_gateway_restarted_mid_reply_shows_the_whole_reply_once(
             site.gateway.stop()
 
 
-def test_markup_in_a_reply_is_shown_as_text_never_run(context: BrowserContext, site: Site) -> None:
+def test_markup_in_a_message_or_its_reply_is_shown_as_text_never_run(
+    context: BrowserContext, site: Site
+) -> None:
     page = open_page(context, site, "alice.xss")
     hostile = (
         '<img src=x onerror="window.__pwned=1"> <b>bold?</b> [click](javascript:window.__pwned=2) '
@@ -481,9 +488,89 @@ def test_markup_in_a_reply_is_shown_as_text_never_run(context: BrowserContext, s
     send(page, hostile)
     reply = page.locator(".msg.assistant[data-seq]")
     expect(reply).to_have_count(1)
-    # The model's text (the fake echoes it) became text nodes: no element from it but markdown's.
-    assert reply.locator("img, b, script").count() == 0
-    assert reply.locator("strong").all_text_contents() == ["fine"]
-    assert reply.locator("a").evaluate_all("links => links.map(a => a.href)") == ["https://example.com/a"]
-    assert "<img src=x" in (reply.text_content() or "")
+    # The person's text and the model's (the fake echoes it), as shown and after a reload (the
+    # person's then from the browser's storage), became text nodes: no element but markdown's.
+    for _ in range(2):
+        for shown in (page.locator(".msg.user"), reply):
+            assert shown.locator("img, b, script").count() == 0
+            assert shown.locator("strong").all_text_contents() == ["fine"]
+            links = shown.locator("a").evaluate_all("links => links.map(a => a.href)")
+            assert links == ["https://example.com/a"]
+            assert "<img src=x" in (shown.text_content() or "")
+        page.reload()
+        expect(reply).to_have_count(1)
     assert page.evaluate("window.__pwned") is None
+
+
+def test_the_persons_own_message_is_rendered_as_markdown_too(context: BrowserContext, site: Site) -> None:
+    page = open_page(context, site, "alice.own-md")
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text))
+    send(page, "**Trains** at *noon*\n\n- one `a`\n- two\n\n```\nx = 1\n```")
+    mine = page.locator(".msg.user")
+    # At once, before any reply: the message as the person wrote it, rendered as a reply is.
+    expect(mine.locator("strong")).to_have_text("Trains")
+    expect(mine.locator("em")).to_have_text("noon")
+    expect(mine.locator("li")).to_have_text(["one a", "two"])
+    expect(mine.locator("pre code")).to_have_text("x = 1")
+    expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("Trains")
+    # And under the page's policy: no inline script or style needed for it.
+    assert not [line for line in console if "Content Security Policy" in line], console
+
+
+def test_a_link_for_another_user_is_taken_only_once_the_person_says_so(
+    context: BrowserContext, site: Site
+) -> None:
+    # Login CSRF: anyone can send a link; taken silently, mallory's would put alice into mallory's
+    # conversation, where what she writes is mallory's to read.
+    page = open_page(context, site, "alice.mine")
+    send(page, "alice's own words")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("alice's own words")
+    alice_token = page.evaluate("sessionStorage.getItem('sigil.token')")
+    mallory = site.token("mallory")
+    dialog = page.get_by_role("alertdialog", name="Switch to another user?")
+
+    # A new load of the page with mallory's link: asked, not connected meanwhile.
+    page.goto(f"{site.url}/?again#token={mallory}&session=mallory.trap")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("mallory (workspace default)")
+    expect(dialog).to_contain_text("alice (workspace default)")
+    stay = dialog.get_by_role("button", name="Stay as alice")
+    expect(stay).to_be_focused()  # Enter keeps who you are
+    expect(page.locator("#app")).to_be_hidden()
+    assert page.locator("#status").get_attribute("data-state") == "idle"
+    assert "token" not in page.url
+    page.keyboard.press("Enter")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator("#who")).to_have_text("alice · default")
+    expect(page.locator(".msg.assistant[data-seq]")).to_have_text("alice's own words")
+    assert page.evaluate("sessionStorage.getItem('sigil.token')") == alice_token
+
+    # The link again, now a fragment changing under the open page: asked again; switching is a yes.
+    page.goto(f"{site.url}/?again#token={mallory}&session=mallory.trap")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#who")).to_have_text("alice · default")
+    dialog.get_by_role("button", name="Switch to mallory").click()
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    expect(page.locator("#who")).to_have_text("mallory · default")
+    current = page.locator("#session-list button[aria-current=true]")
+    expect(current).to_have_attribute("data-session", "mallory.trap")
+
+    # A new tab (its sessionStorage empty) still knows who this browser was: alice's link is asked
+    # about now, and staying leaves the tab asking for a token, as it never held one.
+    tab = context.new_page()
+    tab.goto(site.page_url(alice_token, "alice.mine"))
+    tab_dialog = tab.get_by_role("alertdialog")
+    expect(tab_dialog).to_contain_text("this browser is using it as mallory")
+    tab_dialog.get_by_role("button", name="Stay as mallory").click()
+    expect(tab.get_by_label("Browser token")).to_be_visible()
+    assert tab.locator("#status").get_attribute("data-state") == "idle"
+    assert tab.evaluate("sessionStorage.getItem('sigil.token')") is None
+
+    # A fresh link for whoever the browser already is (a token renewed) is taken without a word.
+    again = context.new_page()
+    again.goto(site.page_url(site.token("mallory"), "mallory.trap"))
+    expect(again.locator("#status")).to_have_attribute("data-state", "open")
+    expect(again.locator("#who")).to_have_text("mallory · default")
+    expect(again.get_by_role("alertdialog")).to_be_hidden()

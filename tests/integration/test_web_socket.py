@@ -18,8 +18,9 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from shared.channels import web, web_tokens
+from shared.channels.web_frames import MAX_SUBSCRIPTIONS
 from shared.local.gateway import LocalGateway
-from shared.models import BudgetLimits, ScopeLimits, new_workspace
+from shared.models import BudgetLimits, OutboundMessage, ScopeLimits, new_workspace
 from tests.support.local_gateway import gateway_on_fake_openai
 
 WS = "default"
@@ -139,6 +140,70 @@ def test_a_token_cannot_reach_another_session_or_workspace_or_claim_another_user
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
         assert closed.value.code == 4401
+
+
+def stored_reply(gw: LocalGateway, session: str, seq: int, text: str) -> None:
+    """A reply in `session`'s outbox, as a turn stores it."""
+    gw.backend.outbox.append(
+        OutboundMessage(
+            workspace_id=WS,
+            session_id=web.session_id_for(session),
+            channel="web",
+            chat_id=session,
+            turn_id=f"{session}-{seq}",
+            seq=seq,
+            text=text,
+        )
+    )
+
+
+def test_a_users_own_sessions_never_cover_another_users_whose_id_extends_it(gateway: LocalGateway) -> None:
+    # User ids may hold dots: `john`'s own sessions (`john.*`, what `sigil web token --user john`
+    # grants) must not reach user `john.smith`'s `john.smith.main`, to read or to post.
+    stored_reply(gateway, "john.smith.main", 1, "john.smith's reply")
+    client = TestClient(gateway.app())
+    with client.websocket_connect(f"/ws?token={token(gateway, 'john')}") as ws:
+        assert ws.receive_json()["sessions"] == ["john.*"]
+        ws.send_json({"type": "resume", "session": "john.smith.main", "after": 0})
+        assert ws.receive_json()["code"] == "session_forbidden"
+        ws.send_json({"type": "send", "event_id": "j1", "session": "john.smith.main", "text": "let me in"})
+        assert ws.receive_json()["code"] == "session_forbidden"
+        # While john's own conversation is his.
+        ws.send_json({"type": "send", "event_id": "j2", "session": "john.main", "text": "mine"})
+        assert ws.receive_json()["type"] == "accepted"
+    [only] = gateway.backend.outbox.read(WS, web.session_id_for("john.smith.main"), after_seq=0)
+    assert only.message.text == "john.smith's reply"
+    assert gateway.backend.sessions.get(WS, web.session_id_for("john.smith.main")) is None
+    # And john.smith's own token reaches it.
+    with client.websocket_connect(f"/ws?token={token(gateway, 'john.smith')}") as ws:
+        ws.receive_json()
+        ws.send_json({"type": "resume", "session": "john.smith.main", "after": 0})
+        assert ws.receive_json()["text"] == "john.smith's reply"
+
+
+def test_a_connection_follows_as_many_sessions_as_in_the_cloud_the_oldest_dropped(
+    gateway: LocalGateway,
+) -> None:
+    # Each followed session is read once a second: one connection may not make that unbounded.
+    sessions = [f"alice.s{i}" for i in range(MAX_SUBSCRIPTIONS + 1)]
+    first, last = sessions[0], sessions[-1]
+    stored_reply(gateway, last, 1, "last, before")
+    client = TestClient(gateway.app())
+    with client.websocket_connect(f"/ws?token={token(gateway)}") as ws:
+        ws.receive_json()
+        for session in sessions:
+            ws.send_json({"type": "resume", "session": session, "after": 0})
+        # Resumes are taken in order: the last one's replay means every one before it was taken.
+        assert ws.receive_json()["text"] == "last, before"
+        stored_reply(gateway, first, 101, "first, after")
+        stored_reply(gateway, last, 101, "last, after")
+        # The once-a-second read goes through the followed sessions in the order they were
+        # followed: had the first still been followed, its reply would come before the last's.
+        seen = frames_until(ws, lambda f: f.get("text") == "last, after")
+        assert [f["session"] for f in seen] == [last]
+        # Following the first again drops the next oldest, and replays what the first missed.
+        ws.send_json({"type": "resume", "session": first, "after": 0})
+        assert ws.receive_json()["text"] == "first, after"
 
 
 def test_an_expired_token_is_told_and_closed(gateway: LocalGateway) -> None:

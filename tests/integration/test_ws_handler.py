@@ -333,12 +333,12 @@ def test_a_malformed_frame_is_a_bad_request(aws: AwsResources, body: str) -> Non
 # ---------------------------------------------------------------- resume and the turn's frames
 
 
-def reply(seq: int, text: str, turn: str) -> OutboundMessage:
+def reply(seq: int, text: str, turn: str, session: str = "demo") -> OutboundMessage:
     return OutboundMessage(
         workspace_id=WS,
-        session_id="web.demo",
+        session_id=web.session_id_for(session),
         channel="web",
-        chat_id="demo",
+        chat_id=session,
         turn_id=turn,
         seq=seq,
         text=text,
@@ -361,6 +361,26 @@ def test_resume_replays_the_outbox_after_the_seq_in_order(aws: AwsResources) -> 
     # And another session's outbox is never replayed to it
     handle(frame_event({"type": "resume", "session": "kitchen", "after": 0}))
     assert posted()[-1]["code"] == "session_forbidden"
+
+
+def test_a_users_own_sessions_never_cover_another_users_whose_id_extends_it(aws: AwsResources) -> None:
+    # User ids may hold dots: `john`'s own sessions (`john.*`, what `sigil web token --user john`
+    # grants) must not reach user `john.smith`'s `john.smith.main`, to read or to post.
+    at(aws)
+    cloud.ingress().outbox.append(reply(1, "john.smith's reply", "t1", session="john.smith.main"))
+    handle(connect_event(token("john", ["john.*"])))
+    handle(frame_event({"type": "resume", "session": "john.smith.main", "after": 0}))
+    send = {"type": "send", "event_id": "evt-j", "session": "john.smith.main", "text": "let me in"}
+    handle(frame_event(send))
+    assert [(f["type"], f.get("code")) for f in posted()] == [("error", "session_forbidden")] * 2
+    assert queued(aws) == [] and connections().listeners(WS, "john.smith.main", now=SIGNED_AT) == []
+    # While john's own conversation is his, and john.smith's token reaches john.smith's.
+    handle(frame_event(send | {"session": "john.main"}))
+    assert posted()[-1]["type"] == "accepted"
+    other = "Other000000002="
+    handle(connect_event(token("john.smith", ["john.smith.*"]), connection=other))
+    handle(frame_event({"type": "resume", "session": "john.smith.main", "after": 0}, connection=other))
+    assert [f["text"] for f in posted(other)] == ["john.smith's reply"]
 
 
 def run_queued_turns(aws: AwsResources) -> dict[str, Any]:

@@ -118,6 +118,12 @@ def test_sessions_are_names_or_prefixes() -> None:
     assert claims.allows("alice.1") and claims.allows("shared")
     assert not claims.allows("alice.") and not claims.allows("alicex") and not claims.allows("bob.1")
     assert t.claims_for("default", "alice", "s1", now=NOW).sessions == ["s1"]
+    # "*" never crosses a ".": user ids may hold dots, and `john.*` is john's, not john.smith's.
+    john = t.claims_for("default", "john", ["john.*"], now=NOW)
+    assert john.allows("john.main") and john.allows("john.smith")
+    assert not john.allows("john.smith.main") and not john.allows("john.main.")
+    team = t.claims_for("default", "alice", ["team-*"], now=NOW)
+    assert team.allows("team-red") and not team.allows("team-red.alice.1")
     with pytest.raises(BadRequest, match="sessions"):
         t.claims_for("default", "alice", ["no spaces"], now=NOW)
 

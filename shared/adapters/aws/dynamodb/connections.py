@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Final
 
 from shared import serde
 from shared.adapters.aws.dynamodb.table import Table, dump_doc, item_key, number, string, ws_prefix
+from shared.channels.web_frames import MAX_SUBSCRIPTIONS
 from shared.ports import WebConnection
 
 if TYPE_CHECKING:
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
 # family besides ROUTES that does not begin with `WS#`. It names its workspace but holds none of
 # its data, and no workspace's key can reach it (workspace ids cannot contain `#`).
 CONNECTION_PREFIX: Final = "CONN#"
-# A connection listens to at most this many sessions: a bound on its item and on $disconnect's work.
-MAX_SUBSCRIPTIONS: Final = 50
 TTL: Final = "ttl"
 
 
@@ -60,7 +59,8 @@ class DynamoConnections(Table):
         if session in connection.subscribed:
             return connection
         if len(connection.subscribed) >= MAX_SUBSCRIPTIONS:
-            # The oldest subscription makes room: a page shows a handful of sessions at a time.
+            # The oldest subscription makes room (the protocol's cap, the same locally); the cap
+            # also bounds the connection's item and $disconnect's work.
             self._unlisten(connection.workspace_id, connection.subscribed[0], connection.connection_id)
             connection = connection.model_copy(update={"subscribed": connection.subscribed[1:]})
         updated = connection.model_copy(update={"subscribed": [*connection.subscribed, session]})

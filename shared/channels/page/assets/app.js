@@ -1,11 +1,14 @@
 // The Sigil chat page: one WebSocket speaking docs/web-channel.md's browser protocol.
 //
 // The token comes from the URL fragment (#token=..., never sent to a server, so never in a log) or
-// the paste box, and is kept in sessionStorage: this tab only, and a reload keeps it. The outbox is
-// the source of truth: the page keeps the last seq it has per session and resumes after it on every
-// reconnection, so a dropped connection loses and repeats nothing. The user's own messages are kept
-// in localStorage (the outbox holds replies only) and each reply is placed under the message it
-// answers (`in_reply_to`). Text from users and models only ever becomes DOM text (markdown.js).
+// the paste box, and is kept in sessionStorage: this tab only, and a reload keeps it. A link for
+// another user than the one this browser was is asked about, never taken silently: anyone can
+// send a link, and one taken silently would put the person in the sender's session (login CSRF).
+// The outbox is the source of truth: the page keeps the last seq it has per session and resumes
+// after it on every reconnection, so a dropped connection loses and repeats nothing. The user's own
+// messages are kept in localStorage (the outbox holds replies only) and each reply is placed under
+// the message it answers (`in_reply_to`). Text from users and models, rendered by the same markdown
+// (markdown.js), only ever becomes DOM nodes, never markup.
 "use strict";
 
 (function () {
@@ -35,11 +38,74 @@
     }
   }
 
+  // The link's token and session, if any; the fragment leaves the address bar whatever it held.
   function takeFragment() {
     const params = new URLSearchParams(location.hash.replace(/^#/, ""));
-    if (params.get("token")) sessionStorage.setItem("sigil.token", params.get("token"));
-    if (params.get("session")) sessionStorage.setItem("sigil.session", params.get("session"));
     if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+    const link = { token: params.get("token"), session: params.get("session") };
+    if (!link.token && link.session) sessionStorage.setItem("sigil.session", link.session);
+    return link.token ? link : null;
+  }
+
+  // ------------------------------------------------------------------ identity
+
+  // Who this browser last was on this page (workspace and user: never the token), so a link for
+  // someone else is noticed in a new tab too, where sessionStorage starts empty.
+  const IDENTITY = "sigil.identity";
+  const identityOf = (claims) => ({ workspace: claims.workspace, user: claims.user });
+  const sameIdentity = (a, b) => a.workspace === b.workspace && a.user === b.user;
+
+  function heldIdentity() {
+    const held = decodeClaims(sessionStorage.getItem("sigil.token") || "");
+    if (held) return identityOf(held);
+    const kept = load(IDENTITY, null);
+    return kept && typeof kept.workspace === "string" && typeof kept.user === "string" ? kept : null;
+  }
+
+  // A link arrived (on load, or a fragment changed under the open page): taken at once when it is
+  // for whoever this browser already is (or was no one), else only once the person says so.
+  function arrive(link) {
+    const claims = decodeClaims(link.token);
+    const held = heldIdentity();
+    if (claims && held && !sameIdentity(held, identityOf(claims))) {
+      askToSwitch(link, identityOf(claims), held);
+      return;
+    }
+    adopt(link, !(held && claims)); // here a decodable token for someone held is for the same one
+  }
+
+  function adopt(link, newIdentity) {
+    $("switch-panel").hidden = true;
+    sessionStorage.setItem("sigil.token", link.token);
+    if (link.session) sessionStorage.setItem("sigil.session", link.session);
+    else if (newIdentity) sessionStorage.removeItem("sigil.session"); // the last user's conversation
+    begin(link.token);
+  }
+
+  function askToSwitch(link, linked, held) {
+    const name = (who) => `${who.user} (workspace ${who.workspace})`;
+    $("switch-text").textContent =
+      `This link opens Sigil as ${name(linked)}, but this browser is using it as ${name(held)}. ` +
+      "Anyone can send a link: switch only if you asked for this one, or your messages would go to " +
+      "their conversations.";
+    $("switch-yes").textContent = `Switch to ${linked.user}`;
+    $("switch-no").textContent = `Stay as ${held.user}`;
+    $("switch-yes").onclick = () => adopt(link, true);
+    $("switch-no").onclick = () => {
+      $("switch-panel").hidden = true;
+      if (state.token) return; // the open conversation goes on
+      const token = sessionStorage.getItem("sigil.token");
+      if (token) start(token); else $("token-panel").hidden = false;
+    };
+    $("switch-panel").hidden = false;
+    $("switch-no").focus();
+  }
+
+  // Start over with `token`, closing the connection of the one before.
+  function begin(token) {
+    if (state.ws) { state.stopped = true; state.ws.close(); }
+    banner(null);
+    start(token);
   }
 
   // ------------------------------------------------------------------ storage
@@ -59,8 +125,14 @@
   function prefixes() {
     return state.claims.sessions.filter((p) => p.endsWith("*")).map((p) => p.slice(0, -1));
   }
+  // The server's rule (shared/channels/web_tokens.py): "*" is one or more characters but ".",
+  // so "alice.*" is alice's conversations and never those of a user "alice.smith".
   function allowed(name) {
-    return state.claims.sessions.some((p) => (p.endsWith("*") ? name.startsWith(p.slice(0, -1)) && name !== p.slice(0, -1) : name === p));
+    return state.claims.sessions.some((p) => {
+      if (!p.endsWith("*")) return name === p;
+      const rest = name.slice(p.length - 1);
+      return name.startsWith(p.slice(0, -1)) && rest !== "" && !rest.includes(".");
+    });
   }
   function knownSessions() {
     const stored = load(key("sessions"), []).filter((s) => allowed(s.name));
@@ -133,7 +205,8 @@
 
   function userBubble(msg) {
     const div = bubble("user", { event: msg.event_id });
-    div.textContent = msg.text;
+    // The same markdown as a reply's, built as DOM nodes: what the person typed is never markup.
+    div.append(SigilMarkdown.render(msg.text));
     if (!msg.accepted && !msg.refused) div.classList.add("pending");
     if (msg.refused) markRefused(div, msg.refused);
     return div;
@@ -386,6 +459,7 @@
     }
     state.token = token;
     state.claims = claims;
+    save(IDENTITY, identityOf(claims));
     state.stopped = false;
     $("token-panel").hidden = true;
     $("app").hidden = false;
@@ -400,7 +474,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    takeFragment();
+    const link = takeFragment();
     $("composer").addEventListener("submit", (e) => { e.preventDefault(); submit(); });
     $("message").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
@@ -410,13 +484,18 @@
       e.preventDefault();
       const token = $("token-input").value.trim();
       $("token-input").value = "";
+      // Pasted by the person: their choice, so no question.
       sessionStorage.setItem("sigil.token", token);
-      if (state.ws) { state.stopped = true; state.ws.close(); }
-      banner(null);
-      start(token);
+      begin(token);
     });
     window.addEventListener("online", () => { if (!state.ready && !state.stopped) connect(); });
+    window.addEventListener("hashchange", () => {
+      const next = takeFragment();
+      if (next) arrive(next);
+    });
     const token = sessionStorage.getItem("sigil.token");
-    if (token) start(token); else $("token-panel").hidden = false;
+    if (link) arrive(link);
+    else if (token) start(token);
+    else $("token-panel").hidden = false;
   });
 })();

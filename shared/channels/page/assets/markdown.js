@@ -1,6 +1,7 @@
-// A small, safe markdown subset for model replies, built as DOM nodes: never innerHTML, so no text
-// from a user or a model can become markup. Blocks: paragraphs, # headings, ``` fences, - and 1.
-// lists, > quotes. Inline: `code`, **bold**, *italic* / _italic_, [text](http(s)/mailto link).
+// A small, safe markdown subset for model replies and the person's own messages, built as DOM
+// nodes: never innerHTML, so no text from a user or a model can become markup. Blocks:
+// paragraphs, # headings, ``` fences, - and 1. lists, > quotes. Inline: `code`, **bold**,
+// *italic* / _italic_, [text](http(s)/mailto link).
 "use strict";
 
 (function (global) {
