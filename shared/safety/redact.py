@@ -41,9 +41,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shared.safety import ruleset
+
 MARKER = "[REDACTED:{}]"
 _MARKER_PREFIX = "[REDACTED:"
-_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
+# Kinds are lower case, digits and "_" (a gitleaks rule's id, "1password-secret-key", is one).
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
 # How much of a streaming reply's tail is held back: longer than any pattern that spans
 # whitespace and only matches once complete (a grouped card number, a phone number after
 # "phone:"), so no part of one is shown before it can be recognised.
@@ -133,6 +136,16 @@ def _aws_secret(text: str, start: int, end: int) -> bool:
         return True
     around = _ascii_lower(text[max(0, start - _LABEL_BEFORE) : start] + " " + text[end : end + _LABEL_AFTER])
     return _AWS_LABEL.search(around) is not None and not _written(text[start:end])
+
+
+# "web secret", "web signing secret", `sigil web-secret`, SIGIL_WEB_SECRET, and its name in a
+# secret store ("web/<workspace>", as in secrets.json).
+_WEB_LABEL = re.compile(r"web[\s_-]?(?:signing[\s_-]?)?secret|signing[\s_-]?secret|\bweb/[a-z0-9]")
+
+
+def _web_secret(text: str, start: int, end: int) -> bool:
+    around = _ascii_lower(text[max(0, start - _LABEL_BEFORE) : start] + " " + text[end : end + _LABEL_AFTER])
+    return _WEB_LABEL.search(around) is not None and not _written(text[start:end])
 
 
 def _not_placeholder(value: str) -> bool:
@@ -232,6 +245,27 @@ _SECRETS: tuple[_Pattern, ...] = (
     ),
     _Pattern(
         "jwt", re.compile(_token("eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")), ("eyJ",)
+    ),
+    # The gateway's own credentials (shared/channels/web.py, web_tokens.py). A browser token:
+    # "v1." + base64url(claims JSON, so "eyJ") + "." + a 43-character HMAC, valid up to 24 h.
+    _Pattern(
+        "browser_token",
+        re.compile(_token("v1.", r"eyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{43}")),
+        ("v1.eyJ",),
+    ),
+    # An X-Sigil-Signature value, "v1=" + 64 hex (Stripe's webhook signatures have the same shape):
+    # the HMAC of a request, which replays it within its 5-minute window.
+    _Pattern("web_signature", re.compile(_token("v1=", r"[0-9a-fA-F]{64}")), ("v1=",)),
+    _Pattern(
+        # The web signing secret has no prefix: 43 characters of base64url (`sigil dev`'s
+        # secrets.json) or 48 letters and digits (Secrets Manager's, infra/constructs/secrets.py).
+        # Redacted where it is named near it, as an AWS secret key is (see _web_secret).
+        "web_secret",
+        re.compile(r"[a-z0-9_-](?<![a-z0-9_-][a-z0-9_-])[a-z0-9_-]{42}(?:[a-z0-9_-]{5})?(?![a-z0-9_-])"),
+        ("web", "signing"),
+        caseless=True,
+        check=lambda value: _mixed_case(value) and any(c.isdigit() or c in "-_" for c in value),
+        near=lambda text, start, end: _web_secret(text, start, end),
     ),
     _Pattern(
         "bearer_token",
@@ -415,22 +449,51 @@ def redact(text: str, *, pii: bool) -> Redaction:
     """`text` with secrets (always) and PII (if `pii`) replaced by `[REDACTED:<kind>]`."""
     counts: Counter[str] = Counter()
     text = _strip_invisible(text, counts)
-    patterns = _SECRETS + _ASSIGNMENTS + (_PII if pii else ())
     # Until a pass changes nothing. It ends: no pattern matches markers alone, so each
     # replacement removes characters of the original text, and a pass that changes nothing stops.
     while True:
         before = text
         text = _private_keys(text, counts)
-        lowered, lowered_of = "", ""
-        for pattern in patterns:
-            if pattern.caseless and lowered_of is not text:
-                lowered, lowered_of = _ascii_lower(text), text
-            haystack = lowered if pattern.caseless else text
-            if any(n in haystack for n in pattern.needs):
-                text, found = _apply(pattern, text, haystack)
-                counts[pattern.kind] += found
+        text = _apply_patterns(_SECRETS + _ASSIGNMENTS, text, counts)
+        text = _apply_rule_set(text, counts)
+        if pii:
+            text = _apply_patterns(_PII, text, counts)
         if text == before:
             return Redaction(text, {kind: n for kind, n in counts.items() if n})
+
+
+def _apply_patterns(patterns: tuple[_Pattern, ...], text: str, counts: Counter[str]) -> str:
+    lowered, lowered_of = "", ""
+    for pattern in patterns:
+        if pattern.caseless and lowered_of is not text:
+            lowered, lowered_of = _ascii_lower(text), text
+        haystack = lowered if pattern.caseless else text
+        if any(n in haystack for n in pattern.needs):
+            text, found = _apply(pattern, text, haystack)
+            counts[pattern.kind] += found
+    return text
+
+
+def _apply_rule_set(text: str, counts: Counter[str]) -> str:
+    """`text` with what the maintained rule set (shared/safety/ruleset.py) finds replaced.
+
+    Sigil's own patterns have run: what they replaced is a marker, and a finding that reaches
+    into a marker is left alone (the marker already hides it). Where two rules' findings
+    overlap, the one that starts first is taken, and between equals the earlier rule."""
+    markers = [m.span() for m in _MARKER.finditer(text)] if _MARKER_PREFIX in text else []
+    found = sorted(ruleset.default().findings(text, _ascii_lower(text)), key=lambda f: f[0])
+    if not found:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for start, end, kind in found:
+        if start < last or any(a < end and start < b for a, b in markers):
+            continue
+        pieces += (text[last:start], MARKER.format(kind))
+        last = end
+        counts[kind] += 1
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _ascii_lower(text: str) -> str:
