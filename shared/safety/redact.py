@@ -337,8 +337,8 @@ _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     )
     for kind, key, needs in _KEY_KINDS
     for shape in (
-        # key=value, key = "value", KEY="value"
-        r"{key}[\"']?\s{{0,4}}=\s{{0,4}}",
+        # key=value, key = "value", KEY="value", and PHP's and Ruby's 'key' => 'value'
+        r"{key}[\"']?\s{{0,4}}=>?\s{{0,4}}",
         # --key value
         r"--?[a-z0-9_.-]{{0,40}}?{key}\s{{1,4}}",
         # key: value at the start of a line (YAML, .env-ish, headers), or "key": value (JSON)
