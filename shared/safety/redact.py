@@ -6,6 +6,12 @@ model's reply before the channel sees it and before the session (and so the inde
 could still turn into a secret as more text arrives.
 
 Choices, each for a reason:
+- Two layers. Sigil's own rules below (the gateway's model providers and channels, and the
+  context rules: AWS keys beside their id or label, Authorization headers, `password:`
+  assignments, the gateway's own browser tokens, signatures and web secret) run first and name
+  their kinds; then the maintained rule set (gitleaks' default rules, shared/safety/ruleset.py)
+  catches the providers nobody here wrote a shape for. A new provider arrives by updating the
+  vendored file, not by writing a pattern.
 - Secrets are matched by shape (a provider's prefix and length) or by context (the key name in
   `password: ...`, an Authorization header). A shape with no prefix (40 random characters) is too
   common to redact without its context: an AWS secret access key is redacted where an access key
@@ -27,7 +33,8 @@ Choices, each for a reason:
 - Linear time on hostile input: repetitions are bounded or cannot overlap, each match can only
   start where a run of its alphabet starts (a lookbehind), patterns open with a literal where
   they can (so the engine skips between occurrences), and each pattern is skipped outright when
-  none of its keywords is in the text. A megabyte of prose redacts in about a tenth of a second.
+  none of its keywords is in the text. The rule set runs on RE2, linear by construction.
+  bench/redaction.py measures a megabyte of prose, of random base64 and of the rules' keywords.
 """
 
 from __future__ import annotations

@@ -40,12 +40,12 @@ HEADER_END = "# " + "-" * 94 + "\n"
 
 class _Match(Protocol):
     def span(self, group: int = 0) -> tuple[int, int]: ...
-    def groups(self) -> tuple[str | None, ...]: ...
+    def groups(self) -> tuple[str | bytes | None, ...]: ...
 
 
 class _Regex(Protocol):
-    def finditer(self, text: str) -> Iterator[_Match]: ...
-    def search(self, text: str) -> _Match | None: ...
+    def finditer(self, text: str | bytes) -> Iterator[_Match]: ...
+    def search(self, text: str | bytes) -> _Match | None: ...
 
 
 def _compile(pattern: str) -> _Regex:
@@ -106,13 +106,37 @@ class RuleSet:
     rules: tuple[Rule, ...]
     allowlists: tuple[Allowlist, ...] = field(default=())
 
+    @functools.cached_property
+    def _keywords(self) -> tuple[tuple[str, ...], Any]:
+        """Every rule's keywords, and an RE2 set of them that finds which are in a text in one pass."""
+        import re2
+
+        words = tuple(sorted({k for rule in self.rules for k in rule.keywords}))
+        keyword_set = re2.Set.SearchSet()
+        for word in words:
+            keyword_set.Add(re2.escape(word))
+        keyword_set.Compile()
+        return words, keyword_set
+
+    def keywords_in(self, lowered: str) -> set[str]:
+        """The rules' keywords that occur in `lowered` (a text in lower case)."""
+        words, keyword_set = self._keywords
+        hits = keyword_set.Match(lowered)
+        # None is "no keyword" or, on a hostile text, the set's automaton out of memory: the two
+        # look alike, so check one by one (a substring search each; the rare case).
+        return {words[i] for i in hits} if hits else {w for w in words if w in lowered}
+
     def findings(self, text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
         """(start, end, kind) of each secret the rules find in `text`, in rule order; `lowered`
         is `text` lower-cased with the same indices (the keywords are looked up in it)."""
+        present = self.keywords_in(lowered)
+        # RE2 matches UTF-8: an ASCII text is encoded once here, rather than by every rule (where
+        # RE2 would also map each offset back), and its byte offsets are its indices.
+        subject: str | bytes = text.encode("ascii") if text.isascii() else text
         for rule in self.rules:
-            if rule.keywords and not any(k in lowered for k in rule.keywords):
+            if rule.keywords and present.isdisjoint(rule.keywords):
                 continue
-            for m in rule.regex.finditer(text):
+            for m in rule.regex.finditer(subject):
                 span = _secret_span(text, m, rule.secret_group)
                 if span is None:
                     continue

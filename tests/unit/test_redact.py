@@ -111,6 +111,7 @@ SECRETS = [
     ("password", f"mysql -u root --password {PASSWORD} app", PASSWORD),
     ("password", f"DB_PASSWORD = '{PASSWORD}'", PASSWORD),
     ("secret", f"client_secret={PASSWORD}", PASSWORD),
+    ("password", f"$db = ['host' => 'db1', 'password' => '{PASSWORD}'];", PASSWORD),
     ("browser_token", f"My page got this token: {BROWSER_TOKEN} is it valid?", BROWSER_TOKEN),
     ("browser_token", f"wss://example.org/ws?token={BROWSER_TOKEN}&session=s1", BROWSER_TOKEN),
     ("web_signature", f"X-Sigil-Signature: {WEB_SIGNATURE}", WEB_SIGNATURE.removeprefix("v1=")),

@@ -1,0 +1,97 @@
+"""shared.safety.ruleset: gitleaks' default rules, vendored as data and applied as gitleaks does."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+from shared.safety import ruleset
+from shared.safety.redact import redact
+
+
+def test_the_vendored_file_is_gitleaks_own_with_its_source_recorded() -> None:
+    text = ruleset.RULES_FILE.read_text(encoding="utf-8")
+    header, _, body = text.partition(ruleset.HEADER_END)
+    rules = ruleset.default()
+
+    # Unchanged below the header: the recorded sha256 is of what is there
+    assert hashlib.sha256(body.encode()).hexdigest() == rules.body_sha256
+    assert rules.commit in rules.source
+    assert rules.source.startswith("https://github.com/gitleaks/gitleaks/blob/")
+    assert rules.version.startswith("v8.")
+    # MIT: the copyright and permission notice travel with the rules
+    assert "Copyright (c) 2019 Zachary Rice" in header
+    assert "Permission is hereby granted, free of charge" in header
+    assert len(rules.rules) >= 200
+    assert all(r.keywords for r in rules.rules)
+
+
+def test_importing_the_filter_reads_and_compiles_nothing() -> None:
+    # The webhook imports the filter on its cold start: neither the file nor RE2 is loaded then
+    script = (
+        "import json, sys\n"
+        "from shared.safety import redact, ruleset\n"
+        "print(json.dumps(['re2' in sys.modules, ruleset.default.cache_info().currsize]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert json.loads(out.stdout) == [False, 0]
+
+
+def test_a_rule_is_compiled_only_when_one_of_its_keywords_is_in_a_text() -> None:
+    rules = ruleset.parse(ruleset.RULES_FILE.read_text(encoding="utf-8"))  # a fresh set, none compiled
+    text = "my adafruit feed is up"
+    assert list(rules.findings(text, text.lower())) == []
+
+    compiled = {r.id for r in rules.rules if "regex" in r.__dict__}
+    assert compiled == {r.id for r in rules.rules if any(k in text for k in r.keywords)}
+    assert "adafruit-api-key" in compiled
+    assert len(compiled) < 10
+
+
+def test_the_entropy_floor_drops_a_low_entropy_value() -> None:
+    assert ruleset.entropy("aaaa") == 0.0
+    assert ruleset.entropy("ab") == 1.0
+    # Adobe's client id rule (entropy 2): 32 hex characters, one repeated, is not a key
+    rule = next(r for r in ruleset.default().rules if r.id == "adobe-client-id")
+    assert rule.entropy == 2.0
+    low = "adobe_client_id = " + "a" * 32 + "\n"
+    assert redact(low, pii=False).text == low
+    high = "adobe_client_id = " + "0123456789abcdef" * 2 + "\n"
+    assert "[REDACTED:" in redact(high, pii=False).text
+
+
+def test_the_global_allowlist_and_a_rules_stopwords_keep_a_value() -> None:
+    # gitleaks' global allowlist: a reference to an environment variable is not a secret
+    text = "algolia_key: $ALGOLIA_KEY_VALUE_FROM_ENV\n"
+    assert redact(text, pii=False).text == text
+    # generic-api-key's stopwords: a value holding a common word of code ("example") is kept
+    generic = next(r for r in ruleset.default().rules if r.id == "generic-api-key")
+    assert any("example" in a.stopwords for a in generic.allowlists)
+
+
+def test_a_provider_the_hand_written_shapes_never_named_is_redacted_by_its_rule() -> None:
+    # Doppler, PlanetScale, 1Password: fixed prefixes the first list did not have
+    body = "Xq7" + "k2Lm9Pz4Rt8Vw1Ny6Bc3Hd5Jf0Gs2Qa7Ue4Io9Kx1Zb"
+    for token, kind in (
+        ("dp.pt." + body, "doppler_api_token"),
+        ("pscale_tkn_" + body, "planetscale_api_token"),
+    ):
+        result = redact(f"the token is {token} for prod", pii=False)
+        assert token not in result.text
+        assert result.counts == {kind: 1}
+
+
+def test_a_finding_inside_a_marker_is_left_to_the_marker() -> None:
+    once = redact('{"password": "Tr0ub4dor-x9", "api_key": "k2Lm9Pz4Rt8Vw1Ny6Bc3"}', pii=False)
+    assert redact(once.text, pii=False).counts == {}
+    assert json.loads(once.text) == {"password": "[REDACTED:password]", "api_key": "[REDACTED:secret]"}
+
+
+def test_the_keyword_set_finds_what_a_substring_search_finds() -> None:
+    rules = ruleset.default()
+    words = {k for r in rules.rules for k in r.keywords}
+    for text in ("nothing to see", "my adafruit and heroku keys", "xoxb- ghp_ sk_live_ AKIA", ""):
+        lowered = text.lower()
+        assert rules.keywords_in(lowered) == {w for w in words if w in lowered}
