@@ -85,7 +85,9 @@ def rule_set_table() -> int:
     rules = ruleset.default()
     samples = rule_samples.samples(rules)
     missed = [s.rule for s in samples if s.secret in redact(s.text, pii=False).text]
-    print(f"1b. The maintained rule set: gitleaks {rules.version} ({rules.commit[:12]}), one sample per rule\n")
+    print(
+        f"1b. The maintained rule set: gitleaks {rules.version} ({rules.commit[:12]}), one sample per rule\n"
+    )
     table(
         ["rules", "with a sample", "samples redacted", "misses"],
         [(len(rules.rules), len(samples), len(samples) - len(missed), ", ".join(missed) or 0)],
@@ -161,20 +163,23 @@ def megabyte(pieces: Sequence[str], seed: int) -> str:
     return " ".join(out)[:1_000_000]
 
 
-def first_use() -> tuple[str, int, str, str, str]:
-    """The rule set's first use in a fresh process: parse, then compile the rules a text needs."""
+def first_use() -> None:
+    """The rule set's first use in a process: parse the file, then compile and run every rule."""
     text = " ".join(s.text for s in rule_samples.samples())
     ruleset.default.cache_clear()
     started = time.perf_counter()
     rules = ruleset.default()
     parsed = time.perf_counter() - started
     list(rules.findings(text, text.lower()))
-    took = time.perf_counter() - started
-    return "rule set: parse + compile all rules, once", 1, "-", f"{parsed * 1e6:.0f} + ", f"{took * 1e3:.0f} ms"
+    took = time.perf_counter() - started - parsed
+    print("5. The rule set's first use in a process (paid once; a rule compiles when its keywords appear)\n")
+    table(
+        ["parse the file", f"compile and run all {len(rules.rules)} rules"],
+        [(f"{parsed * 1e3:.0f} ms", f"{took * 1e3:.0f} ms")],
+    )
 
 
 def throughput_table(locomo: list[str]) -> None:
-    row = first_use()
     texts = [c.text for c in cases()]
     joined = " ".join(locomo or BENIGN)
     prose = (joined * (1_000_000 // len(joined) + 1))[:1_000_000]
@@ -188,7 +193,6 @@ def throughput_table(locomo: list[str]) -> None:
         throughput("redact: one megabyte of prose", [prose], lambda t: redact(t, pii=True)),
         throughput("redact: one megabyte of random base64", [b64], lambda t: redact(t, pii=True)),
         throughput("redact: one megabyte of rule keywords", [hostile], lambda t: redact(t, pii=True)),
-        row,
         throughput("scan: ordinary text", locomo or BENIGN * 50, scan),
         throughput("scan: one megabyte of prose", [prose], scan),
     ]
@@ -208,6 +212,7 @@ def main() -> None:
     false_positive_table(locomo)
     aws_label_only_table(args.aws_trials)
     throughput_table(locomo)
+    first_use()
     if misses:
         print(f"{misses} credential texts missed")
 

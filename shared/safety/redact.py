@@ -272,7 +272,7 @@ _SECRETS: tuple[_Pattern, ...] = (
         ("web", "signing"),
         caseless=True,
         check=lambda value: _mixed_case(value) and any(c.isdigit() or c in "-_" for c in value),
-        near=lambda text, start, end: _web_secret(text, start, end),
+        near=_web_secret,
     ),
     _Pattern(
         "bearer_token",

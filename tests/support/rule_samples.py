@@ -20,13 +20,12 @@ import hashlib
 import json
 import random
 import re
+import re._constants as sre_c  # type: ignore[import-not-found,unused-ignore]
+import re._parser as sre_parse  # type: ignore[import-not-found,unused-ignore]
 import string
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import re._constants as sre_c  # type: ignore[import-not-found,unused-ignore]
-import re._parser as sre_parse  # type: ignore[import-not-found,unused-ignore]
 
 from shared.safety.ruleset import Rule, RuleSet, default
 

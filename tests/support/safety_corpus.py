@@ -600,7 +600,7 @@ _SENTENCES = (
     "image: public.ecr.aws/lambda/python@sha256:{sha256}",
     "The tarball's SHA-256 is {sha256}; compare it with the release page.",
     "md5sum prints {md5} for the old build.",
-    "ETag: \"{md5}\"",
+    'ETag: "{md5}"',
     "Request {uuid} failed at 12:04; the retry succeeded.",
     "The trace id is {uuid} and the span took 84 ms.",
     "Order {uuid} was refunded on {date}.",
@@ -619,7 +619,7 @@ _SENTENCES = (
     "The auth flow redirects to https://login.example.com/callback?state={hex16}.",
     "Rotate the token every 90 days; the secret manager does it for you.",
     "Your API key is shown once, so store it in a password manager.",
-    "The access log line was: 10.0.{minor}.{patch} - - [{date}] \"GET /v1/items/{uuid} HTTP/1.1\" 200",
+    'The access log line was: 10.0.{minor}.{patch} - - [{date}] "GET /v1/items/{uuid} HTTP/1.1" 200',
     "Layer {sha256_short} already exists; pushing manifest for {lib}:{ver}.",
     "Build {ver} of {lib} is at commit {sha1_short}, tagged v{ver}.",
     "Object key reports/{date}/{uuid}.json is 12 KB.",
@@ -651,5 +651,5 @@ def ordinary_sentences(seed: int = SEED, each: int = 10) -> list[str]:
                 "lib": rng.choice(_LIBS),
                 "date": f"2025-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
             }
-            out.append(re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], template))
+            out.append(template.format_map(values))
     return out
