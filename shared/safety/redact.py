@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import itertools
 import json
 import re
@@ -460,47 +461,142 @@ def redact(text: str, *, pii: bool) -> Redaction:
     # replacement removes characters of the original text, and a pass that changes nothing stops.
     while True:
         before = text
-        text = _private_keys(text, counts)
-        text = _apply_patterns(_SECRETS + _ASSIGNMENTS, text, counts)
-        text = _apply_rule_set(text, counts)
+        edits = _Edits()
+        keys = _private_keys(text, counts)
+        edits.add(text, keys)
+        text = _apply_patterns(_SECRETS + _ASSIGNMENTS, _replace(text, keys), counts, edits)
+        text = _apply_rule_set(before, text, edits, counts)
         if pii:
-            text = _apply_patterns(_PII, text, counts)
+            text = _apply_patterns(_PII, text, counts, None)
         if text == before:
             return Redaction(text, {kind: n for kind, n in counts.items() if n})
 
 
-def _apply_patterns(patterns: tuple[_Pattern, ...], text: str, counts: Counter[str]) -> str:
+# A replacement: text[start:end] becomes the string.
+_Edit = tuple[int, int, str]
+
+
+def _replace(text: str, edits: list[_Edit]) -> str:
+    """`text` with each of `edits` (sorted, disjoint) made."""
+    if not edits:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for start, end, replacement in edits:
+        pieces += (text[last:start], replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+class _Edits:
+    """The replacements a pass has made, in the coordinates of the text the pass began with.
+
+    Sigil's patterns replace as they go, each in the text the ones before it left; the rule set
+    must see the text as it was (a marker where Sigil's GitLab shape took `glpat-…` hides the
+    `glpat-` that gitleaks' routable-token rule needs, and would leave the token's tail shown).
+    So each replacement is carried back to the pass's first text, and the rule set's findings
+    there are joined with them (_apply_rule_set)."""
+
+    def __init__(self) -> None:
+        self.spans: list[_Edit] = []  # sorted, disjoint
+
+    def add(self, text: str, made: list[_Edit]) -> None:
+        """Record replacements made to `text`, the current text (sorted, disjoint, its coordinates)."""
+        if not made:
+            return
+        starts: list[int] = []  # where each recorded span starts in the current text
+        ends: list[int] = []  # and ends
+        after: list[int] = []  # the shift of the current text after it
+        shift = 0
+        for start, end, replacement in self.spans:
+            starts.append(start + shift)
+            ends.append(start + shift + len(replacement))
+            shift += len(replacement) - (end - start)
+            after.append(shift)
+
+        def back(pos: int, *, is_end: bool) -> tuple[int, str]:
+            # A position inside a recorded span's replacement is the whole span, and what of the
+            # replacement lies outside the new one is kept with it.
+            i = (bisect.bisect_left(starts, pos) if is_end else bisect.bisect_right(starts, pos)) - 1
+            if i >= 0 and (pos <= ends[i] if is_end else pos < ends[i]):
+                if is_end:
+                    return self.spans[i][1], text[pos : ends[i]]
+                return self.spans[i][0], text[starts[i] : pos]
+            return pos - (after[i] if i >= 0 else 0), ""
+
+        new = []
+        for a, b, r in made:
+            start, before = back(a, is_end=False)
+            end, after_ = back(b, is_end=True)
+            new.append((start, end, before + r + after_))
+        new_starts = [a for a, _, _ in new]
+
+        def covered(span: _Edit) -> bool:
+            i = bisect.bisect_right(new_starts, span[0]) - 1
+            return i >= 0 and span[1] <= new[i][1]
+
+        self.spans = sorted([*new, *(old for old in self.spans if not covered(old))])
+
+
+def _apply_patterns(
+    patterns: tuple[_Pattern, ...], text: str, counts: Counter[str], edits: _Edits | None
+) -> str:
     lowered, lowered_of = "", ""
     for pattern in patterns:
         if pattern.caseless and lowered_of is not text:
             lowered, lowered_of = _ascii_lower(text), text
         haystack = lowered if pattern.caseless else text
         if any(n in haystack for n in pattern.needs):
-            text, found = _apply(pattern, text, haystack)
-            counts[pattern.kind] += found
+            made = _apply(pattern, text, haystack)
+            if made:
+                if edits is not None:
+                    edits.add(text, made)
+                text = _replace(text, made)
+                counts[pattern.kind] += len(made)
     return text
 
 
-def _apply_rule_set(text: str, counts: Counter[str]) -> str:
-    """`text` with what the maintained rule set (shared/safety/ruleset.py) finds replaced.
+def _apply_rule_set(original: str, text: str, edits: _Edits, counts: Counter[str]) -> str:
+    """The pass's text with what the maintained rule set (shared/safety/ruleset.py) finds in
+    `original` (the text the pass began with) replaced too; `text` is `original` with Sigil's
+    replacements (`edits`) made.
 
-    Sigil's own patterns have run: what they replaced is a marker, and a finding that reaches
-    into a marker is left alone (the marker already hides it). Where two rules' findings
-    overlap, the one that starts first is taken, and between equals the earlier rule."""
-    markers = [m.span() for m in _MARKER.finditer(text)] if _MARKER_PREFIX in text else []
-    found = sorted(ruleset.default().findings(text, _ascii_lower(text)), key=lambda f: f[0])
+    A finding that overlaps a replacement of Sigil's is joined to it: the two become Sigil's
+    marker, and whatever of the finding reached past it goes too. Findings that overlap each
+    other are joined the same way, under the first one's kind. A finding that reaches into a
+    marker of an earlier pass is left to that marker."""
+    found = sorted(ruleset.default().findings(original, _ascii_lower(original)))
     if not found:
         return text
-    pieces: list[str] = []
-    last = 0
-    for start, end, kind in found:
-        if start < last or any(a < end and start < b for a, b in markers):
-            continue
-        pieces += (text[last:start], MARKER.format(kind))
-        last = end
-        counts[kind] += 1
-    pieces.append(text[last:])
-    return "".join(pieces)
+    old = [m.span() for m in _MARKER.finditer(original)] if _MARKER_PREFIX in original else []
+    old_starts = [a for a, _ in old]
+
+    def in_marker(start: int, end: int) -> bool:
+        i = bisect.bisect_left(old_starts, end) - 1
+        return i >= 0 and start < old[i][1]
+
+    # (start, end, Sigil's replacement or None, the rule set's kind or "")
+    spans = sorted(
+        [(a, b, r, "") for a, b, r in edits.spans]
+        + [(a, b, None, kind) for a, b, kind in found if not in_marker(a, b)],
+        key=lambda span: span[0],
+    )
+    joined: list[_Edit] = []
+    i = 0
+    while i < len(spans):
+        start, end, _, kind = spans[i]
+        group = [spans[i]]
+        i += 1
+        while i < len(spans) and spans[i][0] < end:
+            end = max(end, spans[i][1])
+            group.append(spans[i])
+            i += 1
+        sigil = [r for _, _, r, _ in group if r is not None]
+        if not sigil:
+            counts[kind] += 1
+        joined.append((start, end, "".join(sigil) or MARKER.format(kind)))
+    return _replace(original, joined)
 
 
 def _ascii_lower(text: str) -> str:
@@ -595,10 +691,9 @@ _CREDENTIAL_KEYS = tuple(
 )
 
 
-def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
-    """`text` with the pattern's findings in `haystack` (the text, or it lowered) replaced."""
-    pieces: list[str] = []
-    last = found = 0
+def _apply(pattern: _Pattern, text: str, haystack: str) -> list[_Edit]:
+    """The replacements of the pattern's findings in `haystack` (the text, or it lowered)."""
+    made: list[_Edit] = []
     for m in pattern.regex.finditer(haystack):
         start, end = m.span(pattern.group)
         value = text[start:end]
@@ -612,32 +707,25 @@ def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
             # JSON or YAML around it still reads as it did.
             closed = len(value) > 1 and value.endswith(value[0])
             marker = value[0] + marker + (value[0] if closed else "")
-        pieces += (text[last:start], marker)
-        last = end
-        found += 1
-    if not found:
-        return text, 0
-    pieces.append(text[last:])
-    return "".join(pieces), found
+        made.append((start, end, marker))
+    return made
 
 
-def _private_keys(text: str, counts: Counter[str]) -> str:
+def _private_keys(text: str, counts: Counter[str]) -> list[_Edit]:
     # Found by markers rather than one lazy `BEGIN[\s\S]*?END` pattern, which rescans to the end
     # of the text for every unterminated BEGIN (quadratic on a hostile text).
-    pieces: list[str] = []
+    made: list[_Edit] = []
     last = 0
     for begin in _PEM_BEGIN.finditer(text):
         if begin.start() < last:
             continue
         end = _PEM_END.search(text, begin.end())
-        pieces.append(text[last : begin.start()])
-        pieces.append(MARKER.format("private_key"))
-        counts["private_key"] += 1
         last = end.end() if end is not None else len(text)
+        made.append((begin.start(), last, MARKER.format("private_key")))
+        counts["private_key"] += 1
         if end is None:
             break
-    pieces.append(text[last:])
-    return "".join(pieces)
+    return made
 
 
 def _strip_invisible(text: str, counts: Counter[str]) -> str:

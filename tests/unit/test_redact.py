@@ -565,3 +565,24 @@ def test_a_megabyte_redacts_in_linear_time() -> None:
     text = " ".join(rng.choice(words) for _ in range(200_000))[:1_000_000]
     # Per character, a megabyte costs about what 100 KB does (a quadratic pattern: ten times).
     assert growth(lambda t: redact(t, pii=True), lambda size: text[:size], 100_000, 1_000_000) < 4.0
+
+
+def test_a_passs_replacements_carried_back_to_its_first_text_rebuild_what_they_made() -> None:
+    # The maintained rule set reads the text a pass began with, and its findings are joined with
+    # Sigil's replacements carried back there (redact._Edits): carried back, they must rebuild
+    # exactly the text Sigil's patterns made, adjacent and nested replacements included.
+    from collections import Counter
+
+    from shared.safety import redact as r
+
+    rng = random.Random(3)
+    pieces = ['password="', '"api_key": "', "sk-proj-" + chars(B64URL, 30, 40), '"', "'", " ", "\n"]
+    pieces += [pem("PRIVATE KEY")[:80], AWS_ID, AWS_SECRET, "[REDACTED:secret]", "token=", "x" * 5]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 14)))
+        counts: Counter[str] = Counter()
+        edits = r._Edits()
+        keys = r._private_keys(text, counts)
+        edits.add(text, keys)
+        made = r._apply_patterns(r._SECRETS + r._ASSIGNMENTS, r._replace(text, keys), counts, edits)
+        assert r._replace(text, edits.spans) == made, text

@@ -95,3 +95,32 @@ def test_the_keyword_set_finds_what_a_substring_search_finds() -> None:
     for text in ("nothing to see", "my adafruit and heroku keys", "xoxb- ghp_ sk_live_ AKIA", ""):
         lowered = text.lower()
         assert rules.keywords_in(lowered) == {w for w in words if w in lowered}
+
+
+def test_a_token_a_sigil_shape_takes_only_part_of_is_redacted_whole() -> None:
+    # GitLab's routable token: Sigil's shape stops at the ".", gitleaks' rule sees the rest; the
+    # two are joined under Sigil's marker and no tail is left shown.
+    token = "glpat-" + "ltOPcCVBjIljc6fbHodkVhRs3NJ9o" + ".2xorgbqag"
+    result = redact(f"CI_TOKEN={token}\n", pii=False)
+    assert result.text == "CI_TOKEN=[REDACTED:gitlab_token]\n"
+    assert result.counts == {"gitlab_token": 1}
+
+
+def test_two_rules_finding_overlapping_parts_of_a_token_hide_all_of_it() -> None:
+    # Flutterwave: the encryption key's rule matches the first part of a secret key
+    secret = "FLWSECK_TEST-" + "f568bf717b61154fgeg080eag613609f-X"
+    result = redact(f"key:\n{secret}\nok", pii=False)
+    assert result.text == "key:\n[REDACTED:flutterwave_encryption_key]\nok"
+    assert result.total == 1
+
+
+def test_no_prefix_of_a_streaming_reply_shows_a_rule_samples_secret() -> None:
+    from shared.safety.redact import _MARKER, redact_partial
+    from tests.support.rule_samples import samples
+
+    for sample in samples()[::3]:
+        text = sample.text + " " + "More words follow here. " * 5
+        windows = {sample.secret[i : i + 8] for i in range(max(1, len(sample.secret) - 7))}
+        for end in range(0, len(text) + 1, 3):
+            shown = _MARKER.sub(" ", redact_partial(text[:end], pii=False))
+            assert not [w for w in windows if w.strip() and w in shown], (sample.rule, end)
