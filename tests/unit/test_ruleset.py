@@ -124,3 +124,17 @@ def test_no_prefix_of_a_streaming_reply_shows_a_rule_samples_secret() -> None:
         for end in range(0, len(text) + 1, 3):
             shown = _MARKER.sub(" ", redact_partial(text[:end], pii=False))
             assert not [w for w in windows if w.strip() and w in shown], (sample.rule, end)
+
+
+def test_a_text_of_every_rules_keywords_redacts_in_linear_time() -> None:
+    # Every rule runs on such a text (its keywords and assignment operators everywhere); RE2
+    # keeps each linear, so ten times the text costs about ten times the time.
+    import random
+
+    from tests.support.scaling import growth
+
+    rng = random.Random(9)
+    words = sorted({k for r in ruleset.default().rules for k in r.keywords})
+    pieces = [f"{w}={w}" for w in words] + [*words, "key:", "token =", "'", '"', "=>", "\n"]
+    text = " ".join(rng.choice(pieces) for _ in range(40_000))
+    assert growth(lambda t: redact(t, pii=False), lambda size: text[:size], 20_000, 200_000) < 4.0
