@@ -187,12 +187,15 @@ def throughput_table(locomo: list[str]) -> None:
     b64 = base64.b64encode(rng.randbytes(750_000)).decode()
     keywords = sorted({k for r in ruleset.default().rules for k in r.keywords})
     hostile = megabyte([f"{k}={k}" for k in keywords] + [*keywords, "key:", "token =", "'", '"', "=>"], 4)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    findings = megabyte(["cache_key=" + "".join(rng.choices(alnum, k=16)) for _ in range(5000)], 5)
     rows = [
         throughput("redact: credential texts", texts, lambda t: redact(t, pii=False)),
         throughput("redact: ordinary text (PII on)", locomo or BENIGN * 50, lambda t: redact(t, pii=True)),
         throughput("redact: one megabyte of prose", [prose], lambda t: redact(t, pii=True)),
         throughput("redact: one megabyte of random base64", [b64], lambda t: redact(t, pii=True)),
         throughput("redact: one megabyte of rule keywords", [hostile], lambda t: redact(t, pii=True)),
+        throughput("redact: one line, a finding every 27 chars", [findings], lambda t: redact(t, pii=True)),
         throughput("scan: ordinary text", locomo or BENIGN * 50, scan),
         throughput("scan: one megabyte of prose", [prose], scan),
     ]

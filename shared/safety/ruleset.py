@@ -70,12 +70,19 @@ class Allowlist:
     def _compiled(self) -> tuple[_Regex, ...]:
         return tuple(_compile(r) for r in self.regexes)
 
+    @functools.cached_property
+    def _stopwords(self) -> _Regex | None:
+        # One RE2 alternation: generic-api-key has 1,446 stopwords, and a substring search each
+        # would cost that many passes over every finding.
+        import re2
+
+        return _compile("|".join(re2.escape(w) for w in self.stopwords)) if self.stopwords else None
+
     def allows(self, secret: str, match: str, line: str) -> bool:
         target = {"match": match, "line": line}.get(self.target, secret)
         if target and any(r.search(target) is not None for r in self._compiled):
             return True
-        lowered = secret.lower()
-        return any(word in lowered for word in self.stopwords)
+        return self._stopwords is not None and self._stopwords.search(secret.lower()) is not None
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,10 @@ class Rule:
     def regex(self) -> _Regex:
         return _compile(self.pattern)
 
+    @functools.cached_property
+    def reads_lines(self) -> bool:
+        return any(a.target == "line" for a in self.allowlists)
+
 
 @dataclass(frozen=True)
 class RuleSet:
@@ -105,6 +116,10 @@ class RuleSet:
     body_sha256: str  # of the file below the header, as copied
     rules: tuple[Rule, ...]
     allowlists: tuple[Allowlist, ...] = field(default=())
+
+    @functools.cached_property
+    def reads_lines(self) -> bool:
+        return any(a.target == "line" for a in self.allowlists)
 
     @functools.cached_property
     def _keywords(self) -> tuple[tuple[str, ...], Any]:
@@ -145,7 +160,7 @@ class RuleSet:
                 if rule.entropy and entropy(secret) <= rule.entropy:
                     continue
                 match = text[slice(*m.span())]
-                line = _line(text, *m.span())
+                line = _line(text, *m.span()) if rule.reads_lines or self.reads_lines else ""
                 if any(a.allows(secret, match, line) for a in (*self.allowlists, *rule.allowlists)):
                     continue
                 yield start, end, rule.kind
@@ -165,8 +180,18 @@ def _secret_span(text: str, m: _Match, group: int) -> tuple[int, int] | None:
     return (start, end) if end > start else None
 
 
+# How far the line an allowlist reads reaches either side of a match. gitleaks reads the whole
+# line; a text of one long line would then cost a line per finding (quadratic), and the line
+# allowlists look at what is beside the match (`--mount=type=secret,`, an `import … from`).
+LINE_REACH = 400
+
+
 def _line(text: str, start: int, end: int) -> str:
-    return text[text.rfind("\n", 0, start) + 1 : len(text) if (e := text.find("\n", end)) < 0 else e]
+    low = max(0, start - LINE_REACH)
+    high = min(len(text), end + LINE_REACH)
+    first = text.rfind("\n", low, start)
+    last = text.find("\n", end, high)
+    return text[low if first < 0 else first + 1 : high if last < 0 else last]
 
 
 def entropy(value: str) -> float:
