@@ -6,6 +6,12 @@ model's reply before the channel sees it and before the session (and so the inde
 could still turn into a secret as more text arrives.
 
 Choices, each for a reason:
+- Two layers. Sigil's own rules below (the gateway's model providers and channels, and the
+  context rules: AWS keys beside their id or label, Authorization headers, `password:`
+  assignments, the gateway's own browser tokens, signatures and web secret) run first and name
+  their kinds; then the maintained rule set (gitleaks' default rules, shared/safety/ruleset.py)
+  catches the providers nobody here wrote a shape for. A new provider arrives by updating the
+  vendored file, not by writing a pattern.
 - Secrets are matched by shape (a provider's prefix and length) or by context (the key name in
   `password: ...`, an Authorization header). A shape with no prefix (40 random characters) is too
   common to redact without its context: an AWS secret access key is redacted where an access key
@@ -27,13 +33,15 @@ Choices, each for a reason:
 - Linear time on hostile input: repetitions are bounded or cannot overlap, each match can only
   start where a run of its alphabet starts (a lookbehind), patterns open with a literal where
   they can (so the engine skips between occurrences), and each pattern is skipped outright when
-  none of its keywords is in the text. A megabyte of prose redacts in about a tenth of a second.
+  none of its keywords is in the text. The rule set runs on RE2, linear by construction.
+  bench/redaction.py measures a megabyte of prose, of random base64 and of the rules' keywords.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import itertools
 import json
 import re
@@ -41,9 +49,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shared.safety import ruleset
+
 MARKER = "[REDACTED:{}]"
 _MARKER_PREFIX = "[REDACTED:"
-_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
+# Kinds are lower case, digits and "_" (a gitleaks rule's id, "1password-secret-key", is one).
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
 # How much of a streaming reply's tail is held back: longer than any pattern that spans
 # whitespace and only matches once complete (a grouped card number, a phone number after
 # "phone:"), so no part of one is shown before it can be recognised.
@@ -133,6 +144,16 @@ def _aws_secret(text: str, start: int, end: int) -> bool:
         return True
     around = _ascii_lower(text[max(0, start - _LABEL_BEFORE) : start] + " " + text[end : end + _LABEL_AFTER])
     return _AWS_LABEL.search(around) is not None and not _written(text[start:end])
+
+
+# "web secret", "web signing secret", `sigil web-secret`, SIGIL_WEB_SECRET, and its name in a
+# secret store ("web/<workspace>", as in secrets.json).
+_WEB_LABEL = re.compile(r"web[\s_-]?(?:signing[\s_-]?)?secret|signing[\s_-]?secret|\bweb/[a-z0-9]")
+
+
+def _web_secret(text: str, start: int, end: int) -> bool:
+    around = _ascii_lower(text[max(0, start - _LABEL_BEFORE) : start] + " " + text[end : end + _LABEL_AFTER])
+    return _WEB_LABEL.search(around) is not None and not _written(text[start:end])
 
 
 def _not_placeholder(value: str) -> bool:
@@ -233,6 +254,27 @@ _SECRETS: tuple[_Pattern, ...] = (
     _Pattern(
         "jwt", re.compile(_token("eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")), ("eyJ",)
     ),
+    # The gateway's own credentials (shared/channels/web.py, web_tokens.py). A browser token:
+    # "v1." + base64url(claims JSON, so "eyJ") + "." + a 43-character HMAC, valid up to 24 h.
+    _Pattern(
+        "browser_token",
+        re.compile(_token("v1.", r"eyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{43}")),
+        ("v1.eyJ",),
+    ),
+    # An X-Sigil-Signature value, "v1=" + 64 hex (Stripe's webhook signatures have the same shape):
+    # the HMAC of a request, which replays it within its 5-minute window.
+    _Pattern("web_signature", re.compile(_token("v1=", r"[0-9a-fA-F]{64}")), ("v1=",)),
+    _Pattern(
+        # The web signing secret has no prefix: 43 characters of base64url (`sigil dev`'s
+        # secrets.json) or 48 letters and digits (Secrets Manager's, infra/constructs/secrets.py).
+        # Redacted where it is named near it, as an AWS secret key is (see _web_secret).
+        "web_secret",
+        re.compile(r"[a-z0-9_-](?<![a-z0-9_-][a-z0-9_-])[a-z0-9_-]{42}(?:[a-z0-9_-]{5})?(?![a-z0-9_-])"),
+        ("web", "signing"),
+        caseless=True,
+        check=lambda value: _mixed_case(value) and any(c.isdigit() or c in "-_" for c in value),
+        near=_web_secret,
+    ),
     _Pattern(
         "bearer_token",
         re.compile(rf"{_AUTH_HEADER}(?:bearer|token)\s{{1,4}}([A-Za-z0-9._~+/=-]{{8,}})"),
@@ -303,8 +345,8 @@ _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     )
     for kind, key, needs in _KEY_KINDS
     for shape in (
-        # key=value, key = "value", KEY="value"
-        r"{key}[\"']?\s{{0,4}}=\s{{0,4}}",
+        # key=value, key = "value", KEY="value", and PHP's and Ruby's 'key' => 'value'
+        r"{key}[\"']?\s{{0,4}}=>?\s{{0,4}}",
         # --key value
         r"--?[a-z0-9_.-]{{0,40}}?{key}\s{{1,4}}",
         # key: value at the start of a line (YAML, .env-ish, headers), or "key": value (JSON)
@@ -415,22 +457,146 @@ def redact(text: str, *, pii: bool) -> Redaction:
     """`text` with secrets (always) and PII (if `pii`) replaced by `[REDACTED:<kind>]`."""
     counts: Counter[str] = Counter()
     text = _strip_invisible(text, counts)
-    patterns = _SECRETS + _ASSIGNMENTS + (_PII if pii else ())
     # Until a pass changes nothing. It ends: no pattern matches markers alone, so each
     # replacement removes characters of the original text, and a pass that changes nothing stops.
     while True:
         before = text
-        text = _private_keys(text, counts)
-        lowered, lowered_of = "", ""
-        for pattern in patterns:
-            if pattern.caseless and lowered_of is not text:
-                lowered, lowered_of = _ascii_lower(text), text
-            haystack = lowered if pattern.caseless else text
-            if any(n in haystack for n in pattern.needs):
-                text, found = _apply(pattern, text, haystack)
-                counts[pattern.kind] += found
+        edits = _Edits()
+        keys = _private_keys(text, counts)
+        edits.add(text, keys)
+        text = _apply_patterns(_SECRETS + _ASSIGNMENTS, _replace(text, keys), counts, edits)
+        text = _apply_rule_set(before, text, edits, counts)
+        if pii:
+            text = _apply_patterns(_PII, text, counts, None)
         if text == before:
             return Redaction(text, {kind: n for kind, n in counts.items() if n})
+
+
+# A replacement: text[start:end] becomes the string.
+_Edit = tuple[int, int, str]
+
+
+def _replace(text: str, edits: list[_Edit]) -> str:
+    """`text` with each of `edits` (sorted, disjoint) made."""
+    if not edits:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for start, end, replacement in edits:
+        pieces += (text[last:start], replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+class _Edits:
+    """The replacements a pass has made, in the coordinates of the text the pass began with.
+
+    Sigil's patterns replace as they go, each in the text the ones before it left; the rule set
+    must see the text as it was (a marker where Sigil's GitLab shape took `glpat-…` hides the
+    `glpat-` that gitleaks' routable-token rule needs, and would leave the token's tail shown).
+    So each replacement is carried back to the pass's first text, and the rule set's findings
+    there are joined with them (_apply_rule_set)."""
+
+    def __init__(self) -> None:
+        self.spans: list[_Edit] = []  # sorted, disjoint
+
+    def add(self, text: str, made: list[_Edit]) -> None:
+        """Record replacements made to `text`, the current text (sorted, disjoint, its coordinates)."""
+        if not made:
+            return
+        starts: list[int] = []  # where each recorded span starts in the current text
+        ends: list[int] = []  # and ends
+        after: list[int] = []  # the shift of the current text after it
+        shift = 0
+        for start, end, replacement in self.spans:
+            starts.append(start + shift)
+            ends.append(start + shift + len(replacement))
+            shift += len(replacement) - (end - start)
+            after.append(shift)
+
+        def back(pos: int, *, is_end: bool) -> tuple[int, str]:
+            # A position inside a recorded span's replacement is the whole span, and what of the
+            # replacement lies outside the new one is kept with it.
+            i = (bisect.bisect_left(starts, pos) if is_end else bisect.bisect_right(starts, pos)) - 1
+            if i >= 0 and (pos <= ends[i] if is_end else pos < ends[i]):
+                if is_end:
+                    return self.spans[i][1], text[pos : ends[i]]
+                return self.spans[i][0], text[starts[i] : pos]
+            return pos - (after[i] if i >= 0 else 0), ""
+
+        new = []
+        for a, b, r in made:
+            start, before = back(a, is_end=False)
+            end, after_ = back(b, is_end=True)
+            new.append((start, end, before + r + after_))
+        new_starts = [a for a, _, _ in new]
+
+        def covered(span: _Edit) -> bool:
+            i = bisect.bisect_right(new_starts, span[0]) - 1
+            return i >= 0 and span[1] <= new[i][1]
+
+        self.spans = sorted([*new, *(old for old in self.spans if not covered(old))])
+
+
+def _apply_patterns(
+    patterns: tuple[_Pattern, ...], text: str, counts: Counter[str], edits: _Edits | None
+) -> str:
+    lowered, lowered_of = "", ""
+    for pattern in patterns:
+        if pattern.caseless and lowered_of is not text:
+            lowered, lowered_of = _ascii_lower(text), text
+        haystack = lowered if pattern.caseless else text
+        if any(n in haystack for n in pattern.needs):
+            made = _apply(pattern, text, haystack)
+            if made:
+                if edits is not None:
+                    edits.add(text, made)
+                text = _replace(text, made)
+                counts[pattern.kind] += len(made)
+    return text
+
+
+def _apply_rule_set(original: str, text: str, edits: _Edits, counts: Counter[str]) -> str:
+    """The pass's text with what the maintained rule set (shared/safety/ruleset.py) finds in
+    `original` (the text the pass began with) replaced too; `text` is `original` with Sigil's
+    replacements (`edits`) made.
+
+    A finding that overlaps a replacement of Sigil's is joined to it: the two become Sigil's
+    marker, and whatever of the finding reached past it goes too. Findings that overlap each
+    other are joined the same way, under the first one's kind. A finding that reaches into a
+    marker of an earlier pass is left to that marker."""
+    found = sorted(ruleset.default().findings(original, _ascii_lower(original)))
+    if not found:
+        return text
+    old = [m.span() for m in _MARKER.finditer(original)] if _MARKER_PREFIX in original else []
+    old_starts = [a for a, _ in old]
+
+    def in_marker(start: int, end: int) -> bool:
+        i = bisect.bisect_left(old_starts, end) - 1
+        return i >= 0 and start < old[i][1]
+
+    # (start, end, Sigil's replacement or None, the rule set's kind or "")
+    spans = sorted(
+        [(a, b, r, "") for a, b, r in edits.spans]
+        + [(a, b, None, kind) for a, b, kind in found if not in_marker(a, b)],
+        key=lambda span: span[0],
+    )
+    joined: list[_Edit] = []
+    i = 0
+    while i < len(spans):
+        start, end, _, kind = spans[i]
+        group = [spans[i]]
+        i += 1
+        while i < len(spans) and spans[i][0] < end:
+            end = max(end, spans[i][1])
+            group.append(spans[i])
+            i += 1
+        sigil = [r for _, _, r, _ in group if r is not None]
+        if not sigil:
+            counts[kind] += 1
+        joined.append((start, end, "".join(sigil) or MARKER.format(kind)))
+    return _replace(original, joined)
 
 
 def _ascii_lower(text: str) -> str:
@@ -525,10 +691,9 @@ _CREDENTIAL_KEYS = tuple(
 )
 
 
-def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
-    """`text` with the pattern's findings in `haystack` (the text, or it lowered) replaced."""
-    pieces: list[str] = []
-    last = found = 0
+def _apply(pattern: _Pattern, text: str, haystack: str) -> list[_Edit]:
+    """The replacements of the pattern's findings in `haystack` (the text, or it lowered)."""
+    made: list[_Edit] = []
     for m in pattern.regex.finditer(haystack):
         start, end = m.span(pattern.group)
         value = text[start:end]
@@ -542,32 +707,25 @@ def _apply(pattern: _Pattern, text: str, haystack: str) -> tuple[str, int]:
             # JSON or YAML around it still reads as it did.
             closed = len(value) > 1 and value.endswith(value[0])
             marker = value[0] + marker + (value[0] if closed else "")
-        pieces += (text[last:start], marker)
-        last = end
-        found += 1
-    if not found:
-        return text, 0
-    pieces.append(text[last:])
-    return "".join(pieces), found
+        made.append((start, end, marker))
+    return made
 
 
-def _private_keys(text: str, counts: Counter[str]) -> str:
+def _private_keys(text: str, counts: Counter[str]) -> list[_Edit]:
     # Found by markers rather than one lazy `BEGIN[\s\S]*?END` pattern, which rescans to the end
     # of the text for every unterminated BEGIN (quadratic on a hostile text).
-    pieces: list[str] = []
+    made: list[_Edit] = []
     last = 0
     for begin in _PEM_BEGIN.finditer(text):
         if begin.start() < last:
             continue
         end = _PEM_END.search(text, begin.end())
-        pieces.append(text[last : begin.start()])
-        pieces.append(MARKER.format("private_key"))
-        counts["private_key"] += 1
         last = end.end() if end is not None else len(text)
+        made.append((begin.start(), last, MARKER.format("private_key")))
+        counts["private_key"] += 1
         if end is None:
             break
-    pieces.append(text[last:])
-    return "".join(pieces)
+    return made
 
 
 def _strip_invisible(text: str, counts: Counter[str]) -> str:

@@ -146,6 +146,8 @@ def test_a_function_bundle_holds_no_dev_kit_path(bundles: dict[str, Path], sourc
     assert not (bundle / "shared" / "local").exists()
     assert not (bundle / "shared" / "cli.py").exists()
     assert not (bundle / "shared" / "adapters" / "embedded").exists()
+    # The redaction filter's rule set is data beside its module
+    assert (bundle / "shared" / "safety" / "rules" / "gitleaks.toml").is_file()
 
 
 @pytest.mark.slow
@@ -171,6 +173,29 @@ def test_every_shipped_module_imports_with_only_the_layers_packages(bundles: dic
     loaded = _import_in_fresh_python(bundle, *modules)
 
     assert set(modules) <= set(loaded)
+
+
+@pytest.mark.slow
+def test_the_redaction_rule_set_loads_from_the_bundle_with_the_layers_re2(bundles: dict[str, Path]) -> None:
+    bundle = bundles["agent"]
+    token = "dp.pt." + "Xq7k2Lm9Pz4Rt8Vw1Ny6Bc3Hd5Jf0Gs2Qa7Ue4Io9Kx"
+    script = (
+        "import sys; sys.path[:0] = [sys.argv[1]]; sys.path.append(sys.argv[2])\n"
+        "from shared.safety import redact, ruleset\n"
+        "print(ruleset.RULES_FILE, redact.redact(sys.argv[3], pii=False).text)\n"
+    )
+    site = sysconfig.get_paths()["purelib"]
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(bundle), site, f"token {token} here"],
+        check=True,
+        cwd=bundle,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    path, text = result.stdout.strip().split(" ", 1)
+    assert path == str(bundle / "shared" / "safety" / "rules" / "gitleaks.toml")
+    assert text == "token [REDACTED:doppler_api_token] here"
 
 
 def test_the_layer_lock_holds_the_cloud_core_alone() -> None:

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shared.channels import web, web_tokens
+
 ALNUM = string.ascii_letters + string.digits
 B64 = ALNUM + "+/"
 B64URL = ALNUM + "_-"
@@ -30,7 +32,7 @@ SEED = 14
 
 SLOT = "{secret}"
 ID_SLOT = "{id}"
-_MARKER = r"\[REDACTED:[a-z_]+\]"
+_MARKER = r"\[REDACTED:[a-z0-9_]+\]"
 
 
 def draw(rng: random.Random, alphabet: str, n: int) -> str:
@@ -196,8 +198,16 @@ FORMS = {
         Form("aws_docker", "docker run -e AWS_ACCESS_KEY_ID={id} -e AWS_SECRET_ACCESS_KEY={secret} app"),
         Form("aws_yaml_label", "s3:\n  bucket: reports\n  credentials:\n    secret: {secret}\n"),
         Form("aws_next_line", "New key for the deploy user: {id}\n{secret}"),
+        # Sigil's web signing secret, where it is named: `sigil web-secret`, secrets.json, prose.
+        Form("web_cli", "$ sigil web-secret -w default\n{secret}\n$ "),
+        Form("web_store", '{"web/default": "{secret}", "telegram/bot_token": "[REDACTED:secret]"}'),
+        Form("web_env", "SIGIL_WEB_SECRET={secret}"),
+        Form("web_prose", "Our web signing secret is {secret}, how do I sign a request with it?"),
+        Form("web_after", "{secret} is the web secret for the staging workspace"),
+        Form("sigil_signature", "X-Sigil-Timestamp: 1800000000\nX-Sigil-Signature: {secret}\n"),
     )
 }
+WEB_FORMS = ("web_cli", "web_store", "web_env", "web_prose", "web_after")
 
 AWS_FORMS = tuple(name for name in FORMS if name.startswith("aws_"))
 
@@ -303,6 +313,37 @@ PROVIDERS = (
 )
 
 PER_PROVIDER = 12
+
+
+def _browser_token(rng: random.Random) -> str:
+    claims = web_tokens.claims_for(
+        rng.choice(["default", "acme", "staging"]),
+        rng.choice(["alice", "bob", "u-1842"]),
+        rng.sample(["s1", "s2", "support", "alice.*"], rng.randrange(1, 4)),
+        now=rng.randrange(1_750_000_000, 1_900_000_000),
+        ttl_s=rng.choice([600, 3600, 86_400]),
+    )
+    return web_tokens.mint(draw(rng, B64URL, 43), claims)
+
+
+# The gateway's own credentials (shared/channels/web.py, web_tokens.py; docs/web-channel.md).
+SIGIL_PROVIDERS = (
+    Provider("Sigil browser token", "browser_token", _browser_token, "SIGIL_BROWSER_TOKEN", GENERIC),
+    Provider(
+        "Sigil request signature",
+        "web_signature",
+        lambda r: web.sign(draw(r, B64URL, 43), r.randrange(1_750_000_000, 1_900_000_000), r.randbytes(40)),
+        "SIGIL_SIGNATURE",
+        (*GENERIC, "sigil_signature"),
+    ),
+    Provider(
+        "Sigil web secret (local)", "web_secret", lambda r: draw(r, B64URL, 43), "SIGIL_WEB_SECRET", WEB_FORMS
+    ),
+    Provider(
+        "Sigil web secret (AWS)", "web_secret", lambda r: draw(r, ALNUM, 48), "SIGIL_WEB_SECRET", WEB_FORMS
+    ),
+)
+PROVIDERS = (*PROVIDERS, *SIGIL_PROVIDERS)
 
 
 @dataclass(frozen=True)
@@ -534,4 +575,81 @@ def lookalikes(seed: int = SEED, each: int = 12) -> list[str]:
             f"youtube.com/watch?v={draw(rng, B64URL, 11)} explains AWS credentials well",
             f"Session cookie name: __Secure-next-auth.session-token, value length {rng.randrange(100, 400)}",
         ]
+    return out
+
+
+def _png(rng: random.Random) -> str:
+    # A small PNG's base64 as it is pasted in a data URL: the signature, then compressed bytes.
+    return _b64(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + rng.randbytes(rng.randrange(60, 240)))
+
+
+def _version(rng: random.Random) -> str:
+    return f"{rng.randrange(0, 30)}.{rng.randrange(0, 40)}.{rng.randrange(0, 200)}"
+
+
+# Ordinary sentences about software, with the values that look most like credentials: hex
+# digests, git commits, image digests, UUIDs, base64 images, versions and URLs; some beside the
+# words a secret's context has ("key", "token", "secret", "auth").
+_SENTENCES = (
+    "Fixed in commit {sha1}; cherry-pick it onto the release branch.",
+    "git checkout {sha1} && git log --oneline -3",
+    "See https://github.com/acme/widgets/commit/{sha1} for the fix.",
+    "The merge base is {sha1_short} ({sha1}).",
+    "Pin the image to python@sha256:{sha256} instead of the floating tag.",
+    "docker pull ghcr.io/acme/api@sha256:{sha256}",
+    "image: public.ecr.aws/lambda/python@sha256:{sha256}",
+    "The tarball's SHA-256 is {sha256}; compare it with the release page.",
+    "md5sum prints {md5} for the old build.",
+    'ETag: "{md5}"',
+    "Request {uuid} failed at 12:04; the retry succeeded.",
+    "The trace id is {uuid} and the span took 84 ms.",
+    "Order {uuid} was refunded on {date}.",
+    "Set the idempotency key to {uuid} so a retry does not charge twice.",
+    "The cache key is {sha256} and it expires in an hour.",
+    "The logo is embedded as data:image/png;base64,{png} in the email template.",
+    '<img alt="chart" src="data:image/png;base64,{png}">',
+    "![diagram](data:image/png;base64,{png})",
+    "Upgrade from {ver} to {ver2}; the changelog lists two breaking changes.",
+    "pip install 'httpx=={ver}' fixed the timeout.",
+    "node {ver}, npm {ver2} and Python 3.{minor}.{patch} on the runner.",
+    "The {lib} package moved from {ver} to {ver2} last week.",
+    "Open https://docs.example.com/guides/auth/tokens?lang=en#rotation for the details.",
+    "The webhook posts to https://api.example.org/v2/hooks/{uuid}/deliveries.",
+    "Download https://releases.example.com/app/{ver}/app-{ver}-linux-amd64.tar.gz and verify it.",
+    "The auth flow redirects to https://login.example.com/callback?state={hex16}.",
+    "Rotate the token every 90 days; the secret manager does it for you.",
+    "Your API key is shown once, so store it in a password manager.",
+    'The access log line was: 10.0.{minor}.{patch} - - [{date}] "GET /v1/items/{uuid} HTTP/1.1" 200',
+    "Layer {sha256_short} already exists; pushing manifest for {lib}:{ver}.",
+    "Build {ver} of {lib} is at commit {sha1_short}, tagged v{ver}.",
+    "Object key reports/{date}/{uuid}.json is 12 KB.",
+)
+_LIBS = ("pydantic", "boto3", "numpy", "react", "django", "fastapi", "openssl", "kubectl", "terraform")
+
+
+def ordinary_sentences(seed: int = SEED, each: int = 10) -> list[str]:
+    """`each` sentences of every template in _SENTENCES, with values from a seeded RNG."""
+    rng = random.Random(seed + 2)
+    out: list[str] = []
+    for _ in range(each):
+        for template in _SENTENCES:
+            sha1 = "".join(rng.choice(HEX) for _ in range(40))
+            sha256 = "".join(rng.choice(HEX) for _ in range(64))
+            values = {
+                "sha1": sha1,
+                "sha1_short": sha1[:7],
+                "sha256": sha256,
+                "sha256_short": sha256[:12],
+                "md5": "".join(rng.choice(HEX) for _ in range(32)),
+                "hex16": "".join(rng.choice(HEX) for _ in range(16)),
+                "uuid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                "png": _png(rng),
+                "ver": _version(rng),
+                "ver2": _version(rng),
+                "minor": str(rng.randrange(8, 14)),
+                "patch": str(rng.randrange(0, 20)),
+                "lib": rng.choice(_LIBS),
+                "date": f"2025-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
+            }
+            out.append(template.format_map(values))
     return out

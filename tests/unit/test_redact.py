@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.channels import web, web_tokens
 from shared.providers.base import ChatRequest, TextDelta
 from shared.providers.function import FunctionProvider
 from shared.safety.redact import HOLD_BACK, StreamRedactor, redact, redact_json, redact_partial
@@ -77,6 +78,13 @@ BASIC = chars(ALNUM, 24, 22) + "=="
 URL_PASSWORD = chars(ALNUM, 16, 23)
 PASSWORD = "Tr0ub4dor" + chars(ALNUM, 6, 24)
 
+# The gateway's own credentials (finding 8): a web signing secret as `sigil dev` and Secrets
+# Manager make them, a browser token minted under it, and a request's X-Sigil-Signature.
+WEB_SECRET = chars(B64URL, 43, 25)
+WEB_SECRET_AWS = chars(ALNUM, 48, 26)
+BROWSER_TOKEN = web_tokens.mint(WEB_SECRET, web_tokens.claims_for("default", "alice", ["s1"], now=1.8e9))
+WEB_SIGNATURE = web.sign(WEB_SECRET, 1_800_000_000, b'{"text": "hi"}')
+
 SECRETS = [
     ("openai_key", f"My key is {OPENAI}, keep it safe.", OPENAI),
     ("openai_key", f"OPENAI_API_KEY={OPENAI_PROJECT}", OPENAI_PROJECT),
@@ -103,6 +111,15 @@ SECRETS = [
     ("password", f"mysql -u root --password {PASSWORD} app", PASSWORD),
     ("password", f"DB_PASSWORD = '{PASSWORD}'", PASSWORD),
     ("secret", f"client_secret={PASSWORD}", PASSWORD),
+    ("password", f"$db = ['host' => 'db1', 'password' => '{PASSWORD}'];", PASSWORD),
+    ("browser_token", f"My page got this token: {BROWSER_TOKEN} is it valid?", BROWSER_TOKEN),
+    ("browser_token", f"wss://example.org/ws?token={BROWSER_TOKEN}&session=s1", BROWSER_TOKEN),
+    ("web_signature", f"X-Sigil-Signature: {WEB_SIGNATURE}", WEB_SIGNATURE.removeprefix("v1=")),
+    ("web_signature", f"the request was signed {WEB_SIGNATURE}, why 401?", WEB_SIGNATURE.removeprefix("v1=")),
+    ("web_secret", f"$ sigil web-secret\n{WEB_SECRET}\n", WEB_SECRET),
+    ("web_secret", f'{{"web/default": "{WEB_SECRET}"}}', WEB_SECRET),
+    ("web_secret", f"the web signing secret is {WEB_SECRET_AWS}", WEB_SECRET_AWS),
+    ("web_secret", f"{WEB_SECRET} is our web secret", WEB_SECRET),
 ]
 
 
@@ -305,6 +322,7 @@ STREAMED_SECRETS = [
     spaced(VISA, (4, 4, 4, 4), " "),
     PASSWORD,
     BEARER,
+    BROWSER_TOKEN,
 ]
 STREAMED_TEXTS = [
     f"Sure, here is the key you asked for: {OPENAI_PROJECT} and that is all of it. " * 2,
@@ -313,6 +331,7 @@ STREAMED_TEXTS = [
     f"The card on file is {spaced(VISA, (4, 4, 4, 4), ' ')} and expires soon. " + "Okay. " * 10,
     f'Set it like this: password = "{PASSWORD} with spaces and more words" then restart. ' + "Done. " * 10,
     f"Send Authorization: Bearer {BEARER} with every request. " + "Thanks. " * 10,
+    f"Open the page with ?token={BROWSER_TOKEN} appended. " + "It lasts an hour. " * 6,
 ]
 
 
@@ -546,3 +565,24 @@ def test_a_megabyte_redacts_in_linear_time() -> None:
     text = " ".join(rng.choice(words) for _ in range(200_000))[:1_000_000]
     # Per character, a megabyte costs about what 100 KB does (a quadratic pattern: ten times).
     assert growth(lambda t: redact(t, pii=True), lambda size: text[:size], 100_000, 1_000_000) < 4.0
+
+
+def test_a_passs_replacements_carried_back_to_its_first_text_rebuild_what_they_made() -> None:
+    # The maintained rule set reads the text a pass began with, and its findings are joined with
+    # Sigil's replacements carried back there (redact._Edits): carried back, they must rebuild
+    # exactly the text Sigil's patterns made, adjacent and nested replacements included.
+    from collections import Counter
+
+    from shared.safety import redact as r
+
+    rng = random.Random(3)
+    pieces = ['password="', '"api_key": "', "sk-proj-" + chars(B64URL, 30, 40), '"', "'", " ", "\n"]
+    pieces += [pem("PRIVATE KEY")[:80], AWS_ID, AWS_SECRET, "[REDACTED:secret]", "token=", "x" * 5]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 14)))
+        counts: Counter[str] = Counter()
+        edits = r._Edits()
+        keys = r._private_keys(text, counts)
+        edits.add(text, keys)
+        made = r._apply_patterns(r._SECRETS + r._ASSIGNMENTS, r._replace(text, keys), counts, edits)
+        assert r._replace(text, edits.spans) == made, text

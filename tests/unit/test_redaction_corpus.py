@@ -7,12 +7,16 @@ bench/redaction.py prints the same figures as a table, with throughput.
 from __future__ import annotations
 
 import base64
+import json
 import random
+import re
 from collections import defaultdict
 
 import pytest
 
+from shared.safety import ruleset
 from shared.safety.redact import redact
+from tests.support import rule_samples
 from tests.support.safety_corpus import (
     BENIGN,
     FORMS,
@@ -24,6 +28,7 @@ from tests.support.safety_corpus import (
     cases,
     credentials,
     lookalikes,
+    ordinary_sentences,
 )
 
 CASES = cases()
@@ -100,4 +105,49 @@ def test_ordinary_text_and_lookalikes_are_left_alone() -> None:
     changed = [t for t in ORDINARY if redact(t, pii=True).text != t]
     changed += [t for t in BENIGN if redact(t, pii=False).text != t]
     changed += [t for t in lookalikes() if redact(t, pii=False).text != t]
+    assert changed == []
+
+
+# ---------------------------------------------------------------- the maintained rule set
+
+RULE_SAMPLES = rule_samples.samples()
+
+
+def test_every_rule_of_the_maintained_set_has_a_sample_drawn_from_its_own_regex() -> None:
+    rules = ruleset.default()
+    assert len(rules.rules) >= 200
+    assert sorted(s.rule for s in RULE_SAMPLES) == sorted(r.id for r in rules.rules)
+    # The corpus is pinned: the same draws, the same texts (python -m tests.support.rule_samples)
+    pinned = json.loads(rule_samples.FIXTURE.read_text())
+    assert pinned == json.loads(json.dumps(rule_samples.manifest(RULE_SAMPLES, rules)))
+
+
+def test_every_sample_of_the_maintained_set_is_redacted() -> None:
+    # Nothing of it is left: no eight characters of the secret, outside the markers' names
+    missed = []
+    for sample in RULE_SAMPLES:
+        result = redact(sample.text, pii=False)
+        left = re.sub(r"\[REDACTED:[a-z0-9_]+\]", " ", result.text)
+        pieces = [sample.secret[i : i + 8] for i in range(max(1, len(sample.secret) - 7))]
+        if "[REDACTED:" not in result.text or any(p.strip() and p in left for p in pieces):
+            missed.append((sample.rule, sample.text, result.text))
+    assert missed == []
+
+
+def test_the_corpus_holds_several_hundred_credentials() -> None:
+    # The maintained set's samples and Sigil's own providers (context rules among them)
+    assert len(RULE_SAMPLES) + len(credentials()) >= 400
+    assert {p.kind for p in PROVIDERS} >= {"browser_token", "web_signature", "web_secret", "aws_secret_key"}
+
+
+SENTENCES = ordinary_sentences()
+
+
+def test_three_hundred_ordinary_sentences_are_left_alone() -> None:
+    # Hashes, commits, image digests, UUIDs, base64 images, versions and URLs, some beside the
+    # words a secret's context has: none changes, PII on or off.
+    assert len(SENTENCES) >= 300
+    for needle in ("@sha256:", "/commit/", "data:image/png;base64,", "https://", "git checkout", "md5sum"):
+        assert any(needle in t for t in SENTENCES), needle
+    changed = [t for t in SENTENCES if redact(t, pii=True).text != t or redact(t, pii=False).text != t]
     assert changed == []
