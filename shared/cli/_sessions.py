@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-import typer
+from shared.errors import NotFound
 
 if TYPE_CHECKING:
     from shared.ports import SessionStore
@@ -37,10 +37,11 @@ def stored_session(sessions: SessionStore, workspace: str, name: str) -> str:
 
 
 def resolve_session(name: str, known: Iterable[str], workspace: str, *, missing_ok: bool = False) -> str:
-    """The stored session id `name` means among `known` (a workspace's session ids), or the
-    command ends (exit 1) with one line: ambiguous, with the candidates; or unknown, with the
-    close matches, if any. `missing_ok`: an unknown name with nothing close is returned as it is
-    (`dlq redrive` of a session with no dead letters redrives none)."""
+    """The stored session id `name` means among `known` (a workspace's session ids). Raises
+    NotFound, its message one line, when it is ambiguous (naming the candidates) or unknown
+    (naming the close matches, if any); each command ends on it as on its other bad input.
+    `missing_ok`: an unknown name with nothing close is returned as it is (`dlq redrive` of a
+    session with no dead letters redrives none)."""
     ids = sorted(set(known))
     if name in ids:
         return name
@@ -50,11 +51,13 @@ def resolve_session(name: str, known: Iterable[str], workspace: str, *, missing_
         return named[0]
     if named:
         choices = ", ".join(named)
-        _fail(f"session {name!r} is ambiguous in workspace {workspace!r}: {choices} (give the whole id)")
+        raise NotFound(
+            f"session {name!r} is ambiguous in workspace {workspace!r}: {choices} (give the whole id)"
+        )
     suggestion = _suggestion(name, ids)
     if missing_ok and not suggestion:
         return name
-    _fail(f"no session {name!r} in workspace {workspace!r}{suggestion}")
+    raise NotFound(f"no session {name!r} in workspace {workspace!r}{suggestion}")
 
 
 def _suggestion(name: str, ids: list[str]) -> str:
@@ -67,8 +70,3 @@ def _suggestion(name: str, ids: list[str]) -> str:
     close = difflib.get_close_matches(name, list(by_key), n=5, cutoff=0.6)
     found = list(dict.fromkeys(by_key[c] for c in close))[:3]
     return f" (did you mean {' or '.join(found)}?)" if found else ""
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(message, err=True)
-    raise typer.Exit(1)
