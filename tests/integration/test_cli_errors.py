@@ -166,7 +166,7 @@ def test_a_name_two_channels_share_is_refused_with_both(backend: Backend, data_d
     result = sigil(data_dir, "consolidate", "--workspace", "team", "--session", "demo")
     assert result.exit_code == 1
     assert one_line_error(result) == (
-        "session 'demo' is ambiguous in workspace 'team': telegram.demo, web.demo (give one whole)"
+        "session 'demo' is ambiguous in workspace 'team': telegram.demo, web.demo (give the whole id)"
     )
 
 
