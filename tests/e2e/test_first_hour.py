@@ -70,8 +70,10 @@ def test_send_replies_and_web_open_reach_the_port_sigil_dev_was_started_on(gatew
 def test_once_it_stops_the_clients_go_back_to_sigil_port(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     gw = DevGateway(tmp_path / "state", gateway_env(fake_openai)).start()
     record = gw.data_dir / "gateway.json"
-    assert json.loads(record.read_text())["url"] == gw.url
-    gw.stop()
+    try:
+        assert json.loads(record.read_text())["url"] == gw.url
+    finally:
+        gw.stop()
     # The record goes with the gateway; what the clients try then is SIGIL_HOST:SIGIL_PORT
     assert not record.exists()
     elsewhere = free_port()
