@@ -273,7 +273,6 @@ _CRASHING_CONSUMER = textwrap.dedent(
     """
     import pathlib, sys, threading
     from shared.adapters.embedded import Database, EmbeddedLaneRunner, SqliteLanes
-from shared.errors import ProviderError
 
     lanes = SqliteLanes(Database(pathlib.Path(sys.argv[1])))
 
