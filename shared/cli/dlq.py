@@ -204,8 +204,8 @@ def dlq_redrive(
     with open_dead_letters(settings, file, workspace if session is not None else None) as (dead, requeue):
         if target is not None:
             # The name as typed (`demo` for `web.demo`), among the sessions with dead letters.
-            held = (e.session_id for e in dead.list_entries(target[0], limit=LISTED) if e.session_id)
             with said_in_one_line():
+                held = [e.session_id for e in dead.list_entries(target[0], limit=LISTED) if e.session_id]
                 target = (target[0], resolve_session(target[1], held, target[0], missing_ok=True))
         if not yes:
             what = (

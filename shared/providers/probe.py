@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 _ERRNO = re.compile(r"^\[Errno -?\d+\]\s*")
+_USERINFO = re.compile(r"//[^/@]*@")
 _MAX_CAUSE = 200
 
 
@@ -42,6 +43,7 @@ def connection_cause(exc: BaseException) -> str | None:
 def probe_endpoint(sdk: Any, client: Any, where: str, timeout_s: float, secret: str | None) -> str | None:
     """One line on what is wrong with the endpoint behind `client` (an OpenAI or Anthropic SDK
     client; `sdk` its module, whose error classes share their names), or None when it answered."""
+    where = _USERINFO.sub("//", where)  # a proxy's credentials in the URL stay out of the line
     try:
         client.with_options(timeout=timeout_s, max_retries=0).models.list()
     except (sdk.AuthenticationError, sdk.PermissionDeniedError) as exc:
