@@ -125,3 +125,10 @@ def test_a_failed_call_says_its_cause_in_its_message() -> None:
         list(provider.stream(request))
     assert info.value.message == "the model provider failed (APIConnectionError: Connection refused)"
     assert info.value.retryable
+
+
+def test_credentials_in_the_base_url_stay_out_of_the_line() -> None:
+    base = closed_base_url(FakeOpenAI)
+    with_userinfo = base.replace("http://", "http://proxy-user:proxy-pass@")
+    problem = probe_model(openai_settings(with_userinfo))
+    assert problem == f"cannot reach the model server at {base}: Connection refused"
