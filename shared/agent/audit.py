@@ -139,6 +139,8 @@ def log_turn(record: AuditRecord, safety: Safety | None = None) -> AuditRecord:
             "tokens_out": record.tokens_out,
             "tool_calls": len(record.tools_used),
             "duration_ms": record.duration_ms,
+            # A failed attempt's cause (our own words: shared.providers keep the provider's out).
+            **({"error": record.error} if record.outcome == "error" and record.error else {}),
             **findings,
         },
     )

@@ -54,7 +54,7 @@ from pydantic import ConfigDict, Json, ValidationError
 from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
-from shared.errors import ProviderError, TurnNotStarted
+from shared.errors import ProviderError, SigilError, TurnNotStarted
 from shared.metric_catalogue import (
     APOLOGIES_UNDELIVERED,
     COST_USD,
@@ -79,6 +79,24 @@ from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
 log = logging.getLogger("sigil.agent")
+
+
+class ExpectedInOneLine(logging.Filter):
+    """A failed record whose error is a SigilError (a model server that does not answer, a
+    platform that refuses) is said on the processor's line, with the error's message as its
+    cause, instead of as a traceback per record: the message says all there is. Any other
+    error is a bug and keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, SigilError):
+            cause = f"{type(error).__name__}: {error.message}"
+            record.msg = f"{record.msg}: {cause.replace('%', '%%') if record.args else cause}"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+log.addFilter(ExpectedInOneLine())
 
 Deps = Callable[[], TurnDeps]  # called when a turn needs them: the caller builds them lazily, once
 

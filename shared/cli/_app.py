@@ -43,7 +43,14 @@ ChannelWorkspace = Annotated[
     str | None,
     typer.Option("--workspace", "-w", help="workspace id (default: the one platform channels deliver into)"),
 ]
-Url = Annotated[str | None, typer.Option("--url", help="gateway base URL (default: from settings)")]
+Url = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="gateway base URL (default: the address of the `sigil dev` running on the data dir, "
+        "else http://$SIGIL_HOST:$SIGIL_PORT)",
+    ),
+]
 
 
 Stack = Annotated[
@@ -51,7 +58,8 @@ Stack = Annotated[
     typer.Option(
         "--stack",
         help="administer this deployed stack (found from its CloudFormation outputs, with your own "
-        "AWS credentials) instead of the local data dir",
+        "AWS credentials) instead of the local data dir, or the stores of the `sigil dev --aws` "
+        "running on it",
     ),
 ]
 Region = Annotated[
@@ -107,7 +115,7 @@ def target_settings_and_file(
     data_dir: Path | None, stack: str | None = None, region: str | None = None, **overrides: object
 ) -> tuple[Settings, SigilFile | None]:
     """target_settings, and the configuration file it read (None: no file at the default path)."""
-    values = stack_settings(stack, region)
+    values = stack_settings(stack, region, data_dir)
     # A flag given on the command line wins over the stack's output of the same setting.
     values.update({k: v for k, v in overrides.items() if v is not None})
     return settings_and_file(data_dir, **values)
@@ -120,7 +128,7 @@ def target_config(
     which must exist and be valid; else the command ends with its errors, one line each."""
     from shared.configuration import ConfigFileError, file_settings
 
-    values = {k: v for k, v in stack_settings(stack, region).items() if v is not None}
+    values = {k: v for k, v in stack_settings(stack, region, data_dir).items() if v is not None}
     if data_dir is not None:
         values["data_dir"] = data_dir
     try:
@@ -134,12 +142,25 @@ def target_config(
     return settings, loaded
 
 
-def stack_settings(stack: str | None, region: str | None) -> dict[str, object]:
-    """The Settings values that point at a deployed stack (none without `stack`)."""
+def gateway_url(settings: Settings, url: str | None) -> str:
+    """Where the client commands (send, replies, web open) reach the gateway: `--url`, else the
+    address the `sigil dev` running on the data dir recorded (shared.local.running: whatever its
+    --host/--port, SIGIL_HOST/SIGIL_PORT said), else SIGIL_HOST:SIGIL_PORT (127.0.0.1:8787)."""
+    from shared.local.running import running_gateway
+
+    if url:
+        return url.rstrip("/")
+    found = running_gateway(settings.data_dir)
+    return found.url if found is not None else f"http://{settings.host}:{settings.port}"
+
+
+def stack_settings(stack: str | None, region: str | None, data_dir: Path | None = None) -> dict[str, object]:
+    """The Settings values that point at a deployed stack; without `stack`, at the stores of the
+    `sigil dev --aws` running on the data dir (local_stack_settings), else none."""
     if stack is None:
         if region is not None:
             raise typer.BadParameter("--region goes with --stack", param_hint="'--region'")
-        return {}
+        return local_stack_settings(data_dir)
     resolved_region, outputs = stack_outputs(stack, region)
     values: dict[str, object] = {"backend": "aws", "AWS_REGION": resolved_region}
     for output, field in (STACK_OUTPUTS | OPTIONAL_STACK_OUTPUTS).items():
@@ -154,6 +175,26 @@ def stack_settings(stack: str | None, region: str | None) -> dict[str, object]:
         )
         raise typer.Exit(1)
     return values
+
+
+def local_stack_settings(data_dir: Path | None) -> dict[str, object]:
+    """The Settings values of the `sigil dev --aws` running on the data dir (its record in
+    shared.local.running), with this process's AWS clients pointed at its moto server; none when
+    no such gateway runs there. Its stores hold the mode's state, not the data dir: a pairing
+    code the mode's agent gave is pending there, and only there."""
+    import os
+
+    from shared.local.running import local_stack_environment, running_gateway
+
+    found = running_gateway(data_dir if data_dir is not None else Settings().data_dir)
+    if found is None or found.aws is None:
+        return {}
+    # moto's dummy credentials, not the operator's: a profile or session token in the environment
+    # would win over them in boto3's chain.
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+        os.environ.pop(name, None)
+    os.environ.update(local_stack_environment(found.aws))
+    return {"backend": "aws", "AWS_REGION": found.aws.region, **found.aws.settings}
 
 
 def stack_outputs(stack: str, region: str | None) -> tuple[str, dict[str, str]]:

@@ -13,6 +13,7 @@ from shared.cli._app import (
     open_backend,
     settings_for,
 )
+from shared.cli._sessions import stored_session
 
 if TYPE_CHECKING:
     pass
@@ -56,11 +57,9 @@ def consolidate(
             return consolidation_model(settings)
 
         report: CompactionResult | WorkspaceReport | HourlyReport
-        if session is not None and backend.sessions.get(ws, session) is None:
-            web_id = f"web.{session}"  # what `sigil send --session` names, as the web channel stores it
-            hint = f" (did you mean {web_id}?)" if backend.sessions.get(ws, web_id) is not None else ""
-            typer.echo(f"no session {session!r} in workspace {ws!r}{hint}", err=True)
-            raise typer.Exit(1)
+        if session is not None:
+            # `demo` for the `web.demo` that `sigil send --session demo` made (shared.cli._sessions).
+            session = stored_session(backend.sessions, ws, session)
         try:
             if session is not None:
                 report = compact_session(backend, model, ws, session, run_id=run_id)

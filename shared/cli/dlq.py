@@ -23,6 +23,7 @@ from shared.cli._app import (
     said_in_one_line,
     target_settings_and_file,
 )
+from shared.cli._sessions import LISTED, resolve_session
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -201,6 +202,11 @@ def dlq_redrive(
     target = (workspace or settings.default_workspace, session) if session is not None else None
     # -w names the session's workspace; with dead-letter ids it names nothing, so is not checked.
     with open_dead_letters(settings, file, workspace if session is not None else None) as (dead, requeue):
+        if target is not None:
+            # The name as typed (`demo` for `web.demo`), among the sessions with dead letters.
+            with said_in_one_line():
+                held = [e.session_id for e in dead.list_entries(target[0], limit=LISTED) if e.session_id]
+                target = (target[0], resolve_session(target[1], held, target[0], missing_ok=True))
         if not yes:
             what = (
                 f"every dead letter of session {target[1]} in {target[0]}"

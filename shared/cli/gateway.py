@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,10 +17,12 @@ from shared.cli._app import (
     Url,
     Workspace,
     app,
+    gateway_url,
     require_known_workspace,
     said_in_one_line,
     settings_and_file,
 )
+from shared.cli._sessions import web_session_name
 from shared.config import Settings
 
 if TYPE_CHECKING:
@@ -43,6 +45,8 @@ def dev(
     from shared.local import logs
     from shared.local.datadir_lock import DataDirInUse
     from shared.local.gateway import LocalGateway
+    from shared.local.model_check import ModelCheck, model_line
+    from shared.local.running import GatewayRecord, client_url, listen, remove_record, write_record
 
     settings, config = settings_and_file(data_dir, host=host, port=port, backend="embedded")
     # After the settings: a file with errors ends the command before it takes over the process's
@@ -53,26 +57,29 @@ def dev(
 
         serve(settings, config)
         return
+    # The look at the model's server overlaps the start (shared.local.model_check).
+    check = ModelCheck(settings)
     gateway = LocalGateway(settings, config=config)
     # The data directory and the port are taken before start() puts in-flight items back on
     # their lanes: an instance that cannot serve must not run (again) another one's turns.
     try:
         gateway.lock_data_dir()
-        listener = _listen(settings.host, settings.port)
+        listener = listen(settings.host, settings.port)
     except (DataDirInUse, OSError) as exc:
         gateway.stop()
         typer.echo(f"sigil dev: {exc}", err=True)
         raise typer.Exit(1) from None
     gateway.start()
-    base = f"http://{settings.host}:{settings.port}"
+    base = client_url(listener)
+    # Where `sigil send`, `replies` and `web open` find this gateway (shared.local.running).
+    write_record(settings.data_dir, GatewayRecord(pid=os.getpid(), url=base, mode="embedded"))
     ws = settings.default_workspace
     problem = gateway.model_status()
-    model_line = settings.resolved_model() if problem is None else f"NOT CONFIGURED. {problem}"
     typer.echo(
         "\n".join(
             [
                 f"Sigil local gateway on {base}   state: {settings.data_dir.resolve()}",
-                f"  model:    {model_line}",
+                f"  model:    {model_line(settings, problem, check.problem() if problem is None else None)}",
                 f"  config:   {_config_line(settings, config)}",
                 f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
                 "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
@@ -94,6 +101,7 @@ def dev(
     try:
         uvicorn.Server(uvicorn.Config(gateway.app(), log_config=None)).run(sockets=[listener])
     finally:
+        remove_record(settings.data_dir)
         listener.close()
         gateway.stop()
 
@@ -106,20 +114,6 @@ def _config_line(settings: Settings, config: SigilFile | None) -> str:
         f"{settings.config_file.resolve()} applied: workspaces {', '.join(config.workspace_ids()) or 'none'}"
         f"; routes {routes}"
     )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The gateway's bound socket (uvicorn listens on it); OSError names the address if taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # As uvicorn binds: a restart may reuse the port while old connections sit in TIME_WAIT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    return sock
 
 
 def _secret(settings: Settings, file: SigilFile | None, workspace: str) -> str:
@@ -204,8 +198,10 @@ def send(
 ) -> None:
     """Post a signed message to the local gateway's web channel."""
     settings, file = settings_and_file(data_dir)
-    base = url or f"http://{settings.host}:{settings.port}"
+    base = gateway_url(settings, url)
     secret = _secret(settings, file, workspace)
+    # `web.demo`, the id the session is stored and listed under, is `demo` on the web channel.
+    session = web_session_name(session)
     with _gateway_errors(base):
         _send(base, secret, workspace, session, user, text, event_id, wait=wait, timeout=timeout)
 
@@ -265,8 +261,8 @@ def replies(
 ) -> None:
     """Print a web session's replies from the outbox."""
     settings, file = settings_and_file(data_dir)
-    base = url or f"http://{settings.host}:{settings.port}"
-    target = f"/sessions/{workspace}/{session}/outbox?after={after}"
+    base = gateway_url(settings, url)
+    target = f"/sessions/{workspace}/{web_session_name(session)}/outbox?after={after}"
     secret = _secret(settings, file, workspace)
     with _gateway_errors(base):
         page = _signed_get(base, secret, target)

@@ -20,6 +20,7 @@ from shared.cli._app import (
     said_in_one_line,
     target_settings_and_file,
 )
+from shared.cli._sessions import stored_session
 
 
 class ReportFormat(StrEnum):
@@ -110,7 +111,9 @@ def replay_command(
         # sessions are among them, so a typo is named as one rather than as nothing recorded.
         with said_in_one_line():
             require_known_workspace(workspace, settings, file, lambda: nullcontext(source))
-        report = replay(source, settings, workspace, change, sessions=session or (), runs=runs)
+        # The names as typed: `demo` for the `web.demo` that `sigil send --session demo` made.
+        sessions = [stored_session(source.sessions, workspace, s) for s in session or ()]
+        report = replay(source, settings, workspace, change, sessions=sessions, runs=runs)
     except SigilError as exc:
         raise _fail(exc.message) from None
     finally:

@@ -39,9 +39,10 @@ app.add_typer(secret_app, name="secret")
 
 
 def _secrets(data_dir: Path | None, stack: str | None = None, region: str | None = None) -> AdminSecrets:
-    """The target's secret store: the data dir's secrets.json, or the stack's, under its prefix."""
+    """The target's secret store: the data dir's secrets.json, or the stack's, under its prefix
+    (a deployed one, or the running `sigil dev --aws`'s on moto)."""
     settings = target_settings(data_dir, stack, region)
-    if stack is not None:
+    if settings.backend == "aws":
         from shared.adapters.aws import clients
         from shared.adapters.aws.secrets import SecretsManagerStore
 

@@ -14,6 +14,7 @@ from shared.cli._app import (
     Url,
     Workspace,
     app,
+    gateway_url,
     settings_for,
     stack_outputs,
     target_settings_and_file,
@@ -100,7 +101,6 @@ def open_page(
             raise typer.Exit(1)
         url = outputs["ApiUrl"]
     if url is None:
-        settings = settings_for(data_dir)
-        url = f"http://{settings.host}:{settings.port}"
+        url = gateway_url(settings_for(data_dir), None)
     token = _token(data_dir, workspace, user, session, ttl, stack, region)
     typer.echo(f"{url.rstrip('/')}/#token={token}")

@@ -145,14 +145,34 @@ def _container_main(conn: Connection, spec: FunctionSpec, gateway_pid: int) -> N
         try:
             result = handler(event, context)
         except Exception as exc:  # noqa: BLE001 - a function error is the handler's answer, as in Lambda
-            # Lambda's runtime prints an unhandled error with its traceback to the function's log.
-            print(f"[ERROR] {type(exc).__name__}: {exc}", file=sys.stderr)
-            traceback.print_exc()
+            expected = _expected(exc)
+            if expected is not None:
+                print(f"[ERROR] {expected}", file=sys.stderr)
+            else:
+                # Lambda's runtime prints an unhandled error with its traceback to the function's log.
+                print(f"[ERROR] {type(exc).__name__}: {exc}", file=sys.stderr)
+                traceback.print_exc()
             sys.stderr.flush()
             conn.send(("error", (type(exc).__name__, str(exc))))
         else:
             sys.stdout.flush()
             conn.send(("ok", result))
+
+
+def _expected(exc: Exception) -> str | None:
+    """A function error every cause of which the code raised on purpose (SigilError: a model
+    server down, say), in one line; None for a bug, which keeps its traceback. The agent's batch
+    fails as a whole (powertools' BatchProcessingError) when each of its records failed: its
+    records' errors, already logged one line each, are its causes."""
+    from shared.errors import SigilError
+
+    if isinstance(exc, SigilError):
+        return f"{type(exc).__name__}: {exc.message}"
+    children = [info[1] for info in getattr(exc, "child_exceptions", None) or ()]
+    if not children or not all(isinstance(c, SigilError) for c in children):
+        return None
+    causes = "; ".join(dict.fromkeys(f"{type(c).__name__}: {c}" for c in children))
+    return f"{type(exc).__name__}: every record of the batch failed ({causes})"
 
 
 def _local_log_format() -> None:

@@ -146,6 +146,24 @@ def _build(settings: Settings, ref: str, fix: str) -> tuple[Provider, str]:
     return builder(settings), model
 
 
+def probe_model(settings: Settings, model_ref: str | None = None, timeout_s: float = 3.0) -> str | None:
+    """One line on why the model's server will not answer (stopped, misspelt, refusing the key),
+    or None: it answered, or its provider cannot be asked (Bedrock), or no model is configured
+    (build_provider's message says that one). One request, `timeout_s` at most
+    (shared.providers.probe); with a fallback model, the primary's server is the one asked."""
+    try:
+        provider, _ = build_provider(settings, model_ref)
+    except ModelNotConfigured:
+        return None
+    if isinstance(provider, ResilientProvider):
+        provider = provider.primary
+    probe = getattr(provider, "probe", None)
+    if probe is None:
+        return None
+    problem: str | None = probe(timeout_s)
+    return problem
+
+
 def cached_provider_factory(
     settings: Settings, maxsize: int = 16
 ) -> Callable[[str | None], tuple[Provider, str]]:

@@ -29,6 +29,7 @@ from shared.providers.base import (
     alternating_turns,
 )
 from shared.providers.deadline import bounded, check, cut_by, deadline, within
+from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -158,8 +159,18 @@ class AnthropicProvider:
             value = getattr(exc, attr, None)
             if isinstance(value, str) and _SAFE_CODE.match(value):
                 parts.append(f", {label} {value}")
+        cause = None if isinstance(status, int) else connection_cause(exc)
+        if cause:
+            parts.append(f": {cause}")  # what the socket said (refused, no such host)
         message = "".join(parts) + ")"
         return message.replace(self._api_key, "[redacted]")
+
+    def probe(self, timeout_s: float) -> str | None:
+        """What is wrong with the endpoint, in one line, or None (shared.providers.probe)."""
+        import anthropic
+
+        where = str(self._client.base_url).rstrip("/")
+        return probe_endpoint(anthropic, self._client, where, timeout_s, self._api_key)
 
 
 # ---------------------------------------------------------------- request translation

@@ -17,6 +17,7 @@ from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
 from shared.providers.deadline import bounded, check, cut_by, deadline, within
+from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
 
 if TYPE_CHECKING:
@@ -112,6 +113,13 @@ class OpenAIProvider:
     def _safe_message(self, exc: Exception) -> str:
         return safe_error_message(exc, "the model provider", self._api_key)
 
+    def probe(self, timeout_s: float) -> str | None:
+        """What is wrong with the endpoint, in one line, or None (shared.providers.probe)."""
+        import openai
+
+        where = str(self._client.base_url).rstrip("/")
+        return probe_endpoint(openai, self._client, where, timeout_s, self._api_key)
+
 
 def safe_error_message(exc: Exception, what: str, api_key: str | None) -> str:
     """An SDK error as identifiers only (type, HTTP status, code, request id), never the
@@ -126,6 +134,10 @@ def safe_error_message(exc: Exception, what: str, api_key: str | None) -> str:
     request_id = getattr(exc, "request_id", None)
     if isinstance(request_id, str) and _SAFE_CODE.match(request_id):
         parts.append(f", request {request_id}")
+    cause = None if isinstance(status, int) else connection_cause(exc)
+    if cause:
+        # What the socket said (refused, no such host): the cause a log line needs.
+        parts.append(f": {cause}")
     message = "".join(parts) + ")"
     return message.replace(api_key, "[redacted]") if api_key else message
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from shared.adapters.embedded import Database, EmbeddedLaneRunner, SqliteLanes
+from shared.errors import ProviderError
 from shared.models import LaneItem
 
 from .builders import lane_item
@@ -131,6 +133,39 @@ def test_a_failing_item_is_retried_and_the_group_waits_for_it(lanes: SqliteLanes
 
     assert recorder.order["w1.a"] == ["a-0", "a-1", "a-2"]
     assert lanes.dead_letters() == []
+
+
+def test_an_expected_failure_is_one_line_with_its_cause_and_a_bug_keeps_its_traceback(
+    lanes: SqliteLanes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given one item failing as a stopped model server fails a turn (a SigilError, whose message
+    # is the cause), and one failing with a bug
+    def work(item: LaneItem) -> None:
+        if item.inbound.event_id == "down":
+            raise ProviderError("the model provider failed (APIConnectionError: Connection refused)")
+        raise KeyError("a bug")
+
+    lanes.submit(lane_item("w1", "a", event_id="down"))
+    lanes.submit(lane_item("w1", "b", event_id="bug"))
+    with (
+        caplog.at_level(logging.WARNING, logger="shared.adapters.embedded.lanes"),
+        _runner(lanes, work, max_attempts=2) as runner,
+    ):
+        assert runner.wait_idle(15)
+
+    # Then each attempt of the first is one line that says why, with no traceback; the bug's
+    # attempts keep theirs
+    down = [r for r in caplog.records if "group w1.a " in r.getMessage()]
+    bug = [r for r in caplog.records if "group w1.b " in r.getMessage()]
+    assert [r.levelno for r in down] == [logging.WARNING, logging.ERROR]
+    assert all(r.exc_info is None for r in down)
+    assert all(
+        r.getMessage().endswith(
+            "ProviderError: the model provider failed (APIConnectionError: Connection refused)"
+        )
+        for r in down
+    )
+    assert len(bug) == 2 and all(r.exc_info is not None for r in bug)
 
 
 def test_a_poison_item_is_dead_lettered_and_its_group_goes_on(lanes: SqliteLanes) -> None:

@@ -145,11 +145,29 @@ def test_consolidating_a_session_that_does_not_exist_says_so(backend: Backend, d
     assert one_line_error(result) == "no session 'ghost' in workspace 'default'"
 
 
-def test_a_web_session_named_without_its_prefix_is_pointed_at(backend: Backend, data_dir: Path) -> None:
+def test_a_web_session_named_without_its_prefix_is_compacted(backend: Backend, data_dir: Path) -> None:
+    # `sigil send --session demo` talks in web.demo: the name as typed is accepted here too
     seed(backend, workspace_id="team", session_id="web.demo", turns=1)
+    result = sigil(data_dir, "consolidate", "--workspace", "team", "--session", "demo", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["session_id"] == "web.demo"
+
+
+def test_a_misspelt_session_is_told_the_close_ones(backend: Backend, data_dir: Path) -> None:
+    seed(backend, workspace_id="team", session_id="web.demo", turns=1)
+    result = sigil(data_dir, "consolidate", "--workspace", "team", "--session", "dmeo")
+    assert result.exit_code == 1
+    assert one_line_error(result) == "no session 'dmeo' in workspace 'team' (did you mean web.demo?)"
+
+
+def test_a_name_two_channels_share_is_refused_with_both(backend: Backend, data_dir: Path) -> None:
+    seed(backend, workspace_id="team", session_id="web.demo", turns=1)
+    seed(backend, workspace_id="team", session_id="telegram.demo", turns=1)
     result = sigil(data_dir, "consolidate", "--workspace", "team", "--session", "demo")
     assert result.exit_code == 1
-    assert one_line_error(result) == "no session 'demo' in workspace 'team' (did you mean web.demo?)"
+    assert one_line_error(result) == (
+        "session 'demo' is ambiguous in workspace 'team': telegram.demo, web.demo (give the whole id)"
+    )
 
 
 def test_consolidating_a_workspace_nobody_configured_lists_the_known_ones(

@@ -406,9 +406,10 @@ def test_on_the_embedded_backend_the_same_flow_holds(gateway: LocalGateway, mode
     [first_id] = [line.split()[0] for line in listed.splitlines() if "event evt-0" in line]
     assert "first, about the invoice" in sigil("dlq", "show", first_id, "--data-dir", data_dir)
 
-    # When the fault is fixed and the session redriven
+    # When the fault is fixed and the session redriven, by the name its client gave it (the
+    # web channel stores it as web.poisoned)
     model.down = False
-    redrive = sigil("dlq", "redrive", "--session", session, "-w", WS, "--yes", "--data-dir", data_dir)
+    redrive = sigil("dlq", "redrive", "--session", "poisoned", "-w", WS, "--yes", "--data-dir", data_dir)
     assert "3 redriven, 0 skipped, 0 failed, 0 not found" in redrive
 
     # Then each message is answered once, in order

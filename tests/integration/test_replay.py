@@ -543,9 +543,24 @@ def test_sigil_replay_writes_json_and_markdown_against_a_real_provider(
         assert _files(data_dir) == before
 
 
+def test_sigil_replay_takes_a_session_by_the_name_it_has_on_its_channel(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chat's own name, without the `telegram.` its session id is stored under
+    with FakeOpenAI(lambda body: "fake says hi") as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        args = ["-w", WS, "-s", SESSION.partition(".")[2], "--model", "openai/fake-model"]
+        code, out, err = sigil(*args, "--format", "json", "--data-dir", str(data_dir))
+    assert code == 0, err
+    report = ReplayReport.model_validate_json(out)
+    assert {t.session_id for t in report.turns} == {SESSION}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["-w", WS, "-s", "4243"], f"no session '4243' in workspace '{WS}' (did you mean {SESSION}?)"),
         (["-w", "nobody"], "no workspace 'nobody'"),
         (["-w", WS, "-s", "web.nope"], "no session 'web.nope'"),
         (

@@ -378,11 +378,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the fake platform APIs on a local port.")
-    parser.add_argument("--port", type=int, default=8790)
+    # Not 8787 (sigil dev), 8788/8789 (the fake model servers) or 8790 (sigil console).
+    parser.add_argument("--port", type=int, default=8791)
     args = parser.parse_args()
     with FakePlatforms(port=args.port) as fake:
         for platform, url in fake.base_urls.items():
             print(f"{platform}: {url}")
+        print(f"for the gateway: SIGIL_PLATFORM_BASE_URLS='{json.dumps(fake.base_urls)}'")
         threading.Event().wait()
 
 

@@ -23,6 +23,7 @@ import pydantic
 
 from shared import serde
 from shared.adapters.embedded.db import Database, DatabaseClosed, first
+from shared.errors import SigilError
 from shared.models import LaneItem
 from shared.ports import SubmitResult
 
@@ -489,24 +490,31 @@ class EmbeddedLaneRunner:
                 buried = self.lanes._fail(
                     claim, _describe(exc), max_attempts=self.max_attempts, retry_in_s=delay
                 )
+                # A SigilError is a failure the code expected (a model server that does not
+                # answer, a platform that refuses): its message says the cause, on the same line,
+                # and a traceback per attempt would only bury it. Anything else is a bug and
+                # keeps its traceback.
+                expected = isinstance(exc, SigilError)
                 if buried:
                     logger.error(
-                        "lanes: item %s of group %s failed %d time(s); dead-lettered",
+                        "lanes: item %s of group %s failed %d time(s); dead-lettered: %s",
                         claim.dedup_id,
                         claim.group_id,
                         claim.attempts,
-                        exc_info=exc,
+                        _describe(exc),
+                        exc_info=None if expected else exc,
                     )
                     self._tell_dead_letter(claim)
                 else:
                     logger.warning(
-                        "lanes: item %s of group %s failed (attempt %d of %d); retrying in %.2fs",
+                        "lanes: item %s of group %s failed (attempt %d of %d); retrying in %.2fs: %s",
                         claim.dedup_id,
                         claim.group_id,
                         claim.attempts,
                         self.max_attempts,
                         delay,
-                        exc_info=exc,
+                        _describe(exc),
+                        exc_info=None if expected else exc,
                     )
             else:
                 self.lanes._complete(claim.seq)

@@ -37,7 +37,17 @@ from shared.local.aws_mode.resources import (
 from shared.local.aws_mode.schedule import ConsolidationFeed
 from shared.local.aws_mode.servers import fifo_redelivery_in_order, start_moto, start_osmem
 from shared.local.aws_mode.ws_front import WsFront
+from shared.local.datadir_lock import DataDirInUse, DataDirLock
 from shared.local.lambda_runtime import FunctionPool, FunctionSpec, watch_parent
+from shared.local.model_check import PROBE_TIMEOUT_S, model_line
+from shared.local.running import (
+    GatewayRecord,
+    LocalStack,
+    client_url,
+    listen,
+    remove_record,
+    write_record,
+)
 
 if TYPE_CHECKING:
     from shared.configuration import SigilFile
@@ -81,6 +91,8 @@ class AwsModeGateway:
         self.resources: LocalResources | None = None
         self.web_secret: str | None = None
         self.model_problem: str | None = None
+        # What is wrong with the model's server (shared.providers.probe), asked once at start.
+        self.model_unreachable: str | None = None
         self.webhook: FunctionPool | None = None
         self.ws: FunctionPool | None = None
         self.management: ManagementApi | None = None
@@ -159,7 +171,8 @@ class AwsModeGateway:
         for pool in self._pools:
             pool.start()
         self.web_secret = self._ensure_workspace(resources)
-        self._check_model()  # imports the model's SDK (~0.5 s) while the containers import theirs
+        # Imports the model's SDK (~0.5 s) and looks at its server while the containers import.
+        self._check_model()
         for pool in self._pools:
             pool.wait_ready()
         self.webhook = pools["webhook"]
@@ -250,12 +263,14 @@ class AwsModeGateway:
     def _check_model(self) -> None:
         """Sets `model_problem`: None when a model is usable, else what every reply will say."""
         from shared.errors import ModelNotConfigured
-        from shared.providers import build_provider
+        from shared.providers import build_provider, probe_model
 
         try:
             build_provider(self.settings, self.settings.resolved_model())
         except ModelNotConfigured as exc:
             self.model_problem = exc.message
+            return
+        self.model_unreachable = probe_model(self.settings, timeout_s=PROBE_TIMEOUT_S)
 
     # -- HTTP
 
@@ -270,27 +285,46 @@ class AwsModeGateway:
     def _health(self) -> dict[str, Any]:
         return {"status": "ok", "model_configured": self.model_problem is None, "mode": "aws"}
 
-    def banner(self) -> str:
+    def local_stack(self) -> LocalStack:
+        """Where the stores are, as a deployed stack's outputs would say (shared.local.running):
+        what the admin commands (`--stack`) reach while the mode runs."""
+        assert self.resources is not None  # started
+        r = self.resources
+        values = {
+            "sessions_table": r.sessions_table,
+            "memory_table": r.memory_table,
+            "queue_url": r.queue_url,
+            "dead_letter_queue_url": r.dlq_url,
+            "event_bus_name": r.event_bus_name,
+            "opensearch_endpoint": r.opensearch_endpoint,
+            "secrets_prefix": r.secrets_prefix,
+            "skills_bucket": r.skills_bucket,
+        }
+        return LocalStack(endpoint=r.endpoint, region=r.region, settings=values)
+
+    def banner(self, base: str | None = None) -> str:
+        """`base`: where clients reach the front (the bound socket's address)."""
         assert self.resources is not None  # started
         s, r = self.settings, self.resources
-        base = f"http://{s.host}:{s.port}"
+        base = base or f"http://{s.host}:{s.port}"
         ws = s.default_workspace
-        model_line = (
-            s.resolved_model() if self.model_problem is None else f"NOT CONFIGURED. {self.model_problem}"
-        )
+        line = model_line(s, self.model_problem, self.model_unreachable)
+        socket_base = base.replace("http://", "ws://", 1)
         return "\n".join(
             [
                 f"Sigil local gateway on {base}   state: {s.data_dir.resolve()} (the signing secret only)",
                 "  mode:     AWS handlers over moto (webhook, agent, consolidate; docs/local-aws-mode.md)",
-                f"  model:    {model_line}",
+                f"  model:    {line}",
                 f"  send:     POST {base}/webhooks/web/{ws}   JSON {{event_id, session, user, text}}",
                 "            signed with X-Sigil-Timestamp and X-Sigil-Signature (see docs/web-channel.md)",
                 f"  replies:  GET  {base}/sessions/{ws}/<session>/outbox?after=<seq>   (JSON)",
-                f"  browser:  ws://{s.host}:{s.port}/ws?token=<browser token>   (WebSocket API stand-in)",
+                f"  browser:  {socket_base}/ws?token=<browser token>   (WebSocket API stand-in)",
                 f"  aws:      moto on {r.endpoint} (region {r.region}): queue {TURNS_QUEUE}, "
                 f"DLQ {TURNS_DLQ}, bus {r.event_bus_name}, tables {r.sessions_table} {r.memory_table}",
                 f"  index:    osmem-server on {r.opensearch_endpoint} (BM25 only, no k-NN)",
                 "  state:    in memory: a restart starts from empty tables and queues",
+                "  admin:    sigil pairing|identity|memory|secret|skill|dlq|workspace|config reach these "
+                "stores while this runs",
                 '  try:      sigil send "hello" --session demo --wait',
             ]
         )
@@ -306,15 +340,33 @@ def serve(settings: Settings, config: SigilFile | None = None) -> None:
     # A parent that dies without signalling (a killed test run, a closed terminal's supervisor)
     # ends the mode as SIGTERM would, rather than leaving it serving with no one to stop it.
     watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
-    gateway = AwsModeGateway(settings, config=config)
-    gateway.start()
+    from shared.adapters.embedded import open_data_dir
+
+    # One gateway per data directory, as the embedded one: its record (shared.local.running) is
+    # what the other commands read, and two would overwrite each other's.
+    lock = DataDirLock(open_data_dir(settings.data_dir))
     try:
-        print(gateway.banner(), file=sys.stderr, flush=True)
-        uvicorn.run(gateway.app(), host=settings.host, port=settings.port, log_config=None)
+        lock.acquire()
+        listener = listen(settings.host, settings.port)
+    except (DataDirInUse, OSError) as exc:
+        lock.release()
+        print(f"sigil dev: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    gateway = AwsModeGateway(settings, config=config)
+    try:
+        gateway.start()
+        base = client_url(listener)
+        record = GatewayRecord(pid=os.getpid(), url=base, mode="aws", aws=gateway.local_stack())
+        write_record(settings.data_dir, record)
+        print(gateway.banner(base), file=sys.stderr, flush=True)
+        uvicorn.Server(uvicorn.Config(gateway.app(), log_config=None)).run(sockets=[listener])
     finally:
         # Once stopping has begun, a second SIGTERM must not cut it short and orphan what is left.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        remove_record(settings.data_dir)
+        listener.close()
         gateway.stop()
+        lock.release()
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
