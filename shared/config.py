@@ -7,6 +7,7 @@ tests pass their own instance.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -72,7 +73,7 @@ class Settings(BaseSettings):
     # Prices per model ref in USD per 1M tokens, JSON in SIGIL_MODEL_PRICES, e.g.
     # {"openai/gpt-4.1-mini": {"input_per_mtok": 0.4, "output_per_mtok": 1.6}}; they override
     # shared.budgets.DEFAULT_PRICES, and "*" sets the price of models nobody listed.
-    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    model_prices: dict[str, dict[str, Decimal]] = Field(default_factory=dict)
 
     # Local gateway
     host: str = "127.0.0.1"

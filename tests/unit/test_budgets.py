@@ -311,19 +311,19 @@ def test_the_issues_message() -> None:
         (
             {"metric": "usd", "used": 5_003_000_000, "limit": 5_000_000_000},
             NOW,
-            "The daily spending budget for this workspace is used up ($5.00 of $5.00). "
+            "The daily spending budget for this workspace is used up (an estimated $5.00 of $5.00). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
             {"scope": "user", "metric": "usd", "used": 1_250_000, "limit": 1_000_000},
             NOW,
-            "Your daily spending budget is used up ($0.001250 of $0.001000). "
+            "Your daily spending budget is used up (an estimated $0.001250 of $0.001000). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
             {"metric": "usd", "used": 1_234_567_000_000, "limit": 1_200_000_000_000},
             NOW,
-            "The daily spending budget for this workspace is used up ($1,234.57 of $1,200.00). "
+            "The daily spending budget for this workspace is used up (an estimated $1,234.57 of $1,200.00). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
