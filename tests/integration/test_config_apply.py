@@ -6,9 +6,9 @@ both backends."""
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 import textwrap
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -311,7 +311,8 @@ def test_a_partial_budget_keeps_the_defaults_and_diff_and_show_give_the_effectiv
     monkeypatch.delenv("SIGIL_MODEL_PRICES", raising=False)
     path = tmp_path / "sigil.yaml"
     path.write_text(
-        'workspaces:\n  team:\n    model: openai/llama3.1:8b\n    budget: {workspace: {usd_per_day: "5.00"}}\n'
+        "workspaces:\n  team:\n    model: openai/llama3.1:8b\n"
+        '    budget: {workspace: {usd_per_day: "5.00"}}\n'
     )
     data = ["--data-dir", str(tmp_path / "state")]
     assert sigil("config", "apply", *data)[0] == 0
