@@ -48,7 +48,6 @@ from shared.models.budgets import (
     format_amount,
 )
 from shared.ports import BudgetStore
-from shared.providers import local_providers
 
 if TYPE_CHECKING:
     from genai_prices.data_snapshot import DataSnapshot
@@ -279,6 +278,7 @@ class PriceTable:
     provider's base URL is local (`local_providers`: an Ollama or vLLM server the operator runs;
     a model the list prices keeps its price there, so a local proxy to a paid API is not taken for
     free), else the unknown-model price: the key "*" of `prices`, or DEFAULT_UNKNOWN_PRICE.
+    `local_providers` are the providers whose base URL is local (Settings.local_providers).
 
     `prices` entries may be ModelPrice or plain mappings (`{"input_per_mtok": 0.4,
     "output_per_mtok": 1.6}`, the shape of JSON settings); pass `defaults={}` to start with no list
@@ -310,7 +310,7 @@ class PriceTable:
     @classmethod
     def from_settings(cls, settings: Settings) -> PriceTable:
         """The gateway's table: its declared prices, and its providers with a local base URL."""
-        return cls(settings.model_prices, local_providers=local_providers(settings))
+        return cls(settings.model_prices, local_providers=settings.local_providers())
 
     def known(self, model_ref: str) -> bool:
         return self._find(model_ref)[0] is not None

@@ -13,10 +13,8 @@ start, or the turn's deadline in scope if that comes first.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from functools import lru_cache
-from urllib.parse import urlsplit
 
 from shared.config import Settings
 from shared.errors import ModelNotConfigured
@@ -91,40 +89,6 @@ def _bedrock(settings: Settings) -> Provider:
 
 
 PROVIDERS: dict[str, ProviderBuilder] = {"openai": _openai, "anthropic": _anthropic, "bedrock": _bedrock}
-
-# The providers reached at a base URL of the operator's choosing, and the setting that holds it.
-BASE_URL_SETTINGS: dict[str, str] = {"openai": "openai_base_url", "anthropic": "anthropic_base_url"}
-# Host names that always mean this machine, its container host, or the local network.
-_LOCAL_HOSTS = ("localhost", "host.docker.internal", "host.containers.internal")
-_LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".lan", ".home.arpa")
-
-
-def is_local_url(url: str | None) -> bool:
-    """Whether a base URL points at this machine or a private network: an Ollama, vLLM or
-    llama.cpp server the operator runs (loopback, RFC 1918 / ULA / link-local addresses, localhost,
-    .local / .internal names). A public host name is never local, whatever it resolves to: the
-    answer is read off the URL, with no DNS lookup."""
-    if not url:
-        return False
-    host = (urlsplit(url if "//" in url else f"//{url}").hostname or "").lower().rstrip(".")
-    if not host:
-        return False
-    if host in _LOCAL_HOSTS or host.endswith(_LOCAL_SUFFIXES):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private or address.is_link_local
-
-
-def local_providers(settings: Settings) -> frozenset[str]:
-    """The providers whose base URL is local (is_local_url): their models run on hardware the
-    operator already pays for, so a model no price table lists costs nothing there
-    (shared.budgets.PriceTable)."""
-    return frozenset(
-        prefix for prefix, name in BASE_URL_SETTINGS.items() if is_local_url(getattr(settings, name))
-    )
 
 
 def build_provider(settings: Settings, model_ref: str | None) -> tuple[Provider, str]:

@@ -35,10 +35,9 @@ from shared.budgets import (
     period_reset,
     period_start,
 )
-from shared.config import Settings
+from shared.config import Settings, is_local_url
 from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
 from shared.ports import BudgetStore
-from shared.providers import is_local_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
