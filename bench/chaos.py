@@ -56,7 +56,18 @@ Settings of both backends: the real defaults (SIGIL_LANE_MAX_ATTEMPTS 5, SIGIL_P
 SIGIL_PROVIDER_DEADLINE_S (--deadline-s, so a drip is cut in seconds, not the default 180), the
 visibility timeout in AWS mode (1 s, so redeliveries come quickly) and SIGIL_EMBEDDING_MODEL=none
 (no MiniLM on rolled-out messages: not what is measured here, and what AWS mode has by default).
-A benchmark, not a test: it prints tables; it fails (exit 1) only if a backend did not finish.
+
+Spend is not measured either, so neither prices nor budgets may decide a reply: the workspace's
+budget is off (a sigil.yaml of the run's own, named by SIGIL_CONFIG: `workspaces: {default:
+{budget: null}}`, so no ./sigil.yaml of the checkout is read), and the fake model is priced at $0
+(SIGIL_MODEL_PRICES), so no unknown-model estimate is ever warned about or charged. Both are
+printed above each table, with the budget as the gateway stored it (read back from its
+workspace store). Before, the default $10 a day ran out near the end of a 1,000-turn AWS-mode run
+and the last turns were answered with the budget refusal (issue 27).
+
+A benchmark, not only a table: it fails (exit 1) when a backend did not finish, when its
+workspace budget is not off, or when any reply is wrong, doubled, out of order or lost (the
+guarantees it measures); the first wrong replies are printed with their text.
 """
 
 from __future__ import annotations
@@ -107,6 +118,11 @@ FAULT_AT: dict[str, tuple[int, ...]] = {
 LATE_AT = (3, 9)  # re-sent after everything was answered and the queue emptied
 COPIES = 3
 WORKSPACE = "default"
+# What the run sets so that spend decides nothing (see the module): the model's price, and a
+# configuration file of its own that turns the workspace's budget off.
+MODEL = "openai/fake-model"  # tests.e2e.conftest.gateway_env's SIGIL_MODEL
+PRICES = {MODEL: {"input_per_mtok": 0, "output_per_mtok": 0}}
+CONFIG = f"# bench/chaos.py: delivery is measured, not spend\nworkspaces:\n  {WORKSPACE}:\n    budget: null\n"
 
 
 def text_for(s: int, m: int, row: str) -> str:
@@ -213,6 +229,22 @@ class Target:
         from shared.adapters.embedded.sessions import SqliteSessionStore
 
         return SqliteSessionStore(Database(self.gw.data_dir / "sigil.db"))
+
+    def stored_budget(self) -> str:
+        """The workspace's budget as the gateway stored it (JSON; "null": off), from its store."""
+        if self.backend == "aws":
+            from shared.adapters.aws.dynamodb import DynamoWorkspaceStore
+
+            store: Any = DynamoWorkspaceStore("sigil-local-memory", client=self._clients["dynamodb"])
+        else:
+            from shared.adapters.embedded.db import Database
+            from shared.adapters.embedded.workspaces import SqliteWorkspaceStore
+
+            store = SqliteWorkspaceStore(Database(self.gw.data_dir / "sigil.db"))
+        config = store.get(WORKSPACE)
+        if config is None:
+            return "no workspace stored"
+        return json.dumps(None if config.budget is None else config.budget.model_dump(mode="json"))
 
     def session_version(self, s: int) -> int:
         session = self.sessions.get(WORKSPACE, web.session_id_for(session_for(s)))
@@ -348,6 +380,7 @@ class Run:
     second_writes: int = 0
     dead_letters_queue: int = 0
     problems: list[str] = field(default_factory=list)
+    stored_budget: str = ""  # the workspace's budget as stored by the gateway: "null" (off)
 
 
 def row_of(s: int) -> str:
@@ -360,7 +393,11 @@ def run_backend(backend: str, args: argparse.Namespace) -> Run:
         work = Path(tmp)
         model = FaultModel(hang_s=args.hang_s)
         with model:
+            config = work / "sigil.yaml"
+            config.write_text(CONFIG)
             env = gateway_env(model) | {
+                "SIGIL_CONFIG": str(config),
+                "SIGIL_MODEL_PRICES": json.dumps(PRICES),
                 "SIGIL_PROVIDER_TIMEOUT_S": str(args.client_timeout_s),
                 "SIGIL_PROVIDER_DEADLINE_S": str(args.deadline_s),
                 "SIGIL_AWS_MODE_VISIBILITY_TIMEOUT_S": "1",
@@ -371,6 +408,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> Run:
             model.on_kill, model.on_conflict = target.kill, target.bump
             target.start()
             try:
+                run.stored_budget = target.stored_budget()
                 _drive(run, target, args)
             finally:
                 target.stop()
@@ -502,6 +540,7 @@ class Row:
     dead: int = 0
     wrong: int = 0
     latencies: list[float] = field(default_factory=list)
+    wrong_replies: list[str] = field(default_factory=list)  # "s03 m18: <the reply's text>"
 
     def add(self, other: Row) -> None:
         for name in (
@@ -517,6 +556,7 @@ class Row:
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.latencies += other.latencies
+        self.wrong_replies += other.wrong_replies
 
 
 def _created(entry: dict[str, Any]) -> float:
@@ -544,6 +584,7 @@ def score(run: Run) -> list[Row]:
             m = index.get(str(entry.get("in_reply_to")))
             if m is None:
                 row.wrong += 1
+                row.wrong_replies.append(f"s{s:02d} to {entry.get('in_reply_to')}: {entry['text']!r}")
                 continue
             if m in seen:
                 row.duplicates += 1
@@ -556,6 +597,7 @@ def score(run: Run) -> list[Row]:
                 row.dead += 1
             elif entry["text"] != text_for(s, m, row_of(s)):
                 row.wrong += 1
+                row.wrong_replies.append(f"s{s:02d} m{m:02d}: {entry['text']!r}")
             row.latencies.append(_created(entry) - run.sent_at[(s, m)])
         row.received += len(seen)
         row.lost += run.messages - len(seen)
@@ -573,6 +615,12 @@ def print_table(run: Run) -> None:
     label = "embedded (sigil dev)" if run.backend == "embedded" else "aws (sigil dev --aws: handlers on moto)"
     size = f"{run.sessions} sessions x {run.messages} messages"
     print(f"\nchaos, {label}: {size}, each posted {COPIES} times at once")
+    price = PRICES[MODEL]
+    print(
+        f"  spend decides nothing: workspace {WORKSPACE}'s budget as stored {run.stored_budget} "
+        f"(sigil.yaml budget: null); {MODEL} priced ${price['input_per_mtok']} in / "
+        f"${price['output_per_mtok']} out per 1M tokens (SIGIL_MODEL_PRICES)"
+    )
     header = (
         "fault",
         "sessions",
@@ -640,6 +688,30 @@ def print_table(run: Run) -> None:
     )
     if run.problems:
         print("  problems:", "; ".join(sorted(set(run.problems))[:10]))
+    wrong = [text for row in rows for text in row.wrong_replies]
+    if wrong:
+        print(f"  wrong replies ({len(wrong)}), the first {min(5, len(wrong))}:", "; ".join(wrong[:5]))
+    for failure in failures(run, rows):
+        print(f"  FAILED: {failure}")
+
+
+def failures(run: Run, rows: list[Row]) -> list[str]:
+    """Why this backend's run fails: what it measures broke, or it did not measure it."""
+    found = [] if run.finished else ["the run did not finish"]
+    if run.stored_budget != "null":
+        found.append(f"the workspace's budget is not off ({run.stored_budget}): spend could decide replies")
+    total = Row("all")
+    for row in rows:
+        total.add(row)
+    for name, count in (
+        ("wrong", total.wrong),
+        ("duplicate", total.duplicates),
+        ("out of order", total.out_of_order),
+        ("lost", total.lost),
+    ):
+        if count:
+            found.append(f"{count} {name} repl{'ies' if count != 1 else 'y'}")
+    return found
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -670,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in ("embedded", "aws") if args.backend == "both" else (args.backend,):
         run = run_backend(backend, args)
         print_table(run)
-        ok = ok and run.finished
+        ok = not failures(run, score(run)) and ok
     return 0 if ok else 1
 
 

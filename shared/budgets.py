@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.clock import utcnow
+from shared.config import Settings
 from shared.models import BudgetLimits, ScopeLimits
 from shared.models.budgets import (
     METRICS,
@@ -44,6 +45,7 @@ from shared.models.budgets import (
     Period,
     Scope,
     as_utc,
+    format_amount,
 )
 from shared.ports import BudgetStore
 
@@ -71,6 +73,8 @@ __all__ = [
     "Metric",
     "ModelPrice",
     "Period",
+    "PriceQuote",
+    "PriceSource",
     "PriceTable",
     "Scope",
     "TurnBudget",
@@ -78,6 +82,7 @@ __all__ = [
     "bucket_key",
     "buckets",
     "crossing",
+    "describe_limits",
     "evaluate",
     "period_label",
     "period_reset",
@@ -233,13 +238,52 @@ def _list_price(model_ref: str) -> ModelPrice | None:
     return ModelPrice(input_per_mtok=base[0], output_per_mtok=base[1] or Decimal(0))
 
 
+# Where a model's price came from, as every place that shows one says (docs/budgets.md#prices):
+# "declared" by the operator (sigil.yaml defaults.model_prices, SIGIL_MODEL_PRICES), the "list"
+# price genai-prices publishes, "local" (a model no table lists, served from a local base URL:
+# free), or "unknown" (none of those: the cautious DEFAULT_UNKNOWN_PRICE, or the declared "*").
+PriceSource = Literal["declared", "list", "local", "unknown"]
+FREE: Final = _price("0", "0")
+_WARNED: set[str] = set()  # model refs warned about, once per process (see PriceTable.quote)
+_WARNED_LOCK = threading.Lock()
+
+
+class PriceQuote(_Frozen):
+    """A model's price and where it came from: every USD figure is an estimate at this price."""
+
+    model_ref: str
+    price: ModelPrice
+    source: PriceSource
+
+    def describe(self) -> str:
+        """One line for /status, `sigil workspace show` and the logs, e.g. "$0.40 in / $1.60 out
+        per 1M tokens (list price)"."""
+        if self.source == "local":
+            return "free: served from a local base URL and priced by nobody (declare a price to count spend)"
+        rate = f"${self.price.input_per_mtok} in / ${self.price.output_per_mtok} out per 1M tokens"
+        if self.source == "declared":
+            return f"{rate} (declared)"
+        if self.source == "list":
+            return f"{rate} (list price)"
+        return (
+            f"{rate}: no price known, a cautious estimate (declare one in sigil.yaml defaults.model_prices)"
+        )
+
+
 class PriceTable:
     """USD per 1M tokens by model ref ("openai/gpt-4.1-mini"), and the cost of a call.
 
-    `prices` overrides or extends DEFAULT_PRICES (pass `defaults={}` to start empty); its entries
-    may be ModelPrice or plain mappings (`{"input_per_mtok": 0.4, "output_per_mtok": 1.6}`, the
-    shape of JSON settings). The key "*" replaces the price of unknown models. A model the table
-    does not know costs DEFAULT_UNKNOWN_PRICE, and a warning is logged once per model ref.
+    A model's price is, in this order (`quote`): the operator's (`prices`, from sigil.yaml's
+    defaults.model_prices or SIGIL_MODEL_PRICES), its list price (DEFAULT_PRICES), free when its
+    provider's base URL is local (`local_providers`: an Ollama or vLLM server the operator runs;
+    a model the list prices keeps its price there, so a local proxy to a paid API is not taken for
+    free), else the unknown-model price: the key "*" of `prices`, or DEFAULT_UNKNOWN_PRICE.
+    `local_providers` are the providers whose base URL is local (Settings.local_providers).
+
+    `prices` entries may be ModelPrice or plain mappings (`{"input_per_mtok": 0.4,
+    "output_per_mtok": 1.6}`, the shape of JSON settings); pass `defaults={}` to start with no list
+    prices. The first time a process prices a model at the unknown price it logs a warning, and
+    at the local price an info line: once per model ref, not once per turn.
     """
 
     def __init__(
@@ -247,12 +291,14 @@ class PriceTable:
         prices: Mapping[str, ModelPrice | Mapping[str, Any]] | None = None,
         *,
         defaults: Mapping[str, ModelPrice] = DEFAULT_PRICES,
+        local_providers: Iterable[str] = (),
     ) -> None:
         overrides: dict[str, ModelPrice] = {}
         for key, value in (prices or {}).items():
             price = value if isinstance(value, ModelPrice) else ModelPrice.model_validate(value)
             overrides[key.strip().lower()] = price
         self.unknown_price = overrides.pop("*", DEFAULT_UNKNOWN_PRICE)
+        self.local_providers = frozenset(p.strip().lower() for p in local_providers)
         self._overrides = overrides
         # The list prices are looked up one ref at a time, not copied: there are hundreds.
         self._defaults = (
@@ -260,40 +306,62 @@ class PriceTable:
             if isinstance(defaults, ListPrices)
             else {key.strip().lower(): price for key, price in defaults.items()}
         )
-        self._warned: set[str] = set()
-        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PriceTable:
+        """The gateway's table: its declared prices, and its providers with a local base URL."""
+        return cls(settings.model_prices, local_providers=settings.local_providers())
 
     def known(self, model_ref: str) -> bool:
-        return self._find(model_ref) is not None
+        return self._find(model_ref)[0] is not None
 
     def price(self, model_ref: str) -> ModelPrice:
         """The model's price; a dated snapshot or Bedrock version falls back to its family's."""
-        found = self._find(model_ref)
-        if found is not None:
-            return found
-        with self._lock:
-            first = model_ref not in self._warned
-            self._warned.add(model_ref)
-        if first:
-            log.warning(
-                "no price for model %s: estimating its cost at $%s in / $%s out per 1M tokens; "
-                "add it to the price table (SIGIL_MODEL_PRICES)",
-                model_ref,
-                self.unknown_price.input_per_mtok,
-                self.unknown_price.output_per_mtok,
-            )
-        return self.unknown_price
+        return self.quote(model_ref).price
 
-    def _find(self, model_ref: str) -> ModelPrice | None:
+    def quote(self, model_ref: str) -> PriceQuote:
+        """The model's price and its source (see the class)."""
+        found, source = self._find(model_ref)
+        if found is not None:
+            return PriceQuote(model_ref=model_ref, price=found, source=source)
+        if model_ref.strip().lower().partition("/")[0] in self.local_providers:
+            quote = PriceQuote(model_ref=model_ref, price=FREE, source="local")
+        else:
+            quote = PriceQuote(model_ref=model_ref, price=self.unknown_price, source="unknown")
+        with _WARNED_LOCK:
+            first = f"{quote.source}:{model_ref}" not in _WARNED
+            _WARNED.add(f"{quote.source}:{model_ref}")
+        if first and quote.source == "unknown":
+            log.warning(
+                "no price for model %s: its spend is estimated at $%s in / $%s out per 1M tokens "
+                "against the budgets; declare its price in sigil.yaml defaults.model_prices "
+                "(or SIGIL_MODEL_PRICES)",
+                model_ref,
+                quote.price.input_per_mtok,
+                quote.price.output_per_mtok,
+            )
+        elif first:
+            log.info(
+                "model %s is served from a local base URL and priced by nobody: counted as free "
+                "against the budgets (declare a price in sigil.yaml defaults.model_prices to count it)",
+                model_ref,
+            )
+        return quote
+
+    def _find(self, model_ref: str) -> tuple[ModelPrice | None, PriceSource]:
         # Every override before any list price: genai-prices matches a dated snapshot itself, and
         # an override of its family ("openai/gpt-4.1-mini") must still price it.
         keys = list(_lookup_keys(model_ref))
-        for table in (self._overrides, self._defaults):
+        tables: tuple[tuple[Mapping[str, ModelPrice], PriceSource], ...] = (
+            (self._overrides, "declared"),
+            (self._defaults, "list"),
+        )
+        for table, source in tables:
             for key in keys:
                 found = table.get(key)
                 if found is not None:
-                    return found
-        return None
+                    return found, source
+        return None, "unknown"
 
     def cost_nanos(self, model_ref: str, tokens_in: int, tokens_out: int) -> int:
         return self.price(model_ref).cost_nanos(tokens_in, tokens_out)
@@ -374,6 +442,25 @@ def _scope_limits(limits: ScopeLimits, period: Period) -> dict[Metric, int]:
         # Rounded down: a limit finer than a nano-dollar is used up a fraction early, never late.
         found["usd"] = int((usd * NANOS_PER_USD).to_integral_value(rounding=ROUND_FLOOR))
     return found
+
+
+def describe_limits(limits: BudgetLimits | None) -> str:
+    """A budget in words, as `sigil config diff` and `sigil workspace show` print it: "workspace:
+    5,000,000 tokens a day, an estimated $10.00 a day; each user: 1,000,000 tokens a day, an
+    estimated $2.00 a day". Only the limits set are named; "off" with no budget at all."""
+    if limits is None:
+        return "off (nothing counted)"
+    parts = []
+    for scope, label in (("workspace", "workspace"), ("user", "each user")):
+        named = []
+        for period in PERIODS:
+            for metric, limit in _scope_limits(getattr(limits, scope), period).items():
+                estimated = "an estimated " if metric == "usd" else ""
+                unit = {"tokens": " tokens", "tool_calls": " tool calls", "usd": ""}[metric]
+                named.append(f"{estimated}{format_amount(metric, limit)}{unit} a {period}")
+        if named:
+            parts.append(f"{label}: {', '.join(named)}")
+    return "; ".join(parts) if parts else "no limits (usage counted)"
 
 
 def buckets(user_id: str | None, limits: BudgetLimits | None, now: datetime) -> list[Bucket]:

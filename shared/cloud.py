@@ -147,7 +147,7 @@ def admission() -> Admission | None:
         DynamoWorkspaceStore(s.memory_table, region=s.aws_region),
         DynamoIdentityStore(s.memory_table, region=s.aws_region),
         DynamoBudgetStore(s.sessions_table, region=s.aws_region),
-        PriceTable(s.model_prices),
+        PriceTable.from_settings(s),
     )
 
 
@@ -184,7 +184,7 @@ def turn_deps() -> TurnDeps:
         # One SDK client per model reference for the container's life; the SDK is imported on the
         # first turn that needs it, not when the agent starts.
         provider_factory=cached_provider_factory(s),
-        prices=PriceTable(s.model_prices),
+        prices=PriceTable.from_settings(s),
         facts=TacitFacts(backend.memory),
         personality=LearnedPersonality(backend.memory),
     )

@@ -6,10 +6,13 @@ tests pass their own instance.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -72,7 +75,7 @@ class Settings(BaseSettings):
     # Prices per model ref in USD per 1M tokens, JSON in SIGIL_MODEL_PRICES, e.g.
     # {"openai/gpt-4.1-mini": {"input_per_mtok": 0.4, "output_per_mtok": 1.6}}; they override
     # shared.budgets.DEFAULT_PRICES, and "*" sets the price of models nobody listed.
-    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    model_prices: dict[str, dict[str, Decimal]] = Field(default_factory=dict)
 
     # Local gateway
     host: str = "127.0.0.1"
@@ -152,6 +155,40 @@ class Settings(BaseSettings):
             refs = (self.model, self.fallback_model, self.consolidation_model, self.embedding_model)
             allowed = frozenset(ref.partition("/")[0] for ref in refs if ref and "/" in ref)
         return allowed & KEY_PROVIDERS.keys()
+
+    def local_providers(self) -> frozenset[str]:
+        """The providers whose base URL is local (is_local_url): their models run on hardware the
+        operator already pays for, so a model no price lists costs nothing there
+        (shared.budgets.PriceTable.from_settings)."""
+        return frozenset(
+            prefix for prefix, name in BASE_URL_SETTINGS.items() if is_local_url(getattr(self, name))
+        )
+
+
+# The providers reached at a base URL of the operator's choosing, and the Settings field holding it.
+BASE_URL_SETTINGS = {"openai": "openai_base_url", "anthropic": "anthropic_base_url"}
+# Host names that always mean this machine, its container host, or the local network.
+_LOCAL_HOSTS = ("localhost", "host.docker.internal", "host.containers.internal")
+_LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".lan", ".home.arpa")
+
+
+def is_local_url(url: str | None) -> bool:
+    """Whether a base URL points at this machine or a private network: an Ollama, vLLM or
+    llama.cpp server the operator runs (loopback, RFC 1918 / ULA / link-local addresses, localhost,
+    .local / .internal names). Read off the URL, with no DNS lookup: a public host name is never
+    local, whatever it resolves to."""
+    if not url:
+        return False
+    host = (urlsplit(url if "//" in url else f"//{url}").hostname or "").lower().rstrip(".")
+    if not host:
+        return False
+    if host in _LOCAL_HOSTS or host.endswith(_LOCAL_SUFFIXES):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 @cache

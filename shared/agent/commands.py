@@ -84,7 +84,7 @@ def answer_command(
 
 def _status(turn: Turn, skills: list[Skill], default_model: str | None, now: datetime) -> str:
     lines = [f"Model: {_model_line(turn, default_model)}"]
-    lines += _budget_lines(turn, now)
+    lines += _budget_lines(turn, now, _model_in_effect(turn, default_model))
     names = ", ".join(s.name for s in skills) if skills else "none"
     lines.append(f"Skills: {names}")
     policy = turn.workspace.memory.recall
@@ -138,6 +138,10 @@ def _skills(skills: list[Skill]) -> str:
 # ---------------------------------------------------------------- status lines
 
 
+def _model_in_effect(turn: Turn, default_model: str | None) -> str | None:
+    return turn.session.model_override or turn.inbound.model or turn.workspace.model or default_model
+
+
 def _model_line(turn: Turn, default_model: str | None) -> str:
     override = turn.session.model_override
     workspace_model = turn.workspace.model or default_model
@@ -149,7 +153,7 @@ def _model_line(turn: Turn, default_model: str | None) -> str:
     return workspace_model or "none configured"
 
 
-def _budget_lines(turn: Turn, now: datetime) -> list[str]:
+def _budget_lines(turn: Turn, now: datetime, model_ref: str | None) -> list[str]:
     if turn.workspace.budget is None:
         return ["Budget: none (budgets are off in this workspace)"]
     readings = turn.budget.readings()
@@ -160,16 +164,24 @@ def _budget_lines(turn: Turn, now: datetime) -> list[str]:
             continue
         parts = [_period_left(b, c, now) for b, c in mine]
         lines.append(f"{label}: {'; '.join(parts) if parts else 'no limit'}")
+    if model_ref and any("usd" in b.limits for b, _ in readings):
+        # The $ figures are estimates at this price: say which, and where it came from (a model
+        # no table prices is estimated dear, and a local one is free: docs/budgets.md#prices).
+        lines.append(
+            f"Price of {model_ref}: {turn.budget.prices.quote(model_ref).describe()}; $ amounts are estimates"
+        )
     return lines
 
 
 def _period_left(bucket: Bucket, totals: Counters, now: datetime) -> str:
-    """ "998,765 of 1,000,000 tokens, $1.99 of $2.00 left today (resets at 00:00 UTC, in 3 h)" """
+    """ "998,765 of 1,000,000 tokens, an estimated $1.99 of $2.00 left today (resets at 00:00 UTC,
+    in 3 h)" """
     left = []
     for metric, limit in bucket.limits.items():
         remaining = max(0, limit - totals.get(metric))
         unit = _METRIC_NAMES[metric]
-        amounts = f"{format_amount(metric, remaining, limit)} of {format_amount(metric, limit)}"
+        estimated = "an estimated " if metric == "usd" else ""
+        amounts = f"{estimated}{format_amount(metric, remaining, limit)} of {format_amount(metric, limit)}"
         left.append(f"{amounts} {unit}".rstrip())
     return f"{', '.join(left)} left {_period_name(bucket.period)} ({_resets(bucket, now)})"
 

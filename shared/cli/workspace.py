@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,10 @@ from shared.cli._app import (
     target_settings,
     target_settings_and_file,
 )
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.models import WorkspaceConfig
 
 workspace_app = typer.Typer(
     help="The workspaces of the local data dir or of a deployed stack (--stack): list them, show "
@@ -98,3 +102,20 @@ def workspace_show(
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        # Comments, so the output stays YAML: the budget in words, and what its $ are.
+        for line in _spend_notes(config, settings, priced_here=stack is None):
+            typer.echo(f"# {line}")
+
+
+def _spend_notes(config: WorkspaceConfig, settings: Settings, *, priced_here: bool) -> list[str]:
+    """The budget in words (a null limit above is no limit), and the model's price with where it
+    comes from, since every $ figure is an estimate at it (docs/budgets.md#prices). The price is
+    this machine's settings' (sigil.yaml defaults.model_prices, SIGIL_MODEL_PRICES, the base
+    URLs), so it is left out for a stack, whose functions price by their own environment."""
+    from shared.budgets import PriceTable, describe_limits
+
+    lines = [f"budget: {describe_limits(config.budget)}"]
+    if priced_here and config.model and config.budget is not None:
+        quote = PriceTable.from_settings(settings).quote(config.model)
+        lines.append(f"price of {config.model}: {quote.describe()}")
+    return lines

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from shared.budgets import describe_limits
 from shared.configuration.model import Defaults, SigilFile, _WorkspaceSpecBase
 from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
 from shared.ports import RouteStore, SkillStore, WorkspaceStore
@@ -24,8 +25,9 @@ def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -
     """The WorkspaceConfig a workspace section stands for: what it sets, its defaults for the rest.
 
     The model: its own, else `defaults.model` (else None: the gateway's SIGIL_MODEL at turn time).
-    The budget: its own (`null` turns budgets off), else DEFAULT_BUDGET, as for a workspace Sigil
-    creates itself (shared.models.new_workspace).
+    The budget: DEFAULT_BUDGET, as for a workspace Sigil creates itself (shared.models.new_workspace),
+    with each limit the section gives in its place (`BudgetLimits.over`: a limit given as null is
+    off); `budget: null` turns budgets off.
     """
     values: dict[str, Any] = {name: getattr(spec, name) for name in spec.model_fields_set}
     personality = values.pop("personality", None)
@@ -35,6 +37,8 @@ def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -
         values["model"] = defaults.model
     if "budget" not in values:
         values["budget"] = DEFAULT_BUDGET.model_copy(deep=True)
+    elif values["budget"] is not None:
+        values["budget"] = values["budget"].over(DEFAULT_BUDGET)
     return WorkspaceConfig.model_validate({"id": workspace_id, **{k: _plain(v) for k, v in values.items()}})
 
 
@@ -57,15 +61,19 @@ class Change:
     kind: Literal["workspace", "route"]
     key: str
     action: Action
-    # For an update: each changed field with its stored and its new value (JSON text).
+    # For an update: each changed field with its stored and its new value (JSON text; the
+    # budget in words, its effective limits: describe_limits).
     fields: tuple[tuple[str, str, str], ...] = ()
+    # For a created workspace: what it gets that the file may not spell out (its budget).
+    notes: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         sign = {"create": "+", "update": "~", "delete": "-", "left alone": "="}[self.action]
         if self.action == "left alone":
             return [f"{sign} {self.kind} {self.key}: not in the file, left alone"]
         head = f"{sign} {self.kind} {self.key}" + (f" ({self.action})" if self.action != "update" else "")
-        return [head] + [f"    {name}: {old} -> {new}" for name, old, new in self.fields]
+        changed = [f"    {name}: {old} -> {new}" for name, old, new in self.fields]
+        return [head] + changed + [f"    {note}" for note in self.notes]
 
 
 @dataclass
@@ -95,7 +103,9 @@ def plan(file: SigilFile, workspaces: WorkspaceStore, routes: RouteStore) -> Pla
     for ws, config in wanted.items():
         stored = workspaces.get(ws)
         if stored is None:
-            changes.append(Change("workspace", ws, "create"))
+            # The effective budget, defaults merged in: the file may give part of it, or none.
+            budget = f"budget: {describe_limits(config.budget)}"
+            changes.append(Change("workspace", ws, "create", notes=(budget,)))
         elif stored != config:
             changes.append(Change("workspace", ws, "update", _changed(stored, config)))
     for stored in workspaces.list_workspaces():
@@ -143,11 +153,16 @@ def _changed(
     old: WorkspaceConfig | ChannelRoute, new: WorkspaceConfig | ChannelRoute
 ) -> tuple[tuple[str, str, str], ...]:
     before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
-    return tuple(
-        (name, _short(before.get(name)), _short(after.get(name)))
-        for name in after
-        if before.get(name) != after.get(name)
-    )
+    found = []
+    for name in after:
+        if before.get(name) == after.get(name):
+            continue
+        if isinstance(old, WorkspaceConfig) and isinstance(new, WorkspaceConfig) and name == "budget":
+            # In words and whole: its JSON, every limit and its nulls, is cut at 100 characters.
+            found.append((name, describe_limits(old.budget), describe_limits(new.budget)))
+        else:
+            found.append((name, _short(before.get(name)), _short(after.get(name))))
+    return tuple(found)
 
 
 def _short(value: Any, limit: int = 100) -> str:

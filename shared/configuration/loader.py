@@ -22,6 +22,7 @@ from shared.configuration.model import (
     DEFAULT_WORKSPACE,
     EMBEDDING_PATTERN,
     MODEL_REF_PATTERN,
+    PRICE_KEY_PATTERN,
     Loc,
     SigilFile,
     dotted,
@@ -250,6 +251,10 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
     EMBEDDING_PATTERN: (
         "an embedding model",
         "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
+    ),
+    PRICE_KEY_PATTERN: (
+        "a priced model",
+        'provider/model, e.g. openai/llama3.1:8b, or "*" (every other model)',
     ),
 }
 

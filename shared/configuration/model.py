@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.budgets import ModelPrice
 from shared.models import ChannelRoute, WorkspaceConfig, WorkspaceId
 
 # The workspace a file need not declare: Settings.default_workspace when the loader is not told.
@@ -31,6 +32,8 @@ DEFAULT_WORKSPACE: Final = "default"
 MODEL_REF_PATTERN: Final = r"^[a-z0-9-]+/\S+$"
 ModelRef = Annotated[str, Field(pattern=MODEL_REF_PATTERN)]
 EMBEDDING_PATTERN: Final = r"^(auto|none|local|[a-z0-9-]+/\S+)$"
+# A key of defaults.model_prices: a model ref, or "*" (every model nobody priced).
+PRICE_KEY_PATTERN: Final = r"^(\*|[a-z0-9-]+/\S+)$"
 
 Loc = tuple[str | int, ...]
 
@@ -57,6 +60,11 @@ class Defaults(_Strict):
     embedding_model: Annotated[str, Field(pattern=EMBEDDING_PATTERN)] | None = Field(
         default=None,
         description="auto, none, local, openai/<model> or bedrock/<model> (SIGIL_EMBEDDING_MODEL)",
+    )
+    model_prices: dict[Annotated[str, Field(pattern=PRICE_KEY_PATTERN)], ModelPrice] | None = Field(
+        default=None,
+        description="USD per 1M tokens by model ref, {input_per_mtok, output_per_mtok}, over the list "
+        'prices; "*": every model nobody priced (SIGIL_MODEL_PRICES). docs/budgets.md#prices',
     )
 
     @field_validator("model", "fallback_model", "consolidation_model", mode="before")

@@ -181,7 +181,7 @@ def consolidation_model(settings: Settings) -> ConsolidationModel:
 
     provider, model = build_provider(settings, settings.consolidation_model)
     # The turn's price table (SIGIL_MODEL_PRICES): a workspace's budget prices both alike.
-    return ConsolidationModel(provider, model, PriceTable(settings.model_prices))
+    return ConsolidationModel(provider, model, PriceTable.from_settings(settings))
 
 
 # ---------------------------------------------------------------- ids and names

@@ -98,7 +98,7 @@ class LocalGateway:
             settings=self.settings,
             senders=senders,
             provider_factory=cached_provider_factory(self.settings),
-            prices=PriceTable(self.settings.model_prices),
+            prices=PriceTable.from_settings(self.settings),
             facts=TacitFacts(self.backend.memory),
             personality=LearnedPersonality(self.backend.memory),
         )

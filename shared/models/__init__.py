@@ -274,6 +274,20 @@ class BudgetLimits(Model):
     workspace: ScopeLimits = Field(default_factory=ScopeLimits)
     user: ScopeLimits = Field(default_factory=ScopeLimits)
 
+    def over(self, base: BudgetLimits) -> BudgetLimits:
+        """These limits where they were given, `base`'s wherever they were not: a limit given as
+        null stays null (that limit off). What a sigil.yaml workspace's partial `budget` means
+        (shared.configuration.effective): `{workspace: {usd_per_day: "5.00"}}` keeps the
+        default's token caps and every per-user cap, rather than dropping them (issue 26)."""
+        merged: dict[str, ScopeLimits] = {}
+        for scope in ("workspace", "user"):
+            mine: ScopeLimits = getattr(self, scope)
+            given = {name: getattr(mine, name) for name in mine.model_fields_set}
+            merged[scope] = getattr(base, scope).model_copy(
+                update=given if scope in self.model_fields_set else {}
+            )
+        return BudgetLimits(**merged)
+
 
 # How far a turn's memory reads reach (WorkspaceConfig.memory.recall, docs/privacy.md):
 # "personal" (the default): in a direct conversation the asker's own conversations on every

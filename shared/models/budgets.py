@@ -165,12 +165,15 @@ class Exhausted(_Frozen):
 
     def message(self, now: datetime) -> str:
         """What the user is told, e.g. "The daily token budget for this workspace is used up
-        (1,000,000 of 1,000,000). It resets at 00:00 UTC, in 3 h 12 min."
+        (1,000,000 of 1,000,000). It resets at 00:00 UTC, in 3 h 12 min." USD reads "(an
+        estimated $10.01 of $10.00)".
         """
         adjective = "daily" if self.period == "day" else "monthly"
         what = {"tokens": "token", "tool_calls": "tool-call", "usd": "spending"}[self.metric]
         used = format_amount(self.metric, self.used, self.limit)
-        amounts = f"({used} of {format_amount(self.metric, self.limit)})"
+        # USD is counted at the price table's prices, not read off an invoice: it says so.
+        estimated = "an estimated " if self.metric == "usd" else ""
+        amounts = f"({estimated}{used} of {format_amount(self.metric, self.limit)})"
         if self.scope == "workspace":
             first = f"The {adjective} {what} budget for this workspace is used up {amounts}."
         else:

@@ -140,7 +140,7 @@ def _run(
                 senders=SenderRegistry(dict.fromkeys(CHANNELS, sender)),
                 provider_factory=factory,
                 clock=now,
-                prices=PriceTable(settings.model_prices),
+                prices=PriceTable.from_settings(settings),
                 facts=TacitFacts(sandbox.memory),
             )
             answers: dict[tuple[str, int], TurnSide] = {}

@@ -29,7 +29,7 @@ def _figures(side: TurnSide) -> dict[str, str]:
         "outcome": side.outcome + (f" ({_cut(side.error, 120)})" if side.error else ""),
         "model": side.model or "-",
         "tokens in/out": f"{side.tokens_in}/{side.tokens_out}",
-        "cost USD": f"{side.cost_usd:.6f}",
+        "est. cost USD": f"{side.cost_usd:.6f}",
         "duration ms": f"{side.duration_ms:.1f}",
         "tool calls": "; ".join(_calls(side.tool_calls)) or "-",
     }
@@ -47,7 +47,7 @@ def _summary_rows(report: ReplayReport) -> list[tuple[str, str, str]]:
         row("turns", lambda t: t.turns),
         row("tokens in", lambda t: t.tokens_in),
         row("tokens out", lambda t: t.tokens_out),
-        row("cost USD", lambda t: f"{t.cost_usd:.6f}"),
+        row("est. cost USD", lambda t: f"{t.cost_usd:.6f}"),
         row("duration ms (sum)", lambda t: f"{t.duration_ms:.1f}"),
         row("tool calls", lambda t: t.tool_calls),
         row("outcomes", outcomes),

@@ -222,7 +222,7 @@ def test_usd_is_the_estimate_at_the_models_price(contract: ContractBackend, ws_a
     assert denied.exhausted.metric == "usd"
     assert (denied.exhausted.used, denied.exhausted.limit) == (NANOS_PER_USD // 100, NANOS_PER_USD // 100)
     assert denied.message() == (
-        "The daily spending budget for this workspace is used up ($0.01 of $0.01). "
+        "The daily spending budget for this workspace is used up (an estimated $0.01 of $0.01). "
         "It resets at 00:00 UTC, in 10 h."
     )
 

@@ -20,6 +20,11 @@ def test_each_fault_once_on_the_embedded_gateway_loses_and_doubles_nothing() -> 
     rows = {row.name: row for row in chaos.score(run)}
 
     assert run.finished and not run.problems, run.problems
+    # Then spend decided nothing: the run's own sigil.yaml turned the workspace's budget off, as
+    # the gateway stored it (issue 27: the default $10 a day refused the last turns of a long run)
+    assert run.stored_budget == "null"
+    # and the bench's own verdict, which fails its run, finds nothing
+    assert chaos.failures(run, chaos.score(run)) == []
     # Then every message has exactly one reply, in the order sent, with its own text
     for row in rows.values():
         counts = (row.expected, row.received, row.duplicates, row.out_of_order, row.lost, row.wrong)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from shared.adapters.embedded import build_embedded_backend
 from shared.cli import app
 from shared.config import Settings
-from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
+from shared.models import DEFAULT_BUDGET, BudgetLimits, ChannelRoute, ScopeLimits, WorkspaceConfig
 from tests.support.moto_stack import MotoStack, moto_stack
 
 runner = CliRunner()
@@ -89,9 +90,15 @@ def test_apply_then_diff_is_empty_and_a_second_apply_changes_nothing(
     data = ["--data-dir", str(tmp_path / "state")]
     status, out = sigil("config", "diff", str(config_file), *data)
     assert status == 0
+    # Each new workspace with its effective budget: the family's is the default, the team's the
+    # default with its one limit changed (the file gives only workspace.usd_per_day)
     assert out.splitlines() == [
         "+ workspace family (create)",
+        "    budget: workspace: 5,000,000 tokens a day, an estimated $10.00 a day; "
+        "each user: 1,000,000 tokens a day, an estimated $2.00 a day",
         "+ workspace team (create)",
+        "    budget: workspace: 5,000,000 tokens a day, an estimated $3.50 a day; "
+        "each user: 1,000,000 tokens a day, an estimated $2.00 a day",
         "+ route slack/acme (create)",
         "+ route telegram/family (create)",
         "+ route telegram/team (create)",
@@ -128,8 +135,12 @@ def test_apply_then_diff_is_empty_and_a_second_apply_changes_nothing(
         budget=DEFAULT_BUDGET,
     )
     assert team is not None and team.model == "anthropic/claude-sonnet-4-5"
-    assert team.budget is not None and str(team.budget.workspace.usd_per_day) == "3.50"
-    assert team.budget.user.usd_per_day is None
+    # The team's partial budget (workspace: usd_per_day) is DEFAULT_BUDGET with that one limit
+    # changed: the default's token cap and every per-user cap stay (issue 26), not dropped.
+    assert team.budget == BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=5_000_000, usd_per_day=Decimal("3.50")),
+        user=DEFAULT_BUDGET.user,
+    )
     assert (team.skills, team.model_choices, team.memory.recall) == (
         ["meeting-notes"],
         ["anthropic/claude-haiku-4-5"],
@@ -210,7 +221,9 @@ def test_the_same_file_gives_identical_effective_configs_on_embedded_and_on_a_st
             shown_local = sigil("workspace", "show", workspace, "-o", output, *local)
             shown_stack = sigil("workspace", "show", workspace, "-o", output, *stack.args())
             assert shown_local[0] == shown_stack[0] == 0
-            assert shown_local[1] == shown_stack[1]
+            # The same, but for the model's price, shown for the local target only: it is this
+            # machine's settings' price, and a stack's functions price by their own environment
+            assert _unpriced(shown_local[1]) == shown_stack[1]
     family = json.loads(sigil("workspace", "show", "family", "-o", "json", *stack.args())[1])
     assert (family["id"], family["model"], family["active_window"]) == ("family", "openai/gpt-4.1-mini", 30)
 
@@ -223,6 +236,10 @@ def test_the_same_file_gives_identical_effective_configs_on_embedded_and_on_a_st
     finally:
         backend.close()
     assert DynamoRouteStore(stack.resources.sessions_table, region="us-east-1").list_routes() == local_routes
+
+
+def _unpriced(shown: str) -> str:
+    return "".join(line for line in shown.splitlines(keepends=True) if not line.startswith("# price of "))
 
 
 def test_show_of_an_unknown_workspace_lists_the_known_ones(tmp_path: Path, config_file: Path) -> None:
@@ -283,4 +300,44 @@ def test_a_skill_a_workspace_names_but_the_target_lacks_is_pointed_out(
         0,
         "no changes\n! workspace family: skill "
         "'trip-planer' is not installed there (installed: pdf-forms; `sigil skill install ... -w family`)\n",
+    )
+
+
+def test_a_partial_budget_keeps_the_defaults_and_diff_and_show_give_the_effective_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a workspace that sets one limit of its budget, on a model an Ollama server serves
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+    monkeypatch.delenv("SIGIL_MODEL_PRICES", raising=False)
+    path = tmp_path / "sigil.yaml"
+    path.write_text(
+        "workspaces:\n  team:\n    model: openai/llama3.1:8b\n"
+        '    budget: {workspace: {usd_per_day: "5.00"}}\n'
+    )
+    data = ["--data-dir", str(tmp_path / "state")]
+    assert sigil("config", "apply", *data)[0] == 0
+    # When it is shown, then its budget is the default's with that limit changed, the token cap
+    # and every per-user cap kept (issue 26), said in words with its $ marked as estimates, and
+    # the model's price says where it comes from: a local server's model nobody priced is free
+    status, shown = sigil("workspace", "show", "team", *data)
+    assert status == 0
+    effective = (
+        "workspace: 5,000,000 tokens a day, an estimated $5.00 a day; "
+        "each user: 1,000,000 tokens a day, an estimated $2.00 a day"
+    )
+    assert shown.splitlines()[-2:] == [
+        f"# budget: {effective}",
+        "# price of openai/llama3.1:8b: free: served from a local base URL and priced by nobody "
+        "(declare a price to count spend)",
+    ]
+    # When the file turns the workspace's token cap off (a limit given as null), then the diff
+    # shows the budget before and after in words, whole
+    path.write_text(
+        path.read_text().replace('usd_per_day: "5.00"', 'usd_per_day: "5.00", tokens_per_day: null')
+    )
+    assert sigil("config", "diff", *data) == (
+        0,
+        "~ workspace team\n"
+        f"    budget: {effective} -> workspace: an estimated $5.00 a day; "
+        "each user: 1,000,000 tokens a day, an estimated $2.00 a day\n",
     )

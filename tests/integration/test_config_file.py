@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from shared.budgets import PriceTable
 from shared.cli import app
 from shared.config import Settings
 from shared.configuration import ConfigFileError, file_settings, json_schema, load_file
@@ -328,3 +330,64 @@ def test_a_value_off_its_pattern_is_told_what_is_allowed(tmp_path: Path) -> None
         "characters of letters, digits and . _ @ + = -, starting with a letter or digit",
         f"{path}:7: channels[1].workspace: unknown workspace 'famly'; the known ones are: default, family",
     ]
+
+
+def test_the_files_model_prices_price_the_gateways_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a file that declares a price for a self-hosted model and for every model nobody priced
+    path = write(
+        tmp_path,
+        """
+        defaults:
+          model: openai/llama3.1:70b
+          model_prices:
+            openai/llama3.1:70b: {input_per_mtok: 0.05, output_per_mtok: "0.10"}
+            "*": {input_per_mtok: 3, output_per_mtok: 15}
+        """,
+    )
+    monkeypatch.setenv("SIGIL_CONFIG", str(path))
+    monkeypatch.delenv("SIGIL_MODEL_PRICES", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://10.0.0.7:8000/v1")  # a vLLM server on the LAN
+    settings, _ = file_settings()
+    prices = PriceTable.from_settings(settings)
+    # Then the declared price wins over the local server's "free", exactly as written
+    declared = prices.quote("openai/llama3.1:70b")
+    assert (declared.source, declared.price.input_per_mtok, declared.price.output_per_mtok) == (
+        "declared",
+        Decimal("0.05"),
+        Decimal("0.10"),
+    )
+    assert prices.cost_nanos("openai/llama3.1:70b", 1_000_000, 1_000_000) == 150_000_000
+    # and another model of that server, priced by nobody, is free; an unlisted model elsewhere
+    # costs the declared "*"
+    assert prices.quote("openai/qwen2.5:7b").source == "local"
+    assert prices.cost_nanos("openai/qwen2.5:7b", 10**6, 10**6) == 0
+    assert prices.quote("anthropic/claude-next").price.input_per_mtok == 3
+    # And the environment's SIGIL_MODEL_PRICES wins over the file's, wholesale
+    monkeypatch.setenv(
+        "SIGIL_MODEL_PRICES", '{"openai/llama3.1:70b": {"input_per_mtok": 1, "output_per_mtok": 2}}'
+    )
+    env_prices = PriceTable.from_settings(file_settings()[0])
+    assert env_prices.price("openai/llama3.1:70b").output_per_mtok == 2
+    assert env_prices.quote("anthropic/claude-next").price.input_per_mtok == 15  # no "*" any more
+
+
+def test_a_bad_model_price_names_its_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        defaults:
+          model_prices:
+            llama3: {input_per_mtok: 0, output_per_mtok: 0}
+            openai/gpt-x: {input_per_mtok: -1, output_per_mtok: 0}
+        """,
+    )
+    with pytest.raises(ConfigFileError) as raised:
+        load_file(path)
+    lines = str(raised.value).splitlines()
+    assert lines[0] == (
+        f"{path}:3: defaults.model_prices.llama3 (the key): 'llama3' is not a priced model: a priced "
+        'model is provider/model, e.g. openai/llama3.1:8b, or "*" (every other model)'
+    )
+    assert lines[1].startswith(f"{path}:4: defaults.model_prices.openai/gpt-x.input_per_mtok: ")

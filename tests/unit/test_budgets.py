@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -28,11 +29,13 @@ from shared.budgets import (
     TurnBudget,
     bucket_key,
     buckets,
+    describe_limits,
     evaluate,
     period_label,
     period_reset,
     period_start,
 )
+from shared.config import Settings, is_local_url
 from shared.models import BudgetLimits, ScopeLimits, WorkspaceConfig
 from shared.ports import BudgetStore
 
@@ -140,6 +143,83 @@ def test_prices_are_overridden_from_a_mapping() -> None:
 
     only = PriceTable({"local/llama": {"input_per_mtok": 0, "output_per_mtok": 0}}, defaults={})
     assert not only.known("openai/gpt-4.1-mini")
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://localhost:11434/v1", True),  # Ollama
+        ("http://127.0.0.1:8000/v1", True),  # vLLM
+        ("http://[::1]:8080/v1", True),
+        ("http://10.1.2.3:8000/v1", True),
+        ("http://192.168.1.20:1234/v1", True),  # LM Studio on the LAN
+        ("http://host.docker.internal:11434/v1", True),
+        ("http://gpu-box.local:8000/v1", True),
+        ("https://api.openai.com/v1", False),
+        ("https://openrouter.ai/api/v1", False),
+        ("https://8.8.8.8/v1", False),
+        (None, False),
+    ],
+)
+def test_which_base_urls_are_local(url: str | None, local: bool) -> None:
+    assert is_local_url(url) is local
+
+
+def test_a_model_behind_a_local_base_url_is_free_unless_priced() -> None:
+    # Given an OpenAI-compatible server on this machine (Ollama) and Anthropic's own API
+    settings = Settings(openai_base_url="http://localhost:11434/v1", model_prices={})
+    table = PriceTable.from_settings(settings)
+    # Then its models nobody prices cost nothing, and say why
+    local = table.quote("openai/llama3.1:8b")
+    assert (local.source, table.cost_nanos("openai/llama3.1:8b", 10**6, 10**6)) == ("local", 0)
+    assert "free" in local.describe() and "local base URL" in local.describe()
+    # and a model the list prices keeps its price there (a local proxy to a paid API is not free)
+    assert table.quote("openai/gpt-4.1-mini").source == "list"
+    assert table.price("openai/gpt-4.1-mini") == DEFAULT_PRICES["openai/gpt-4.1-mini"]
+    # and the other providers' unknown models are still estimated dear
+    assert table.quote("anthropic/claude-next").price == DEFAULT_UNKNOWN_PRICE
+    # and a price the operator declares wins over "free" (and over the list)
+    declared = PriceTable.from_settings(
+        settings.model_copy(
+            update={"model_prices": {"openai/llama3.1:8b": {"input_per_mtok": 0.1, "output_per_mtok": 0.2}}}
+        )
+    ).quote("openai/llama3.1:8b")
+    assert (declared.source, declared.price.output_per_mtok) == ("declared", Decimal("0.2"))
+    # and with the public API as base URL nothing is local
+    assert (
+        PriceTable.from_settings(Settings(openai_base_url="https://api.openai.com/v1"))
+        .quote("openai/llama3.1:8b")
+        .source
+        == "unknown"
+    )
+
+
+def test_each_price_says_where_it_comes_from() -> None:
+    table = PriceTable({"openai/mine": {"input_per_mtok": 1, "output_per_mtok": 2}})
+    assert table.quote("openai/mine").describe() == "$1 in / $2 out per 1M tokens (declared)"
+    assert table.quote("openai/gpt-4.1-mini").describe() == "$0.4 in / $1.6 out per 1M tokens (list price)"
+    assert table.quote("acme/x").describe() == (
+        "$15 in / $75 out per 1M tokens: no price known, a cautious estimate "
+        "(declare one in sigil.yaml defaults.model_prices)"
+    )
+
+
+def test_an_unpriced_model_is_warned_about_once_per_process_not_per_table(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The gateway builds a table for each consumer (a turn's deps, admission, consolidation): a
+    # model nobody priced was warned about by each, and by the consolidator on every run
+    ref = f"acme/model-{uuid.uuid4().hex}"
+    with caplog.at_level(logging.INFO, logger="sigil.budgets"):
+        for _ in range(3):
+            PriceTable().price(ref)
+            PriceTable.from_settings(Settings(openai_base_url="http://127.0.0.1:1/v1")).price(
+                ref.replace("acme/", "openai/")
+            )
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith(f"no price for model {ref}") and "defaults.model_prices" in messages[0]
+    assert "served from a local base URL" in messages[1]
 
 
 def test_a_malformed_price_is_refused() -> None:
@@ -311,19 +391,19 @@ def test_the_issues_message() -> None:
         (
             {"metric": "usd", "used": 5_003_000_000, "limit": 5_000_000_000},
             NOW,
-            "The daily spending budget for this workspace is used up ($5.00 of $5.00). "
+            "The daily spending budget for this workspace is used up (an estimated $5.00 of $5.00). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
             {"scope": "user", "metric": "usd", "used": 1_250_000, "limit": 1_000_000},
             NOW,
-            "Your daily spending budget is used up ($0.001250 of $0.001000). "
+            "Your daily spending budget is used up (an estimated $0.001250 of $0.001000). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
             {"metric": "usd", "used": 1_234_567_000_000, "limit": 1_200_000_000_000},
             NOW,
-            "The daily spending budget for this workspace is used up ($1,234.57 of $1,200.00). "
+            "The daily spending budget for this workspace is used up (an estimated $1,234.57 of $1,200.00). "
             "It resets at 00:00 UTC, in 3 h 12 min.",
         ),
         (
@@ -526,3 +606,41 @@ def test_a_turn_counts_in_the_day_it_started() -> None:
     assert decision.exhausted.resets_at == datetime(2026, 3, 18, tzinfo=UTC)
     charge = budget.pending()
     assert charge is not None and {b.key for b in charge.buckets if b.period == "day"} == {WS_DAY}
+
+
+# ---------------------------------------------------------------- partial budgets and their words
+
+
+def test_a_partial_budget_over_the_default_keeps_every_limit_it_does_not_give() -> None:
+    # Given the default (5M tokens and $10 a day for the workspace, 1M and $2 for each user)
+    default = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=5_000_000, usd_per_day=Decimal("10.00")),
+        user=ScopeLimits(tokens_per_day=1_000_000, usd_per_day=Decimal("2.00")),
+    )
+    # When a budget gives one workspace limit, as sigil.yaml's `{workspace: {usd_per_day: "5.00"}}`
+    given = BudgetLimits.model_validate({"workspace": {"usd_per_day": "5.00"}})
+    # Then only that limit changes: the token cap and every per-user cap stay
+    assert given.over(default) == BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=5_000_000, usd_per_day=Decimal("5.00")),
+        user=default.user,
+    )
+    # And a limit given as null is off, and a scope given empty keeps the default's
+    off = BudgetLimits.model_validate({"workspace": {"tokens_per_day": None}, "user": {}})
+    assert off.over(default) == BudgetLimits(
+        workspace=ScopeLimits(usd_per_day=Decimal("10.00")), user=default.user
+    )
+    # And the default itself is never changed
+    assert default.workspace.usd_per_day == Decimal("10.00")
+
+
+def test_a_budget_in_words_names_its_limits_and_marks_usd_as_estimated() -> None:
+    limits = BudgetLimits(
+        workspace=ScopeLimits(tokens_per_day=5_000_000, usd_per_month=Decimal("250")),
+        user=ScopeLimits(tool_calls_per_day=200, usd_per_day=Decimal("0.0015")),
+    )
+    assert describe_limits(limits) == (
+        "workspace: 5,000,000 tokens a day, an estimated $250.00 a month; "
+        "each user: 200 tool calls a day, an estimated $0.001500 a day"
+    )
+    assert describe_limits(BudgetLimits()) == "no limits (usage counted)"
+    assert describe_limits(None) == "off (nothing counted)"
