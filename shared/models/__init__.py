@@ -317,7 +317,9 @@ class WebSearchConfig(Model):
     @model_validator(mode="after")
     def _endpoint_for_searxng(self) -> WebSearchConfig:
         if self.provider == "searxng" and self.endpoint is None:
-            raise ValueError("a searxng provider needs its endpoint, e.g. http://searxng.internal:8080/search")
+            raise ValueError(
+                "a searxng provider needs its endpoint, e.g. http://searxng.internal:8080/search"
+            )
         return self
 
 

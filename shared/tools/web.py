@@ -162,7 +162,7 @@ class WebClient:
         at = within(timeout_s)
         for _ in range(self.max_redirects + 1):
             host, port, address = self._checked(url, at)
-            response, conn = self._open(url, host, port, address, {"Accept": _ACCEPT}, at)
+            response, conn = self._open(url, host, port, address=address, headers={"Accept": _ACCEPT}, at=at)
             try:
                 if response.status in (301, 302, 303, 307, 308):
                     location = response.getheader("Location")
@@ -185,7 +185,9 @@ class WebClient:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest("the search endpoint must be an http or https URL")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        response, conn = self._open(url, parts.hostname, port, None, {"Accept": "application/json", **headers}, at)
+        response, conn = self._open(
+            url, parts.hostname, port, address=None, headers={"Accept": "application/json", **headers}, at=at
+        )
         try:
             body, _ = _read(response, conn, max_bytes, at, encoding=response.getheader("Content-Encoding"))
             return response.status, {k.lower(): v for k, v in response.getheaders()}, body
@@ -203,7 +205,9 @@ class WebClient:
         except ValueError:
             raise BadRequest(f"{url!r} is not a valid URL") from None
         if parts.scheme not in ("http", "https"):
-            raise BadRequest(f"only http and https URLs can be fetched, not {parts.scheme or 'a bare path'!r}")
+            raise BadRequest(
+                f"only http and https URLs can be fetched, not {parts.scheme or 'a bare path'!r}"
+            )
         host = parts.hostname
         if not host:
             raise BadRequest(f"{url!r} names no host")
@@ -238,6 +242,7 @@ class WebClient:
         url: str,
         host: str,
         port: int,
+        *,
         address: str | None,
         headers: dict[str, str],
         at: float | None,
@@ -268,7 +273,12 @@ class WebClient:
             raise _network_error(host, exc, at) from None
 
     def _read_page(
-        self, url: str, response: http.client.HTTPResponse, conn: http.client.HTTPConnection, max_bytes: int, at: float | None
+        self,
+        url: str,
+        response: http.client.HTTPResponse,
+        conn: http.client.HTTPConnection,
+        max_bytes: int,
+        at: float | None,
     ) -> Fetched:
         if response.status >= 400:
             raise WebError(f"{url} answered {response.status} {response.reason}")
