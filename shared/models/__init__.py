@@ -299,6 +299,7 @@ class MemoryConfig(Model):
 # turns them on, since a fetched page or a search result is untrusted text from anyone, and a
 # fetch is a request from inside the deployment's network.
 WebSearchProviderName = Literal["brave", "searxng"]
+HTTP_URL_PATTERN = r"^https?://"
 
 
 class WebSearchConfig(Model):
@@ -309,7 +310,7 @@ class WebSearchConfig(Model):
     # Brave: None means https://api.search.brave.com/res/v1/web/search. SearXNG: its /search URL,
     # required. The operator's own choice, so it is not held to web_fetch's address rules (a
     # self-hosted engine is usually on a private network).
-    endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    endpoint: str | None = Field(default=None, pattern=HTTP_URL_PATTERN)
     # The secret holding the API key (Brave); read from the secret store at each search.
     api_key_secret: str = Field(default="web-search/brave-api-key", min_length=1, max_length=256)
     max_results: int = Field(default=5, ge=1, le=20)
