@@ -66,7 +66,13 @@ class Secrets(Construct):
         super().__init__(scope, construct_id)
         self.prefix = prefix
         self.web_keys = tuple(web_secret(w).key for w in web_workspaces)
-        specs = (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *TOOL_KEYS, *(web_secret(w) for w in web_workspaces))
+        specs = (
+            *INGRESS_SECRETS,
+            *CHANNEL_TOKENS,
+            *LLM_KEYS,
+            *TOOL_KEYS,
+            *(web_secret(w) for w in web_workspaces),
+        )
         self.secrets: dict[str, secretsmanager.Secret] = {}
         for spec in specs:
             self.secrets[spec.key] = secretsmanager.Secret(
