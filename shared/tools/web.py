@@ -30,6 +30,7 @@ the tool: it costs ~0.2 s, which a turn that fetches nothing never pays.
 
 from __future__ import annotations
 
+import codecs
 import http.client
 import ipaddress
 import re
@@ -161,8 +162,10 @@ class WebClient:
         """GET `url` (following redirects, each checked), reading at most `max_bytes` of text."""
         at = within(timeout_s)
         for _ in range(self.max_redirects + 1):
-            host, port, address = self._checked(url, at)
-            response, conn = self._open(url, host, port, address=address, headers={"Accept": _ACCEPT}, at=at)
+            host, port, addresses = self._checked(url, at)
+            response, conn = self._open(
+                url, host, port, addresses=addresses, headers={"Accept": _ACCEPT}, at=at
+            )
             try:
                 if response.status in (301, 302, 303, 307, 308):
                     location = response.getheader("Location")
@@ -186,7 +189,12 @@ class WebClient:
             raise BadRequest("the search endpoint must be an http or https URL")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         response, conn = self._open(
-            url, parts.hostname, port, address=None, headers={"Accept": "application/json", **headers}, at=at
+            url,
+            parts.hostname,
+            port,
+            addresses=None,
+            headers={"Accept": "application/json", **headers},
+            at=at,
         )
         try:
             body, _ = _read(response, conn, max_bytes, at, encoding=response.getheader("Content-Encoding"))
@@ -196,9 +204,9 @@ class WebClient:
 
     # ---------------------------------------------------------------- the checks
 
-    def _checked(self, url: str, at: float | None) -> tuple[str, int, str]:
-        """The URL's host, port and the one address to connect to, once every address the host
-        resolves to has passed."""
+    def _checked(self, url: str, at: float | None) -> tuple[str, int, tuple[str, ...]]:
+        """The URL's host, port and the addresses to connect to, once every one the host resolves
+        to has passed."""
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -233,7 +241,7 @@ class WebClient:
                     f"{host}{named} {reason}: web_fetch reaches public addresses only. "
                     "Tell the user it cannot be fetched from here."
                 )
-        return host, port, addresses[0]
+        return host, port, tuple(a.split("%", 1)[0] for a in addresses)
 
     # ---------------------------------------------------------------- the request
 
@@ -243,7 +251,7 @@ class WebClient:
         host: str,
         port: int,
         *,
-        address: str | None,
+        addresses: tuple[str, ...] | None,
         headers: dict[str, str],
         at: float | None,
     ) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
@@ -251,9 +259,9 @@ class WebClient:
         timeout = _left(at)
         conn: http.client.HTTPConnection
         if parts.scheme == "https":
-            conn = _PinnedHTTPS(host, port, address, timeout=timeout, context=self.tls)
+            conn = _PinnedHTTPS(host, port, addresses, timeout=timeout, context=self.tls)
         else:
-            conn = _PinnedHTTP(host, port, address, timeout=timeout)
+            conn = _PinnedHTTP(host, port, addresses, timeout=timeout)
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
@@ -292,10 +300,20 @@ class WebClient:
             url=url,
             status=response.status,
             media_type=media_type,
-            charset=message.get_param("charset") if isinstance(message.get_param("charset"), str) else None,  # type: ignore[arg-type]
+            charset=_charset(message.get_param("charset")),
             body=body,
             cut=cut,
         )
+
+
+def _charset(value: object) -> str | None:
+    """The Content-Type's charset when Python knows it; None lets the extractor guess."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return codecs.lookup(value).name
+    except LookupError:
+        return None
 
 
 _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.1"
@@ -357,15 +375,34 @@ def _read(
     return bytes(out[:max_bytes]), cut
 
 
-class _PinnedHTTP(http.client.HTTPConnection):
-    """Connects to `address` (None: the host's own resolution) while naming `host` in Host."""
+def _connect(addresses: tuple[str, ...] | None, host: str, port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to the first of `addresses` that answers (None: the host's own
+    resolution, for the operator's endpoints). Never a lookup of its own for a checked URL, so
+    what was checked is what is reached."""
+    if addresses is None:
+        return socket.create_connection((host, port), timeout)
+    error: OSError | None = None
+    for address in addresses:
+        try:
+            return socket.create_connection((address, port), timeout)
+        except TimeoutError:
+            raise
+        except OSError as exc:  # e.g. an IPv6 address on a network without IPv6: try the next
+            error = exc
+    raise error or OSError(f"no address to connect to for {host}")
 
-    def __init__(self, host: str, port: int, address: str | None, *, timeout: float | None) -> None:
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """Connects to the checked `addresses` while naming `host` in the Host header."""
+
+    def __init__(
+        self, host: str, port: int, addresses: tuple[str, ...] | None, *, timeout: float | None
+    ) -> None:
         super().__init__(host, port, timeout=timeout)
-        self._address = address
+        self._addresses = addresses
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self._address or self.host, self.port), self.timeout)
+        self.sock = _connect(self._addresses, self.host, self.port, self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
@@ -373,14 +410,20 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
     """As _PinnedHTTP over TLS: the certificate is checked against `host` (SNI names it too)."""
 
     def __init__(
-        self, host: str, port: int, address: str | None, *, timeout: float | None, context: ssl.SSLContext
+        self,
+        host: str,
+        port: int,
+        addresses: tuple[str, ...] | None,
+        *,
+        timeout: float | None,
+        context: ssl.SSLContext,
     ) -> None:
         super().__init__(host, port, timeout=timeout, context=context)
-        self._address = address
+        self._addresses = addresses
         self._tls = context
 
     def connect(self) -> None:
-        sock = socket.create_connection((self._address or self.host, self.port), self.timeout)
+        sock = _connect(self._addresses, self.host, self.port, self.timeout)
         self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
 
 

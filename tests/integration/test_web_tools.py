@@ -586,3 +586,33 @@ def test_brave_key_from_secrets_manager_on_the_aws_backend(backend: Backend, eng
     assert (
         result.content.splitlines()[0] == "web_search (brave): 3 results for 'python readability extractor'"
     )
+
+
+def test_searxng_without_the_json_format_is_told_how_to_turn_it_on(
+    backend: Backend, engine: FakeSearch
+) -> None:
+    engine.routes["/search"] = lambda h: send(h, 403, b"<html>403 Forbidden</html>", "text/html")
+    config = WebSearchConfig(provider="searxng", endpoint=engine.url("/search"))
+    result = search_tool(backend, config, "anything")
+    assert error_of(result)["error"] == "not_configured" and "search.formats" in result.content
+
+
+def test_the_stack_creates_and_grants_the_default_brave_key_secret() -> None:
+    # What the agent reads by default is a secret the stack creates and lets it read (TOOL_KEYS)
+    from shared.config import TOOL_KEYS
+
+    assert WebSearchConfig(provider="brave").api_key_secret in {s.key for s in TOOL_KEYS}
+
+
+def test_each_checked_address_is_tried_in_turn(backend: Backend, site: Site) -> None:
+    # ::1 first (nothing listens there: the server is on 127.0.0.1), then 127.0.0.1
+    both = (*LOOPBACK, ipaddress.ip_network("::1/128"))
+    client = WebClient(resolver=resolver({"dual.test": ["::1", "127.0.0.1"]}), allow=both)
+    result = fetch_tool(backend, client, {"url": site.url("/article", host="dual.test")})
+    assert not result.is_error and "Kayaks" in result.content
+
+
+def test_a_charset_python_does_not_know_still_reads_the_page(backend: Backend, site: Site) -> None:
+    site.routes["/odd"] = lambda h: send(h, 200, PAGE.encode(), "text/html; charset=x-no-such-charset")
+    result = fetch_tool(backend, WebClient(allow=LOOPBACK), {"url": site.url("/odd")})
+    assert not result.is_error and "Kayaks on the fjord" in result.content
