@@ -43,7 +43,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Protocol
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -223,6 +223,11 @@ class WebClient:
             raise BadRequest("a URL with a user name or password in it is not fetched")
         port = port or (443 if parts.scheme == "https" else 80)
         try:
+            # An internationalised name as DNS and the Host header carry it (xn--...).
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise BadRequest(f"{parts.hostname!r} is not a valid host name") from None
+        try:
             literal: IPAddress | None = ipaddress.ip_address(host)
         except ValueError:
             literal = None
@@ -262,9 +267,11 @@ class WebClient:
             conn = _PinnedHTTPS(host, port, addresses, timeout=timeout, context=self.tls)
         else:
             conn = _PinnedHTTP(host, port, addresses, timeout=timeout)
-        path = parts.path or "/"
+        # A path or query as the model wrote it may hold spaces or non-ASCII letters: percent-
+        # encoded here (what is already encoded stays as it is).
+        path = quote(parts.path or "/", safe=_URL_SAFE)
         if parts.query:
-            path += "?" + parts.query
+            path += "?" + quote(parts.query, safe=_URL_SAFE)
         try:
             conn.request(
                 "GET",
@@ -316,6 +323,7 @@ def _charset(value: object) -> str | None:
         return None
 
 
+_URL_SAFE = "/%:@!$&'()*+,;=?~-._"
 _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.1"
 
 

@@ -616,3 +616,10 @@ def test_a_charset_python_does_not_know_still_reads_the_page(backend: Backend, s
     site.routes["/odd"] = lambda h: send(h, 200, PAGE.encode(), "text/html; charset=x-no-such-charset")
     result = fetch_tool(backend, WebClient(allow=LOOPBACK), {"url": site.url("/odd")})
     assert not result.is_error and "Kayaks on the fjord" in result.content
+
+
+def test_a_path_with_spaces_and_accents_is_sent_encoded(backend: Backend, site: Site) -> None:
+    site.routes["/caf%C3%A9%20menu"] = lambda h: send(h, 200, b"the menu", "text/plain")
+    result = fetch_tool(backend, WebClient(allow=LOOPBACK), {"url": site.url("/café menu")})
+    assert not result.is_error and "the menu" in result.content
+    assert site.requests[0][0] == "/caf%C3%A9%20menu"
