@@ -25,7 +25,7 @@ lives on a private network). Its API key comes from the secret store at each cal
 logged, returned or put in an error.
 
 The extractor (readability-lxml for the main content, html-text for its text) is imported inside
-the tool: it costs ~0.2 s, which a turn that fetches nothing never pays.
+the tool: it costs 0.3-0.4 s, which a turn that fetches nothing never pays.
 """
 
 from __future__ import annotations
