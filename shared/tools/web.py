@@ -448,7 +448,7 @@ def readable(fetched: Fetched) -> Page:
     """The page's main text: readability's article for HTML, the text itself otherwise."""
     if fetched.media_type not in HTML_TYPES:
         return Page(title=None, text=fetched.body.decode(fetched.charset or "utf-8", errors="replace"))
-    # Imported here: lxml and the extractors cost ~0.2 s, paid by the first fetch only.
+    # Imported here: lxml and the extractors cost 0.3-0.4 s, paid by the first fetch only.
     import html_text
     from readability import Document
 
