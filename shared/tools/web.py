@@ -40,8 +40,9 @@ import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.message import Message
+from functools import cache
 from typing import Any, Protocol
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -156,7 +157,8 @@ class WebClient:
     resolver: Resolver = system_resolver
     allow: tuple[IPNetwork, ...] = ()
     max_redirects: int = MAX_REDIRECTS
-    tls: ssl.SSLContext = field(default_factory=ssl.create_default_context)
+    # None: the system's CA bundle, loaded at the first https request (40 ms: not at import).
+    tls: ssl.SSLContext | None = None
 
     def fetch(self, url: str, *, max_bytes: int, timeout_s: float) -> Fetched:
         """GET `url` (following redirects, each checked), reading at most `max_bytes` of text."""
@@ -264,7 +266,7 @@ class WebClient:
         timeout = _left(at)
         conn: http.client.HTTPConnection
         if parts.scheme == "https":
-            conn = _PinnedHTTPS(host, port, addresses, timeout=timeout, context=self.tls)
+            conn = _PinnedHTTPS(host, port, addresses, timeout=timeout, context=self.tls or _system_tls())
         else:
             conn = _PinnedHTTP(host, port, addresses, timeout=timeout)
         # A path or query as the model wrote it may hold spaces or non-ASCII letters: percent-
@@ -311,6 +313,11 @@ class WebClient:
             body=body,
             cut=cut,
         )
+
+
+@cache
+def _system_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 def _charset(value: object) -> str | None:

@@ -623,3 +623,66 @@ def test_a_path_with_spaces_and_accents_is_sent_encoded(backend: Backend, site: 
     result = fetch_tool(backend, WebClient(allow=LOOPBACK), {"url": site.url("/café menu")})
     assert not result.is_error and "the menu" in result.content
     assert site.requests[0][0] == "/caf%C3%A9%20menu"
+
+
+def self_signed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for `name` and its key, as PEM files (the test's own CA of one)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_sni_and_the_certificate_check(
+    backend: Backend, tmp_path: Path
+) -> None:
+    import ssl
+
+    cert_file, key_file = self_signed(tmp_path, "secure.test")
+    site = Site()
+    try:
+        site.routes["/article"] = lambda h: send(h, 200, PAGE.encode(), "text/html; charset=utf-8")
+        server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_tls.load_cert_chain(cert_file, key_file)
+        site.server.socket = server_tls.wrap_socket(site.server.socket, server_side=True)
+        trusting = ssl.create_default_context(cafile=str(cert_file))
+        client = WebClient(
+            resolver=resolver({"secure.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}),
+            allow=LOOPBACK,
+            tls=trusting,
+        )
+        url = f"https://secure.test:{site.port}/article"
+        result = fetch_tool(backend, client, {"url": url})
+        assert not result.is_error, result.content
+        assert "Kayaks on the fjord" in result.content
+        # The same address under a name the certificate does not carry: the check still holds
+        other = fetch_tool(backend, client, {"url": f"https://other.test:{site.port}/article"})
+        assert error_of(other)["error"] == "web_unavailable" and "TLS" in error_of(other)["message"]
+    finally:
+        site.close()
