@@ -8,7 +8,8 @@ their WebClient with `allow=(127.0.0.1/32,)`, and names get their addresses from
 passed by construction (the Resolver port), never from a patched socket module.
 
 web_search: a fake Brave API and a fake SearXNG replaying the real APIs' responses
-(tests/fixtures/web_search), the key read from the secret store (file and Secrets Manager on moto).
+(tests/fixtures/web_search), the key read from the secret store. Both tools also on the aws backend
+(moto: the web config from DynamoDB, the key from Secrets Manager).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from shared.adapters.aws.secrets import SecretsManagerStore
+from shared.adapters.aws import build_aws_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -50,6 +51,7 @@ from shared.providers.deadline import deadline
 from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext, ToolRegistry, default_registry
 from shared.tools.web import WebClient, refused_reason, web_tools
+from tests.support.moto_aws import REGION, name_for, provision
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "web_search"
 WS = "ws1"
@@ -575,17 +577,37 @@ def test_searxng_results_come_back(backend: Backend, engine: FakeSearch) -> None
     assert "2. html-text · PyPI — https://pypi.org/project/html-text/ · 2025-10-02T00:00:00" in result.content
 
 
-@mock_aws
-def test_brave_key_from_secrets_manager_on_the_aws_backend(backend: Backend, engine: FakeSearch) -> None:
-    # The agent Lambda's secret store: Secrets Manager under the stack's prefix (moto)
-    client = boto3.client("secretsmanager", region_name="us-east-1")
-    client.create_secret(Name="sigil/web-search/brave-api-key", SecretString=engine.key)
-    backend.secrets = SecretsManagerStore(prefix="sigil/", client=client)
-    result = search_tool(backend, brave(engine), "python readability extractor")
-    assert not result.is_error, result.content
-    assert (
-        result.content.splitlines()[0] == "web_search (brave): 3 results for 'python readability extractor'"
-    )
+def test_both_tools_on_the_aws_backend(tmp_path: Path, site: Site, engine: FakeSearch) -> None:
+    # The agent Lambda's backend on moto: the workspace's web config from DynamoDB, Brave's key
+    # from Secrets Manager under the stack's prefix
+    with mock_aws():
+        resources = provision(name_for(tmp_path))
+        backend = build_aws_backend(resources.settings())
+        try:
+            boto3.client("secretsmanager", region_name=REGION).create_secret(
+                Name=f"{resources.secrets_prefix}web-search/brave-api-key", SecretString=engine.key
+            )
+            web = WebConfig(fetch=True, search=brave(engine))
+            config = WorkspaceConfig(id=WS, web=web)
+            backend.workspaces.put(config)
+            tools = registry(WebClient(allow=LOOPBACK))
+            ctx = context(backend)
+            args = json.dumps({"url": site.url("/article")})
+            fetched = tools.execute(ToolCall(id="c1", name="web_fetch", arguments=args), ctx, config)
+            assert not fetched.is_error and "Kayaks on the fjord" in fetched.content
+            query = json.dumps({"query": "python readability extractor"})
+            found = tools.execute(ToolCall(id="c2", name="web_search", arguments=query), ctx, config)
+            assert not found.is_error, found.content
+            assert (
+                found.content.splitlines()[0]
+                == "web_search (brave): 3 results for 'python readability extractor'"
+            )
+            # and turned off in the stored config, refused
+            backend.workspaces.put(WorkspaceConfig(id=WS))
+            off = tools.execute(ToolCall(id="c3", name="web_fetch", arguments=args), ctx, config)
+            assert error_of(off)["error"] == "permission_denied"
+        finally:
+            backend.close()
 
 
 def test_searxng_without_the_json_format_is_told_how_to_turn_it_on(
