@@ -60,7 +60,7 @@ MAX_REDIRECTS = 5
 # What one result shows of a page, in characters: the registry cuts results at 8 KB (UTF-8), and
 # the header and the note about the rest need room. `offset` pages through the rest.
 MAX_TEXT_CHARS = 6000
-USER_AGENT = "Sigil-web_fetch/1.0 (+https://github.com/sigil; an AI assistant reading a page for its user)"
+USER_AGENT = "Sigil-web_fetch/1.0 (an AI assistant reading a page for its user)"
 CHUNK = 64 * 1024
 # Media types read as text; anything else (PDF, images, archives) is refused before its body.
 TEXT_TYPES = re.compile(r"^(text/[\w.+-]+|application/(xhtml\+xml|xml|json|[\w.-]+\+(xml|json)))$")
