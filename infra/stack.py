@@ -32,7 +32,7 @@ from infra.constructs.observability import Observability
 from infra.constructs.secrets import Secrets, llm_keys
 from infra.constructs.skills import Skills
 from infra.constructs.websocket import WebSocket
-from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, TOOL_KEYS
 
 
 class SigilStack(Stack):
@@ -160,7 +160,7 @@ class SigilStack(Stack):
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
         consolidation.extraction.grant_send_messages(turn_runner)
-        secrets.grant_read(turn_runner, [s.key for s in CHANNEL_TOKENS])
+        secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it

@@ -243,6 +243,12 @@ LLM_KEY_OF = {
     "anthropic": SecretSpec(PROVIDER_KEY_SECRETS["anthropic_api_key"], "Anthropic: the API key"),
 }
 LLM_KEYS = tuple(LLM_KEY_OF.values())
+# Read by the agent: the tools' API keys (web_search's Brave key, WebSearchConfig.api_key_secret's
+# default). Each is read at a call, when a workspace turns its tool on; the stack creates them
+# with a random value, which the provider refuses until the real key is put in.
+TOOL_KEYS = (
+    SecretSpec("web-search/brave-api-key", "Brave Search API: the subscription token, for web_search"),
+)
 # Read when set, never created by the stack: `sigil secret` accepts them too.
 OPTIONAL_SECRETS = (
     SecretSpec(

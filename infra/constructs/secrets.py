@@ -1,4 +1,4 @@
-"""Secrets Manager secrets: channel signing secrets and bot tokens, LLM API keys, all under `sigil/`.
+"""Secrets Manager secrets: channel signing secrets and bot tokens, LLM and tool API keys, all under `sigil/`.
 
 The stack creates every secret with a random value, so that nothing secret ever passes through
 CloudFormation or this repository: a value the platform issues (a bot token, a signing secret)
@@ -25,7 +25,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from infra.constructs.nag import acknowledge
-from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS, SecretSpec
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS, TOOL_KEYS, SecretSpec
 
 DEFAULT_PREFIX = "sigil/"
 # Secrets Manager appends "-" and six random characters to a secret's name in its ARN.
@@ -66,7 +66,13 @@ class Secrets(Construct):
         super().__init__(scope, construct_id)
         self.prefix = prefix
         self.web_keys = tuple(web_secret(w).key for w in web_workspaces)
-        specs = (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *(web_secret(w) for w in web_workspaces))
+        specs = (
+            *INGRESS_SECRETS,
+            *CHANNEL_TOKENS,
+            *LLM_KEYS,
+            *TOOL_KEYS,
+            *(web_secret(w) for w in web_workspaces),
+        )
         self.secrets: dict[str, secretsmanager.Secret] = {}
         for spec in specs:
             self.secrets[spec.key] = secretsmanager.Secret(
@@ -85,7 +91,7 @@ class Secrets(Construct):
         acknowledge(
             self,
             "AwsSolutions-SMG4",
-            "These values are issued by Slack, Telegram, Discord, Meta and the LLM providers, or are "
+            "These values are issued by Slack, Telegram, Discord, Meta, the LLM providers and Brave, or are "
             "registered with them (webhook secret, verify token, web signing secret); a rotation "
             "Lambda cannot change them on the platform's side, so they are rotated there by hand.",
         )

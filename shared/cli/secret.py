@@ -57,9 +57,11 @@ def _secrets(data_dir: Path | None, stack: str | None = None, region: str | None
 
 def _known_secrets() -> list[str]:
     """The secret names something reads: channel credentials and LLM keys (web/<workspace> aside)."""
-    from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, OPTIONAL_SECRETS
+    from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEYS, OPTIONAL_SECRETS, TOOL_KEYS
 
-    return sorted(spec.key for spec in (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *OPTIONAL_SECRETS))
+    return sorted(
+        spec.key for spec in (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *TOOL_KEYS, *OPTIONAL_SECRETS)
+    )
 
 
 def _known_secret(name: str, *, stored: list[str] | None = None) -> str:

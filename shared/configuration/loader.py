@@ -30,7 +30,7 @@ from shared.configuration.model import (
     route_problems,
 )
 from shared.errors import SigilError
-from shared.models import ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
+from shared.models import HTTP_URL_PATTERN, ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
 
 
 @dataclass(frozen=True)
@@ -248,6 +248,7 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
         "(it is the last segment of the webhook path /webhooks/PLATFORM/NAME)",
     ),
     MODEL_REF_PATTERN: ("a model", "provider/model, e.g. openai/gpt-4.1-mini"),
+    HTTP_URL_PATTERN: ("a URL", "http:// or https:// and the rest, e.g. http://searxng.internal:8080/search"),
     EMBEDDING_PATTERN: (
         "an embedding model",
         "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",

@@ -309,6 +309,47 @@ class MemoryConfig(Model):
     decay: dict[ScopeLevel, Annotated[float, Field(gt=0, le=1000)]] = Field(default_factory=dict)
 
 
+# The web tools (shared/tools/web.py, docs/tools.md "Web tools"): both off unless a workspace
+# turns them on, since a fetched page or a search result is untrusted text from anyone, and a
+# fetch is a request from inside the deployment's network.
+WebSearchProviderName = Literal["brave", "searxng"]
+HTTP_URL_PATTERN = r"^https?://"
+
+
+class WebSearchConfig(Model):
+    """`web_search`'s provider: Brave's Search API (a key in the secret store) or a SearXNG
+    instance the operator runs (its JSON API, no key)."""
+
+    provider: WebSearchProviderName
+    # Brave: None means https://api.search.brave.com/res/v1/web/search. SearXNG: its /search URL,
+    # required. The operator's own choice, so it is not held to web_fetch's address rules (a
+    # self-hosted engine is usually on a private network).
+    endpoint: str | None = Field(default=None, pattern=HTTP_URL_PATTERN)
+    # The secret holding the API key (Brave); read from the secret store at each search.
+    api_key_secret: str = Field(default="web-search/brave-api-key", min_length=1, max_length=256)
+    max_results: int = Field(default=5, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _endpoint_for_searxng(self) -> WebSearchConfig:
+        if self.provider == "searxng" and self.endpoint is None:
+            raise ValueError(
+                "a searxng provider needs its endpoint, e.g. http://searxng.internal:8080/search"
+            )
+        return self
+
+
+class WebConfig(Model):
+    """What a workspace lets its turns reach on the web. Off by default."""
+
+    fetch: bool = False
+    # None: web_search is off.
+    search: WebSearchConfig | None = None
+    # Bytes read of one page (the body is cut there) and seconds one fetch or search may take,
+    # within the turn's own deadline.
+    max_bytes: int = Field(default=2_000_000, ge=1024, le=20_000_000)
+    timeout_s: float = Field(default=15.0, gt=0, le=120)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -337,6 +378,8 @@ class WorkspaceConfig(Model):
     # come from compaction alone (every summary_batch messages rolled out).
     turn_extraction: bool = True
     extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
+    # web_fetch and web_search (docs/tools.md): both off unless turned on here.
+    web: WebConfig = Field(default_factory=WebConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped

@@ -117,10 +117,12 @@ def default_registry() -> ToolRegistry:
 
 
 def agent_registry() -> ToolRegistry:
-    """The built-ins, the memory tools (shared.tools.memory) and the skill tool
-    (shared.tools.skill): what a turn offers by default."""
+    """The built-ins, the memory tools (shared.tools.memory), the skill tool (shared.tools.skill)
+    and the web tools (shared.tools.web, off unless the workspace's config turns them on): what a
+    turn offers by default."""
     # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
     from shared.tools.memory import MEMORY_TOOLS
     from shared.tools.skill import SKILL_TOOLS
+    from shared.tools.web import WEB_TOOLS
 
-    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS)
+    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS)

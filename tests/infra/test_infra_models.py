@@ -19,7 +19,7 @@ import pytest
 from infra.app import build_app
 from infra.config import ROOT
 from infra.constructs.bedrock import PROFILE_REASON
-from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, LLM_KEY_OF, LLM_KEYS, TOOL_KEYS
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target, synthesize
 
 pytestmark = pytest.mark.slow
@@ -159,7 +159,7 @@ def test_each_model_choice_gets_exactly_its_grants(with_model: Callable[[str], S
     # Of the LLM keys, each reads its model's alone: OpenAI's and not Anthropic's, the reverse,
     # or neither for Bedrock.
     assert _granted_secrets(synth, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
-    assert _granted_secrets(synth, stack.agent) == {s.key for s in CHANNEL_TOKENS} | keys
+    assert _granted_secrets(synth, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)} | keys
     assert _granted_secrets(synth, stack.consolidation) == keys
 
 
@@ -170,7 +170,7 @@ def test_the_providers_context_adds_keys_for_the_agent_alone(with_context: Calla
 
     # The agent may read both keys and use both providers; the consolidator, which summarises
     # with SIGIL_MODEL only, reads the OpenAI key alone.
-    assert _granted_secrets(synth, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS)}
+    assert _granted_secrets(synth, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *LLM_KEYS, *TOOL_KEYS)}
     assert _environment(synth, stack.agent)["SIGIL_PROVIDERS"] == "anthropic,openai"
     assert _granted_secrets(synth, stack.consolidation) == {LLM_KEY_OF["openai"].key}
     assert _environment(synth, stack.consolidation)["SIGIL_PROVIDERS"] == "openai"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
+from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, TOOL_KEYS
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,8 @@ def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
     assert _granted_secrets(dev, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
     # No model in context and Titan embeddings: no provider is reached with a key, so no LLM key
     # is granted (tests/infra/test_infra_models.py has each model choice).
-    assert _granted_secrets(dev, stack.agent) == {s.key for s in CHANNEL_TOKENS}
+    # and the tools' keys (web_search's Brave key), read only where a workspace turns the tool on
+    assert _granted_secrets(dev, stack.agent) == {s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)}
     assert _granted_secrets(dev, stack.consolidation) == set()
     # A named route's secrets (telegram/family/webhook-secret): the same keys under any route name,
     # the webhook its ingress secrets, the agent its tokens, each ending in the key

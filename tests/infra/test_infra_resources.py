@@ -420,6 +420,7 @@ def test_secrets_live_under_the_sigil_prefix(each_stage: Synth) -> None:
         "sigil/whatsapp/access-token",
         "sigil/llm/openai-api-key",
         "sigil/llm/anthropic-api-key",
+        "sigil/web-search/brave-api-key",
     }
     # No value passes through the template: each one starts random and is set afterwards.
     for secret in each_stage.resources("AWS::SecretsManager::Secret").values():
