@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shared.budgets import TurnBudget
-from shared.errors import ToolCallLimitExceeded
+from shared.errors import BudgetExceeded, ToolCallLimitExceeded
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, WorkspaceConfig
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
 from shared.safety.guard import guard_untrusted
@@ -133,8 +133,9 @@ def run_loop(
 
     `on_text` gets the model's raw text: the caller redacts what it shows (a StreamRedactor).
     `safety` collects what the filters found (a new one, for the workspace, if not given).
-    `budget` is charged after every model call and tool call, and checked before every model
-    call but the first (the turn checks that one before it starts). Both are local to the turn
+    `budget` is checked before every model call but the first (the turn checks that one before it
+    starts) and before every tool call; a model call is charged after it (its tokens are known
+    then), a tool call before it runs. Both are local to the turn
     (TurnBudget): its spending reaches the store with the turn's commit.
     """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
@@ -172,11 +173,14 @@ def run_loop(
         )
         refused = 0
         for i, call in enumerate(answer.tool_calls):  # parallel calls too: one after the other, in order
-            if calls < limit:
+            denied = _budget_denial(budget, call)
+            if denied is not None:
+                outcome = denied  # charged before it starts: a spent budget runs no tool either
+            elif calls < limit:
                 calls += 1
-                outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
                 if budget is not None:
                     budget.charge_tool_call()
+                outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
                 # Third-party text (memory, a web page) is quoted always; the scan still runs,
                 # for the flag and the audit.
                 content = safety.guard(
@@ -213,6 +217,15 @@ def call_model(
             step.done = event
     step.text = "".join(parts)
     return step
+
+
+def _budget_denial(budget: TurnBudget | None, call: ToolCall) -> ToolResultMessage | None:
+    """The error result of a tool call the budget no longer allows (a tool may spend money of its
+    own: a search API, an MCP server's), or None to run it."""
+    decision = budget.check() if budget is not None else None
+    if decision is None or decision.exhausted is None:
+        return None
+    return tool_error(call, BudgetExceeded.code, f"Not run: {decision.exhausted.message(decision.at)}")
 
 
 def _refused(call: ToolCall, limit: int) -> ToolResultMessage:

@@ -143,11 +143,41 @@ def test_a_budget_running_out_between_tool_calls_ends_the_turn(backend: Backend,
     provider = FunctionProvider(model)
     record = run_turn(deps_for(backend, tmp_path, provider, Clock()), item("e1"))
 
-    # Then the tool ran, the second model call was never made, and the user hears why
+    # Then the tool is not run (a tool is charged before it starts: it may spend money of its own),
+    # the second model call is never made, and the user hears why
     assert len(provider.requests) == 1
     assert record.outcome == "budget_denied"
-    assert record.tools_used == ["ping"]
+    assert record.tools_used == []
     assert "daily token budget for this workspace is used up (500 of 400)" in replies(backend)[-1]
+
+
+def test_a_tool_call_past_the_tool_call_budget_is_not_run(backend: Backend, tmp_path: Path) -> None:
+    # Given one tool call a day, and a model asking for two in one step
+    backend.workspaces.put(
+        WorkspaceConfig(id=WS, budget=BudgetLimits(workspace=ScopeLimits(tool_calls_per_day=1)))
+    )
+    runs: list[str] = []
+
+    @tool
+    def counted(args: NoArgs, ctx: ToolContext) -> str:
+        """Counts its runs."""
+        runs.append(ctx.turn_id)
+        return "done"
+
+    def model(request: ChatRequest) -> list[ProviderEvent]:
+        calls = [ToolCall(id=f"c{n}", name="counted", arguments="{}") for n in (1, 2)]
+        return [*(ToolCallEvent(call=c) for c in calls), Usage(input_tokens=10, output_tokens=5), Done()]
+
+    provider = FunctionProvider(model)
+    deps = deps_for(backend, tmp_path, provider, Clock())
+    deps.tools = deps.tools.extended(counted)
+    record = run_turn(deps, item("e1"))
+
+    # Then the first runs, the second is refused before it starts, and no further model call is made
+    assert len(runs) == 1
+    assert len(provider.requests) == 1
+    assert record.outcome == "budget_denied"
+    assert "daily tool-call budget for this workspace is used up (1 of 1)" in replies(backend)[-1]
 
 
 def test_without_a_budget_nothing_is_counted(backend: Backend, tmp_path: Path) -> None:
