@@ -4,7 +4,9 @@ Put it in front of a fake (the embeddings server, the platforms, osmem-server) a
 client under test at `proxy.origin`: the request goes through at once, and the server's answer
 reaches the client `delay_s` later, so the client waits on a real socket as it would on a slow
 service. Each connection's Hold notes whether the client hung up before the answer was let
-through (`cut`), and `done` is set once the proxy stopped serving it.
+through (`cut`), and `done` is set once the proxy stopped serving it. `hold="request"` holds the
+request back instead (a server slow to take it): a client that gives up first never reaches the
+server at all. `delay_s` may be changed at any time: each request is held for the value then.
 
     with FakeOpenAIEmbeddings() as upstream, SlowProxy(upstream.origin, delay_s=6) as slow:
         OpenAIEmbedder(..., base_url=f"{slow.origin}/v1")
@@ -17,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
 POLL_S = 0.02  # how often a held connection is checked for the client hanging up
@@ -34,12 +36,20 @@ class Hold:
 
 
 class SlowProxy:
-    def __init__(self, upstream: str, *, delay_s: float, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        delay_s: float,
+        hold: Literal["answer", "request"] = "answer",
+        host: str = "127.0.0.1",
+    ) -> None:
         parts = urlsplit(upstream)
         if parts.hostname is None or parts.port is None:
             raise ValueError(f"the upstream needs a host and a port: {upstream!r}")
         self.upstream = (parts.hostname, parts.port)
         self.delay_s = delay_s
+        self.hold = hold
         self.holds: list[Hold] = []
         self._closing = threading.Event()
         self._lock = threading.Lock()
@@ -94,10 +104,11 @@ class SlowProxy:
             hold.done.set()
 
     def _pump(self, client: socket.socket, server: socket.socket, hold: Hold) -> None:
-        """Client to server at once; server to client `delay_s` after the client last started a
-        request (a hang-up meanwhile ends it: `cut`)."""
+        """Both ways, one of them (`self.hold`) held back `delay_s` from the start of each request
+        (a hang-up meanwhile ends it: `cut`)."""
         release = time.monotonic() + self.delay_s
         held = b""
+        holding_answers = self.hold == "answer"
         sources = [client, server]
         while not self._closing.is_set():
             ready, _, _ = select.select(sources, [], [], POLL_S)
@@ -108,15 +119,21 @@ class SlowProxy:
                     return
                 if not held:
                     release = time.monotonic() + self.delay_s  # a new request: held from now
-                server.sendall(data)
+                if holding_answers:
+                    server.sendall(data)
+                else:
+                    held += data
             if server in ready:
                 data = server.recv(CHUNK)
                 if not data:
-                    sources.remove(server)  # the server is done: what it sent is still held
-                held += data
+                    sources.remove(server)  # the server is done: what it sent may still be held
+                elif holding_answers:
+                    held += data
+                else:
+                    client.sendall(data)
             if held and time.monotonic() >= release:
-                hold.forwarded = True  # before the client can see the answer and look
-                client.sendall(held)
+                hold.forwarded = True  # before the other side can act on it and a test look
+                (client if holding_answers else server).sendall(held)
                 held = b""
             if server not in sources and not held:
                 return
