@@ -74,9 +74,9 @@ def _cut_connects(client: Any) -> None:
     timeout (URLLib3Session._get_request_timeout); a session without that method (another botocore
     version) keeps its connect timeout, and its reads are still cut.
     """
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    session: Any = getattr(getattr(client, "_endpoint", None), "http_session", None)
     resolve = getattr(session, "_get_request_timeout", None)
-    if resolve is None or getattr(resolve, "sigil_cut", False):
+    if session is None or resolve is None or getattr(resolve, "sigil_cut", False):
         return
     from urllib3.util.timeout import Timeout
 

@@ -184,7 +184,7 @@ def _deadline_connection() -> type[Any]:
     from opensearchpy.exceptions import ConnectionTimeout
 
     class DeadlineConnection(RequestsHttpConnection):
-        def perform_request(  # type: ignore[override]
+        def perform_request(
             self,
             method: str,
             url: str,
