@@ -60,9 +60,12 @@ def bound_to_deadline(client: Any) -> Any:
             return False  # a retry would start (or sleep) past the deadline: the last answer stands
         return None
 
-    # unique_id: a client bound twice keeps one pair of hooks.
-    events.register_first("before-send", before_send, unique_id="sigil-deadline-send")
-    events.register_first("needs-retry", needs_retry, unique_id="sigil-deadline-retry")
+    # Under the service's own event names: botocore calls the handlers of the most specific name
+    # first, and the retry handler is registered under `needs-retry.<service>`; first among them,
+    # so the answer of `needs_retry` is the one botocore takes. unique_id: a client bound twice
+    # keeps one pair of hooks.
+    events.register_first(f"before-send.{service}", before_send, unique_id="sigil-deadline-send")
+    events.register_first(f"needs-retry.{service}", needs_retry, unique_id="sigil-deadline-retry")
     _cut_connects(client)
     return client
 

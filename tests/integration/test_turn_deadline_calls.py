@@ -11,8 +11,10 @@ deadline). Outside a deadline the same calls wait for the answer: the clients' o
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
@@ -21,7 +23,7 @@ from osmem_server import OsmemServer
 from shared.adapters.aws import clients
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.channels.ledger import MemorySendLedger
-from shared.channels.out import build_senders
+from shared.channels.out import ChannelRateLimited, build_senders
 from shared.errors import DeadlineExceeded
 from shared.memory.embeddings.openai import OpenAIEmbedder
 from shared.memory.embeddings.titan import TitanEmbedder
@@ -31,7 +33,8 @@ from shared.providers.deadline import deadline
 from tests.integration.test_outbound_requests import ListOutbox
 from tests.support.fake_bedrock import FakeBedrock
 from tests.support.fake_openai_embeddings import FakeOpenAIEmbeddings
-from tests.support.fake_platforms import DictSecrets, FakePlatforms
+from tests.support.fake_platforms import DictSecrets, FakeClock, FakePlatforms
+from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_proxy import SlowProxy
 
 SLOW_S = 6.0  # how long the slow servers hold their answers
@@ -106,6 +109,7 @@ def test_a_titan_embedding_ends_by_the_turns_deadline_on_every_thread(
         bedrock.bedrock_client.cache_clear()
         try:
             embedder = TitanEmbedder("us-east-1", max_concurrency=2, timeout_s=30.0)
+            assert embedder.client is not None  # built outside the deadline, as in a warm container
             # Two texts: embedded on two threads of the embedder's pool, each inside the deadline
             with pytest.raises(DeadlineExceeded), deadline(time.monotonic() + DEADLINE_S):
                 embedder.embed(["first text", "second text"])
@@ -129,6 +133,52 @@ def test_a_dynamodb_call_ends_by_the_turns_deadline_and_is_not_retried_past_it(a
         finally:
             clients.reset()
     assert "dynamodb" in error.message
+
+
+class Failing(Served):
+    """An AWS endpoint that answers every request at once with a 500 (InternalServerError, which
+    botocore's standard mode retries), counting them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                with fake._lock:
+                    fake.count += 1
+                body = b'{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}'
+                self.send_response(500)
+                self.send_header("content-type", "application/x-amz-json-1.0")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = FakeHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def test_an_aws_retry_that_would_wait_past_the_deadline_is_not_started(aws_credentials: None) -> None:
+    from botocore.exceptions import ClientError
+
+    with Failing() as failing:
+        clients.reset()
+        try:
+            ddb = clients.dynamodb("us-east-1", endpoint_url=failing.origin)
+            # Under a second left: the retry handler's first backoff may be up to a second
+            with pytest.raises(ClientError) as raised, deadline(time.monotonic() + 0.8):
+                ddb.get_item(TableName="sessions", Key={"pk": {"S": "x"}})
+        finally:
+            clients.reset()
+    # The server's answer stands, after the one attempt (the client's policy is four)
+    assert raised.value.response["Error"]["Code"] == "InternalServerError"
+    assert failing.count == 1
 
 
 def test_an_aws_call_past_the_deadline_is_not_sent(aws_credentials: None) -> None:
@@ -189,3 +239,33 @@ def test_a_channel_post_ends_by_the_turns_deadline() -> None:
             )
             error = cut_short(slow, lambda: senders.get("telegram").send(message))
     assert "telegram" in error.message
+
+
+def test_a_rate_limit_whose_wait_would_pass_the_deadline_is_not_waited_out() -> None:
+    with FakePlatforms() as platforms:
+        platforms.rate_limit("telegram", retry_after=5)
+        clock = FakeClock()
+        with httpx.Client(timeout=30.0) as http:
+            senders = build_senders(
+                DictSecrets.for_fake(platforms),
+                ListOutbox(),
+                base_urls=platforms.base_urls,
+                ledger=MemorySendLedger(),
+                http=http,
+                clock=clock,
+                sleep=clock.sleep,
+            )
+            message = OutboundMessage(
+                workspace_id="ws1",
+                session_id="s1",
+                channel="telegram",
+                chat_id="42",
+                turn_id="t_1",
+                seq=1,
+                text="Your tomatoes need water.",
+            )
+            # Two seconds left, and Telegram asks for five
+            with pytest.raises(ChannelRateLimited), deadline(time.monotonic() + 2):
+                senders.get("telegram").send(message)
+        # Told at once: no wait, no second attempt (the policy would wait up to 30 s)
+        assert len(platforms.calls("telegram", "sendMessage")) == 1
