@@ -39,7 +39,7 @@ def slow(upstream: str) -> Iterator[str]:
 
 
 def timed(call: Callable[[], object]) -> tuple[float, str]:
-    from shared.providers.deadline import deadline
+    from shared.deadline import deadline
 
     started = time.monotonic()
     try:

@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     provider_timeout_s: float = 60.0
     provider_max_retries: int = 2
     # The longest a whole model call may take, connect, every chunk, retries and fallback
-    # included (shared.providers.deadline); a stream still running then is cut (DeadlineExceeded).
+    # included (shared.deadline); a stream still running then is cut (DeadlineExceeded).
     provider_deadline_s: float = Field(default=180.0, gt=0)
     # Anthropic: the key (or a base URL for a proxy that holds it), and the max_tokens sent when a
     # request sets none (the Messages API requires one).

@@ -15,7 +15,7 @@ on it, succeeding with it, or failing with it through skip_group_on_error, so ba
 names every record of a failed burst. A dead-lettered burst is apologised for record by record.
 
 The batch has a deadline: the Lambda's remaining time at its start, less SIGIL_TURN_RESERVE_S
-kept for the apologies (`batch_deadline`). Each turn runs inside it (shared.providers.deadline),
+kept for the apologies (`batch_deadline`). Each turn runs inside it (shared.deadline),
 so a call that would outlast the function, the model's or any other the turn makes (embedder,
 index, stores, channel posts), is cut (DeadlineExceeded, a provider failure like any other)
 rather than holding the batch until Lambda kills it, which would return every record, the
@@ -55,6 +55,7 @@ from pydantic import ConfigDict, Json, ValidationError
 from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
+from shared.deadline import deadline, remaining
 from shared.errors import ProviderError, TurnNotStarted
 from shared.metric_catalogue import (
     APOLOGIES_UNDELIVERED,
@@ -76,7 +77,6 @@ from shared.metric_catalogue import (
 )
 from shared.models import AuditRecord, LaneItem
 from shared.observability import logger, metrics, per_workspace, tracer
-from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
 log = logging.getLogger("sigil.agent")

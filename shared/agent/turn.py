@@ -102,6 +102,7 @@ from shared.channels.out import ChannelError, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
+from shared.deadline import before, current, deadline, remaining
 from shared.errors import ProviderError
 from shared.identity import aliases_of
 from shared.memory.scope import is_group, owner_scope, recall_scope
@@ -117,7 +118,6 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ToolSpec
-from shared.providers.deadline import before, current, deadline, remaining
 from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
@@ -129,7 +129,7 @@ MEMORY_TOOL_NAMES = frozenset(t.name for t in MEMORY_TOOLS)
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
 # What a turn keeps of its deadline for recording an attempt that failed (its audit record, its
 # spending): every call of the turn's work, the model's, the embedder's, the index's, the stores'
-# and the channel's, ends before (shared.providers.deadline).
+# and the channel's, ends before (shared.deadline).
 BOOKKEEPING_S = 1.0
 # The note on a given-up turn's audit record when the apology itself could not be sent.
 UNDELIVERED = "the apology could not be delivered"

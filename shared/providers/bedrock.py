@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from shared.deadline import bounded, check, cut_by, deadline, remaining, within
+from shared.deadline.boto import bound_to_deadline
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.anthropic import tool_input  # cheap: that module imports its SDK only when built
@@ -28,8 +30,6 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
 )
-from shared.providers.botocore_deadline import bound_to_deadline
-from shared.providers.deadline import bounded, check, cut_by, deadline, remaining, within
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
 Json = dict[str, Any]
@@ -104,7 +104,7 @@ class BedrockProvider:
         deadline_s: float | None = None,
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
-        the whole call, from its start to its last event (shared.providers.deadline)."""
+        the whole call, from its start to its last event (shared.deadline)."""
         self.region = region
         self.deadline_s = deadline_s
         self._client = client

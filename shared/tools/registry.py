@@ -170,7 +170,7 @@ class ToolRegistry:
             output = t.fn(args, ctx)
             content = output if isinstance(output, str) else output.model_dump_json()
         except DeadlineExceeded:
-            # The turn's time is up (shared.providers.deadline): the next model call could not
+            # The turn's time is up (shared.deadline): the next model call could not
             # start either, so the turn ends here, its attempt failed and audited.
             raise
         except SigilError as exc:

@@ -24,12 +24,12 @@ from shared.adapters.aws import clients
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.channels.ledger import MemorySendLedger
 from shared.channels.out import ChannelRateLimited, build_senders
+from shared.deadline import deadline
 from shared.errors import DeadlineExceeded
 from shared.memory.embeddings.openai import OpenAIEmbedder
 from shared.memory.embeddings.titan import TitanEmbedder
 from shared.models import IndexQuery, OutboundMessage, RecallScope
 from shared.providers import bedrock
-from shared.providers.deadline import deadline
 from tests.integration.test_outbound_requests import ListOutbox
 from tests.support.fake_bedrock import FakeBedrock
 from tests.support.fake_openai_embeddings import FakeOpenAIEmbeddings

@@ -4,7 +4,7 @@ A Lambda container reuses its clients across invocations (connection pools and c
 the expensive part), and tests get a fresh set with `reset()`. `AWS_ENDPOINT_URL` is read when a
 client is asked for, not at import, so moto in server mode (or LocalStack) is one variable away.
 
-Every client's calls end by the deadline in scope (a turn's: shared.providers.botocore_deadline):
+Every client's calls end by the deadline in scope (a turn's: shared.deadline.boto):
 a turn's store reads and writes, skill reads and WebSocket posts, retries included.
 """
 
@@ -15,7 +15,7 @@ import threading
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from shared.providers.botocore_deadline import bound_to_deadline
+from shared.deadline.boto import bound_to_deadline
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from shared import serde
+from shared.deadline import current, cut, cut_by, out_of_time, passed
 from shared.errors import SigilError
 from shared.memory.search import CONTEXT_KEY, FACTS_KEY
 from shared.memory.vectors import usable_vector
@@ -60,7 +61,6 @@ from shared.models import (
     MemoryTier,
     RecallScope,
 )
-from shared.providers.deadline import current, cut, cut_by, out_of_time, passed
 
 if TYPE_CHECKING:
     from botocore.credentials import Credentials
@@ -177,7 +177,7 @@ def opensearch_client(
 @cache
 def _deadline_connection() -> type[Any]:
     """opensearch-py's requests connection, each request ending by the deadline in scope (a turn's,
-    shared.providers.deadline): its timeout cut to the time left, refused once it has passed, and
+    shared.deadline): its timeout cut to the time left, refused once it has passed, and
     a wait the cut ended raised as DeadlineExceeded, which the transport does not retry (it retries
     its own errors only). Outside a deadline's scope, the client's timeout and retries hold."""
     from opensearchpy import RequestsHttpConnection

@@ -9,7 +9,7 @@ webhooks). No error message here is built from a URL, every message passes throu
 and a filter on the `httpx` logger masks both URL shapes, since httpx logs each request's URL
 at INFO.
 
-Inside a deadline's scope (a turn's: shared.providers.deadline) a call ends by it: each request's
+Inside a deadline's scope (a turn's: shared.deadline) a call ends by it: each request's
 timeouts are cut to the time left, a request is not started once it has passed, nor a 429 waited
 out past it (ChannelRateLimited at once), and a wait the cut ended is DeadlineExceeded. The
 turn's retry goes through the send ledger, so a post that did land is not made twice.
@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import httpx
 
+from shared.deadline import current, cut, cut_by, out_of_time, passed, remaining
 from shared.errors import SigilError
-from shared.providers.deadline import current, cut, cut_by, out_of_time, passed, remaining
 
 log = logging.getLogger("sigil.channels")
 

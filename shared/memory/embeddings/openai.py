@@ -5,7 +5,7 @@ retry loop does spec 003's retries (3 attempts, exponential backoff from 0.5 s, 
 honoured, no retry on other 4xx); what still fails becomes an EmbeddingError whose `retryable`
 says whether a later attempt (the backfill) may succeed.
 
-Inside a deadline's scope (a turn's: shared.providers.deadline) the call ends by it: the client
+Inside a deadline's scope (a turn's: shared.deadline) the call ends by it: the client
 talks through the model providers' transport (shared.providers.http_deadline), which cuts every
 network wait to the time left and starts no retry it has no time for, and the cut is raised as
 DeadlineExceeded, not as an embedding failure to try again.
@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from shared.deadline import out_of_time
 from shared.errors import DeadlineExceeded, EmbeddingError
 from shared.memory.embeddings.base import api_input, unit
-from shared.providers.deadline import out_of_time
 from shared.providers.openai import KEYLESS_PLACEHOLDER, safe_error_message
 from shared.providers.resilient import http_error_retry
 

@@ -5,7 +5,7 @@ The request body is {"inputText", "dimensions" (256, 512 or 1024), "normalize": 
 on a few threads at once (boto3 clients are thread-safe). botocore's standard retry mode does the
 retries (3 attempts, backoff, throttling included); what still fails becomes an EmbeddingError.
 Inside a deadline's scope (a turn's) each call ends by it, retries included (the client is bound
-to it: shared.providers.botocore_deadline); the threads run in a copy of the caller's context, so
+to it: shared.deadline.boto); the threads run in a copy of the caller's context, so
 the scope is theirs too.
 """
 

@@ -16,10 +16,13 @@ that the cut ends is an SDK timeout, which the provider reports as DeadlineExcee
 The turn's scope holds for everything else the turn calls too, each client cutting its waits to
 the time left (`cut`) and refusing a call or a retry once it has passed (`out_of_time`): the
 embedders (the OpenAI one on the same transport; Titan, like every boto3 client, through
-shared.providers.botocore_deadline), the AWS stores, skill reads and WebSocket posts (the same
+shared.deadline.boto), the AWS stores, skill reads and WebSocket posts (the same
 botocore hooks, on shared.adapters.aws.clients), OpenSearch (its connection class) and the
 channels' HTTP posts (shared.channels.out.http). A turn keeps `BOOKKEEPING_S` of its deadline for
 recording a failed attempt (shared.agent.turn), so that too ends by the deadline its caller set.
+
+Below the features (it imports shared.errors alone): the webhook's cold start, which imports the
+AWS clients and the channels, pays nothing for it and never imports shared.providers.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""boto3 clients whose every call ends by the deadline in scope (shared.providers.deadline).
+"""boto3 clients whose every call ends by the deadline in scope (shared.deadline).
 
 A boto3 client's timeouts bound each network wait (connect_timeout, read_timeout: 60 s each by
 default), and its retry handler sleeps up to 20 s between attempts: a DynamoDB call of a turn
 with two seconds left could take minutes. `bound_to_deadline` adds two hooks to one client's
-events, registered first so they run before anything else (moto's stand-in included):
+events, registered under the service's own event names and first among them, so they run before
+anything else (moto's stand-in and botocore's retry handler included):
 
 - `before-send` refuses the request once the deadline has passed (DeadlineExceeded), and cuts
   the request's read timeout to the time left (botocore's per-request `read_timeout` in the
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.deadline import current, cut, cut_by, out_of_time, passed, remaining
 from shared.errors import DeadlineExceeded
-from shared.providers.deadline import current, cut, cut_by, out_of_time, passed, remaining
 
 # botocore's standard and legacy retry modes back off by up to 2 ** (attempts - 1) seconds
 # (jittered below it), never more than 20 s.
