@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -112,24 +113,22 @@ def stores(any_origin: str, osmem_url: str) -> list[Row]:
 def channel(platforms: FakePlatforms) -> list[Row]:
     import httpx
 
+    from shared.adapters.embedded.db import Database
+    from shared.adapters.embedded.outbox import SqliteOutbox
     from shared.channels.ledger import MemorySendLedger
     from shared.channels.out import build_senders
-    from shared.models import OutboundMessage, OutboxEntry
+    from shared.models import OutboundMessage
     from tests.support.fake_platforms import DictSecrets
 
-    class NoOutbox:
-        def append(self, message: OutboundMessage) -> OutboxEntry | None:
-            return OutboxEntry(seq=message.seq, message=message)
-
-        def read(
-            self, workspace_id: str, session_id: str, *, after_seq: int = 0, limit: int = 100
-        ) -> list[OutboxEntry]:
-            return []
-
-    with slow(platforms.root) as origin, httpx.Client(timeout=10.0) as http:
+    with (
+        slow(platforms.root) as origin,
+        httpx.Client(timeout=10.0) as http,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
         urls = {name: url.replace(platforms.root, origin) for name, url in platforms.base_urls.items()}
+        outbox = SqliteOutbox(Database(Path(scratch) / "bench.db"))  # web's: a Telegram post never uses it
         senders = build_senders(
-            DictSecrets.for_fake(platforms), NoOutbox(), base_urls=urls, ledger=MemorySendLedger(), http=http
+            DictSecrets.for_fake(platforms), outbox, base_urls=urls, ledger=MemorySendLedger(), http=http
         )
         message = OutboundMessage(
             workspace_id="ws1",
