@@ -91,7 +91,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
 # (docs/skills.md, seconds); the cost of 1,000 turns (500 measured, docs/cost.md, ~6 min). ~30 min in all.
 # Fact extraction scored against gold facts on 19 conversations written for it, the recorded answers
-# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model).
+# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model). Each outbound
+# call of a turn inside a 1 s deadline against servers that answer after 6 s (docs/providers.md, ~10 s).
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -105,3 +106,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/cost.py
+	$(BIN)/python bench/turn_deadline.py

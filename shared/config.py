@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     provider_timeout_s: float = 60.0
     provider_max_retries: int = 2
     # The longest a whole model call may take, connect, every chunk, retries and fallback
-    # included (shared.providers.deadline); a stream still running then is cut (DeadlineExceeded).
+    # included (shared.deadline); a stream still running then is cut (DeadlineExceeded).
     provider_deadline_s: float = Field(default=180.0, gt=0)
     # Anthropic: the key (or a base URL for a proxy that holds it), and the max_tokens sent when a
     # request sets none (the Messages API requires one).
@@ -82,12 +82,13 @@ class Settings(BaseSettings):
     port: int = 8787
     lane_workers: int = 8
     lane_max_attempts: int = 5
-    # The longest a local lane worker spends on one turn (its model calls are cut there); the
-    # cloud's turns are bounded by the agent function's remaining time instead.
+    # The longest a local lane worker spends on one turn (every outbound call of the turn is cut
+    # there); the cloud's turns are bounded by the agent function's remaining time instead.
     turn_timeout_s: float = Field(default=600.0, gt=0)
-    # Agent function: the time kept back from the invocation's remaining time for the last turn's
-    # reply and commit and the batch's apologies, and the least time left worth starting a turn
-    # with; a turn that cannot start goes back to the queue on its own (shared.agent.batch).
+    # Agent function: the time kept back from the invocation's remaining time for the batch's
+    # apologies (every call of a turn, its reply and commit included, ends before it), and the
+    # least time left worth starting a turn with; a turn that cannot start goes back to the queue
+    # on its own (shared.agent.batch).
     turn_reserve_s: float = Field(default=20.0, ge=0)
     turn_min_s: float = Field(default=10.0, ge=0)
     # Burst coalescing in the agent (shared.agent.coalesce): a session's consecutive records in

@@ -110,8 +110,10 @@ class IndexUnavailable(SigilError):
 class DeadlineExceeded(ProviderError):
     """A model call (its connect, every chunk of its stream, its retries and fallback) did not end
     by its deadline: the least of its own limit (SIGIL_PROVIDER_DEADLINE_S) and the turn's. The
-    stream is cut when it passes. A failure of the turn like any other provider error: the lane
-    retries the item, and apologises on its last delivery."""
+    stream is cut when it passes. Or another call of the turn (an embedding, an index search, a
+    store's read or write, a channel post) did not end by the turn's deadline. A failure of the
+    turn like any other provider error: the lane retries the item, and apologises on its last
+    delivery."""
 
     code = "deadline_exceeded"
     http_status = 504

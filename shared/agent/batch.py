@@ -15,13 +15,14 @@ on it, succeeding with it, or failing with it through skip_group_on_error, so ba
 names every record of a failed burst. A dead-lettered burst is apologised for record by record.
 
 The batch has a deadline: the Lambda's remaining time at its start, less SIGIL_TURN_RESERVE_S
-kept for the last turn's reply and commit and for the apologies (`batch_deadline`). Each turn runs
-inside it (shared.providers.deadline), so a model call that would outlast the function is cut
-(DeadlineExceeded, a provider failure like any other) rather than holding the batch until Lambda
-kills it, which would return every record, the finished ones too, with no apology for any. A turn
-with less than SIGIL_TURN_MIN_S left is not started: its record fails alone (TurnNotStarted; the
-rest of its session's follow through skip_group_on_error) and SQS delivers it again, while the
-records that ran are reported done. On its last delivery it is apologised for like any failure.
+kept for the apologies (`batch_deadline`). Each turn runs inside it (shared.deadline),
+so a call that would outlast the function, the model's or any other the turn makes (embedder,
+index, stores, channel posts), is cut (DeadlineExceeded, a provider failure like any other)
+rather than holding the batch until Lambda kills it, which would return every record, the
+finished ones too, with no apology for any. A turn with less than SIGIL_TURN_MIN_S left is not
+started: its record fails alone (TurnNotStarted; the rest of its session's follow through
+skip_group_on_error) and SQS delivers it again, while the records that ran are reported done.
+On its last delivery it is apologised for like any failure.
 
 Each record's turn runs under its lane item's correlation id (shared.correlation): the webhook
 request's id is on every log line of the turn and of its outbound posts, on its audit record and on
@@ -54,6 +55,7 @@ from pydantic import ConfigDict, Json, ValidationError
 from shared import correlation
 from shared.agent.coalesce import coalesce
 from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
+from shared.deadline import deadline, remaining
 from shared.errors import ProviderError, SigilError, TurnNotStarted
 from shared.metric_catalogue import (
     APOLOGIES_UNDELIVERED,
@@ -75,7 +77,6 @@ from shared.metric_catalogue import (
 )
 from shared.models import AuditRecord, LaneItem
 from shared.observability import logger, metrics, per_workspace, tracer
-from shared.providers.deadline import deadline, remaining
 
 # A child of the powertools logger's "sigil": the processor logs each failed record's traceback here.
 log = logging.getLogger("sigil.agent")

@@ -102,6 +102,7 @@ from shared.channels.out import ChannelError, progressive_reply
 from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
+from shared.deadline import before, current, deadline, remaining
 from shared.errors import ProviderError
 from shared.identity import aliases_of
 from shared.memory.scope import is_group, owner_scope, recall_scope
@@ -126,6 +127,10 @@ from shared.tools.memory import MEMORY_TOOLS
 MEMORY_TOOL_NAMES = frozenset(t.name for t in MEMORY_TOOLS)
 
 APOLOGY = "Sorry, I couldn't reach the model just now. Please send your message again in a moment."
+# What a turn keeps of its deadline for recording an attempt that failed (its audit record, its
+# spending): every call of the turn's work, the model's, the embedder's, the index's, the stores'
+# and the channel's, ends before (shared.deadline).
+BOOKKEEPING_S = 1.0
 # The note on a given-up turn's audit record when the apology itself could not be sent.
 UNDELIVERED = "the apology could not be delivered"
 
@@ -165,32 +170,37 @@ class _Ending:
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     started = time.monotonic()
-    turn = open_turn(deps.backend, item, prices=deps.prices, clock=deps.clock)
-    step = admit(turn, deps.provider_factory)
+    # The work ends a little before the deadline in scope (the caller's), so that an attempt it
+    # cuts is still audited, and its spending settled, by that deadline.
+    work = work_deadline(current())
+    with deadline(work):
+        turn = open_turn(deps.backend, item, prices=deps.prices, clock=deps.clock)
+        step = admit(turn, deps.provider_factory)
     try:
-        match step:
-            case Stop():
-                end = _stop(deps, turn, step, started)
-            case Proceed():
-                end = _answer(deps, turn, step, started)
-            case Command():
-                end = _command(deps, turn, step, started)
-        # Where its messages land and what it answered: what a replay of the turn needs.
-        record = with_trace(end.record, turn.inbound, turn.session, end.new)
-        if end.new is None:
-            return audit_alone(deps.backend.audit, record)
-        commit(
-            deps.backend,
-            turn.workspace,
-            turn.session,
-            turn.inbound,
-            end.new,
-            clock=deps.clock,
-            audit=record,
-            updates=end.updates,
-            budget=turn.budget,
-            fresh=end.fresh,
-        )
+        with deadline(work):
+            match step:
+                case Stop():
+                    end = _stop(deps, turn, step, started)
+                case Proceed():
+                    end = _answer(deps, turn, step, started)
+                case Command():
+                    end = _command(deps, turn, step, started)
+            # Where its messages land and what it answered: what a replay of the turn needs.
+            record = with_trace(end.record, turn.inbound, turn.session, end.new)
+            if end.new is None:
+                return audit_alone(deps.backend.audit, record)
+            commit(
+                deps.backend,
+                turn.workspace,
+                turn.session,
+                turn.inbound,
+                end.new,
+                clock=deps.clock,
+                audit=record,
+                updates=end.updates,
+                budget=turn.budget,
+                fresh=end.fresh,
+            )
     except ProviderError as exc:
         # A failed model call (or an embedding for the commit's index) commits nothing: the
         # attempt is audited on its own and the lane retries the item.
@@ -203,6 +213,15 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         # what it spent on its own: the tokens were spent all the same.
         settle(turn.budget)
     return log_turn(record, turn.safety)
+
+
+def work_deadline(at: float | None) -> float | None:
+    """When a turn's work must end for it to be over by `at`: BOOKKEEPING_S before it, or a
+    quarter of the time left when that is shorter (a short deadline is mostly the work's)."""
+    left = remaining(at)
+    if left is None:
+        return None
+    return before(at, min(BOOKKEEPING_S, max(0.0, left) / 4))
 
 
 def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = None) -> AuditRecord | None:

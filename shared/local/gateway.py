@@ -36,6 +36,7 @@ from shared.channels.out import build_senders
 from shared.config import Settings
 from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
+from shared.deadline import deadline
 from shared.errors import BadRequest, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
 from shared.ingress.browser import BrowserIngress
@@ -49,7 +50,6 @@ from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, OutboxEntry, new_workspace
 from shared.providers import build_provider, cached_provider_factory
-from shared.providers.deadline import deadline
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")

@@ -7,7 +7,7 @@ With SIGIL_FALLBACK_MODEL set, build_provider wraps the model's provider and the
 ResilientProvider, which then makes every retry itself (the SDKs' own are turned off, so a call is
 never retried by both). Without it, each SDK retries on its own, provider_max_retries times.
 
-Either way a call ends by its deadline (shared.providers.deadline): provider_deadline_s from its
+Either way a call ends by its deadline (shared.deadline): provider_deadline_s from its
 start, or the turn's deadline in scope if that comes first.
 """
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shared.deadline import bounded, check, cut_by, deadline, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.base import (
@@ -28,7 +29,6 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
 )
-from shared.providers.deadline import bounded, check, cut_by, deadline, within
 from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
 
@@ -77,7 +77,7 @@ class AnthropicProvider:
         deadline_s: float | None = None,
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
-        the whole call, from its start to its last event (shared.providers.deadline)."""
+        the whole call, from its start to its last event (shared.deadline)."""
         import anthropic
         import httpx2
 

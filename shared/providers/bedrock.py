@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from shared.deadline import bounded, check, cut_by, deadline, remaining, within
+from shared.deadline.boto import bound_to_deadline
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.anthropic import tool_input  # cheap: that module imports its SDK only when built
@@ -28,7 +30,6 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
 )
-from shared.providers.deadline import bounded, check, cut_by, remaining, within
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
 Json = dict[str, Any]
@@ -84,7 +85,10 @@ def bedrock_client(region: str, max_attempts: int = 3, timeout_s: float = 60.0) 
     # installed; the provider only relies on converse_stream's documented shape.
     build: Any = boto3.client
     with _build_lock:  # boto3's default session is not thread-safe while it builds a client
-        return build("bedrock-runtime", region_name=region, config=config)
+        client = build("bedrock-runtime", region_name=region, config=config)
+    # The turn's deadline bounds the call's connect, its wait for the headers and its retries
+    # (the stream's reads are cut by `_cut_reads`); a Titan embedding's whole call.
+    return bound_to_deadline(client)
 
 
 class BedrockProvider:
@@ -100,7 +104,7 @@ class BedrockProvider:
         deadline_s: float | None = None,
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
-        the whole call, from its start to its last event (shared.providers.deadline)."""
+        the whole call, from its start to its last event (shared.deadline)."""
         self.region = region
         self.deadline_s = deadline_s
         self._client = client
@@ -120,7 +124,8 @@ class BedrockProvider:
         at = within(self.deadline_s)
         try:
             check(at)
-            response = self.client.converse_stream(**converse_params(request))
+            with deadline(at):  # the connect and the wait for the headers, retries included
+                response = self.client.converse_stream(**converse_params(request))
             stream = response.get("stream")
             if stream is None:
                 raise ProviderError("the model stream ended before the model finished", retryable=True)

@@ -2,7 +2,7 @@
 
 The SDKs talk through httpx2 over httpcore2, which hands each socket operation (connect, TLS
 handshake, write, one read) the request's timeout. The network backend here cuts that timeout to
-the time left before the deadline in scope (shared.providers.deadline), and refuses the operation
+the time left before the deadline in scope (shared.deadline), and refuses the operation
 once it has passed. So a call ends by its deadline whether the server is slow to accept, never
 sends its headers, or trickles its stream, without a watchdog thread: the wait that crosses the
 deadline is an ordinary SDK timeout. Outside a deadline's scope the timeouts are the SDK's own.
@@ -27,8 +27,8 @@ import httpcore2
 import httpx2
 from httpx2._utils import get_environment_proxies
 
+from shared.deadline import current, cut_by, remaining
 from shared.errors import DeadlineExceeded
-from shared.providers.deadline import current, cut_by, remaining
 from shared.providers.resilient import retry_after_s
 
 T = TypeVar("T")

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shared.deadline import bounded, check, cut_by, deadline, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
-from shared.providers.deadline import bounded, check, cut_by, deadline, within
 from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
 
@@ -49,7 +49,7 @@ class OpenAIProvider:
         deadline_s: float | None = None,
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two chunks); `deadline_s`
-        the whole call, from its start to its last chunk (shared.providers.deadline)."""
+        the whole call, from its start to its last chunk (shared.deadline)."""
         import httpx2
         import openai
 

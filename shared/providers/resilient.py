@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from shared.deadline import bounded, remaining, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.metric_catalogue import PROVIDER_FALLBACKS, PROVIDER_RETRIES, record
 from shared.providers.base import ChatRequest, Provider, ProviderEvent
-from shared.providers.deadline import bounded, remaining, within
 
 log = logging.getLogger("sigil.providers")
 

@@ -10,6 +10,7 @@ is a small JSON object the model can read and act on:
 
 This is the tool-result boundary of the error hierarchy: a SigilError raised by a tool passes
 its code and message on (they are written to be shown); any other exception passes only its type.
+The one exception that passes through is DeadlineExceeded: the turn's deadline ends the turn.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from shared.errors import SigilError
+from shared.errors import DeadlineExceeded, SigilError
 from shared.models import ToolCall, ToolResultMessage, WorkspaceConfig
 from shared.providers.base import ToolSpec
 from shared.tools.core import A, Tool, ToolContext
@@ -168,6 +169,10 @@ class ToolRegistry:
         try:
             output = t.fn(args, ctx)
             content = output if isinstance(output, str) else output.model_dump_json()
+        except DeadlineExceeded:
+            # The turn's time is up (shared.deadline): the next model call could not
+            # start either, so the turn ends here, its attempt failed and audited.
+            raise
         except SigilError as exc:
             # Raised on purpose (BadRequest, NotFound, Forbidden, ...): the message is meant to be read.
             return tool_error(call, exc.code, exc.message)

@@ -16,7 +16,7 @@ or a message may have put in its mouth: the classic server-side request forgery.
 - follows redirects itself, at most MAX_REDIRECTS, checking each new URL the same way;
 - reads at most WebConfig.max_bytes of the body (the rest is never read), asks for no compression
   and bounds what a compressed body may inflate to, refuses what is not text;
-- ends by the earlier of WebConfig.timeout_s and the turn's deadline (shared.providers.deadline):
+- ends by the earlier of WebConfig.timeout_s and the turn's deadline (shared.deadline):
   every socket wait is cut to the time left.
 
 `web_search` asks the provider the operator configured (shared.tools.web_search), whose endpoint
@@ -48,9 +48,9 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.deadline import remaining, within
 from shared.errors import BadRequest, Forbidden, SigilError
 from shared.models import WebConfig, new_workspace
-from shared.providers.deadline import remaining, within
 from shared.tools.core import Tool, ToolContext, tool
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

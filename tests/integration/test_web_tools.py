@@ -33,6 +33,7 @@ from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
+from shared.deadline import deadline
 from shared.memory.scope import owner_scope
 from shared.models import (
     WORKSPACE_WIDE,
@@ -47,7 +48,6 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ProviderEvent, ToolCallEvent
-from shared.providers.deadline import deadline
 from shared.providers.function import FunctionProvider
 from shared.tools import ToolContext, ToolRegistry, default_registry
 from shared.tools.web import WebClient, refused_reason, web_tools

@@ -1,4 +1,4 @@
-"""shared.providers.deadline: the earliest deadline wins, and a pull past it stops the stream.
+"""shared.deadline: the earliest deadline wins, and a pull past it stops the stream.
 
 The wire behaviour (slow and hanging servers, each SDK) is tests/integration/test_model_deadline.py;
 these pin the scope's rules with function-backed providers and deadlines already passed, so no
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared.deadline import bounded, current, deadline, within
 from shared.errors import DeadlineExceeded
 from shared.models import UserMessage
 from shared.providers.base import ChatRequest
-from shared.providers.deadline import bounded, current, deadline, within
 from shared.providers.function import FunctionProvider
 from shared.providers.resilient import ResilientProvider
 

@@ -3,6 +3,9 @@
 A Lambda container reuses its clients across invocations (connection pools and credentials are
 the expensive part), and tests get a fresh set with `reset()`. `AWS_ENDPOINT_URL` is read when a
 client is asked for, not at import, so moto in server mode (or LocalStack) is one variable away.
+
+Every client's calls end by the deadline in scope (a turn's: shared.deadline.boto):
+a turn's store reads and writes, skill reads and WebSocket posts, retries included.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import os
 import threading
 from functools import cache
 from typing import TYPE_CHECKING, Any
+
+from shared.deadline.boto import bound_to_deadline
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -40,7 +45,8 @@ def _client(service: str, region: str | None, endpoint_url: str | None) -> Any:
     # literal service name, which this shared builder does not have.
     build: Any = boto3.client
     with _build_lock:
-        return build(service, region_name=region, endpoint_url=endpoint_url, config=config)
+        client = build(service, region_name=region, endpoint_url=endpoint_url, config=config)
+    return bound_to_deadline(client)
 
 
 def dynamodb(region: str | None = None, endpoint_url: str | None = None) -> DynamoDBClient:

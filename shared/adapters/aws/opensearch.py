@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from shared import serde
+from shared.deadline import current, cut, cut_by, out_of_time, passed
 from shared.errors import SigilError
 from shared.memory.search import CONTEXT_KEY, FACTS_KEY
 from shared.memory.vectors import usable_vector
@@ -137,7 +138,7 @@ def opensearch_client(
     managed domain and "aoss" for OpenSearch Serverless. Without `credentials`, the default AWS
     chain (the Lambda role's environment credentials) is used and refreshed as it expires.
     """
-    from opensearchpy import OpenSearch, RequestsAWSV4SignerAuth, RequestsHttpConnection
+    from opensearchpy import OpenSearch, RequestsAWSV4SignerAuth
 
     url = _normalise_endpoint(endpoint)
     scheme = urlsplit(url).scheme
@@ -164,12 +165,49 @@ def opensearch_client(
         http_auth=http_auth,
         use_ssl=use_ssl,
         verify_certs=use_ssl,
-        connection_class=RequestsHttpConnection,
+        connection_class=_deadline_connection(),
         timeout=timeout,
-        # A dropped connection or a 502/503/504 from a node being replaced is retried in place.
+        # A dropped connection or a 502/503/504 from a node being replaced is retried in place
+        # (never past the deadline in scope: the connection refuses the attempt).
         max_retries=2,
         retry_on_timeout=True,
     )
+
+
+@cache
+def _deadline_connection() -> type[Any]:
+    """opensearch-py's requests connection, each request ending by the deadline in scope (a turn's,
+    shared.deadline): its timeout cut to the time left, refused once it has passed, and
+    a wait the cut ended raised as DeadlineExceeded, which the transport does not retry (it retries
+    its own errors only). Outside a deadline's scope, the client's timeout and retries hold."""
+    from opensearchpy import RequestsHttpConnection
+    from opensearchpy.exceptions import ConnectionTimeout
+
+    class DeadlineConnection(RequestsHttpConnection):
+        def perform_request(
+            self,
+            method: str,
+            url: str,
+            params: Mapping[str, Any] | None = None,
+            body: bytes | None = None,
+            timeout: float | None = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> Any:
+            at = current()
+            if at is None:
+                return super().perform_request(method, url, params, body, timeout, *args, **kwargs)
+            if passed(at):
+                raise out_of_time("the OpenSearch request")
+            cut_timeout = cut(timeout if timeout is not None else self.timeout, at)
+            try:
+                return super().perform_request(method, url, params, body, cut_timeout, *args, **kwargs)
+            except ConnectionTimeout:
+                if cut_by(at):
+                    raise out_of_time("the OpenSearch request") from None
+                raise
+
+    return DeadlineConnection
 
 
 # ---------------------------------------------------------------- index body

@@ -8,6 +8,11 @@ Tokens travel in URLs on two platforms (Telegram's /bot<token>/, Discord's inter
 webhooks). No error message here is built from a URL, every message passes through `redact`,
 and a filter on the `httpx` logger masks both URL shapes, since httpx logs each request's URL
 at INFO.
+
+Inside a deadline's scope (a turn's: shared.deadline) a call ends by it: each request's
+timeouts are cut to the time left, a request is not started once it has passed, nor a 429 waited
+out past it (ChannelRateLimited at once), and a wait the cut ended is DeadlineExceeded. The
+turn's retry goes through the send ledger, so a post that did land is not made twice.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Final
 
 import httpx
 
+from shared.deadline import current, cut, cut_by, out_of_time, passed, remaining
 from shared.errors import SigilError
 
 log = logging.getLogger("sigil.channels")
@@ -178,13 +184,23 @@ class ApiClient:
     ) -> httpx.Response:
         """Send, waiting out rate limits within the policy; any other response is returned as is."""
         waited, attempt, policy = 0.0, 0, self._policy
+        at = current()
         while True:
             attempt += 1
+            if passed(at):
+                raise out_of_time(f"{self.platform} {op}")
             try:
                 response = self._http.request(
-                    method, self.base_url + path, json=dict(json), headers=headers, params=params
+                    method,
+                    self.base_url + path,
+                    json=dict(json),
+                    headers=headers,
+                    params=params,
+                    timeout=self._timeout(at),
                 )
             except httpx.TransportError as exc:
+                if isinstance(exc, httpx.TimeoutException) and cut_by(at):
+                    raise out_of_time(f"{self.platform} {op}") from None
                 detail = redact(f"{type(exc).__name__}: {exc}", secrets)
                 # `from None`: the cause carries the request, and with it the token in the URL.
                 raise ChannelError(
@@ -197,7 +213,9 @@ class ApiClient:
                 return response
             wait = self._retry_after(response)
             wait = policy.default_wait_s if wait is None else max(0.0, wait)
-            if attempt == policy.max_attempts or waited + wait > policy.max_total_wait_s:
+            left = remaining(at)
+            out_of_policy = attempt == policy.max_attempts or waited + wait > policy.max_total_wait_s
+            if out_of_policy or (left is not None and wait >= left):
                 raise ChannelRateLimited(
                     f"{self.platform} {op}: still rate limited after {attempt} attempts "
                     f"and {waited:.1f}s of waiting (retry after {wait:.1f}s)",
@@ -210,6 +228,16 @@ class ApiClient:
             )
             self._sleep(wait)
             waited += wait
+
+    def _timeout(self, at: float | None) -> httpx.Timeout:
+        """The client's timeouts, each cut to the time left before `at`."""
+        own = self._http.timeout
+        return httpx.Timeout(
+            connect=cut(own.connect, at),
+            read=cut(own.read, at),
+            write=cut(own.write, at),
+            pool=cut(own.pool, at),
+        )
 
     def error(
         self, op: str, response: httpx.Response, detail: str, *, secrets: Iterable[str] = ()

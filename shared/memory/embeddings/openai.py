@@ -4,6 +4,11 @@ The `openai` SDK is imported, and its client built, on the first embedding asked
 retry loop does spec 003's retries (3 attempts, exponential backoff from 0.5 s, Retry-After
 honoured, no retry on other 4xx); what still fails becomes an EmbeddingError whose `retryable`
 says whether a later attempt (the backfill) may succeed.
+
+Inside a deadline's scope (a turn's: shared.deadline) the call ends by it: the client
+talks through the model providers' transport (shared.providers.http_deadline), which cuts every
+network wait to the time left and starts no retry it has no time for, and the cut is raised as
+DeadlineExceeded, not as an embedding failure to try again.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from shared.errors import EmbeddingError
+from shared.deadline import out_of_time
+from shared.errors import DeadlineExceeded, EmbeddingError
 from shared.memory.embeddings.base import api_input, unit
 from shared.providers.openai import KEYLESS_PLACEHOLDER, safe_error_message
 from shared.providers.resilient import http_error_retry
@@ -74,6 +80,8 @@ class OpenAIEmbedder:
             if self._client is None:
                 import openai
 
+                from shared.providers.http_deadline import deadline_client_options
+
                 key = self._key_source() if callable(self._key_source) else self._key_source
                 if not key and not self._base_url:
                     raise EmbeddingError(
@@ -86,6 +94,7 @@ class OpenAIEmbedder:
                     base_url=self._base_url,
                     timeout=self._timeout_s,
                     max_retries=self._max_retries,
+                    http_client=openai.DefaultHttpxClient(**deadline_client_options(openai.OpenAIError)),
                 )
             return self._client
 
@@ -107,6 +116,8 @@ class OpenAIEmbedder:
                 )
             else:
                 response = client.embeddings.create(model=self.model, input=batch, encoding_format="float")
+        except DeadlineExceeded:
+            raise out_of_time("the embedding call") from None
         except openai.OpenAIError as exc:
             # Timeouts are APIConnectionErrors too; both are worth another try.
             retryable, after = (

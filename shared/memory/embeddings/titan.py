@@ -4,6 +4,9 @@ The request body is {"inputText", "dimensions" (256, 512 or 1024), "normalize": 
 {"embedding": [...], "inputTextTokenCount": n}. Titan takes one text per call, so a list is sent
 on a few threads at once (boto3 clients are thread-safe). botocore's standard retry mode does the
 retries (3 attempts, backoff, throttling included); what still fails becomes an EmbeddingError.
+Inside a deadline's scope (a turn's) each call ends by it, retries included (the client is bound
+to it: shared.deadline.boto); the threads run in a copy of the caller's context, so
+the scope is theirs too.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from typing import Any
 
-from shared.errors import EmbeddingError, ProviderError
+from shared.errors import DeadlineExceeded, EmbeddingError, ProviderError
 from shared.memory.embeddings.base import api_input, unit
 from shared.providers.bedrock import _botocore_error, _client_error, bedrock_client
 
@@ -59,8 +63,10 @@ class TitanEmbedder:
         if len(inputs) <= 1 or self._max_concurrency == 1:
             return [self._embed_one(t) for t in inputs]
         with ThreadPoolExecutor(max_workers=min(self._max_concurrency, len(inputs))) as pool:
-            # map keeps input order and re-raises the first failure.
-            return list(pool.map(self._embed_one, inputs))
+            # In input order, the first failure re-raised. One copy of the context a thread: a
+            # context is entered by one thread at a time.
+            futures = [pool.submit(copy_context().run, self._embed_one, t) for t in inputs]
+            return [f.result() for f in futures]
 
     def _embed_one(self, text: str) -> list[float]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -74,6 +80,8 @@ class TitanEmbedder:
                 accept="application/json",
             )
             payload = json.loads(response["body"].read())
+        except DeadlineExceeded:
+            raise
         except ClientError as exc:
             raise _embedding_error(_client_error(exc)) from None
         except BotoCoreError as exc:

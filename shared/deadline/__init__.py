@@ -1,4 +1,4 @@
-"""The overall deadline of a model call, and of the turn around it.
+"""The overall deadline of a model call, and of the turn around it: of every outbound call.
 
 An SDK's timeout bounds each wait on the network (a connect, one read), never the call: a server
 that sends a chunk a second keeps a stream alive for as long as it likes. So a model call gets an
@@ -12,6 +12,17 @@ time has passed, and runs every SDK step inside `deadline(...)`, where the netwo
 the time left: the OpenAI and Anthropic clients' transport (shared.providers.http_deadline) reads
 the scope on every socket operation; Bedrock's socket timeout is set before each event. A wait
 that the cut ends is an SDK timeout, which the provider reports as DeadlineExceeded.
+
+The turn's scope holds for everything else the turn calls too, each client cutting its waits to
+the time left (`cut`) and refusing a call or a retry once it has passed (`out_of_time`): the
+embedders (the OpenAI one on the same transport; Titan, like every boto3 client, through
+shared.deadline.boto), the AWS stores, skill reads and WebSocket posts (the same
+botocore hooks, on shared.adapters.aws.clients), OpenSearch (its connection class) and the
+channels' HTTP posts (shared.channels.out.http). A turn keeps `BOOKKEEPING_S` of its deadline for
+recording a failed attempt (shared.agent.turn), so that too ends by the deadline its caller set.
+
+Below the features (it imports shared.errors alone): the webhook's cold start, which imports the
+AWS clients and the channels, pays nothing for it and never imports shared.providers.
 """
 
 from __future__ import annotations
@@ -72,6 +83,27 @@ def passed(at: float | None, slack_s: float = 0.0) -> bool:
 def check(at: float | None) -> None:
     if passed(at):
         raise DeadlineExceeded()
+
+
+def out_of_time(what: str) -> DeadlineExceeded:
+    """The error for a call (`what`: "the embedding call", "telegram sendMessage"...) refused, or
+    cut, by the deadline in scope."""
+    return DeadlineExceeded(f"{what} did not finish by the turn's deadline")
+
+
+def cut(timeout: float | None, at: float | None) -> float | None:
+    """A network wait's timeout cut to the time left before `at` (never below a millisecond:
+    zero means "no timeout" to some clients); `timeout` itself outside a deadline."""
+    left = remaining(at)
+    if left is None:
+        return timeout
+    left = max(0.001, left)
+    return left if timeout is None else min(timeout, left)
+
+
+def before(at: float | None, seconds: float) -> float | None:
+    """`seconds` before `at`: the end of the part of a turn that leaves time after it."""
+    return None if at is None else at - seconds
 
 
 def cut_by(at: float | None) -> bool:
