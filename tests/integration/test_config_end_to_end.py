@@ -169,8 +169,8 @@ def test_a_config_applied_to_a_stack_routes_each_bot_with_its_workspaces_model_t
     audit = cloud.turn_deps().backend.audit
     by_event = {r.event_id: r for ws in ("family", "team") for r in audit.list_records(ws)}
     # Then each turn ran in its bot's workspace: the family's on its own model, its second denied
-    # by the family user's budget of 3 tool calls once its own calls took it past; the team's on
-    # the default model
+    # by the family user's budget of 3 tool calls once its own calls reached it (a call past it is
+    # not run); the team's on the default model
     outcomes = {e: (r.workspace_id, r.outcome, r.model) for e, r in by_event.items()}
     assert outcomes == {
         "tg30001": ("family", "ok", "openai/fake-family"),
@@ -179,7 +179,7 @@ def test_a_config_applied_to_a_stack_routes_each_bot_with_its_workspaces_model_t
         "tg30102": ("team", "ok", "openai/fake-model"),
         "Ev111": ("team", "ok", "openai/fake-model"),
     }
-    assert by_event["tg30002"].error == "user/day/tool_calls 4/3"
+    assert by_event["tg30002"].error == "user/day/tool_calls 3/3"
     assert cloud.turn_deps().backend.audit.list_records("default") == []
     # And each workspace's tool permissions held: the family's search denied and its recall run,
     # the team's search run and its recall (not in its allow list) denied
