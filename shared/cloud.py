@@ -160,6 +160,7 @@ def turn_deps() -> TurnDeps:
     from shared.channels.out import build_senders
     from shared.memory.personality import LearnedPersonality
     from shared.memory.tacit import TacitFacts
+    from shared.tools.mcp import McpToolbox
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
     from shared.workspace_cache import with_workspace_cache
@@ -187,6 +188,8 @@ def turn_deps() -> TurnDeps:
         prices=PriceTable(s.model_prices),
         facts=TacitFacts(backend.memory),
         personality=LearnedPersonality(backend.memory),
+        # The workspaces' remote MCP servers; no stdio connector: a Lambda starts no program.
+        workspace_tools=McpToolbox(backend.secrets),
     )
 
 

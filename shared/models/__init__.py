@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.clock import new_id, utcnow
+from shared.models.mcp import McpConfig
 
 # Ids that become parts of keys (SQLite rows, DynamoDB partition keys, SQS group ids) are kept to
 # a conservative alphabet so they can never smuggle a separator into another workspace's key.
@@ -323,6 +324,8 @@ class WorkspaceConfig(Model):
     # come from compaction alone (every summary_batch messages rolled out).
     turn_extraction: bool = True
     extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
+    # Remote MCP servers whose tools this workspace's turns may call (docs/mcp.md).
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
