@@ -174,7 +174,9 @@ class McpToolbox:
                 tools.append(built)
         return tools
 
-    def discover(self, workspace: WorkspaceConfig, server: McpServer, *, fresh: bool = False) -> list[Discovered]:
+    def discover(
+        self, workspace: WorkspaceConfig, server: McpServer, *, fresh: bool = False
+    ) -> list[Discovered]:
         """The server's whole tool list (exposed or not), cached per workspace and server config.
         A failure raises McpError, and is remembered for FAILURE_TTL_S unless `fresh`."""
         key = (workspace.id, server.model_dump_json())
@@ -189,7 +191,9 @@ class McpToolbox:
             tools = self._run(workspace.id, server, _list_tools)
         except SigilError as exc:
             with self._lock:
-                self._cache[key] = _Entry(now + min(FAILURE_TTL_S, workspace.mcp.cache_ttl_s), None, exc.message)
+                self._cache[key] = _Entry(
+                    now + min(FAILURE_TTL_S, workspace.mcp.cache_ttl_s), None, exc.message
+                )
             raise
         with self._lock:
             self._cache[key] = _Entry(now + workspace.mcp.cache_ttl_s, tools)
@@ -199,7 +203,9 @@ class McpToolbox:
         """Run the server's tool `tool` and return its content as text."""
         if not exposed(server, tool):
             # The registry holds only exposed tools; this is the same rule where the call leaves.
-            raise McpError(f"the tool {tool!r} of MCP server {server.name!r} is not exposed here", code="forbidden")
+            raise McpError(
+                f"the tool {tool!r} of MCP server {server.name!r} is not exposed here", code="forbidden"
+            )
         started = time.monotonic()
         outcome = "ok"
         try:
@@ -225,7 +231,9 @@ class McpToolbox:
     def _tool(self, workspace: WorkspaceConfig, server: McpServer, found: Discovered) -> McpTool | None:
         schema = _schema(found.input_schema)
         if schema is None:
-            log.warning("mcp tool left out: its input schema", extra={"server": server.name, "tool": found.name})
+            log.warning(
+                "mcp tool left out: its input schema", extra={"server": server.name, "tool": found.name}
+            )
             return None
         workspace_id, remote = workspace.id, found.name
 
@@ -323,7 +331,10 @@ class McpToolbox:
         # Redirects stay off (the SDK follows same-origin ones itself): a token must not follow
         # a redirect to another host.
         http = httpx2.AsyncClient(headers=headers, auth=auth, timeout=httpx2.Timeout(server.timeout_s))
-        async with http, Client(streamable_http_client(server.url, http_client=http), client_info=info, cache=None) as c:
+        async with (
+            http,
+            Client(streamable_http_client(server.url, http_client=http), client_info=info, cache=None) as c,
+        ):
             yield c
 
     def _secret(self, workspace_id: str, secret: str, server: McpServer) -> str:
@@ -440,4 +451,3 @@ def _description(server: str, found: Discovered) -> str:
     elif scan(text).flagged:
         text = f"The tool {found.name!r} (its description was withheld: it reads like instructions to the model)."
     return f"[MCP server {server}] {text}"
-

@@ -2,6 +2,7 @@
 client's tests: run it in a subprocess with `McpTestServer()` (a free port, stopped on exit).
 
     python -m tests.support.mcp_server PORT LOG [LABEL=TOKEN ...]
+    python tests/support/mcp_server.py stdio LOG        (over stdio: it imports only the SDK)
 
 Its tools: `add` and `lookup` (plain answers), `note` (a result carrying a prompt injection),
 `hang` (never answers), `drop_everything` (what no workspace exposes). Given tokens, every
@@ -33,6 +34,25 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", d
 
 def build(log: Path, tokens: dict[str, str]) -> Any:
     """The server's ASGI app: the SDK's Streamable HTTP app behind a bearer-token check."""
+    app = tools(log).streamable_http_app(stateless_http=True, json_response=True)
+    by_token = {token: label for label, token in tokens.items()}
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and by_token:
+            headers = dict(scope.get("headers") or [])
+            token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+            if token not in by_token:
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+            _caller.set(by_token[token])
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def tools(log: Path) -> Any:
+    """The SDK server and its tools, each call appended to `log`."""
     import anyio
     from mcp.server.mcpserver import MCPServer
 
@@ -74,26 +94,15 @@ def build(log: Path, tokens: dict[str, str]) -> Any:
         record("drop_everything")
         return "dropped"
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
-    by_token = {token: label for label, token in tokens.items()}
-
-    async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and by_token:
-            headers = dict(scope.get("headers") or [])
-            token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
-            if token not in by_token:
-                await send({"type": "http.response.start", "status": 401, "headers": []})
-                await send({"type": "http.response.body", "body": b"unauthorized"})
-                return
-            _caller.set(by_token[token])
-        await app(scope, receive, send)
-
-    return guarded
+    return server
 
 
 def main(argv: list[str]) -> None:
     import uvicorn
 
+    if argv[0] == "stdio":  # a local server, as `sigil dev` runs one
+        tools(Path(argv[1])).run("stdio")
+        return
     port, log, *pairs = argv
     tokens = dict(pair.split("=", 1) for pair in pairs)
     uvicorn.run(build(Path(log), tokens), host="127.0.0.1", port=int(port), log_level="warning")
