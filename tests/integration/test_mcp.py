@@ -22,6 +22,7 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
+from shared import cloud
 from shared.channels import web
 from shared.cli import app
 from shared.config import Settings
@@ -31,8 +32,21 @@ from shared.local.mcp_stdio import stdio_transport
 from shared.models import WorkspaceConfig
 from shared.providers.deadline import deadline
 from shared.tools.mcp import McpError, McpToolbox
+from tests.integration.test_channel_routes import (
+    FAMILY_CHAT,
+    FAMILY_SECRET,
+    TEAM_SECRET,
+    deliver,
+    routed_event,
+    telegram_update,
+)
+from tests.integration.test_channels_end_to_end import run_agent
+from tests.integration.test_config_end_to_end import on_moto  # noqa: F401 -- the fixture, with this file's config
+from tests.integration.test_webhook_channels import telegram_headers
 from tests.support.fake_openai import FakeOpenAI, FakeReply
+from tests.support.fake_platforms import FakePlatforms
 from tests.support.mcp_server import INJECTION, McpTestServer
+from tests.support.moto_aws import REGION, AwsResources
 
 runner = CliRunner()
 TOKENS = {"family": "family-token-0123456789", "team": "team-token-0123456789"}
@@ -198,6 +212,77 @@ def assert_turns(requests: list[dict[str, Any]], records: list[Any]) -> None:
     assert by_text == {"ok"}
     used = sorted(name for r in records for name in r.tools_used)
     assert used == ["mcp__files__add", "mcp__files__lookup", "mcp__files__note", "mcp__slow__hang"]
+
+
+# ---------------------------------------------------------------------- the Lambda handlers on moto
+
+STACK = "sigil-config-e2e"  # what test_config_end_to_end's on_moto fixture creates
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: McpTestServer) -> Path:
+    """on_moto's file (it applies none itself): the family's and the team's servers, the bots'
+    routes as on_moto's secrets sign them."""
+    for name in ("SIGIL_CONFIG", "SIGIL_DATA_DIR", "SIGIL_BACKEND", "SIGIL_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "sigil.yaml"
+    path.write_text(
+        "defaults:\n  model: openai/fake-model\nworkspaces:\n  family:\n"
+        + servers_yaml(server.url, tools="[add, lookup, note]")
+        + "  team:\n"
+        + servers_yaml(server.url, tools="[lookup]", slow=False)
+        + "channels:\n"
+        + "  - {platform: telegram, name: family, workspace: family}\n"
+        + "  - {platform: telegram, name: team, workspace: team}\n"
+        + '  - {platform: slack, name: work, workspace: team, account: "T111"}\n'
+    )
+    return path
+
+
+def test_on_the_lambda_handlers_each_workspace_calls_its_servers_with_its_own_token(
+    on_moto: tuple[AwsResources, FakeOpenAI, FakePlatforms],  # noqa: F811
+    config_file: Path,
+    server: McpTestServer,
+) -> None:
+    aws, model, _ = on_moto
+    model.set_default(scripted)
+    where = ["--stack", STACK, "--region", REGION]
+    # Given the file applied to the stack, and each workspace's token in its Secrets Manager
+    status, out = sigil("config", "apply", str(config_file), *where)
+    assert status == 0, out
+    for ws in ("family", "team"):
+        status, out = sigil("secret", "set", f"mcp/{ws}/tok", *where, input=TOKENS[ws])
+        assert status == 0, out
+    before = len(server.calls())
+    # When the family's bot gets four messages and the team's one, through the webhook and the agent
+    said = ["two tools please", "drop the tables", "read the note", "hang on"]
+    updates = [telegram_update(40001 + i, FAMILY_CHAT, text) for i, text in enumerate(said)]
+    events = [
+        routed_event("telegram", "family", b, telegram_headers(b, token=FAMILY_SECRET)) for b in updates
+    ]
+    team = telegram_update(40101, FAMILY_CHAT, "look up the size")
+    events.append(routed_event("telegram", "team", team, telegram_headers(team, token=TEAM_SECRET)))
+    assert [deliver(e) for e in events] == [(200, "")] * 5
+    run_agent(aws)
+    # Then the family's turns show what sigil dev's do
+    audit = cloud.turn_deps().backend.audit
+    assert_turns(model.requests, audit.list_records("family"))
+    # And the team's turn is offered its one exposed tool and runs it
+    assert {n for n in offered(model.requests, "look up") if n.startswith("mcp__")} == {"mcp__files__lookup"}
+    assert "the value of size is 42" in results(model.requests, "look up")["mcp__files__lookup"]
+    # And every call reached the server with its own workspace's token, never the other's
+    assert sorted(calls_since(server, before)) == [
+        ("add", "family"),
+        ("hang", "family"),
+        ("lookup", "family"),
+        ("lookup", "team"),
+        ("note", "family"),
+    ]
+    # And `sigil mcp list|test --stack` connect with the stack's secrets
+    status, out = sigil("mcp", "list", "-w", "team", *where)
+    assert status == 0 and "lookup                   mcp__files__lookup" in out, out
+    status, out = sigil("mcp", "test", "files", "-w", "team", *where)
+    assert status == 0 and "5 tools, 1 exposed" in out, out
 
 
 # ---------------------------------------------------------------------- the toolbox itself
