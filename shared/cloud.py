@@ -160,9 +160,9 @@ def turn_deps() -> TurnDeps:
     from shared.channels.out import build_senders
     from shared.memory.personality import LearnedPersonality
     from shared.memory.tacit import TacitFacts
-    from shared.tools.mcp import McpToolbox
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
+    from shared.tools.mcp import McpToolbox
     from shared.workspace_cache import with_workspace_cache
 
     # Workspace configs are cached for a minute, so a warm turn reads none: a change made through

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # A server's name goes into every tool name (mcp__<server>__<tool>), so it is short and has no
 # "_": the double underscore then always separates the server from the tool.
 MCP_SERVER_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,23}$"
-MCP_SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-MCP_SECRET_PREFIX = "mcp/"
+MCP_SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105 -- a name's pattern
+MCP_SECRET_PREFIX = "mcp/"  # noqa: S105 -- where the names start, no value
 
 
 def mcp_secret_name(workspace_id: str, secret: str) -> str:

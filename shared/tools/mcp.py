@@ -449,5 +449,5 @@ def _description(server: str, found: Discovered) -> str:
     if not text:
         text = f"The tool {found.name!r}."
     elif scan(text).flagged:
-        text = f"The tool {found.name!r} (its description was withheld: it reads like instructions to the model)."
+        text = f"The tool {found.name!r} (its description was withheld: it reads like instructions)."
     return f"[MCP server {server}] {text}"

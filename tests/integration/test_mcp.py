@@ -47,6 +47,7 @@ from tests.support.fake_openai import FakeOpenAI, FakeReply
 from tests.support.fake_platforms import FakePlatforms
 from tests.support.mcp_server import INJECTION, McpTestServer
 from tests.support.moto_aws import REGION, AwsResources
+from tests.support.moto_stack import moto_stack
 
 runner = CliRunner()
 TOKENS = {"family": "family-token-0123456789", "team": "team-token-0123456789"}
@@ -283,6 +284,24 @@ def test_on_the_lambda_handlers_each_workspace_calls_its_servers_with_its_own_to
     assert status == 0 and "lookup                   mcp__files__lookup" in out, out
     status, out = sigil("mcp", "test", "files", "-w", "team", *where)
     assert status == 0 and "5 tools, 1 exposed" in out, out
+
+
+def test_a_stdio_server_is_refused_by_config_apply_to_a_stack_and_written_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SIGIL_CONFIG", "SIGIL_DATA_DIR", "SIGIL_BACKEND", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "sigil.yaml"
+    path.write_text(
+        "workspaces:\n  family:\n    mcp:\n      servers:\n"
+        "        - {name: local, command: [my-mcp-server], tools: ['*']}\n"
+    )
+    with moto_stack(tmp_path) as deployed:
+        status, out = sigil("config", "apply", str(path), *deployed.args())
+        assert status == 1 and "MCP server 'local' is a local program" in out, out
+        assert sigil("workspace", "show", "family", *deployed.args())[0] != 0
+    # The same file is fine for `sigil dev`'s data dir
+    assert sigil("config", "apply", str(path), "--data-dir", str(tmp_path / "state"))[0] == 0
 
 
 # ---------------------------------------------------------------------- the toolbox itself

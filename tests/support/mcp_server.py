@@ -125,7 +125,7 @@ class McpTestServer:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         pairs = [f"{label}={token}" for label, token in (tokens or {}).items()]
         root = Path(__file__).resolve().parents[2]
-        self._process = subprocess.Popen(  # noqa: S603 -- a fixed argument list
+        self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.mcp_server", str(self.port), str(self.log), *pairs],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
