@@ -30,6 +30,7 @@ from shared.configuration.model import (
 )
 from shared.errors import SigilError
 from shared.models import ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
+from shared.models.mcp import MCP_SECRET_NAME_PATTERN, MCP_SERVER_NAME_PATTERN, MCP_URL_PATTERN
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,17 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
         "an embedding model",
         "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
     ),
+    MCP_SERVER_NAME_PATTERN: (
+        "an MCP server name",
+        "1-24 characters of a-z, 0-9 and -, starting with a letter or digit (no _: it is part of "
+        "every tool name, mcp__SERVER__TOOL)",
+    ),
+    MCP_SECRET_NAME_PATTERN: (
+        "a secret name",
+        "1-64 characters of letters, digits and . _ -, starting with a letter or digit; the "
+        "secret is the workspace's own, stored as mcp/WORKSPACE/NAME",
+    ),
+    MCP_URL_PATTERN: ("an MCP server URL", "an http:// or https:// URL"),
 }
 
 

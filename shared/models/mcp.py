@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # "_": the double underscore then always separates the server from the tool.
 MCP_SERVER_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,23}$"
 MCP_SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # noqa: S105 -- a name's pattern
+MCP_URL_PATTERN = r"^https?://"
 MCP_SECRET_PREFIX = "mcp/"  # noqa: S105 -- where the names start, no value
 
 
@@ -48,7 +49,7 @@ class OAuthClientCredentials(_Strict):
         pattern=MCP_SECRET_NAME_PATTERN,
         description="The workspace's secret holding the client secret: `mcp/<workspace>/<secret>`.",
     )
-    issuer: str = Field(pattern=r"^https?://", description="The authorization server's issuer URL.")
+    issuer: str = Field(pattern=MCP_URL_PATTERN, description="The authorization server's issuer URL.")
     scope: str | None = None
 
 
@@ -60,7 +61,9 @@ class McpServer(_Strict):
     (`command`), which only `sigil dev` runs: the cloud refuses it."""
 
     name: str = Field(pattern=MCP_SERVER_NAME_PATTERN)
-    url: str | None = Field(default=None, pattern=r"^https?://", description="The Streamable HTTP endpoint.")
+    url: str | None = Field(
+        default=None, pattern=MCP_URL_PATTERN, description="The Streamable HTTP endpoint."
+    )
     command: list[str] | None = Field(
         default=None, min_length=1, description="A local server started over stdio; `sigil dev` only."
     )
