@@ -377,6 +377,38 @@ def test_a_workspace_without_its_token_gets_no_tools_and_never_another_workspace
         )
 
 
+def test_oauth_client_credentials_get_a_token_with_the_workspaces_own_client_secret(tmp_path: Path) -> None:
+    # Given a server that is an OAuth resource server, its authorization server granting client
+    # credentials, and the family's client secret in the store
+    with McpTestServer(tmp_path, {"family-client": "family-client-secret"}, oauth=True) as crm:
+        issuer = crm.url.removesuffix("/mcp")
+
+        def workspace(ws: str, client_id: str) -> WorkspaceConfig:
+            auth = {
+                "type": "oauth_client_credentials",
+                "client_id": client_id,
+                "secret": "crm",
+                "issuer": issuer,
+            }
+            return WorkspaceConfig.model_validate(
+                {
+                    "id": ws,
+                    "mcp": {"servers": [{"name": "crm", "url": crm.url, "auth": auth, "tools": ["add"]}]},
+                }
+            )
+
+        secrets = DictSecrets({"mcp/family/crm": "family-client-secret", "mcp/team/crm": "a-wrong-secret"})
+        family, team = workspace("family", "family-client"), workspace("team", "family-client")
+        # Then the family's call gets a token from the authorization server, and the tool runs
+        toolbox = McpToolbox(secrets)
+        assert [t.name for t in toolbox(family)] == ["mcp__crm__add"]
+        assert toolbox.call("family", family.mcp.servers[0], "add", {"a": 4, "b": 5}) == "4 + 5 = 9"
+        # And the team's config, naming the family's client id with its own secret, gets nothing
+        with pytest.raises(McpError):
+            toolbox.discover(team, team.mcp.servers[0])
+        assert [(c["tool"], c["token"]) for c in crm.calls()] == [("add", "family-client")]
+
+
 def test_a_stdio_server_runs_under_sigil_dev_and_is_refused_in_the_cloud(tmp_path: Path) -> None:
     # Given a workspace whose server is a local program (the test server's file, over stdio)
     program = Path(__file__).resolve().parents[1] / "support" / "mcp_server.py"

@@ -2,6 +2,7 @@
 client's tests: run it in a subprocess with `McpTestServer()` (a free port, stopped on exit).
 
     python -m tests.support.mcp_server PORT LOG [LABEL=TOKEN ...]
+    python -m tests.support.mcp_server oauth PORT LOG [CLIENT=SECRET ...]   (client credentials)
     python tests/support/mcp_server.py stdio LOG        (over stdio: it imports only the SDK)
 
 Its tools: `add` and `lookup` (plain answers), `note` (a result carrying a prompt injection),
@@ -51,12 +52,77 @@ def build(log: Path, tokens: dict[str, str]) -> Any:
     return guarded
 
 
-def tools(log: Path) -> Any:
+def oauth_app(log: Path, port: int, clients: dict[str, str]) -> Any:
+    """The server as an OAuth resource server (the SDK's bearer middleware and protected
+    resource metadata), and beside it the smallest authorization server that grants client
+    credentials: its metadata and a token endpoint checking each client's secret (HTTP Basic)."""
+    import base64
+    import secrets
+
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    base = f"http://127.0.0.1:{port}"
+    issued: dict[str, str] = {}  # access token -> the client it was issued to
+
+    class Verifier:
+        async def verify_token(self, token: str) -> AccessToken | None:
+            client = issued.get(token)
+            return AccessToken(token=token, client_id=client, scopes=[]) if client else None
+
+    auth = AuthSettings(  # type: ignore[call-arg]
+        issuer_url=base,  # type: ignore[arg-type]
+        resource_server_url=f"{base}/mcp",  # type: ignore[arg-type]
+        validate_token_resource=False,  # the verifier knows every token it issued
+    )
+    server = tools(log, auth=auth, token_verifier=Verifier())
+
+    @server.custom_route("/.well-known/oauth-authorization-server", methods=["GET"])
+    async def metadata(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "issuer": base,
+                "authorization_endpoint": f"{base}/authorize",
+                "token_endpoint": f"{base}/token",
+                "grant_types_supported": ["client_credentials"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                "response_types_supported": ["code"],
+            }
+        )
+
+    @server.custom_route("/token", methods=["POST"])
+    async def token(request: Request) -> Response:
+        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+        client, _, secret = (
+            base64.b64decode(encoded or "").decode().partition(":") if scheme == "Basic" else ("", "", "")
+        )
+        form = await request.form()
+        if form.get("grant_type") != "client_credentials" or clients.get(client) != secret or not secret:
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        access = secrets.token_urlsafe(16)
+        issued[access] = client
+        return JSONResponse({"access_token": access, "token_type": "Bearer", "expires_in": 3600})
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+
+    async def labelled(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+            _caller.set(issued.get(token))
+        await app(scope, receive, send)
+
+    return labelled
+
+
+def tools(log: Path, **options: Any) -> Any:
     """The SDK server and its tools, each call appended to `log`."""
     import anyio
     from mcp.server.mcpserver import MCPServer
 
-    server = MCPServer("sigil-test")
+    server = MCPServer("sigil-test", **options)
     lock = threading.Lock()
 
     def record(tool: str, **extra: Any) -> None:
@@ -103,9 +169,14 @@ def main(argv: list[str]) -> None:
     if argv[0] == "stdio":  # a local server, as `sigil dev` runs one
         tools(Path(argv[1])).run("stdio")
         return
-    port, log, *pairs = argv
-    tokens = dict(pair.split("=", 1) for pair in pairs)
-    uvicorn.run(build(Path(log), tokens), host="127.0.0.1", port=int(port), log_level="warning")
+    if argv[0] == "oauth":  # an OAuth resource server: CLIENT=SECRET pairs
+        _, port, log, *pairs = argv
+        clients = dict(pair.split("=", 1) for pair in pairs)
+        app = oauth_app(Path(log), int(port), clients)
+    else:
+        port, log, *pairs = argv
+        app = build(Path(log), dict(pair.split("=", 1) for pair in pairs))
+    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
 
 
 def _free_port() -> int:
@@ -118,7 +189,7 @@ def _free_port() -> int:
 class McpTestServer:
     """The server in a subprocess on a free port; `url` is its MCP endpoint, `calls()` its log."""
 
-    def __init__(self, directory: Path, tokens: dict[str, str] | None = None) -> None:
+    def __init__(self, directory: Path, tokens: dict[str, str] | None = None, *, oauth: bool = False) -> None:
         self.port = _free_port()
         self.log = directory / f"mcp-calls-{self.port}.jsonl"
         self.log.touch()
@@ -126,7 +197,15 @@ class McpTestServer:
         pairs = [f"{label}={token}" for label, token in (tokens or {}).items()]
         root = Path(__file__).resolve().parents[2]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.mcp_server", str(self.port), str(self.log), *pairs],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.mcp_server",
+                *(["oauth"] if oauth else []),
+                str(self.port),
+                str(self.log),
+                *pairs,
+            ],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
         )
