@@ -27,6 +27,7 @@ from shared.channels import web
 from shared.cli import app
 from shared.config import Settings
 from shared.configuration import load_file
+from shared.errors import DeadlineExceeded
 from shared.local.gateway import LocalGateway
 from shared.local.mcp_stdio import stdio_transport
 from shared.models import WorkspaceConfig
@@ -63,7 +64,7 @@ SCRIPT: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
 
 def servers_yaml(url: str, *, tools: str, slow: bool = True) -> str:
     """One workspace's `mcp:` section: the server as `files` (and as `slow`, its hanging tool
-    alone under a 2 s limit), authenticated with the workspace's secret `tok`."""
+    alone under a 5 s limit), authenticated with the workspace's secret `tok`."""
     text = f"""\
     mcp:
       servers:
@@ -78,7 +79,7 @@ def servers_yaml(url: str, *, tools: str, slow: bool = True) -> str:
           url: {url}
           auth: {{type: bearer, secret: tok}}
           tools: [hang]
-          timeout_s: 2
+          timeout_s: 5
 """
     return text
 
@@ -328,9 +329,9 @@ def test_the_turn_deadline_cuts_a_call_whatever_the_servers_own_limit(
     )
     toolbox = McpToolbox(DictSecrets({"mcp/family/tok": TOKENS["family"]}))
     [tool] = toolbox(workspace)
-    with deadline(time.monotonic() + 1.5), pytest.raises(Exception) as cut:
+    with deadline(time.monotonic() + 1.5), pytest.raises(DeadlineExceeded):
         toolbox.call("family", workspace.mcp.servers[0], "hang", {})
-    assert type(cut.value).__name__ == "DeadlineExceeded" and tool.name == "mcp__files__hang"
+    assert tool.name == "mcp__files__hang"
 
 
 def test_a_workspace_without_its_token_gets_no_tools_and_never_another_workspaces(
