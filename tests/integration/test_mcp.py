@@ -210,8 +210,10 @@ def assert_turns(requests: list[dict[str, Any]], records: list[Any]) -> None:
     assert INJECTION in note and note.index("<<<BEGIN UNTRUSTED DATA") < note.index(INJECTION)
     # The hanging server is cut at its deadline and the model told so; the turn still answers
     assert '"error":"deadline_exceeded"' in results(requests, "hang")["mcp__slow__hang"]
-    by_text = {r.outcome for r in records}
-    assert by_text == {"ok"}
+    assert {r.outcome for r in records} == {"ok"}
+    # The audit names the calls, what went in quoted, and the injection rules the note fired
+    assert "tool mcp__files__note" in {source for r in records for source in r.quoted}
+    assert any(r.injection_rules.get("tool mcp__files__note") for r in records)
     used = sorted(name for r in records for name in r.tools_used)
     assert used == ["mcp__files__add", "mcp__files__lookup", "mcp__files__note", "mcp__slow__hang"]
 
