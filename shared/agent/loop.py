@@ -174,11 +174,9 @@ def run_loop(
         for i, call in enumerate(answer.tool_calls):  # parallel calls too: one after the other, in order
             if calls < limit:
                 calls += 1
-                if budget is not None:
-                    # Charged before it starts: a call that leaves the process (an MCP server)
-                    # counts even when it fails or is cut by the deadline.
-                    budget.charge_tool_call()
                 outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
+                if budget is not None:
+                    budget.charge_tool_call()
                 # Third-party text (memory, a web page) is quoted always; the scan still runs,
                 # for the flag and the audit.
                 content = safety.guard(
