@@ -262,7 +262,8 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
         "1-64 characters of letters, digits and . _ -, starting with a letter or digit; the "
         "secret is the workspace's own, stored as mcp/WORKSPACE/NAME",
     ),
-    MCP_URL_PATTERN: ("an MCP server URL", "an http:// or https:// URL"),
+    # The same pattern as any http(s) URL of the file: said the same way.
+    MCP_URL_PATTERN: ("a URL", "http:// or https:// and the rest, e.g. https://mcp.example.com/mcp"),
 }
 
 
