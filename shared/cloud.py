@@ -162,6 +162,7 @@ def turn_deps() -> TurnDeps:
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
+    from shared.tools.mcp import McpToolbox
     from shared.workspace_cache import with_workspace_cache
 
     # Workspace configs are cached for a minute, so a warm turn reads none: a change made through
@@ -187,6 +188,8 @@ def turn_deps() -> TurnDeps:
         prices=PriceTable.from_settings(s),
         facts=TacitFacts(backend.memory),
         personality=LearnedPersonality(backend.memory),
+        # The workspaces' remote MCP servers; no stdio connector: a Lambda starts no program.
+        workspace_tools=McpToolbox(backend.secrets),
     )
 
 

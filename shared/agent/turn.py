@@ -119,7 +119,7 @@ from shared.models import (
 )
 from shared.providers.base import ChatRequest, ToolSpec
 from shared.skills import Skill, available_skills, catalogue, select_skills
-from shared.tools import ToolContext, ToolRegistry
+from shared.tools import Tool, ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
 from shared.tools.memory import MEMORY_TOOLS
 
@@ -156,6 +156,9 @@ class TurnDeps:
     # The skills a turn of a workspace may use (docs/skills.md); None: shared.skills.available_skills
     # over backend.skills (the cloud agent's is cached for a minute, shared.skills.CachedSkills).
     skills: Callable[[WorkspaceConfig], list[Skill]] | None = None
+    # Tools of the workspace's own, added to `tools` for its turns: its MCP servers' exposed tools
+    # (shared.tools.mcp.McpToolbox). None: none.
+    workspace_tools: Callable[[WorkspaceConfig], Sequence[Tool[Any]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -316,7 +319,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     if step.kept:
         # A redrive answers the message where it was said: what came after it is not its context.
         window = list(itertools.takewhile(lambda m: m.id != step.user.id, window))
-    tools = deps.tools.specs()
+    registry = tools_for(deps, turn.workspace)
+    tools = registry.specs()
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
     request = ChatRequest(
         model=step.model,
@@ -348,7 +352,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         lambda request: run_loop(
             step.provider,
             request,
-            deps.tools,
+            registry,
             ctx,
             turn.workspace,
             on_text=redacted(shown, turn.safety),
@@ -361,6 +365,15 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
     kept = [] if step.kept else [step.user]
     return _Ending(record, [*kept, *result.messages], ctx.session_updates)
+
+
+def tools_for(deps: TurnDeps, workspace: WorkspaceConfig) -> ToolRegistry:
+    """What a turn of `workspace` offers: the gateway's tools and the workspace's own. A
+    workspace tool never replaces one of the gateway's (their names are kept apart: mcp__...)."""
+    if deps.workspace_tools is None:
+        return deps.tools
+    extra = [t for t in deps.workspace_tools(workspace) if t.name not in deps.tools]
+    return deps.tools.extended(*extra) if extra else deps.tools
 
 
 def _record(

@@ -69,8 +69,14 @@ def config_apply(
     its channel routes as the whole set (a stored route the file lacks is deleted). Idempotent."""
     from shared.adapters import build_backend
     from shared.configuration import Change, apply, skills_not_installed
+    from shared.configuration.apply import stdio_servers
 
     settings, loaded = target_config(data_dir, stack, region, file)
+    refused = stdio_servers(loaded) if stack is not None else []
+    for line in refused:
+        typer.echo(line, err=True)
+    if refused:
+        raise typer.Exit(1)
 
     def written(change: Change) -> None:
         for line in change.lines():

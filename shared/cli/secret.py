@@ -76,12 +76,31 @@ def _known_secret(name: str, *, stored: list[str] | None = None) -> str:
         except SigilError as exc:
             raise typer.BadParameter(f"{exc.message} in {name!r}", param_hint="'NAME'") from None
         return name
+    if _mcp_secret(name):
+        return name
     if name in _known_secrets() or _route_secret(name):
         return name
     if stored is not None and name in stored:
         return name
-    known = ", ".join([*_known_secrets(), "web/<workspace>", "<platform>/<route>/<key>"])
+    known = ", ".join(
+        [*_known_secrets(), "web/<workspace>", "<platform>/<route>/<key>", "mcp/<workspace>/<name>"]
+    )
     raise typer.BadParameter(f"unknown secret {name!r}; the known ones are: {known}", param_hint="'NAME'")
+
+
+def _mcp_secret(name: str) -> bool:
+    """A workspace's MCP credential: mcp/<workspace>/<name> (shared.models.mcp.mcp_secret_name)."""
+    import re
+
+    from shared.models import ID_PATTERN
+    from shared.models.mcp import MCP_SECRET_NAME_PATTERN, MCP_SECRET_PREFIX
+
+    workspace, _, secret = name.removeprefix(MCP_SECRET_PREFIX).partition("/")
+    return (
+        name.startswith(MCP_SECRET_PREFIX)
+        and re.match(ID_PATTERN, workspace) is not None
+        and re.match(MCP_SECRET_NAME_PATTERN, secret) is not None
+    )
 
 
 def _route_secret(name: str) -> bool:

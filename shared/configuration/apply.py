@@ -186,3 +186,15 @@ def skills_not_installed(file: SigilFile, skills: SkillStore) -> list[str]:
                     f"(installed: {', '.join(installed) or 'none'}; `sigil skill install ... -w {ws}`)"
                 )
     return lines
+
+
+def stdio_servers(file: SigilFile) -> list[str]:
+    """One line per MCP server of the file that is a local program (stdio): `sigil dev` runs
+    those, a deployed stack cannot (docs/mcp.md), so applying them there is refused."""
+    return [
+        f"workspace {ws}: MCP server {server.name!r} is a local program (command); only `sigil dev` "
+        "runs those: give it a `url` to use it in the cloud"
+        for ws, config in effective_configs(file).items()
+        for server in config.mcp.servers
+        if server.command is not None
+    ]

@@ -31,6 +31,7 @@ from shared.configuration.model import (
 )
 from shared.errors import SigilError
 from shared.models import HTTP_URL_PATTERN, ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
+from shared.models.mcp import MCP_SECRET_NAME_PATTERN, MCP_SERVER_NAME_PATTERN
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,10 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
         "(it is the last segment of the webhook path /webhooks/PLATFORM/NAME)",
     ),
     MODEL_REF_PATTERN: ("a model", "provider/model, e.g. openai/gpt-4.1-mini"),
-    HTTP_URL_PATTERN: ("a URL", "http:// or https:// and the rest, e.g. http://searxng.internal:8080/search"),
+    HTTP_URL_PATTERN: (
+        "a URL",
+        "http:// or https:// and the rest, e.g. https://mcp.example.com/mcp or http://searxng.internal:8080/search",
+    ),
     EMBEDDING_PATTERN: (
         "an embedding model",
         "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
@@ -256,6 +260,16 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
     PRICE_KEY_PATTERN: (
         "a priced model",
         'provider/model, e.g. openai/llama3.1:8b, or "*" (every other model)',
+    ),
+    MCP_SERVER_NAME_PATTERN: (
+        "an MCP server name",
+        "1-24 characters of a-z, 0-9 and -, starting with a letter or digit (no _: it is part of "
+        "every tool name, mcp__SERVER__TOOL)",
+    ),
+    MCP_SECRET_NAME_PATTERN: (
+        "a secret name",
+        "1-64 characters of letters, digits and . _ -, starting with a letter or digit; the "
+        "secret is the workspace's own, stored as mcp/WORKSPACE/NAME",
     ),
 }
 

@@ -44,12 +44,14 @@ from shared.ingress.http import HttpAnswer, WebhookFront, page, refusal
 from shared.local.consolidation import register_consolidation
 from shared.local.datadir_lock import DataDirLock
 from shared.local.logs import RequestIds
+from shared.local.mcp_stdio import stdio_transport
 from shared.local.sse import session_events
 from shared.local.web_socket import Connection, CorsMiddleware, DeltaHub, preflight
 from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, OutboxEntry, new_workspace
 from shared.providers import build_provider, cached_provider_factory
+from shared.tools.mcp import McpToolbox
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
@@ -101,6 +103,8 @@ class LocalGateway:
             prices=PriceTable.from_settings(self.settings),
             facts=TacitFacts(self.backend.memory),
             personality=LearnedPersonality(self.backend.memory),
+            # The workspaces' MCP servers; stdio ones too, here only (shared.local.mcp_stdio).
+            workspace_tools=McpToolbox(self.backend.secrets, stdio=stdio_transport),
         )
         self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
         self.runner = EmbeddedLaneRunner(

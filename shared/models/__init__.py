@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.clock import new_id, utcnow
+from shared.models.mcp import McpConfig
 
 # Ids that become parts of keys (SQLite rows, DynamoDB partition keys, SQS group ids) are kept to
 # a conservative alphabet so they can never smuggle a separator into another workspace's key.
@@ -380,6 +381,8 @@ class WorkspaceConfig(Model):
     extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
     # web_fetch and web_search (docs/tools.md): both off unless turned on here.
     web: WebConfig = Field(default_factory=WebConfig)
+    # Remote MCP servers whose tools this workspace's turns may call (docs/mcp.md).
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped

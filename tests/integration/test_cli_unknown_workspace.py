@@ -6,7 +6,7 @@ Known: the default and channel workspaces, one sigil.yaml names, one with a stor
 or route, one holding a session (how a cloud workspace without stored configuration shows), one
 holding what the command reads (its facts, identities, skills, dead letters, web secret).
 
-The commands: memory, pairing, identity, skill, consolidate, workspace show, dlq list|redrive,
+The commands: memory, pairing, identity, skill, mcp, consolidate, workspace show, dlq list|redrive,
 replay, web token|open (each on both targets), and send, replies, web-secret (the local data dir
 only: they take no --stack)."""
 
@@ -192,6 +192,8 @@ TYPO_COMMANDS = [
     ["skill", "list", "-w", "taem"],
     ["skill", "remove", "notes", "-w", "taem"],
     ["skill", "validate", "notes", "-w", "taem"],
+    ["mcp", "list", "-w", "taem"],
+    ["mcp", "test", "files", "-w", "taem"],
 ]
 
 
