@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.deadline import remaining, within
+from shared.deadline import current, passed, remaining, within
 from shared.errors import DeadlineExceeded, SigilError
 from shared.models import WorkspaceConfig
 from shared.models.mcp import BearerAuth, McpServer, mcp_secret_name
@@ -66,6 +66,15 @@ JOIN_GRACE_S = 2.0  # past the call's own limit, for its event loop to unwind th
 
 # A connector for stdio servers: given the server, the SDK transport that runs its program.
 StdioConnector = Callable[[McpServer], Any]
+
+
+class McpTimedOut(SigilError):
+    """A server that did not answer within its own `timeout_s`, while the turn still has time: the
+    model is told and the turn goes on. Past the turn's deadline it is DeadlineExceeded instead,
+    which ends the turn (shared.tools.registry)."""
+
+    code = "deadline_exceeded"
+    http_status = 504
 
 
 class McpError(SigilError):
@@ -283,9 +292,10 @@ class McpToolbox:
         thread.join(limit + JOIN_GRACE_S)
         if thread.is_alive():
             # The loop did not unwind (a transport stuck outside anyio): left to end on its own.
-            raise DeadlineExceeded(f"MCP server {server.name!r} did not answer by the deadline")
+            raise _timed_out(server)
         if "error" in box:
-            raise _translated(server, box["error"]) from None
+            error = _translated(server, box["error"])
+            raise (_timed_out(server) if isinstance(error, DeadlineExceeded) else error) from None
         value: T = box["value"]
         return value
 
@@ -403,6 +413,12 @@ async def _call_tool(client: Client, tool: str, arguments: dict[str, Any]) -> st
     if result.is_error:
         raise McpToolError(text or "the tool reported an error")
     return text
+
+
+def _timed_out(server: McpServer) -> SigilError:
+    """The server ran out of time: the turn's (it ends the turn) or only its own (a tool error)."""
+    message = f"MCP server {server.name!r} did not answer by the deadline"
+    return DeadlineExceeded(message) if passed(current(), slack_s=0.05) else McpTimedOut(message)
 
 
 def _translated(server: McpServer, exc: BaseException) -> SigilError:
