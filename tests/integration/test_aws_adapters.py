@@ -30,6 +30,8 @@ from shared.adapters.aws.dynamodb import (
     DynamoSessionStore,
     DynamoWorkspaceStore,
 )
+from shared.adapters.aws.dynamodb.audit import AUDIT_SHARDS, audit_pk
+from shared.adapters.aws.dynamodb.table import shard_of
 from shared.adapters.aws.events import EventBridgeBus, EventPublishError
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.adapters.aws.secrets import SecretsManagerStore
@@ -521,7 +523,7 @@ def test_audit_records_expire_after_400_days(aws: AwsResources) -> None:
     item = clients.dynamodb(REGION).get_item(
         TableName=aws.memory_table,
         Key={
-            "pk": {"S": "WS#ws1#AUDIT"},
+            "pk": {"S": audit_pk("ws1", shard_of("s1", AUDIT_SHARDS))},
             "sk": {"S": f"AUDIT#{record.created_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}#{record.id}"},
         },
     )["Item"]
