@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     sessions_table: str | None = None
     memory_table: str | None = None
     queue_url: str | None = None
+    # The lanes' queues in shard order, comma-separated, when the stack shards them (its `lanes`
+    # context above 1): the first is queue_url. Unset: queue_url alone (docs/scale.md#sharded-lanes).
+    lane_queue_urls: str | None = None
     # The turns queue's dead-letter queue (the stack's DeadLettersQueueUrl output): read by
     # `sigil dlq` on the aws backend only; no function needs it.
     dead_letter_queue_url: str | None = None
@@ -136,6 +139,12 @@ class Settings(BaseSettings):
         if self.model:
             return self.model
         return None
+
+    def lane_queues(self) -> tuple[str, ...]:
+        """The lanes' queues in shard order: lane_queue_urls, else queue_url alone (none unset)."""
+        if self.lane_queue_urls:
+            return tuple(u.strip() for u in self.lane_queue_urls.split(",") if u.strip())
+        return (self.queue_url,) if self.queue_url else ()
 
     def allowed_providers(self) -> frozenset[str] | None:
         """SIGIL_PROVIDERS as a set, or None when unset (every provider allowed)."""

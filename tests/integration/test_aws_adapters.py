@@ -35,7 +35,7 @@ from shared.adapters.aws.dynamodb.table import shard_of
 from shared.adapters.aws.events import EventBridgeBus, EventPublishError
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.adapters.aws.secrets import SecretsManagerStore
-from shared.adapters.aws.sqs import SqsLanes, fifo_id
+from shared.adapters.aws.sqs import SqsLanes, fifo_id, lane_queue
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.models import (
     WORKSPACE_WIDE,
@@ -696,3 +696,31 @@ def test_build_aws_backend_names_missing_settings(aws: AwsResources) -> None:
     with pytest.raises(SigilError, match="SIGIL_MEMORY_TABLE, SIGIL_QUEUE_URL") as raised:
         build_aws_backend(aws.settings(memory_table=None, queue_url=None))
     assert raised.value.code == "misconfigured"
+
+
+def test_sharded_lanes_send_each_session_to_its_queue_in_order(aws: AwsResources) -> None:
+    # Given the lanes sharded over three FIFO queues (the stack's `-c lanes=3`)
+    sqs = clients.sqs(REGION)
+    extra = [
+        sqs.create_queue(
+            QueueName=f"{aws.queue_url.rsplit('/', 1)[1].removesuffix('.fifo')}-{n}.fifo",
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"},
+        )["QueueUrl"]
+        for n in (1, 2)
+    ]
+    queues = [aws.queue_url, *extra]
+    lanes = SqsLanes(queues, region=REGION)
+    # When 30 sessions each queue three turns
+    sessions = [f"s{n}" for n in range(30)]
+    for turn in range(3):
+        for s in sessions:
+            lanes.submit(LaneItem(inbound=inbound(session=s, event=f"{s}-{turn}", text=f"{s}-{turn}")))
+    # Then each session's turns are all in the queue its hash names, in order, and each queue has some
+    drained = {url: drain_fifo(url, 200) for url in queues}
+    for s in sessions:
+        [home] = [url for url, items in drained.items() if any(i.inbound.session_id == s for i in items)]
+        assert home == queues[lane_queue(fifo_id(f"ws1.{s}"), 3)] == lanes.queue_of(f"ws1.{s}")
+        assert [i.inbound.text for i in drained[home] if i.inbound.session_id == s] == [
+            f"{s}-{t}" for t in range(3)
+        ]
+    assert all(drained.values())
