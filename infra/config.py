@@ -57,6 +57,20 @@ class Caps:
     # source disabled while the older queues drain (docs/scale.md#sharded-lanes).
     lanes: int = 1
     lanes_paused_from: int | None = None
+    # The memory index's primary shards and over how many of them a workspace spreads, when the
+    # functions create it (SIGIL_OPENSEARCH_SHARDS and _ROUTING_PARTITIONS; docs/scale.md#memory-shards).
+    # 1 and 1: OpenSearch's defaults. An index that exists keeps its own.
+    memory_shards: int = 1
+    memory_routing_partitions: int = 1
+
+    def memory_env(self) -> dict[str, str]:
+        """The index sizing's variables for the functions that create the index (none by default)."""
+        if self.memory_shards == 1:
+            return {}
+        return {
+            "SIGIL_OPENSEARCH_SHARDS": str(self.memory_shards),
+            "SIGIL_OPENSEARCH_ROUTING_PARTITIONS": str(self.memory_routing_partitions),
+        }
 
     @property
     def agent_total(self) -> int:
@@ -329,6 +343,23 @@ def read_caps(node: Node) -> Caps:
     )
     if paused is not None and paused >= lanes:
         raise ValueError(f"lanes_paused_from must name a lane queue below lanes={lanes}, got {paused}")
+    raw_shards, raw_partitions = (
+        node.try_get_context("memory_shards"),
+        node.try_get_context("memory_routing_partitions"),
+    )
+    shards = (
+        default.memory_shards if raw_shards is None else _int("memory_shards", raw_shards, least=1, most=1024)
+    )
+    partitions = (
+        default.memory_routing_partitions
+        if raw_partitions is None
+        else _int("memory_routing_partitions", raw_partitions, least=1, most=1023)
+    )
+    if partitions > 1 and partitions >= shards:
+        # OpenSearch's rule for index.routing_partition_size.
+        raise ValueError(
+            f"memory_routing_partitions must be below memory_shards ({shards}), got {partitions}"
+        )
     caps = Caps(
         agent_concurrency=agent,
         # Reserved is what every lane's event source may run at once: less would throttle them.
@@ -339,6 +370,8 @@ def read_caps(node: Node) -> Caps:
         turn_routes=_throttle(node, "webhook", default.turn_routes),
         lanes=lanes,
         lanes_paused_from=paused,
+        memory_shards=shards,
+        memory_routing_partitions=partitions,
     )
     reserved = node.try_get_context("reserved_concurrency")
     if reserved is not None and str(reserved).strip().lower() in _OFF:

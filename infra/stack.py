@@ -126,6 +126,7 @@ class SigilStack(Stack):
             "SIGIL_MEMORY_TABLE": memory.memory.table_name,
             "SIGIL_EVENT_BUS_NAME": consolidation.bus.event_bus_name,
             "SIGIL_OPENSEARCH_ENDPOINT": memory.domain.domain_endpoint,
+            **caps.memory_env(),
         }
         if context.model:
             backend_env["SIGIL_MODEL"] = context.model

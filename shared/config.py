@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     # before the consolidate function extracts the turn's facts. Unset: no per-turn extraction.
     extraction_queue_url: str | None = None
     opensearch_endpoint: str | None = None
+    # The memory index's primary shards and routing partition size when the adapter creates it
+    # (shared.adapters.aws.opensearch.IndexSizing; docs/scale.md#memory-shards). 1: OpenSearch's
+    # defaults. An existing index keeps its own: another sizing is a new index and a reindex.
+    opensearch_shards: int = Field(default=1, ge=1, le=1024)
+    opensearch_routing_partitions: int = Field(default=1, ge=1, le=1023)
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.

@@ -58,6 +58,7 @@ def test_a_cap_given_on_its_own_changes_the_sizes_value() -> None:
         ({"lanes": "0"}, "lanes must be between 1 and 16"),
         ({"lanes": "2", "lanes_paused_from": "2"}, "lanes_paused_from must name a lane queue below lanes=2"),
         ({"lanes_paused_from": "1"}, "lanes_paused_from must name a lane queue below lanes=1"),
+        ({"memory_shards": "3", "memory_routing_partitions": "3"}, "must be below memory_shards"),
     ],
 )
 def test_a_bad_size_or_lane_count_is_refused_at_synth(context: dict[str, str], message: str) -> None:
@@ -75,6 +76,8 @@ def resharded(tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path) ->
         size="500",
         lanes="3",
         lanes_paused_from="2",
+        memory_shards="6",
+        memory_routing_partitions="3",
     )
 
 
@@ -143,3 +146,16 @@ def test_one_lane_queue_by_default_sets_no_lane_list(each_stage: Synth) -> None:
     assert "SIGIL_LANE_QUEUE_URLS" not in webhook["Environment"]["Variables"]
     assert len(_agent_sources(each_stage)) == 1
     assert "LaneQueueUrls" not in each_stage.raw["Outputs"]
+    agent = each_stage.raw["Resources"][logical_id(each_stage.stack.agent.function)]["Properties"]
+    assert "SIGIL_OPENSEARCH_SHARDS" not in agent["Environment"]["Variables"]
+
+
+def test_the_memory_index_sizing_reaches_the_functions_that_create_it(resharded: Synth) -> None:
+    for owner in (resharded.stack.agent, resharded.stack.consolidation):
+        variables = resharded.raw["Resources"][logical_id(owner.function)]["Properties"]["Environment"][
+            "Variables"
+        ]
+        assert (variables["SIGIL_OPENSEARCH_SHARDS"], variables["SIGIL_OPENSEARCH_ROUTING_PARTITIONS"]) == (
+            "6",
+            "3",
+        )
