@@ -4,7 +4,7 @@ budget is passed by no more than docs/budgets.md's bound; the audit records all 
 Given 200 sessions of one workspace, each turn reads its session with the budget's counters, is
 denied or spends c, and saves with its audit record and charge, all from 200 threads released
 together. On both adapter sets every save lands, the counters hold exactly what the turns
-charged, and the total stays under L + N × min(k × c, L − R + c) (k = 1 call a turn here).
+charged, and the total stays under L + N * min(k * c, L - R + c) (k = 1 call a turn here).
 
 What moto cannot show: it applies one request at a time (moto_aws.atomic_requests), so it never
 cancels a transaction for a conflict as DynamoDB does. What the aws set proves instead is the
@@ -136,7 +136,7 @@ def test_200_concurrent_turns_of_one_workspace_all_commit_within_the_budget_boun
     # And the counter holds exactly what the turns charged
     assert total == sum(first)
     assert backend.budgets.totals(ws_a, [_day_key()])[_day_key()].tokens == sum(first) + sum(second)
-    # And the first round passed L by no more than N × min(k × c, L − R + c), R = 0 (k = 1)
+    # And the first round passed L by no more than N * min(k * c, L - R + c), R = 0 (k = 1)
     assert total < LIMIT + TURNS * min(COST, LIMIT + COST)
     # And once the total was at L, every turn that read it was denied before spending
     assert total >= LIMIT and sum(second) == 0
