@@ -21,6 +21,7 @@ from moto import mock_aws
 
 from shared import serde
 from shared.adapters.aws import build_aws_backend, clients
+from shared.adapters.aws.dead_letters import SqsDeadLetters
 from shared.adapters.aws.dynamodb import (
     TABLE_SCHEMAS,
     TTL_ATTRIBUTE,
@@ -724,3 +725,32 @@ def test_sharded_lanes_send_each_session_to_its_queue_in_order(aws: AwsResources
             f"{s}-{t}" for t in range(3)
         ]
     assert all(drained.values())
+
+
+def test_a_redrive_sends_each_turn_back_to_its_sessions_lane_queue(aws: AwsResources) -> None:
+    # Given sharded lanes (three queues) and turns of six sessions in their dead-letter queue
+    sqs = clients.sqs(REGION)
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    stem = aws.queue_url.rsplit("/", 1)[1].removesuffix(".fifo")
+    extra = [sqs.create_queue(QueueName=f"{stem}-{n}.fifo", Attributes=fifo)["QueueUrl"] for n in (1, 2)]
+    queues = [aws.queue_url, *extra]
+    dlq = sqs.create_queue(QueueName=f"{stem}-dlq.fifo", Attributes=fifo)["QueueUrl"]
+    sessions = [f"s{n}" for n in range(6)]
+    for s in sessions:
+        item = LaneItem(inbound=inbound(session=s, event=f"{s}-dead", text=s))
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=serde.dumps(item),
+            MessageGroupId=fifo_id(item.group_id),
+            MessageDeduplicationId=fifo_id(item.dedup_id),
+        )
+    # When each session is redriven
+    dead = SqsDeadLetters(dlq, aws.queue_url, lane_queue_urls=queues, region=REGION)
+    for s in sessions:
+        report = dead.redrive(lambda item: item, session=("ws1", s))
+        assert [o.outcome for o in report.outcomes] == ["redriven"]
+    # Then each turn is in the queue its session's hash names, as the webhook would have sent it
+    drained = {url: [i.inbound.session_id for i in drain_fifo(url, 20)] for url in queues}
+    for s in sessions:
+        assert s in drained[SqsLanes(queues, region=REGION).queue_of(f"ws1.{s}")]
+    assert sum(map(len, drained.values())) == len(sessions)
