@@ -9,6 +9,7 @@ send ledger's items, round trips per call, TTL and the workspace prefix of every
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from shared import serde
@@ -32,15 +34,19 @@ from shared.adapters.aws.dynamodb import (
     DynamoWorkspaceStore,
 )
 from shared.adapters.aws.dynamodb.audit import AUDIT_SHARDS, audit_pk
+from shared.adapters.aws.dynamodb.budgets import DynamoBudgetStore
+from shared.adapters.aws.dynamodb.retry import RETRIES
 from shared.adapters.aws.dynamodb.table import shard_of
 from shared.adapters.aws.events import EventBridgeBus, EventPublishError
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.adapters.aws.secrets import SecretsManagerStore
 from shared.adapters.aws.sqs import SqsLanes, fifo_id, lane_queue
+from shared.budgets import BudgetCharge, Counters, buckets
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.models import (
     WORKSPACE_WIDE,
     AuditRecord,
+    BudgetLimits,
     DomainEvent,
     InboundMessage,
     LaneItem,
@@ -754,3 +760,40 @@ def test_a_redrive_sends_each_turn_back_to_its_sessions_lane_queue(aws: AwsResou
     for s in sessions:
         assert s in drained[SqsLanes(queues, region=REGION).queue_of(f"ws1.{s}")]
     assert sum(map(len, drained.values())) == len(sessions)
+
+
+def test_a_charge_dynamodb_keeps_refusing_is_logged_and_the_commit_stands(
+    aws: AwsResources, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given DynamoDB cancelling every charge transaction (a shard kept busy by other charges)
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    refused: list[int] = []
+
+    def cancel_charges(params: dict[str, Any], **_: Any) -> None:
+        actions = params["TransactItems"]
+        if all("Update" in a for a in actions):
+            refused.append(len(actions))
+            raise ClientError(
+                {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                    "CancellationReasons": [{"Code": "TransactionConflict"}] * len(actions),
+                },
+                "TransactWriteItems",
+            )
+
+    hook = "provide-client-params.dynamodb.TransactWriteItems"
+    store.client.meta.events.register(hook, cancel_charges)
+    now = datetime(2026, 3, 17, 12, tzinfo=UTC)
+    plan = tuple(buckets(None, BudgetLimits(), now))
+    charge = BudgetCharge(workspace_id="ws1", buckets=plan, amounts=Counters(tokens=5), at=now)
+    try:
+        # When a turn commits with its charge
+        with caplog.at_level(logging.WARNING, logger="sigil.budgets"):
+            saved = store.save(Session(id="s1", workspace_id="ws1"), expected_version=0, charge=charge)
+    finally:
+        store.client.meta.events.unregister(hook, cancel_charges)
+    # Then the commit stands, the charge was tried RETRIES times, and its loss is logged, not raised
+    assert store.get("ws1", "s1") == saved
+    assert len(refused) == RETRIES
+    assert "budget charge not recorded after the commit" in caplog.text
+    assert DynamoBudgetStore(aws.sessions_table, region=REGION).totals("ws1", [b.key for b in plan]) == {}
