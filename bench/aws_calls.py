@@ -8,7 +8,8 @@
     the queued events one record per batch by the aws mode's poller, with the fake OpenAI server
     of tests/support as the model. Goal: at most 3. Every call is listed, so the excess shows.
     The same again for a second workspace with a budget (limits per workspace and per user), whose
-    counters are read with the session and charged in the commit (docs/budgets.md).
+    counters are read with the session and charged after the commit, on the session's counter
+    shard (docs/budgets.md).
 (c) Cold import time of each handler module against a bare powertools handler
     (bench/bare_handler.py), each in a fresh interpreter, median of N. Goal: webhook <= 1.5x.
 

@@ -51,6 +51,70 @@ class Caps:
     # Every route of the HTTP API, and, tighter, each POST route that queues a turn.
     api: Throttle = Throttle(rate=50, burst=100)
     turn_routes: Throttle = Throttle(rate=10, burst=20)
+    # The FIFO queues the lanes are sharded over by a hash of the session (infra.constructs.lanes),
+    # each with its own event source of `agent_concurrency`: one event source runs at most 1,000
+    # batches at once. Only ever raised; the queues from `lanes_paused_from` on get their event
+    # source disabled while the older queues drain (docs/scale.md#sharded-lanes).
+    lanes: int = 1
+    lanes_paused_from: int | None = None
+    # The memory index's primary shards and over how many of them a workspace spreads, when the
+    # functions create it (SIGIL_OPENSEARCH_SHARDS and _ROUTING_PARTITIONS; docs/scale.md#memory-shards).
+    # 1 and 1: OpenSearch's defaults. An index that exists keeps its own.
+    memory_shards: int = 1
+    memory_routing_partitions: int = 1
+
+    def memory_env(self) -> dict[str, str]:
+        """The index sizing's variables for the functions that create the index (none by default)."""
+        if self.memory_shards == 1:
+            return {}
+        return {
+            "SIGIL_OPENSEARCH_SHARDS": str(self.memory_shards),
+            "SIGIL_OPENSEARCH_ROUTING_PARTITIONS": str(self.memory_routing_partitions),
+        }
+
+    @property
+    def agent_total(self) -> int:
+        """The agent's batches at once over every lane queue (its reserved concurrency when set)."""
+        return self.agent_concurrency * self.lanes
+
+
+# What `-c size=...` starts from, named by the active people the stack is sized for
+# (docs/deploy.md#sizes gives each one's assumptions and monthly cost ceiling; docs/scale.md
+# what binds next). Each cap's own context value still changes it. "default" is Caps(): a
+# protective stack for trying Sigil out, not a sizing.
+SIZES: dict[str, Caps] = {
+    "default": Caps(),
+    # 50 people at a turn each 20 s at peak: 2.5 turns/s, ~15 turns running (6 s a turn).
+    "50": Caps(
+        agent_concurrency=20,
+        agent_reserved=20,
+        webhook_reserved=20,
+        consolidate_reserved=5,
+        api=Throttle(rate=100, burst=200),
+        turn_routes=Throttle(rate=25, burst=50),
+    ),
+    # 500 people: 25 turns/s, ~150 running.
+    "500": Caps(
+        agent_concurrency=200,
+        agent_reserved=200,
+        webhook_reserved=50,
+        consolidate_reserved=20,
+        api=Throttle(rate=300, burst=600),
+        turn_routes=Throttle(rate=100, burst=200),
+    ),
+    # 10,000 people: 500 turns/s, ~3,000 running, over four lane queues of 800 batches each
+    # (one event source stops at 1,000). Needs the account's concurrency limit raised to at least
+    # 3,500 (3,200 + 100 + 100 reserved, and the 100 Lambda keeps unreserved).
+    "10000": Caps(
+        agent_concurrency=800,
+        agent_reserved=3200,
+        webhook_reserved=100,
+        consolidate_reserved=100,
+        api=Throttle(rate=2000, burst=4000),
+        turn_routes=Throttle(rate=1000, burst=2000),
+        lanes=4,
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -245,9 +309,23 @@ def _throttle(node: Node, name: str, default: Throttle) -> Throttle:
     )
 
 
+def read_size(node: Node) -> Caps:
+    """The caps `-c size=50|500|10000` names (Caps() without one)."""
+    raw = node.try_get_context("size")
+    name = (
+        "default"
+        if raw is None or not str(raw).strip()
+        else str(raw).strip().replace(",", "").replace("_", "")
+    )
+    if name not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {raw!r}")
+    return SIZES[name]
+
+
 def read_caps(node: Node) -> Caps:
-    """The concurrency and throttling caps: Caps' defaults, each changed by its context value."""
-    default = Caps()
+    """The concurrency and throttling caps: the size's (Caps' defaults without one), each changed
+    by its context value."""
+    default = read_size(node)
     raw_agent = node.try_get_context("agent_concurrency")
     # 2 is the least maximum concurrency an SQS event source takes; 1000 the most.
     agent = (
@@ -255,13 +333,45 @@ def read_caps(node: Node) -> Caps:
         if raw_agent is None
         else _int("agent_concurrency", raw_agent, least=2, most=1000)
     )
+    raw_lanes = node.try_get_context("lanes")
+    lanes = default.lanes if raw_lanes is None else _int("lanes", raw_lanes, least=1, most=16)
+    raw_paused = node.try_get_context("lanes_paused_from")
+    paused = (
+        default.lanes_paused_from
+        if raw_paused is None or str(raw_paused).strip().lower() in _OFF
+        else _int("lanes_paused_from", raw_paused, least=1, most=16)
+    )
+    if paused is not None and paused >= lanes:
+        raise ValueError(f"lanes_paused_from must name a lane queue below lanes={lanes}, got {paused}")
+    raw_shards, raw_partitions = (
+        node.try_get_context("memory_shards"),
+        node.try_get_context("memory_routing_partitions"),
+    )
+    shards = (
+        default.memory_shards if raw_shards is None else _int("memory_shards", raw_shards, least=1, most=1024)
+    )
+    partitions = (
+        default.memory_routing_partitions
+        if raw_partitions is None
+        else _int("memory_routing_partitions", raw_partitions, least=1, most=1023)
+    )
+    if partitions > 1 and partitions >= shards:
+        # OpenSearch's rule for index.routing_partition_size.
+        raise ValueError(
+            f"memory_routing_partitions must be below memory_shards ({shards}), got {partitions}"
+        )
     caps = Caps(
         agent_concurrency=agent,
-        agent_reserved=agent,
+        # Reserved is what every lane's event source may run at once: less would throttle them.
+        agent_reserved=agent * lanes,
         webhook_reserved=_reserved(node, "webhook_concurrency", default.webhook_reserved),
         consolidate_reserved=_reserved(node, "consolidate_concurrency", default.consolidate_reserved),
         api=_throttle(node, "api", default.api),
         turn_routes=_throttle(node, "webhook", default.turn_routes),
+        lanes=lanes,
+        lanes_paused_from=paused,
+        memory_shards=shards,
+        memory_routing_partitions=partitions,
     )
     reserved = node.try_get_context("reserved_concurrency")
     if reserved is not None and str(reserved).strip().lower() in _OFF:

@@ -57,9 +57,11 @@ class SigilStack(Stack):
         )
         layer = DependencyLayer(self, "Dependencies", layer_dir=context.layer_dir).layer
         memory = Memory(self, "Memory", stage=stage, domain_name=name_prefix, observability=observability)
-        lanes = Lanes(self, "Lanes", name_prefix=name_prefix, consumer_timeout=AGENT_TIMEOUT)
-        self.dead_letters_alarm = observability.alarm_on_dead_letters(lanes.dead_letters)
         caps = context.caps
+        lanes = Lanes(
+            self, "Lanes", name_prefix=name_prefix, consumer_timeout=AGENT_TIMEOUT, shards=caps.lanes
+        )
+        self.dead_letters_alarm = observability.alarm_on_dead_letters(lanes.dead_letters)
         consolidation = Consolidation(
             self,
             "Consolidation",
@@ -72,11 +74,12 @@ class SigilStack(Stack):
         agent = Agent(
             self,
             "Agent",
-            turns=lanes.turns,
+            turns=lanes.queues,
             layer=layer,
             log_group=observability.log_group("AgentLogs"),
             max_concurrency=caps.agent_concurrency,
             reserved_concurrency=caps.agent_reserved,
+            paused_from=caps.lanes_paused_from,
         )
         ingress = Ingress(
             self,
@@ -113,6 +116,8 @@ class SigilStack(Stack):
             **common,
             "SIGIL_QUEUE_URL": lanes.turns.queue_url,
             "SIGIL_SESSIONS_TABLE": memory.sessions.table_name,
+            # Sharded lanes only: the queue of each session is chosen by a hash over these.
+            **({"SIGIL_LANE_QUEUE_URLS": lanes.queue_urls()} if len(lanes.queues) > 1 else {}),
         }
         # The agent and the consolidator build the whole backend (build_aws_backend), which needs
         # all five resource names; what each may do with them is decided by the grants below.
@@ -121,6 +126,7 @@ class SigilStack(Stack):
             "SIGIL_MEMORY_TABLE": memory.memory.table_name,
             "SIGIL_EVENT_BUS_NAME": consolidation.bus.event_bus_name,
             "SIGIL_OPENSEARCH_ENDPOINT": memory.domain.domain_endpoint,
+            **caps.memory_env(),
         }
         if context.model:
             backend_env["SIGIL_MODEL"] = context.model
@@ -151,7 +157,7 @@ class SigilStack(Stack):
         # Named channel routes: each bot's ingress secrets, and its route read by key.
         secrets.grant_read_routes(webhook, [s.key for s in INGRESS_SECRETS])
         memory.grant_route_read(webhook)
-        lanes.turns.grant_send_messages(webhook)
+        lanes.grant_send_messages(webhook)
         memory.grant_outbox_read(webhook, context.web_workspaces)
         self._serve_browsers(context, webhook_env)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
@@ -178,6 +184,8 @@ class SigilStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.ingress.stage.url, description="Base URL of the webhooks")
         CfnOutput(self, "TurnsQueueUrl", value=self.lanes.turns.queue_url)
         CfnOutput(self, "DeadLettersQueueUrl", value=self.lanes.dead_letters.queue_url)
+        if len(self.lanes.queues) > 1:
+            CfnOutput(self, "LaneQueueUrls", value=self.lanes.queue_urls())
         # The agent's SIGIL_EXTRACTION_QUEUE_URL, for an env.json of `sam local invoke` (docs/deploy.md).
         CfnOutput(self, "ExtractionQueueUrl", value=self.consolidation.extraction.queue_url)
         CfnOutput(self, "EventBusName", value=self.consolidation.bus.event_bus_name)
@@ -212,7 +220,7 @@ class SigilStack(Stack):
         # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on
         # `resume`, keep its connection items, post frames (WebSocket.__init__ grants the posts).
         self.secrets.grant_read(ws, list(self.secrets.web_keys))
-        self.lanes.turns.grant_send_messages(ws)
+        self.lanes.grant_send_messages(ws)
         self.memory.grant_outbox_read(ws, context.web_workspaces)
         self.websocket.grant_connections(ws, self.memory.sessions)
         self.websocket.grant_admission(
@@ -241,7 +249,7 @@ class SigilStack(Stack):
         }
         observability.alarm_on_functions(functions)
         observability.alarm_on_api(self.ingress.api)
-        observability.alarm_on_lane(self.lanes.turns)
+        observability.alarm_on_lane(self.lanes.queues)
         observability.alarm_on_turns()
         search = context.stage.search
         observability.alarm_on_search(

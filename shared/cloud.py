@@ -72,7 +72,7 @@ def ingress() -> Ingress:
     # Checked just above; the assert narrows the Optional types for mypy.
     assert s.queue_url and s.sessions_table
     return Ingress(
-        lanes=SqsLanes(s.queue_url, region=s.aws_region),
+        lanes=SqsLanes(s.lane_queues(), region=s.aws_region),
         outbox=DynamoOutbox(s.sessions_table, region=s.aws_region),
         secrets=SecretsManagerStore(s.secrets_prefix, region=s.aws_region),
         signature_window_s=s.signature_window_s,

@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     sessions_table: str | None = None
     memory_table: str | None = None
     queue_url: str | None = None
+    # The lanes' queues in shard order, comma-separated, when the stack shards them (its `lanes`
+    # context above 1): the first is queue_url. Unset: queue_url alone (docs/scale.md#sharded-lanes).
+    lane_queue_urls: str | None = None
     # The turns queue's dead-letter queue (the stack's DeadLettersQueueUrl output): read by
     # `sigil dlq` on the aws backend only; no function needs it.
     dead_letter_queue_url: str | None = None
@@ -113,6 +116,11 @@ class Settings(BaseSettings):
     # before the consolidate function extracts the turn's facts. Unset: no per-turn extraction.
     extraction_queue_url: str | None = None
     opensearch_endpoint: str | None = None
+    # The memory index's primary shards and routing partition size when the adapter creates it
+    # (shared.adapters.aws.opensearch.IndexSizing; docs/scale.md#memory-shards). 1: OpenSearch's
+    # defaults. An existing index keeps its own: another sizing is a new index and a reindex.
+    opensearch_shards: int = Field(default=1, ge=1, le=1024)
+    opensearch_routing_partitions: int = Field(default=1, ge=1, le=1023)
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
@@ -137,6 +145,12 @@ class Settings(BaseSettings):
         if self.model:
             return self.model
         return None
+
+    def lane_queues(self) -> tuple[str, ...]:
+        """The lanes' queues in shard order: lane_queue_urls, else queue_url alone (none unset)."""
+        if self.lane_queue_urls:
+            return tuple(u.strip() for u in self.lane_queue_urls.split(",") if u.strip())
+        return (self.queue_url,) if self.queue_url else ()
 
     def allowed_providers(self) -> frozenset[str] | None:
         """SIGIL_PROVIDERS as a set, or None when unset (every provider allowed)."""

@@ -1,8 +1,14 @@
-"""The lanes: one SQS FIFO queue of turns, a message group per session, and its dead-letter queue."""
+"""The lanes: SQS FIFO queues of turns, a message group per session, and their dead-letter queue.
+
+One queue unless the stack shards the lanes (`-c lanes=N`): the webhook then sends each session's
+turns to queue `lane_queue(session, N)` (shared.adapters.aws.sqs), and each queue has its own
+event source on the agent. Queue 0 keeps the name and logical id of the single queue.
+"""
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Fn
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -11,7 +17,13 @@ MAX_RECEIVE_COUNT = 5
 
 class Lanes(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, name_prefix: str, consumer_timeout: Duration
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name_prefix: str,
+        consumer_timeout: Duration,
+        shards: int = 1,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dead_letters = sqs.Queue(
@@ -25,11 +37,30 @@ class Lanes(Construct):
             # The longest SQS allows: time to find the cause before a failed turn is gone.
             retention_period=Duration.days(14),
         )
-        self.turns = sqs.Queue(
+        # The stage in the name lets dev and prod share an account and keeps the console readable.
+        self.queues = [
+            self._turns(
+                "Turns" if n == 0 else f"Turns{n}",
+                f"{name_prefix}-turns{'' if n == 0 else f'-{n}'}.fifo",
+                consumer_timeout,
+            )
+            for n in range(shards)
+        ]
+        self.turns = self.queues[0]
+
+    def queue_urls(self) -> str:
+        """SIGIL_LANE_QUEUE_URLS: every lane queue's URL, in shard order, comma-separated."""
+        return Fn.join(",", [queue.queue_url for queue in self.queues])
+
+    def grant_send_messages(self, grantee: iam.IGrantable) -> None:
+        for queue in self.queues:
+            queue.grant_send_messages(grantee)
+
+    def _turns(self, construct_id: str, name: str, consumer_timeout: Duration) -> sqs.Queue:
+        return sqs.Queue(
             self,
-            "Turns",
-            # The stage in the name lets dev and prod share an account and keeps the console readable.
-            queue_name=f"{name_prefix}-turns.fifo",
+            construct_id,
+            queue_name=name,
             fifo=True,
             # Off: the webhook sets MessageDeduplicationId to the platform's event id, so a
             # redelivered webhook is dropped while two identical texts stay two turns.

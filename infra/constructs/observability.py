@@ -9,7 +9,7 @@ code does not emit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_apigatewayv2 as apigwv2
@@ -203,12 +203,27 @@ class Observability(Construct):
             anchor="api-5xx",
         )
 
-    def alarm_on_lane(self, turns: sqs.IQueue) -> None:
+    def alarm_on_lane(self, queues: Sequence[sqs.IQueue]) -> None:
+        """The oldest turn of any lane queue (the oldest of them all when the lanes are sharded)."""
+        ages = [
+            q.metric_approximate_age_of_oldest_message(
+                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
+            )
+            for q in queues
+        ]
+        oldest: cloudwatch.IMetric = (
+            ages[0]
+            if len(ages) == 1
+            else cloudwatch.MathExpression(
+                expression=f"MAX([{', '.join(f'q{n}' for n in range(len(ages)))}])",
+                using_metrics={f"q{n}": age for n, age in enumerate(ages)},
+                period=Duration.minutes(5),
+                label="Oldest turn of any lane queue",
+            )
+        )
         self.alarm(
             "LaneStalled",
-            turns.metric_approximate_age_of_oldest_message(
-                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
-            ),
+            oldest,
             threshold=LANE_STALLED_S,
             what=f"A lane's oldest turn has waited more than {LANE_STALLED_S // 60} minutes: a "
             "session waits for a redelivery after a failure, or nothing consumes the lane.",

@@ -24,6 +24,7 @@ from infra.config import Throttle
 from infra.constructs.function import SigilFunction
 from infra.constructs.ingress import AccessLogs
 from infra.constructs.nag import acknowledge
+from shared.adapters.aws.dynamodb.budgets import COUNTER_SHARDS, counter_pk
 
 STAGE_NAME = "live"
 ROUTE_KEYS = ("$connect", "$disconnect", "$default")
@@ -164,9 +165,11 @@ class WebSocket(Construct):
         """What the check before queueing reads (shared.ingress.ws.Admission), read-only and only
         in the web workspaces: each one's config and identities, and its budget counters."""
         names = list(workspaces)
+        shards = range(COUNTER_SHARDS)
         for table, actions, partitions in (
             (memory, ["dynamodb:GetItem"], [f"WS#{w}" for w in names] + [f"WS#{w}#IDENTITY" for w in names]),
-            (sessions, ["dynamodb:BatchGetItem"], [f"WS#{w}#BUDGET" for w in names]),
+            # Every shard of the counters: a total is their sum (docs/budgets.md#dynamodb).
+            (sessions, ["dynamodb:BatchGetItem"], [counter_pk(w, n) for w in names for n in shards]),
         ):
             function.add_to_role_policy(
                 iam.PolicyStatement(

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.adapters.aws.dynamodb.budgets import DynamoBudgetStore
+from shared.adapters.aws.dynamodb.budgets import COUNTER_SHARDS, DynamoBudgetStore
 from shared.budgets import PriceTable, bucket_key, buckets
 from shared.models import BudgetLimits, ScopeLimits
 from shared.models.budgets import NANOS_PER_USD, BudgetDecision, BudgetUsage, Counters
@@ -485,30 +485,27 @@ def test_dynamodb_round_trips_of_check_and_charge(tmp_path: Path) -> None:
             assert requests(lambda: store.charge("rt", "alice", tokens(10), None, MID_DAY)) == [
                 ("TransactWriteItems", 4)
             ]
-            # A check reads the limited buckets only, in one request.
-            assert requests(lambda: store.check("rt", "alice", limits, MID_DAY)) == [("BatchGetItem", 1)]
+            # A check reads the limited buckets only, every shard of each, in one request.
+            shards = COUNTER_SHARDS
+            assert requests(lambda: store.check("rt", "alice", limits, MID_DAY)) == [("BatchGetItem", shards)]
             # Totals: one request for the counters named, none for no counters.
             keys = [b.key for b in buckets("alice", limits, MID_DAY)]
-            assert requests(lambda: store.totals("rt", keys)) == [("BatchGetItem", 4)]
+            assert requests(lambda: store.totals("rt", keys)) == [("BatchGetItem", 4 * shards)]
             assert requests(lambda: store.totals("rt", [])) == []
-            # A charge that stays under its limits: one conditional transaction, nothing read back.
+            # A charge with a limit: one transaction (no condition: a shard holds part of a total),
+            # then the limited buckets read back for the decision.
             assert requests(lambda: store.charge("rt", "alice", tokens(500), limits, MID_DAY)) == [
-                ("TransactWriteItems", 4)
-            ]
-            # The charge that uses the limit up: the conditional transaction is cancelled, the
-            # charge is written without conditions, and the buckets are read back for the decision.
-            assert requests(lambda: store.charge("rt", "alice", tokens(600), limits, MID_DAY)) == [
                 ("TransactWriteItems", 4),
-                ("TransactWriteItems", 4),
-                ("BatchGetItem", 1),
+                ("BatchGetItem", shards),
             ]
-            # A charge sure to cross on its own skips the conditional attempt.
-            assert requests(lambda: store.charge("rt", "bob", tokens(5000), limits, MID_DAY)) == [
-                ("TransactWriteItems", 4),
-                ("BatchGetItem", 1),
-            ]
+            # The charge that uses the limit up: the same two requests, and the decision denies.
+            crossing: list[BudgetDecision] = []
+            assert requests(
+                lambda: crossing.append(store.charge("rt", "alice", tokens(600), limits, MID_DAY))
+            ) == [("TransactWriteItems", 4), ("BatchGetItem", shards)]
+            assert not crossing[0].allowed
             # Without a user, two buckets.
-            assert requests(lambda: store.charge("rt2", None, tokens(1), limits, MID_DAY)) == [
+            assert requests(lambda: store.charge("rt2", None, tokens(1), None, MID_DAY)) == [
                 ("TransactWriteItems", 2)
             ]
 

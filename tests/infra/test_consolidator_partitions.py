@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from infra.constructs.memory import CONSOLIDATOR_SESSIONS_ACCESS
-from shared.adapters.aws.dynamodb.budgets import counter_key
+from shared.adapters.aws.dynamodb.budgets import COUNTER_SHARDS, counter_key
 from shared.adapters.aws.dynamodb.connections import connection_pk, listeners_pk
 from shared.adapters.aws.dynamodb.consolidation_state import _pk as consolidation_pk
 from shared.adapters.aws.dynamodb.outbox import DynamoOutbox
@@ -34,6 +34,7 @@ KEYS = {
     "consolidation": consolidation_pk(WORKSPACE)["S"],
     "hourly lease": consolidation_pk(GLOBAL_SCOPE)["S"],
     "budget": counter_key(WORKSPACE, "workspace#day#2026-01-01")["pk"]["S"],
+    "budget shard": counter_key(WORKSPACE, "workspace#day#2026-01-01", COUNTER_SHARDS - 1)["pk"]["S"],
     "outbox": DynamoOutbox._pk(WORKSPACE, "web.s1"),
     "ledger": DynamoSendLedger._key(WORKSPACE, "t1", 0, 0)["pk"]["S"],
     "routes": ROUTES_PK,
@@ -58,7 +59,7 @@ def test_the_grant_allows_what_the_consolidator_does(action: str, kind: str) -> 
 
 
 @pytest.mark.parametrize(
-    "name", ["session", "outbox", "ledger", "budget", "routes", "connection", "listeners"]
+    "name", ["session", "outbox", "ledger", "budget", "budget shard", "routes", "connection", "listeners"]
 )
 def test_only_a_lease_may_be_deleted(name: str) -> None:
     assert not allowed("dynamodb:DeleteItem", KEYS[name])

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from infra.constructs.websocket import CONNECTION_PARTITIONS, STAGE_NAME
+from shared.adapters.aws.dynamodb.budgets import COUNTER_SHARDS
 from tests.infra.helpers import Synth, logical_id, synthesize
 
 ORIGIN = "https://chat.example.com"
@@ -133,7 +134,10 @@ def test_the_ws_function_reaches_only_the_connection_items_and_the_outbox(each_s
     # The outbox (resume) and the budget counters (the check before queueing), read-only
     others = {keys: a for keys, a in by_keys.items() if keys != tuple(sorted(CONNECTION_PARTITIONS))}
     assert sorted(map(tuple, others.values())) == [("dynamodb:BatchGetItem",), ("dynamodb:Query",)]
-    assert others[("WS#default#BUDGET",)] == ["dynamodb:BatchGetItem"]
+    # every shard of the counters, whose sum a check reads
+    shards = ("WS#default#BUDGET", *(f"WS#default#BUDGET#{n}" for n in range(1, COUNTER_SHARDS)))
+    shards = tuple(sorted(shards))
+    assert others[shards] == ["dynamodb:BatchGetItem"]
     # In the memory table: each web workspace's config and identities, by key
     memory = logical_id(stack.memory.memory)
     on_memory = [s for s in _statements(each_stage, stack.websocket.function) if memory in str(s["Resource"])]

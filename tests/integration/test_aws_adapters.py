@@ -9,6 +9,7 @@ send ledger's items, round trips per call, TTL and the workspace prefix of every
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,10 +18,12 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from shared import serde
 from shared.adapters.aws import build_aws_backend, clients
+from shared.adapters.aws.dead_letters import SqsDeadLetters
 from shared.adapters.aws.dynamodb import (
     TABLE_SCHEMAS,
     TTL_ATTRIBUTE,
@@ -30,14 +33,20 @@ from shared.adapters.aws.dynamodb import (
     DynamoSessionStore,
     DynamoWorkspaceStore,
 )
+from shared.adapters.aws.dynamodb.audit import AUDIT_SHARDS, audit_pk
+from shared.adapters.aws.dynamodb.budgets import DynamoBudgetStore
+from shared.adapters.aws.dynamodb.retry import RETRIES
+from shared.adapters.aws.dynamodb.table import shard_of
 from shared.adapters.aws.events import EventBridgeBus, EventPublishError
 from shared.adapters.aws.opensearch import OpenSearchIndex
 from shared.adapters.aws.secrets import SecretsManagerStore
-from shared.adapters.aws.sqs import SqsLanes, fifo_id
+from shared.adapters.aws.sqs import SqsLanes, fifo_id, lane_queue
+from shared.budgets import BudgetCharge, Counters, buckets
 from shared.errors import ConcurrencyConflict, SigilError
 from shared.models import (
     WORKSPACE_WIDE,
     AuditRecord,
+    BudgetLimits,
     DomainEvent,
     InboundMessage,
     LaneItem,
@@ -521,7 +530,7 @@ def test_audit_records_expire_after_400_days(aws: AwsResources) -> None:
     item = clients.dynamodb(REGION).get_item(
         TableName=aws.memory_table,
         Key={
-            "pk": {"S": "WS#ws1#AUDIT"},
+            "pk": {"S": audit_pk("ws1", shard_of("s1", AUDIT_SHARDS))},
             "sk": {"S": f"AUDIT#{record.created_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}#{record.id}"},
         },
     )["Item"]
@@ -694,3 +703,97 @@ def test_build_aws_backend_names_missing_settings(aws: AwsResources) -> None:
     with pytest.raises(SigilError, match="SIGIL_MEMORY_TABLE, SIGIL_QUEUE_URL") as raised:
         build_aws_backend(aws.settings(memory_table=None, queue_url=None))
     assert raised.value.code == "misconfigured"
+
+
+def test_sharded_lanes_send_each_session_to_its_queue_in_order(aws: AwsResources) -> None:
+    # Given the lanes sharded over three FIFO queues (the stack's `-c lanes=3`)
+    sqs = clients.sqs(REGION)
+    extra = [
+        sqs.create_queue(
+            QueueName=f"{aws.queue_url.rsplit('/', 1)[1].removesuffix('.fifo')}-{n}.fifo",
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"},
+        )["QueueUrl"]
+        for n in (1, 2)
+    ]
+    queues = [aws.queue_url, *extra]
+    lanes = SqsLanes(queues, region=REGION)
+    # When 30 sessions each queue three turns
+    sessions = [f"s{n}" for n in range(30)]
+    for turn in range(3):
+        for s in sessions:
+            lanes.submit(LaneItem(inbound=inbound(session=s, event=f"{s}-{turn}", text=f"{s}-{turn}")))
+    # Then each session's turns are all in the queue its hash names, in order, and each queue has some
+    drained = {url: drain_fifo(url, 200) for url in queues}
+    for s in sessions:
+        [home] = [url for url, items in drained.items() if any(i.inbound.session_id == s for i in items)]
+        assert home == queues[lane_queue(fifo_id(f"ws1.{s}"), 3)] == lanes.queue_of(f"ws1.{s}")
+        assert [i.inbound.text for i in drained[home] if i.inbound.session_id == s] == [
+            f"{s}-{t}" for t in range(3)
+        ]
+    assert all(drained.values())
+
+
+def test_a_redrive_sends_each_turn_back_to_its_sessions_lane_queue(aws: AwsResources) -> None:
+    # Given sharded lanes (three queues) and turns of six sessions in their dead-letter queue
+    sqs = clients.sqs(REGION)
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    stem = aws.queue_url.rsplit("/", 1)[1].removesuffix(".fifo")
+    extra = [sqs.create_queue(QueueName=f"{stem}-{n}.fifo", Attributes=fifo)["QueueUrl"] for n in (1, 2)]
+    queues = [aws.queue_url, *extra]
+    dlq = sqs.create_queue(QueueName=f"{stem}-dlq.fifo", Attributes=fifo)["QueueUrl"]
+    sessions = [f"s{n}" for n in range(6)]
+    for s in sessions:
+        item = LaneItem(inbound=inbound(session=s, event=f"{s}-dead", text=s))
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=serde.dumps(item),
+            MessageGroupId=fifo_id(item.group_id),
+            MessageDeduplicationId=fifo_id(item.dedup_id),
+        )
+    # When each session is redriven
+    dead = SqsDeadLetters(dlq, aws.queue_url, lane_queue_urls=queues, region=REGION)
+    for s in sessions:
+        report = dead.redrive(lambda item: item, session=("ws1", s))
+        assert [o.outcome for o in report.outcomes] == ["redriven"]
+    # Then each turn is in the queue its session's hash names, as the webhook would have sent it
+    drained = {url: [i.inbound.session_id for i in drain_fifo(url, 20)] for url in queues}
+    for s in sessions:
+        assert s in drained[SqsLanes(queues, region=REGION).queue_of(f"ws1.{s}")]
+    assert sum(map(len, drained.values())) == len(sessions)
+
+
+def test_a_charge_dynamodb_keeps_refusing_is_logged_and_the_commit_stands(
+    aws: AwsResources, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given DynamoDB cancelling every charge transaction (a shard kept busy by other charges)
+    store = DynamoSessionStore(aws.sessions_table, region=REGION)
+    refused: list[int] = []
+
+    def cancel_charges(params: dict[str, Any], **_: Any) -> None:
+        actions = params["TransactItems"]
+        if all("Update" in a for a in actions):
+            refused.append(len(actions))
+            raise ClientError(
+                {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "conflict"},
+                    "CancellationReasons": [{"Code": "TransactionConflict"}] * len(actions),
+                },
+                "TransactWriteItems",
+            )
+
+    hook = "provide-client-params.dynamodb.TransactWriteItems"
+    store.client.meta.events.register(hook, cancel_charges)
+    now = datetime(2026, 3, 17, 12, tzinfo=UTC)
+    plan = tuple(buckets(None, BudgetLimits(), now))
+    charge = BudgetCharge(workspace_id="ws1", buckets=plan, amounts=Counters(tokens=5), at=now)
+    try:
+        # When a turn commits with its charge
+        with caplog.at_level(logging.WARNING, logger="sigil.budgets"):
+            saved = store.save(Session(id="s1", workspace_id="ws1"), expected_version=0, charge=charge)
+    finally:
+        store.client.meta.events.unregister(hook, cancel_charges)
+    # Then the commit stands, the charge was tried RETRIES times, and its loss is logged, not raised
+    assert store.get("ws1", "s1") == saved
+    assert len(refused) == RETRIES
+    assert "budget charge not recorded after the commit" in caplog.text
+    assert DynamoBudgetStore(aws.sessions_table, region=REGION).totals("ws1", [b.key for b in plan]) == {}

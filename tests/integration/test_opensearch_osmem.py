@@ -17,6 +17,7 @@ import pytest
 from opensearchpy import OpenSearch
 
 from shared.adapters.aws.opensearch import (
+    IndexSizing,
     OpenSearchIndex,
     OpenSearchIndexError,
     index_body,
@@ -327,3 +328,25 @@ def test_an_index_made_before_scopes_gets_the_scope_fields(
     assert props["scope"]["properties"]["shared"]["type"] == "boolean"
     hits = index.search("ws1", IndexQuery(text="tea", scope=RecallScope(users=("u1",)))).text_hits
     assert _ids(hits) == ["a"] and hits[0].doc.scope == scope
+
+
+def test_a_partitioned_index_keeps_every_workspace_whole_and_apart(client: OpenSearch) -> None:
+    # Given an index whose workspaces each spread over 2 of 3 shards (issue 30)
+    index = OpenSearchIndex(
+        client=client, index=f"mem-{uuid.uuid4().hex[:12]}", dimension=DIM, sizing=IndexSizing(3, 2)
+    )
+    # When two workspaces write documents of the same ids
+    index.upsert("ws-a", [_doc("ws-a", f"d{n}", f"alpha note {n}") for n in range(20)])
+    index.upsert("ws-b", [_doc("ws-b", f"d{n}", f"beta note {n}") for n in range(5)])
+    # Then the index was created with the sizing, and each workspace reads, counts and deletes
+    # all of its own documents and none of the other's
+    settings = client.indices.get_settings(index=index.index)[index.index]["settings"]["index"]
+    assert (str(settings["number_of_shards"]), str(settings["routing_partition_size"])) == ("3", "2")
+    assert (index.count("ws-a"), index.count("ws-b")) == (20, 5)
+    hits = index.search("ws-a", IndexQuery(scope=WORKSPACE_WIDE, text="note", k=50)).text_hits
+    assert {h.doc.id for h in hits} == {f"d{n}" for n in range(20)}
+    assert {h.doc.workspace_id for h in hits} == {"ws-a"}
+    index.delete("ws-a", [f"d{n}" for n in range(10)])
+    assert (index.count("ws-a"), index.count("ws-b")) == (10, 5)
+    # And the measured sizes name the larger workspace first
+    assert index.measure(largest=2) == (15, {"ws-a": 10, "ws-b": 5})

@@ -170,7 +170,7 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
     assert {r.outcome for r in audited} == {"ok"}
 
 
-def test_a_warm_budgeted_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None:
+def test_a_warm_budgeted_turn_makes_four_dynamodb_round_trips(aws: AwsResources) -> None:
     # Given a workspace with limits for the workspace and for each user, and a window of 2
     limits = BudgetLimits(
         workspace=ScopeLimits(tokens_per_day=1_000_000, usd_per_month="5"),
@@ -197,16 +197,19 @@ def test_a_warm_budgeted_turn_makes_three_dynamodb_round_trips(aws: AwsResources
         "Query",  # the sender's tacit facts
         "Query",  # the sender's learned personality directive
         "PutItem",  # the reply
-        "TransactWriteItems",  # the commit, with the turn's spending
+        "TransactWriteItems",  # the commit
+        "TransactWriteItems",  # the turn's spending, on its session's counter shard
     ]
-    # Every warm turn: still three. The check before the model call is made on the counters read
-    # with the session, and the charge rides on the commit: four ADDs to the workspace's and the
-    # user's day and month counters, in the transaction of the session, Tier 1 and the audit record
+    # Every warm turn: four. The check before the model call is made on the counters read with the
+    # session; the commit holds only the session's own items (session, Tier 1, audit record), so
+    # it never conflicts with another session's (issue 30), and the charge follows it: four ADDs
+    # to the workspace's and the user's day and month counters of the session's shard
     for warm in turns[1:]:
         assert [(c.operation, c.tables) for c in warm] == [
             ("BatchGetItem", [aws.sessions_table]),
             ("PutItem", [aws.sessions_table]),
-            ("TransactWriteItems", [aws.sessions_table, *[aws.memory_table] * 3, *[aws.sessions_table] * 4]),
+            ("TransactWriteItems", [aws.sessions_table, *[aws.memory_table] * 3]),
+            ("TransactWriteItems", [aws.sessions_table] * 4),
         ]
 
     # And the counters hold exactly what the four turns spent, as their audit records say
@@ -228,7 +231,7 @@ def test_a_warm_budgeted_turn_makes_three_dynamodb_round_trips(aws: AwsResources
     assert agent.lambda_handler(batch(5), CONTEXT) == {"batchItemFailures": []}
     denied = calls[start:]
     # Then the next turn is denied on what it read with its session, before any model call, and
-    # still makes three round trips (its commit charges nothing: nothing was spent)
+    # makes three round trips (nothing was spent, so there is no charge)
     assert [(c.operation, c.tables) for c in denied] == [
         ("BatchGetItem", [aws.sessions_table]),
         ("PutItem", [aws.sessions_table]),

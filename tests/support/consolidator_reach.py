@@ -28,8 +28,10 @@ SESSIONS_TABLE_REACH: Final = frozenset(
         ("dynamodb:GetItem", "consolidation"),
         ("dynamodb:PutItem", "consolidation"),
         ("dynamodb:DeleteItem", "consolidation"),
-        # The workspace's budget counters: checked, and charged with what the model used
+        # The workspace's budget counters: every shard checked, and shard 0 charged with what the
+        # model used (shared.adapters.aws.dynamodb.budgets)
         ("dynamodb:BatchGetItem", "budget"),
+        ("dynamodb:BatchGetItem", "budget shard"),
         ("dynamodb:UpdateItem", "budget"),
     }
 )
@@ -38,6 +40,7 @@ _KINDS: Final = (
     ("session", re.compile(r"WS#[^#]+")),
     ("consolidation", re.compile(r"WS#[^#]+#CONSOLIDATION")),
     ("budget", re.compile(r"WS#[^#]+#BUDGET")),
+    ("budget shard", re.compile(r"WS#[^#]+#BUDGET#[0-9]+")),
 )
 
 

@@ -39,10 +39,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from shared.adapters.aws.opensearch import (
+    IndexSizing,
     OpenSearchIndex,
     OpenSearchIndexError,
     _normalise_endpoint,
     index_body,
+    index_sizing,
     opensearch_client,
 )
 from shared.models import WORKSPACE_WIDE, IndexDoc, IndexQuery, IndexResult, RecallScope
@@ -615,3 +617,83 @@ def test_importing_the_adapter_pulls_no_sdk() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------- index sizing (issue 30)
+
+
+def test_a_sized_index_is_created_with_its_shards_and_routing_partitions(fake: FakeOpenSearch) -> None:
+    # Given a sizing that spreads each workspace over 3 of 6 shards
+    index = _adapter(fake, sizing=IndexSizing(shards=6, routing_partitions=3))
+    # When the index is first used
+    index.upsert("ws1", [_doc("ws1", "d1")])
+    # Then it is created with both settings, routing required (a partitioned index refuses
+    # otherwise), and every write still routed by the workspace
+    [create] = [r for r in fake.requests if r.method == "PUT" and r.path == f"/{INDEX}"]
+    body = create.json()
+    assert body["settings"]["index"] == {"knn": True, "number_of_shards": 6, "routing_partition_size": 3}
+    assert body["mappings"]["_routing"] == {"required": True}
+    [bulk] = fake.of("POST", "/_bulk")
+    assert bulk.ndjson()[0]["index"]["routing"] == "ws1"
+
+
+def test_an_unsized_index_keeps_opensearchs_defaults() -> None:
+    body = index_body(dimension=DIM)
+    assert "number_of_shards" not in body["settings"]["index"]
+    assert "_routing" not in body["mappings"]
+    # Shards alone: no partition setting, routing as before
+    sharded = index_body(dimension=DIM, sizing=IndexSizing(shards=4))
+    assert sharded["settings"]["index"] == {"knn": True, "number_of_shards": 4}
+    assert "_routing" not in sharded["mappings"]
+
+
+def test_measuring_is_one_search_of_no_hits_with_a_terms_aggregation(fake: FakeOpenSearch) -> None:
+    def answer(req: Recorded) -> tuple[int, Any] | None:
+        if req.method in {"GET", "POST"} and req.path == f"/{INDEX}/_search":
+            return 200, {
+                "hits": {"total": {"value": 9_000_000, "relation": "eq"}, "hits": []},
+                "aggregations": {
+                    "workspaces": {
+                        "buckets": [{"key": "big", "doc_count": 4_000_000}, {"key": "s", "doc_count": 9}]
+                    }
+                },
+            }
+        return None
+
+    fake.override = answer
+    index = _adapter(fake)
+    fake.mappings[INDEX] = index_body(dimension=DIM)["mappings"]
+
+    total, workspaces = index.measure(largest=2)
+
+    [search] = [r for r in fake.requests if r.path == f"/{INDEX}/_search"]
+    assert search.json() == {
+        "size": 0,
+        "track_total_hits": True,
+        "aggs": {"workspaces": {"terms": {"field": "workspace_id", "size": 2}}},
+    }
+    assert (total, workspaces) == (9_000_000, {"big": 4_000_000, "s": 9})
+    # 18M docs in two years' growth: 4 shards; the 4M-doc workspace's 8M over 2 of them
+    assert index.measured_sizing() == IndexSizing(shards=4, routing_partitions=2)
+
+
+@pytest.mark.parametrize(
+    ("total", "largest", "expected"),
+    [
+        (0, 0, IndexSizing()),
+        (1_000_000, 10_000, IndexSizing()),
+        # Many small workspaces: more shards, each workspace still on one
+        (20_000_000, 50_000, IndexSizing(shards=8)),
+        # One workspace past half a shard: spread over 2, with a shard more than that
+        (2_000_000, 1_500_000, IndexSizing(shards=3, routing_partitions=2)),
+        # One very large workspace: over as many shards as its share needs
+        (30_000_000, 20_000_000, IndexSizing(shards=12, routing_partitions=8)),
+    ],
+)
+def test_the_sizing_follows_the_measured_documents(total: int, largest: int, expected: IndexSizing) -> None:
+    assert index_sizing(total_docs=total, largest_workspace_docs=largest) == expected
+
+
+def test_a_partition_size_of_the_shard_count_or_more_is_refused() -> None:
+    with pytest.raises(ValueError, match="below shards"):
+        IndexSizing(shards=3, routing_partitions=3)

@@ -78,7 +78,7 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         ),
         memory=DynamoMemoryStore(settings.memory_table, region=region),
         index=OpenSearchIndex.from_settings(settings),
-        lanes=SqsLanes(settings.queue_url, region=region),
+        lanes=SqsLanes(settings.lane_queues(), region=region),
         outbox=DynamoOutbox(settings.sessions_table, region=region),
         events=EventBridgeBus(
             settings.event_bus_name, region=region, delay_queue_url=settings.extraction_queue_url
@@ -116,6 +116,10 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         from shared.adapters.aws.dead_letters import SqsDeadLetters
 
         backend.dead_letters = SqsDeadLetters(
-            settings.dead_letter_queue_url, settings.queue_url, audit=backend.audit, region=region
+            settings.dead_letter_queue_url,
+            settings.queue_url,
+            audit=backend.audit,
+            region=region,
+            lane_queue_urls=settings.lane_queues(),
         )
     return backend

@@ -30,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from shared import serde
 from shared.adapters.aws import clients
-from shared.adapters.aws.sqs import fifo_id
+from shared.adapters.aws.sqs import fifo_id, lane_queue
 from shared.agent.redrive import held_back, turn_ids
 from shared.models import AuditRecord, LaneItem
 from shared.ports import (
@@ -61,9 +61,12 @@ class SqsDeadLetters:
         audit: AuditLog | None = None,
         client: SQSClient | None = None,
         region: str | None = None,
+        lane_queue_urls: Sequence[str] = (),
     ) -> None:
         self.dead_letter_queue_url = dead_letter_queue_url
         self.turns_queue_url = turns_queue_url
+        # A redriven turn goes back to its session's lane queue when the lanes are sharded.
+        self.lanes = tuple(lane_queue_urls) or (turns_queue_url,)
         self.audit = audit
         self.client = client if client is not None else clients.sqs(region)
         self._max_receive_count: int | None = None
@@ -180,10 +183,11 @@ class SqsDeadLetters:
         try:
             again = requeue(entry.item)
             if again is not None:
+                group = fifo_id(again.group_id)
                 self.client.send_message(
-                    QueueUrl=self.turns_queue_url,
+                    QueueUrl=self.lanes[lane_queue(group, len(self.lanes))],
                     MessageBody=serde.dumps(again),
-                    MessageGroupId=fifo_id(again.group_id),
+                    MessageGroupId=group,
                     MessageDeduplicationId=fifo_id(again.dedup_id),
                 )
         # A failed read of the session or a refused send: this item stays where it is, and the

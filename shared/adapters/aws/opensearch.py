@@ -37,13 +37,15 @@ misconfigured index can never pass for a working one.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from shared import serde
@@ -210,15 +212,63 @@ def _deadline_connection() -> type[Any]:
     return DeadlineConnection
 
 
+# ---------------------------------------------------------------- index sizing
+
+# What one primary shard should hold: about 30 GB at some 6 KB a document (a 1,024-dimension
+# float vector, its HNSW graph and the text), inside AWS's advice of 10 to 50 GB a shard for a
+# search workload (docs/scale.md#memory-shards).
+DOCS_PER_SHARD: Final = 5_000_000
+
+
+@dataclass(frozen=True)
+class IndexSizing:
+    """The memory index's primary shards, and over how many of them one workspace's documents
+    spread (`index.routing_partition_size`): a document goes to shard (hash(workspace) +
+    hash(id) % partitions) % shards, so a workspace reads and writes `partitions` shards, not one."""
+
+    shards: int = 1
+    routing_partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.routing_partitions < 1:
+            raise ValueError("an index has at least one shard and one routing partition")
+        # OpenSearch refuses a partition size of the shard count or more (then there would be no
+        # routing at all): 1 (none) or 2 to shards - 1.
+        if self.routing_partitions > 1 and self.routing_partitions >= self.shards:
+            raise ValueError(
+                f"routing_partitions must be below shards ({self.shards}), got {self.routing_partitions}"
+            )
+
+
+def index_sizing(*, total_docs: int, largest_workspace_docs: int, growth: float = 2.0) -> IndexSizing:
+    """The sizing for a measured index (`OpenSearchIndex.measure`): enough shards for `growth`
+    times today's documents at DOCS_PER_SHARD each, and the largest workspace spread over as many
+    of them as its own share needs (at least 2 once it alone passes half a shard)."""
+    shards = max(1, math.ceil(total_docs * growth / DOCS_PER_SHARD))
+    wanted = math.ceil(largest_workspace_docs * growth / DOCS_PER_SHARD)
+    if largest_workspace_docs * growth > DOCS_PER_SHARD / 2:
+        wanted = max(wanted, 2)
+    if wanted > 1:
+        shards = max(shards, wanted + 1)
+        return IndexSizing(shards=shards, routing_partitions=wanted)
+    return IndexSizing(shards=shards)
+
+
 # ---------------------------------------------------------------- index body
 
 
-def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -> dict[str, Any]:
+def index_body(
+    *, dimension: int, knn: bool = True, engine: Engine = "lucene", sizing: IndexSizing | None = None
+) -> dict[str, Any]:
     """Settings and mappings of the memory index.
 
     Mapping is strict, so a field written by mistake is refused rather than mapped dynamically.
     `metadata` is kept in _source only (`enabled: false`): nothing filters on it, and free-form
     keys mapped one field each would grow the mapping without bound.
+
+    `sizing`, when given, sets the primary shards and the routing partition size (fixed at
+    creation: another sizing is a new index and a reindex). A partitioned index must require
+    routing, which every request of this adapter carries anyway.
     """
     properties: dict[str, Any] = {
         "id": {"type": "keyword"},
@@ -243,7 +293,14 @@ def index_body(*, dimension: int, knn: bool = True, engine: Engine = "lucene") -
             "dimension": dimension,
             "method": {"name": "hnsw", "space_type": "cosinesimil", "engine": engine},
         }
-    return {"settings": settings, "mappings": {"dynamic": "strict", "properties": properties}}
+    mappings: dict[str, Any] = {"dynamic": "strict", "properties": properties}
+    if sizing is not None:
+        index = settings.setdefault("index", {})
+        index["number_of_shards"] = sizing.shards
+        if sizing.routing_partitions > 1:
+            index["routing_partition_size"] = sizing.routing_partitions
+            mappings["_routing"] = {"required": True}
+    return {"settings": settings, "mappings": mappings}
 
 
 # ---------------------------------------------------------------- the adapter
@@ -266,6 +323,7 @@ class OpenSearchIndex:
         refresh: Refresh = "wait_for",
         bulk_max_retries: int = 3,
         bulk_initial_backoff: int = 1,
+        sizing: IndexSizing | None = None,
     ) -> None:
         """`endpoint` (or a ready `client`) names the cluster; nothing is contacted until first use.
 
@@ -289,6 +347,7 @@ class OpenSearchIndex:
         self.refresh: Refresh = refresh
         self.bulk_max_retries = bulk_max_retries
         self.bulk_initial_backoff = bulk_initial_backoff
+        self.sizing = sizing
         self._ready = False
         self._lock = threading.Lock()
 
@@ -296,6 +355,10 @@ class OpenSearchIndex:
     def from_settings(cls, settings: Settings, **options: Any) -> OpenSearchIndex:
         if not settings.opensearch_endpoint:
             raise ValueError("SIGIL_OPENSEARCH_ENDPOINT is not set")
+        if settings.opensearch_shards > 1 and "sizing" not in options:
+            options["sizing"] = IndexSizing(
+                shards=settings.opensearch_shards, routing_partitions=settings.opensearch_routing_partitions
+            )
         return cls(settings.opensearch_endpoint, region=settings.aws_region, **options)
 
     @property
@@ -329,7 +392,7 @@ class OpenSearchIndex:
     def _create_index(self) -> None:
         from opensearchpy.exceptions import RequestError
 
-        body = index_body(dimension=self.dimension, knn=self.knn, engine=self.engine)
+        body = index_body(dimension=self.dimension, knn=self.knn, engine=self.engine, sizing=self.sizing)
         try:
             self.client.indices.create(index=self.index, body=body)
         except RequestError as e:
@@ -475,6 +538,28 @@ class OpenSearchIndex:
                 routing=workspace_id,
             )
         return int(response["count"])
+
+    def measure(self, *, largest: int = 10) -> tuple[int, dict[str, int]]:
+        """The index's documents in all, and those of its `largest` workspaces: what
+        `index_sizing` takes. One search of no hits with a terms aggregation on workspace_id (an
+        operator's call, across workspaces; no turn makes it)."""
+        self.ensure_index()
+        body = {
+            "size": 0,
+            "track_total_hits": True,
+            "aggs": {"workspaces": {"terms": {"field": "workspace_id", "size": largest}}},
+        }
+        with _translate_errors(f"measuring {self.index}"):
+            response = self.client.search(index=self.index, body=body)
+        total = int(response["hits"]["total"]["value"])
+        buckets = response.get("aggregations", {}).get("workspaces", {}).get("buckets", [])
+        return total, {str(b["key"]): int(b["doc_count"]) for b in buckets}
+
+    def measured_sizing(self, *, growth: float = 2.0) -> IndexSizing:
+        total, workspaces = self.measure(largest=1)
+        return index_sizing(
+            total_docs=total, largest_workspace_docs=max(workspaces.values(), default=0), growth=growth
+        )
 
     def missing_vectors(
         self, workspace_id: str, *, tier: MemoryTier = "message", limit: int = 50

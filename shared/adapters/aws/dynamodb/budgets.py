@@ -1,30 +1,34 @@
-"""BudgetStore on DynamoDB: counters in the sessions table, charged in one TransactWriteItems.
+"""BudgetStore on DynamoDB: counters in the sessions table, spread over shards so that no item is hot.
 
-Items: pk `WS#{ws}#BUDGET`, sk the bucket key of shared.budgets (`workspace#-#day#2026-03-17`,
-`user#V#alice#month#2026-03`), numbers `tokens`, `tool_calls`, `usd_nanos` and `ttl` (epoch
-seconds, the period's end + shared.budgets.BUCKET_RETENTION). No decision reads a past period's
-item, so nothing depends on when DynamoDB's TTL sweeper passes.
+Items: pk `WS#{ws}#BUDGET` (shard 0) or `WS#{ws}#BUDGET#{n}` (shard n of COUNTER_SHARDS), sk the
+bucket key of shared.budgets (`workspace#-#day#2026-03-17`, `user#V#alice#month#2026-03`),
+numbers `tokens`, `tool_calls`, `usd_nanos` and `ttl` (epoch seconds, the period's end +
+shared.budgets.BUCKET_RETENTION). A bucket's total is the sum of its item in every shard. No
+decision reads a past period's item, so nothing depends on when DynamoDB's TTL sweeper passes.
 
-check: one BatchGetItem, strongly consistent, of the buckets that have a limit (none: no request).
+Why shards (issue 30): every turn of a workspace adds to the workspace/day and workspace/month
+buckets. On one item, that is one partition's 1,000 write units a second, and two transactions on
+the item at once cancel one another. A turn adds to the shard of its session
+(`counter_shard(session_id)`), after its commit and outside it (DynamoSessionStore.save), so the
+commit's transaction holds only the session's own items and never conflicts with another
+session's; the charges of sessions on different shards touch different partitions.
 
-charge: one TransactWriteItems with an Update per bucket (`ADD` the amounts, `SET ttl`), all or
-none. ADD is applied by DynamoDB itself, so concurrent charges never lose an update; the
-transaction's ClientRequestToken, which botocore fills in and keeps across its own retries, makes a
-retried request apply once. Each Update carries the condition that its bucket stays under each of
-its limits after the charge, so a charge that succeeds is known to be allowed without reading the
-totals back: one request. When a condition fails (this charge uses a limit up, or another one did
-already) nothing was written, and the charge is sent again without conditions (it is always
-recorded: the tokens were spent) and the buckets read back for the decision: three requests,
-once per bucket and period at most, since the next check then denies.
+check: one BatchGetItem, strongly consistent, of every shard of the buckets that have a limit
+(none: no request).
 
-A turn uses neither on its path: DynamoSessionStore reads its counters with the session (one
-BatchGetItem) and adds its spending in the commit's TransactWriteItems, with the items and updates
-built here (`counter_key`, `counters_of`, `charge_updates`), so a budget adds no round trip.
+charge (compaction, extraction, a failed turn's settle): one TransactWriteItems with an Update per
+bucket of shard 0 (`ADD` the amounts, `SET ttl`), all or none, then, when a bucket has a limit,
+the totals read back for the decision. ADD is applied by DynamoDB itself, so concurrent charges
+never lose an update; the transaction's ClientRequestToken, which botocore fills in and keeps
+across its own retries, makes a retried request apply once. No limit condition on the write: a
+shard's item holds part of a total, so a condition on it could not tell whether the total stays
+under the limit; and the spending happened whatever the limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,20 +38,17 @@ from shared.adapters.aws import clients
 from shared.adapters.aws.dynamodb.retry import (
     RETRIES,
     Next,
-    cancellation_codes,
     error_code,
     until_done,
 )
-from shared.adapters.aws.dynamodb.table import batch_get
+from shared.adapters.aws.dynamodb.table import batch_get, shard_of, sharded
 from shared.budgets import (
-    METRICS,
     Bucket,
     BudgetCharge,
     BudgetDecision,
     BudgetUsage,
     Counters,
     buckets,
-    crossing,
     evaluate,
 )
 from shared.errors import SigilError
@@ -57,18 +58,47 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
+log = logging.getLogger("sigil.budgets")
+
+# How many items hold each bucket's total. Each is its own partition, good for about 1,000 write
+# units a second (a transactional write of one item costs two), so 8 carry a workspace's turns at
+# some 4,000 commits a second; a check reads 8 items a bucket (33 keys for four buckets and the
+# session: one BatchGetItem). Only ever raise it: a lowered count would leave shards unread.
+COUNTER_SHARDS: Final = 8
+
 # Each metric's attribute, as an expression name (USD is counted in nano-dollars, an integer).
 _NAMES: Final = {"#t": "tokens", "#c": "tool_calls", "#u": "usd_nanos"}
-_REF: Final = {"tokens": "#t", "tool_calls": "#c", "usd": "#u"}
 
 
 def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def counter_key(workspace_id: str, key: str) -> dict[str, Any]:
-    """The item key of counter `key` (a bucket key) of the workspace, in the sessions table."""
-    return {"pk": {"S": f"WS#{workspace_id}#BUDGET"}, "sk": {"S": key}}
+def counter_shard(session_id: str) -> int:
+    """The shard a session's turns charge: a stable hash, so a workspace's sessions spread evenly
+    over the shards."""
+    return shard_of(session_id, COUNTER_SHARDS)
+
+
+def counter_pk(workspace_id: str, shard: int = 0) -> str:
+    # Shard 0 keeps the key the counters had before they were sharded: their totals still count.
+    return sharded(f"WS#{workspace_id}#BUDGET", shard)
+
+
+def is_counter(item: Any, workspace_id: str) -> bool:
+    pk = str(item["pk"]["S"])
+    return pk == counter_pk(workspace_id) or pk.startswith(counter_pk(workspace_id) + "#")
+
+
+def counter_key(workspace_id: str, key: str, shard: int = 0) -> dict[str, Any]:
+    """The item key of counter `key` (a bucket key) of the workspace in `shard`, in the sessions table."""
+    return {"pk": {"S": counter_pk(workspace_id, shard)}, "sk": {"S": key}}
+
+
+def counter_keys(workspace_id: str, keys: Iterable[str]) -> list[dict[str, Any]]:
+    """Every shard's item of each counter `keys` names: what a total is summed from."""
+    shards = range(COUNTER_SHARDS)
+    return [counter_key(workspace_id, key, shard) for key in dict.fromkeys(keys) for shard in shards]
 
 
 def counters_of(item: Any) -> Counters:
@@ -79,48 +109,80 @@ def counters_of(item: Any) -> Counters:
     )
 
 
+def sum_counters(items: Iterable[Any]) -> dict[str, Counters]:
+    """Each bucket's total over the shard items read (a bucket none of whose items exists is missing)."""
+    totals: dict[str, Counters] = {}
+    for item in items:
+        key = str(item["sk"]["S"])
+        totals[key] = totals.get(key, Counters()) + counters_of(item)
+    return totals
+
+
 def charge_update(
-    table: str, workspace_id: str, bucket: Bucket, amounts: Counters, *, conditional: bool = False
+    table: str, workspace_id: str, bucket: Bucket, amounts: Counters, shard: int = 0
 ) -> TransactWriteItemTypeDef:
-    """One bucket's Update of a charge: ADD the amounts, SET the ttl; `conditional`: only if the
-    bucket stays under each of its limits after it."""
-    names = {**_NAMES, "#ttl": "ttl"}
-    values: dict[str, Any] = {
-        ":t": _n(amounts.tokens),
-        ":c": _n(amounts.tool_calls),
-        ":u": _n(amounts.usd_nanos),
-        ":ttl": _n(int(bucket.expires_at.timestamp())),
-    }
+    """One bucket's Update of a charge, in `shard`: ADD the amounts, SET the ttl."""
     update: UpdateTypeDef = {
         "TableName": table,
-        "Key": counter_key(workspace_id, bucket.key),
+        "Key": counter_key(workspace_id, bucket.key, shard),
         "UpdateExpression": "ADD #t :t, #c :c, #u :u SET #ttl = :ttl",
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
+        "ExpressionAttributeNames": {**_NAMES, "#ttl": "ttl"},
+        "ExpressionAttributeValues": {
+            ":t": _n(amounts.tokens),
+            ":c": _n(amounts.tool_calls),
+            ":u": _n(amounts.usd_nanos),
+            ":ttl": _n(int(bucket.expires_at.timestamp())),
+        },
     }
-    if conditional and bucket.limited:
-        # "total + amount < limit" as "total < limit - amount": conditions cannot add. A bucket
-        # not written yet holds 0, which is under every bound here (`crossing` excluded the
-        # bounds <= 0 before this was built).
-        clauses = []
-        for metric in METRICS:
-            limit = bucket.limits.get(metric)
-            if limit is None:
-                continue
-            ref = _REF[metric]
-            bound = f":max_{metric}"
-            values[bound] = _n(limit - amounts.get(metric))
-            clauses.append(f"(attribute_not_exists({ref}) OR {ref} < {bound})")
-        update["ConditionExpression"] = " AND ".join(clauses)
     return {"Update": update}
 
 
-def charge_updates(table: str, charge: BudgetCharge) -> list[TransactWriteItemTypeDef]:
-    """A turn's charge as the unconditional Updates its commit transaction carries (none when it
-    charges nothing): the spending is recorded whatever the limits, as BudgetStore.charge does."""
+def apply_charge(
+    client: DynamoDBClient,
+    table: str,
+    workspace_id: str,
+    plan: Sequence[Bucket],
+    *,
+    amounts: Counters,
+    shard: int,
+) -> bool:
+    """Add `amounts` to every bucket of `plan` in `shard`, in one transaction (the buckets move
+    together). A TransactionConflict (another charge on the shard at that moment) or throttling
+    applied nothing and is sent again after a backoff; False when it never went through."""
+    actions = [charge_update(table, workspace_id, b, amounts, shard) for b in plan]
+
+    def attempt() -> Next:
+        try:
+            client.transact_write_items(TransactItems=actions)
+        except ClientError as exc:
+            # Nothing here has a condition, so a cancellation is a conflict or throttling;
+            # botocore does not retry a cancellation.
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            return Next.BACK_OFF
+        return Next.DONE
+
+    return until_done(attempt, wait_initial=0.02)
+
+
+def charge_turn(client: DynamoDBClient, table: str, charge: BudgetCharge, session_id: str) -> None:
+    """A committed turn's charge, on its session's shard. The commit has landed, so a charge that
+    never goes through is logged rather than raised: failing the turn now would not undo it
+    (docs/budgets.md: what such a loss adds to the overshoot bound)."""
     if charge.amounts.empty:
-        return []
-    return [charge_update(table, charge.workspace_id, b, charge.amounts) for b in charge.buckets]
+        return
+    if not apply_charge(
+        client,
+        table,
+        charge.workspace_id,
+        charge.buckets,
+        amounts=charge.amounts,
+        shard=counter_shard(session_id),
+    ):
+        log.warning(
+            "budget charge not recorded after the commit",
+            extra={"workspace_id": charge.workspace_id, "session_id": session_id, "attempts": RETRIES},
+        )
 
 
 class DynamoBudgetStore:
@@ -144,16 +206,16 @@ class DynamoBudgetStore:
     def totals(self, workspace_id: str, counters: Sequence[str]) -> dict[str, Counters]:
         if not counters:
             return {}
-        # Consistent: a check right after a charge (another Lambda's) must see it. At most four
-        # keys, far under BatchGetItem's hundred.
+        # Consistent: a check right after a charge (another Lambda's) must see it. Four buckets
+        # of eight shards, 32 keys, under BatchGetItem's hundred.
         items = batch_get(
             self.client,
             self.table,
-            [counter_key(workspace_id, key) for key in counters],
+            counter_keys(workspace_id, counters),
             ProjectionExpression="sk, #t, #c, #u",
             ExpressionAttributeNames=_NAMES,
         )
-        return {item["sk"]["S"]: counters_of(item) for item in items}
+        return sum_counters(items)
 
     # ------------------------------------------------------------------ charge
 
@@ -169,39 +231,8 @@ class DynamoBudgetStore:
         if amounts.empty:
             return self.check(workspace_id, user_id, limits, now)
         plan = buckets(user_id, limits, now)
-        # A charge that alone reaches a limit cannot pass its condition: skip straight to the
-        # unconditional write instead of sending a transaction that is sure to be cancelled.
-        if not any(crossing(b, amounts) for b in plan) and self._transact(
-            workspace_id, plan, amounts, conditional=True
-        ):
-            return evaluate(now, [])
-        self._transact(workspace_id, plan, amounts, conditional=False)
-        return self.check(workspace_id, user_id, limits, now)
-
-    def _transact(
-        self, workspace_id: str, plan: Sequence[Bucket], amounts: Counters, *, conditional: bool
-    ) -> bool:
-        """Apply the charge to every bucket in one transaction; False when a condition failed."""
-        actions = [charge_update(self.table, workspace_id, b, amounts, conditional=conditional) for b in plan]
-        allowed = True
-
-        def attempt() -> Next:
-            nonlocal allowed
-            try:
-                self.client.transact_write_items(TransactItems=actions)
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                if "ConditionalCheckFailed" in cancellation_codes(exc):
-                    allowed = False
-                    return Next.DONE
-                # TransactionConflict (another transaction on a bucket at that moment) or
-                # throttling: nothing was applied, and botocore does not retry a cancellation.
-                return Next.BACK_OFF
-            return Next.DONE
-
-        if not until_done(attempt, wait_initial=0.02):
+        if not apply_charge(self.client, self.table, workspace_id, plan, amounts=amounts, shard=0):
             raise SigilError(
                 f"DynamoDB did not accept a budget charge after {RETRIES} attempts", code="store_unavailable"
             )
-        return allowed
+        return self.check(workspace_id, user_id, limits, now)

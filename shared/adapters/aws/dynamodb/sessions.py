@@ -1,5 +1,5 @@
-"""Sessions in the sessions table, saved with their Tier-1 records, audit record and budget
-charge in one transaction (docs/dynamodb.md)."""
+"""Sessions in the sessions table, saved with their Tier-1 records and audit record in one
+transaction, and the turn's budget charge after it (docs/dynamodb.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from shared import serde
 from shared.adapters.aws.dynamodb.audit import audit_item
-from shared.adapters.aws.dynamodb.budgets import charge_updates, counter_key, counters_of
+from shared.adapters.aws.dynamodb.budgets import charge_turn, counter_keys, is_counter, sum_counters
 from shared.adapters.aws.dynamodb.memory import tier1_items
 from shared.adapters.aws.dynamodb.retry import RETRIES, Next, cancellation_codes, error_code, until_done
 from shared.adapters.aws.dynamodb.table import (
@@ -50,9 +50,11 @@ class DynamoSessionStore(Table):
     TransactWriteItems across both tables, so the store needs the memory table's name too
     (`memory_table`); the items are those DynamoMemoryStore and DynamoAuditLog write.
 
-    A turn's budget counters live in this table (DynamoBudgetStore's items, pk `WS#{ws}#BUDGET`):
-    `get_with_budget` reads them with the session in one BatchGetItem, and a save's `charge` adds
-    to them in its transaction, so a budgeted turn makes no more round trips than any other.
+    A turn's budget counters live in this table (DynamoBudgetStore's sharded items, pk
+    `WS#{ws}#BUDGET[#n]`): `get_with_budget` reads them with the session in one BatchGetItem, and
+    a save's `charge` adds to its session's shard once the commit has landed, in a transaction of
+    its own: the commit's transaction holds only this session's items, so commits of one
+    workspace's sessions never conflict (issue 30).
     """
 
     def __init__(
@@ -89,16 +91,15 @@ class DynamoSessionStore(Table):
         # One strongly consistent BatchGetItem where `get` is one GetItem: the session (whose
         # version the save is conditioned on) and the counters, for the turn's budget check.
         session_key = self._key(workspace_id, session_id)
-        budget_pk = counter_key(workspace_id, "")["pk"]["S"]
-        keys = [session_key, *(counter_key(workspace_id, key) for key in dict.fromkeys(counters))]
+        keys = [session_key, *counter_keys(workspace_id, counters)]
         session: Session | None = None
-        totals: dict[str, Counters] = {}
+        shards: list[Item] = []
         for item in self.batch_get(keys):
-            if item["pk"]["S"] == budget_pk:
-                totals[item["sk"]["S"]] = counters_of(item)
+            if is_counter(item, workspace_id):
+                shards.append(item)
             elif item["sk"] == session_key["sk"]:
                 session = serde.loads(Session, item["doc"]["S"])
-        return session, totals
+        return session, sum_counters(shards)
 
     def save(
         self,
@@ -129,11 +130,8 @@ class DynamoSessionStore(Table):
             put["ConditionExpression"] = "#version = :expected"
             put["ExpressionAttributeNames"] = {"#version": "version"}
             put["ExpressionAttributeValues"] = {":expected": number(expected_version)}
-        # Unconditional ADDs on the counters: the spending is recorded whatever the limits (the
-        # check was made before the model calls), and it lands once, with the session's version.
-        updates = [] if charge is None else charge_updates(self.table, charge)
-        extras = self._extras(session, put, archive, audit, reserved=len(updates))
-        if not extras and not updates:
+        extras = self._extras(session, put, archive, audit)
+        if not extras:
             try:
                 self.client.put_item(**put)
             except ClientError as exc:
@@ -141,7 +139,12 @@ class DynamoSessionStore(Table):
                     raise self._conflict(session, expected_version) from exc
                 raise
         else:
-            self._transact(session, expected_version, put, extras, updates)
+            self._transact(session, expected_version, put, extras)
+        if charge is not None:
+            # After the commit, outside it: the spending is recorded whatever the limits (the
+            # check was made before the model calls), once, by the save that landed; a shared
+            # counter item in the commit would let two sessions' commits cancel each other.
+            charge_turn(self.client, self.table, charge, session.id)
         return stored
 
     def _extras(
@@ -150,11 +153,8 @@ class DynamoSessionStore(Table):
         put: PutTypeDef,
         archive: Sequence[MemoryRecord],
         audit: AuditRecord | None,
-        *,
-        reserved: int = 0,
     ) -> list[Item]:
-        """The memory-table items to write with the session, after any archive too large for that
-        (with `reserved` actions of the transaction taken by other writes: the budget updates)."""
+        """The memory-table items to write with the session, after any archive too large for that."""
         if not archive and audit is None:
             return []
         if self.memory is None:
@@ -165,7 +165,7 @@ class DynamoSessionStore(Table):
         tier1 = tier1_items(session.workspace_id, archive)
         audits = [] if audit is None else [audit_item(session.workspace_id, audit, self.audit_retention)]
         items = [put["Item"], *tier1, *audits]
-        if len(items) + reserved > TRANSACT_MAX_ITEMS or sum(map(approx_size, items)) > TRANSACT_MAX_BYTES:
+        if len(items) > TRANSACT_MAX_ITEMS or sum(map(approx_size, items)) > TRANSACT_MAX_BYTES:
             # One transaction holds 100 items and 4 MB. A turn rolls out a few messages of a
             # 20-message window, so only an unusual save gets here: its archive goes first, on its
             # own (first write wins, as append_messages), then the session and audit together.
@@ -180,17 +180,13 @@ class DynamoSessionStore(Table):
         expected_version: int,
         put: PutTypeDef,
         extras: list[Item],
-        updates: Sequence[TransactWriteItemTypeDef] = (),
     ) -> None:
-        """One TransactWriteItems: the session Put (with its version condition), `extras`, and
-        `updates` (a budget charge's unconditional ADDs), last.
+        """One TransactWriteItems: the session Put (with its version condition) and `extras`.
 
         Each extra is conditioned on `attribute_not_exists(pk)`: the first write of a Tier-1 or
         audit record wins, as in their own stores. DynamoDB cannot skip one Put of a transaction,
         so when only those conditions failed (the records are stored already) the transaction is
-        sent again without them; the session's condition failing is a ConcurrencyConflict. A
-        cancelled transaction applied nothing, so the budget updates count once, with the save
-        that lands.
+        sent again without them; the session's condition failing is a ConcurrencyConflict.
         """
         memory_table = self.memory.table if self.memory is not None else None
         pending = extras
@@ -210,7 +206,6 @@ class DynamoSessionStore(Table):
                     }
                     for item in pending
                 ]
-            actions += updates
             try:
                 self.client.transact_write_items(TransactItems=actions)
             except ClientError as exc:

@@ -98,6 +98,19 @@ def ws_prefix(workspace_id: str) -> str:
     return f"WS#{workspace_id}"
 
 
+def shard_of(key: str, shards: int) -> int:
+    """A stable shard in [0, shards) for `key` (a session id): how a workspace's hot key range
+    (its budget counters, its audit records) is spread over partitions (docs/scale.md)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def sharded(pk: str, shard: int) -> str:
+    """Shard `shard` of partition `pk`; shard 0 keeps `pk` itself, so what was written before a
+    partition was sharded is read with shard 0."""
+    return pk if shard == 0 else f"{pk}#{shard}"
+
+
 def key_part(value: str) -> str:
     """A free-text key part (triple subject/object, turn id): itself when short, a digest when not.
 
