@@ -104,6 +104,15 @@ class Command:
     kind: Literal["command"] = field(default="command", init=False)
 
 
+@dataclass(frozen=True)
+class Remind:
+    """A fired reminder (LaneItem.fired, kind "message"): sent as it was set, without the model,
+    and, like a command, nothing joins the window (shared.schedules)."""
+
+    text: str
+    kind: Literal["remind"] = field(default="remind", init=False)
+
+
 def turn_id_for(item: LaneItem) -> str:
     """Deterministic per event, so every retry of a turn writes to the same send-ledger keys."""
     i = item.inbound
@@ -138,7 +147,7 @@ def open_turn(backend: Backend, item: LaneItem, *, prices: PriceTable, clock: Ca
     )
 
 
-def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Command:
+def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Command | Remind:
     inbound, sender = turn.inbound, turn.sender
     if inbound.event_id in turn.session.recent_event_ids:
         return Stop(reply=None, outcome="skipped_duplicate")
@@ -147,6 +156,8 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
         return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
     if inbound.command is not None:
         return Command(inbound.command)
+    if turn.item.fired is not None and turn.item.fired.schedule.kind == "message":
+        return Remind(turn.item.fired.schedule.text)
     kept = kept_message(turn.session, turn.item)
     user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
     keep_user = None if kept is not None else user

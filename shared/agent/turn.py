@@ -83,6 +83,7 @@ from shared.agent.preflight import (
     Command,
     Proceed,
     ProviderFactory,
+    Remind,
     Stop,
     Turn,
     admit,
@@ -117,6 +118,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ToolSpec
+from shared.schedules import REMINDER_PREFIX
 from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
@@ -175,6 +177,8 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 end = _answer(deps, turn, step, started)
             case Command():
                 end = _command(deps, turn, step, started)
+            case Remind():
+                end = _remind(deps, turn, step, started)
         # Where its messages land and what it answered: what a replay of the turn needs.
         record = with_trace(end.record, turn.inbound, turn.session, end.new)
         if end.new is None:
@@ -283,10 +287,17 @@ def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Endi
         skills=skills_of(deps, turn.workspace),
         default_model=deps.settings.resolved_model(),
         now=deps.clock(),
+        schedules=deps.backend.schedules,
     )
     send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
     record = _record(turn, started, "command", error=answer.error)
     return _Ending(record, [], answer.updates, fresh=answer.fresh)
+
+
+def _remind(deps: TurnDeps, turn: Turn, step: Remind, started: float) -> _Ending:
+    """A fired reminder (shared.schedules): its text, sent once; only the event id is committed."""
+    send(deps.senders, turn.inbound, turn.session, turn.id, f"{REMINDER_PREFIX}{step.text}")
+    return _Ending(_record(turn, started, "scheduled"), [])
 
 
 def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Ending:
@@ -446,4 +457,5 @@ def _tool_context(
         scope=scope,
         owner=owner_for(inbound, user_id),
         now=deps.clock,
+        inbound=inbound,
     )

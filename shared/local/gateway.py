@@ -26,6 +26,7 @@ from shared.adapters.embedded import (
     LocalScheduler,
     SqliteEventBus,
     SqliteLanes,
+    SqliteSchedules,
     build_embedded_backend,
 )
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
@@ -53,6 +54,9 @@ from shared.providers.deadline import deadline
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
+
+# The local scheduler's job that fires due schedules (shared.adapters.embedded.schedules).
+SCHEDULES_JOB = "schedules"
 
 
 @dataclass
@@ -114,6 +118,11 @@ class LocalGateway:
         # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
         # and the schedule drive the consolidate function in the cloud).
         register_consolidation(self.scheduler, self.backend, lambda: consolidation_model(self.settings))
+        # Things done later (shared.schedules): due occurrences go on their lanes, checked each
+        # second, as EventBridge Scheduler sends them to the turns queue in the cloud.
+        schedules = self.backend.schedules
+        assert isinstance(schedules, SqliteSchedules)
+        self.scheduler.every(SCHEDULES_JOB, 1.0, lambda: schedules.fire_due(lanes))
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.
