@@ -17,14 +17,15 @@ pytestmark = pytest.mark.slow
 # ---------------------------------------------------------------- lanes
 
 
-def test_turns_lane_is_fifo_with_dedup_off_sse_and_a_fifo_dead_letter_queue(each_stage: Synth) -> None:
+def test_turns_lane_is_fifo_with_content_dedup_sse_and_a_fifo_dead_letter_queue(each_stage: Synth) -> None:
     stack = each_stage.stack
     turns = each_stage.raw["Resources"][logical_id(stack.lanes.turns)]["Properties"]
     dlq = each_stage.raw["Resources"][logical_id(stack.lanes.dead_letters)]["Properties"]
 
     assert turns["QueueName"] == f"sigil-{each_stage.stage}-turns.fifo"
     assert turns["FifoQueue"] is True
-    assert turns["ContentBasedDeduplication"] is False
+    # On for EventBridge Scheduler (no dedup id of its own); the webhook's explicit ids win.
+    assert turns["ContentBasedDeduplication"] is True
     assert turns["SqsManagedSseEnabled"] is True
     assert turns["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [logical_id(stack.lanes.dead_letters), "Arn"]},

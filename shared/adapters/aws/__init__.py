@@ -118,6 +118,8 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
             settings.schedule_group,
             role_arn=settings.schedule_role_arn,
             queue_arn=settings.queue_arn,
+            # The record beside the sessions (pk WS#{ws}#SCHEDULE), read and written by the turn.
+            table_name=settings.sessions_table,
             region=region,
         )
     if settings.dead_letter_queue_url:
