@@ -143,6 +143,10 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_PROVIDERS": "",
         "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
         "SIGIL_EXTRACTION_QUEUE_URL": {"Ref": logical_id(stack.consolidation.extraction)},
+        # Things done later: the schedule group, the role its schedules send as, their target.
+        "SIGIL_SCHEDULE_GROUP": f"sigil-{each_stage.stage}-schedules",
+        "SIGIL_SCHEDULE_ROLE_ARN": {"Fn::GetAtt": [logical_id(stack.schedules.role), "Arn"]},
+        "SIGIL_QUEUE_ARN": {"Fn::GetAtt": [logical_id(stack.lanes.turns), "Arn"]},
         **ws_endpoint,
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
