@@ -183,6 +183,10 @@ class SigilStack(Stack):
         agent.add_environment("SIGIL_SCHEDULE_ROLE_ARN", schedules.role.role_arn)
         agent.add_environment("SIGIL_QUEUE_ARN", lanes.turns.queue_arn)
         schedules.grant_manage(agent)
+        # `sigil schedules --stack` builds the same adapter from these (shared.cli._app).
+        CfnOutput(self, "ScheduleGroup", value=schedules.group_name)
+        CfnOutput(self, "ScheduleRoleArn", value=schedules.role.role_arn)
+        CfnOutput(self, "TurnsQueueArn", value=lanes.turns.queue_arn)
         return schedules
 
     def _outputs(self) -> None:

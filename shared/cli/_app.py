@@ -80,6 +80,10 @@ OPTIONAL_STACK_OUTPUTS = {
     "SecretsPrefix": "secrets_prefix",
     "DeadLettersQueueUrl": "dead_letter_queue_url",
     "SkillsBucket": "skills_bucket",
+    # `sigil schedules --stack` (docs/schedules.md).
+    "ScheduleGroup": "schedule_group",
+    "ScheduleRoleArn": "schedule_role_arn",
+    "TurnsQueueArn": "queue_arn",
 }
 
 
