@@ -54,7 +54,7 @@ class Schedules(Construct):
         """Create and delete schedules in this group, each sending as this group's role."""
         self.group.grant_write_schedules(function)
         self.group.grant_delete_schedules(function)
-        self.role.grant_pass_role(function)
+        self.role.grant_pass_role(function.grant_principal)
         assert function.role is not None  # every SigilFunction has a role of its own
         acknowledge(
             function.role,

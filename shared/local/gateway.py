@@ -122,7 +122,11 @@ class LocalGateway:
         # second, as EventBridge Scheduler sends them to the turns queue in the cloud.
         schedules = self.backend.schedules
         assert isinstance(schedules, SqliteSchedules)
-        self.scheduler.every(SCHEDULES_JOB, 1.0, lambda: schedules.fire_due(lanes))
+
+        def fire_schedules() -> None:
+            schedules.fire_due(lanes)
+
+        self.scheduler.every(SCHEDULES_JOB, 1.0, fire_schedules)
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.

@@ -50,7 +50,7 @@ def _rule(recurrence: Recurrence, start: datetime) -> rrule.rrule:
         case "day":
             return rrule.rrule(rrule.DAILY, dtstart=start, byhour=hour, byminute=minute, bysecond=0)
         case "weekday":
-            days = _RRULE_DAYS[:5]
+            days: tuple[rrule.weekday, ...] = _RRULE_DAYS[:5]
         case "week":
             days = tuple(_RRULE_DAYS[WEEKDAYS.index(d)] for d in recurrence.days)
         case "month":
@@ -71,7 +71,7 @@ def next_occurrence(recurrence: Recurrence, tz_name: str, after: datetime) -> da
     # rrule counts in naive wall-clock time, then each instant is placed in the zone: a 09:00
     # stays 09:00 local on both sides of a DST change.
     start = after.astimezone(tz).replace(tzinfo=None, microsecond=0)
-    found = _rule(recurrence, start).after(start, inc=False)
+    found: datetime | None = _rule(recurrence, start).after(start, inc=False)
     if found is None:  # pragma: no cover - every Recurrence repeats forever
         raise ValueError("the recurrence has no next occurrence")
     return found.replace(tzinfo=tz).astimezone(UTC)

@@ -106,8 +106,8 @@ class SqliteSchedules:
             (now,),
         )
         for schedule_id, doc, body in rows:
-            schedule = serde.loads(Schedule, doc)
-            item = serde.loads(LaneItem, body)
+            schedule: Schedule = serde.loads(Schedule, doc)
+            item: LaneItem = serde.loads(LaneItem, body)
             lanes.submit(item)
             logger.info(
                 "schedule fired",
