@@ -156,8 +156,12 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
         return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
     if inbound.command is not None:
         return Command(inbound.command)
-    if turn.item.fired is not None and turn.item.fired.schedule.kind == "message":
-        return Remind(turn.item.fired.schedule.text)
+    if (fired := turn.item.fired) is not None:
+        if fired.schedule.heartbeat and not turn.workspace.heartbeat.enabled:
+            # Turned off in the config since: the heartbeat in flight does nothing.
+            return Stop(reply=None, outcome="scheduled", error="the heartbeat is off")
+        if fired.schedule.kind == "message":
+            return Remind(fired.schedule.text)
     kept = kept_message(turn.session, turn.item)
     user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
     keep_user = None if kept is not None else user

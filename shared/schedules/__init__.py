@@ -111,6 +111,7 @@ def create(
     recurrence: Recurrence | None,
     tz_name: str,
     now: datetime,
+    heartbeat: bool = False,
 ) -> tuple[Schedule, datetime]:
     """Make a schedule for `user_id` in `origin`'s session; returns it and its first occurrence.
     ScheduleCapReached at the user's or the workspace's cap, BadRequest for a time passed."""
@@ -139,6 +140,7 @@ def create(
         recurrence=recurrence,
         timezone=tz_name,
         created_at=now,
+        heartbeat=heartbeat,
     )
     first = first_occurrence(schedule, now)
     if first <= now:
@@ -166,3 +168,55 @@ def listing(store: Schedules | None, workspace_id: str, user_id: str) -> str:
         return "You have no schedules. Ask me to remind you of something, once or on a recurrence."
     lines = [f"- {s.id}: {s.kind} {describe(s)}: {s.text[:80]}" for s in mine]
     return "Your schedules:\n" + "\n".join(lines) + "\nCancel one with /schedules cancel <id>."
+
+
+# ---------------------------------------------------------------- the heartbeat (spec 003)
+
+HEARTBEAT_PROMPT: Final = (
+    "Heartbeat: check these proactive tasks of the workspace and tell me only what needs "
+    "attention now; if nothing does, say so in one line."
+)
+
+
+def heartbeat_schedules(store: Schedules, workspace_id: str) -> list[Schedule]:
+    return [s for s in store.list_schedules(workspace_id) if s.heartbeat]
+
+
+def heartbeat_on(
+    store: Schedules | None,
+    workspace: WorkspaceConfig,
+    origin: InboundMessage,
+    *,
+    user_id: str,
+    tz_name: str,
+    now: datetime,
+) -> tuple[Schedule, datetime]:
+    """The workspace's heartbeat (WorkspaceConfig.heartbeat), answering in `origin`'s conversation
+    from now on: a recurring task with the workspace's proactive tasks. One per workspace: turning
+    it on again moves it here (and takes up the tasks as the config now has them)."""
+    config = workspace.heartbeat
+    if not config.enabled:
+        raise BadRequest("the heartbeat is off in this workspace's configuration (heartbeat.enabled)")
+    if not config.tasks.strip():
+        raise BadRequest("the workspace's heartbeat has no tasks to check (heartbeat.tasks)")
+    heartbeat_off(store, workspace.id)
+    return create(
+        store,
+        workspace,
+        origin,
+        user_id=user_id,
+        kind="task",
+        text=f"{HEARTBEAT_PROMPT}\n{config.tasks.strip()}",
+        at=None,
+        recurrence=config.recurrence,
+        tz_name=tz_name,
+        now=now,
+        heartbeat=True,
+    )
+
+
+def heartbeat_off(store: Schedules | None, workspace_id: str) -> int:
+    """Stop the workspace's heartbeat; how many schedules that cancelled."""
+    if store is None:
+        return 0
+    return sum(store.cancel(workspace_id, s.id) for s in heartbeat_schedules(store, workspace_id))

@@ -22,6 +22,7 @@ from shared.config import Settings
 from shared.local.gateway import LocalGateway
 from shared.models import (
     ChatCommand,
+    HeartbeatConfig,
     InboundMessage,
     LaneItem,
     Recurrence,
@@ -278,6 +279,54 @@ def test_the_cap_and_the_schedules_command_in_chat(tmp_path: Path, fake: FakeOpe
         gw.backend.lanes.submit(inbound("e4", f"/schedules cancel {mine.id}", cancel))
         texts = wait_for(gw, lambda texts: len(texts) == 4)
         assert texts[-1] == f"Cancelled {mine.id}."
+        assert schedules.list_schedules(WS) == []
+    finally:
+        gw.stop()
+
+
+# ---------------------------------------------------------------- the heartbeat (spec 003)
+
+
+def test_the_heartbeat_is_off_by_default_and_once_enabled_checks_the_tasks_on_its_recurrence(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    gw = LocalGateway(settings(tmp_path / "state", fake))
+    schedules = gw.backend.schedules
+    assert isinstance(schedules, SqliteSchedules)
+    clock = Clock(time.time())
+    schedules.clock = clock
+    gw.ensure_workspace(WS)
+    gw.start()
+    try:
+        # Given a workspace that has not enabled it: /heartbeat on is refused, with the reason
+        gw.backend.lanes.submit(inbound("e1", "/heartbeat on", ChatCommand(name="heartbeat", args="on")))
+        texts = wait_for(gw, lambda texts: len(texts) == 1)
+        assert "heartbeat is off in this workspace's configuration" in texts[-1]
+        assert schedules.list_schedules(WS) == []
+
+        # When its config enables it with a task list, and someone turns it on here
+        stored = gw.backend.workspaces.get(WS)
+        assert stored is not None
+        heartbeat = HeartbeatConfig(
+            enabled=True,
+            recurrence=Recurrence(every="day", time="07:30"),
+            tasks="- renew the TLS certificate",
+        )
+        gw.backend.workspaces.put(stored.model_copy(update={"heartbeat": heartbeat}))
+        gw.backend.lanes.submit(inbound("e2", "/heartbeat on", ChatCommand(name="heartbeat", args="on")))
+        texts = wait_for(gw, lambda texts: len(texts) == 2)
+        assert texts[-1] == "Heartbeat on: every day at 07:30 (UTC), answered here."
+
+        # Then at each occurrence the model is asked to check the tasks, in this conversation
+        for n in (1, 2):
+            due = schedules.next_due_at()
+            assert due is not None
+            clock.now = due + 1
+            texts = wait_for(gw, lambda texts, n=n: len([t for t in texts if "renew the TLS" in t]) == n)
+            assert "Heartbeat: check these proactive tasks" in texts[-1]
+        # and /heartbeat off stops it
+        gw.backend.lanes.submit(inbound("e3", "/heartbeat off", ChatCommand(name="heartbeat", args="off")))
+        texts = wait_for(gw, lambda texts: texts[-1] == "Heartbeat off.")
         assert schedules.list_schedules(WS) == []
     finally:
         gw.stop()
