@@ -255,6 +255,7 @@ class OutboxEntry(Model):
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: Final[tuple[Weekday, ...]] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 SCHEDULE_ID_PATTERN = r"^sch-[a-z0-9]{12}$"
+TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 
 
 class Recurrence(Model):
@@ -262,7 +263,7 @@ class Recurrence(Model):
     exactly (EventBridge Scheduler's cron() and dateutil's rrule, shared.schedules.timing)."""
 
     every: Literal["hour", "day", "weekday", "week", "month"]
-    time: str = Field(default="09:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")  # hour: its minute
+    time: str = Field(default="09:00", pattern=TIME_OF_DAY_PATTERN)  # every hour: its minute
     days: list[Weekday] = Field(default_factory=list, max_length=7)  # every week: which days
     day_of_month: int | None = Field(default=None, ge=1, le=28)  # every month: which day
 
@@ -316,12 +317,12 @@ class ScheduleLimits(Model):
 
 class HeartbeatConfig(Model):
     """Spec 003's heartbeat: a recurring turn that checks the workspace's proactive tasks (the
-    HEARTBEAT.md of spec 003, here `tasks`) and tells `session` what needs attention. Off by default."""
+    HEARTBEAT.md of spec 003, here `tasks`) and says what needs attention, in the conversation
+    where `/heartbeat on` was sent (shared.schedules.heartbeat_on). Off by default."""
 
     enabled: bool = False
     recurrence: Recurrence = Field(default_factory=lambda: Recurrence(every="day", time="09:00"))
-    tasks: str = Field(default="", max_length=1000)
-    session: Identifier | None = None  # the session (stored) whose lane and channel it answers on
+    tasks: str = Field(default="", max_length=900)
 
 
 # ---------------------------------------------------------------- workspaces
