@@ -330,3 +330,30 @@ def test_the_heartbeat_is_off_by_default_and_once_enabled_checks_the_tasks_on_it
         assert schedules.list_schedules(WS) == []
     finally:
         gw.stop()
+
+
+def test_erasing_a_user_cancels_their_schedules_and_no_one_elses(tmp_path: Path) -> None:
+    from shared.adapters import build_backend
+    from shared.memory.erasure import erase_user
+
+    backend = build_backend(Settings(data_dir=tmp_path / "state"))
+    try:
+        store = backend.schedules
+        for user in ("alice", "bob"):
+            create(
+                store,
+                new_workspace(WS),
+                inbound("e1", "x").inbound,
+                user_id=user,
+                kind="message",
+                text=f"{user}'s private reminder",
+                at=None,
+                recurrence=Recurrence(every="day"),
+                tz_name="UTC",
+                now=datetime.now(UTC),
+            )
+        report = erase_user(backend, WS, "alice")
+        assert report.schedules_cancelled == 1
+        assert store is not None and [s.user_id for s in store.list_schedules(WS)] == ["bob"]
+    finally:
+        backend.close()
