@@ -357,3 +357,17 @@ def test_erasing_a_user_cancels_their_schedules_and_no_one_elses(tmp_path: Path)
         assert store is not None and [s.user_id for s in store.list_schedules(WS)] == ["bob"]
     finally:
         backend.close()
+
+
+def test_an_occurrence_is_never_merged_into_a_burst_of_the_same_senders_messages() -> None:
+    from shared.agent.coalesce import coalesce
+    from shared.models import Schedule
+
+    schedule = Schedule(
+        id="sch-0123456789ab", workspace_id=WS, session_id=SESSION, user_id="alice", text="call", at=AT_UTC
+    )
+    fired = occurrence(schedule, inbound("e0", "x").inbound, AT_UTC)
+    burst = [inbound("e1", "hi"), fired, inbound("e2", "there")]
+    # Each item is its own turn: the reminder keeps its schedule and its own event id.
+    assert [indexes for _, indexes in coalesce(burst)] == [[0], [1], [2]]
+    assert coalesce(burst)[1][0].fired is not None
