@@ -12,8 +12,8 @@ each of them with the merged id: a later redelivery of ONE of the merged events 
 platform retrying a webhook after the burst's turn committed, past SQS FIFO's 5-minute
 deduplication) is recognised as handled. Items of different senders are never merged (identity
 and admission are per sender), nor is a chat command or a schedule's occurrence with anything
-(each is answered on its own), nor are items separated by an item of the same session that is not merged (an unreadable record,
-another sender).
+(each is answered on its own), nor are items separated by an item of the same session that is
+not merged (an unreadable record, another sender).
 """
 
 from __future__ import annotations
