@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.sqs import models as sqs_models
 
@@ -207,3 +208,28 @@ def test_the_caps_count_the_users_live_schedules(
     with pytest.raises(ScheduleCapReached, match="This workspace holds the most"):
         make("carol")
     assert store.count(WS) == 2 and store.count(WS, user_id="bob") == 1
+
+
+def test_a_schedule_scheduler_refuses_leaves_no_record(
+    stack: tuple[AwsResources, EventBridgeSchedules, str],
+) -> None:
+    _, store, queue_arn = stack
+    # A group that does not exist: Scheduler refuses the schedule
+    elsewhere = EventBridgeSchedules(
+        "no-such-group", role_arn=ROLE, queue_arn=queue_arn, table_name=store.table, region=REGION
+    )
+    # Scheduler answers ResourceNotFoundException; moto's backend lets a KeyError out.
+    with pytest.raises((ClientError, KeyError)):
+        create(
+            elsewhere,
+            new_workspace(WS),
+            inbound("e1", "remind me").inbound,
+            user_id="alice",
+            kind="message",
+            text="stretch",
+            at=None,
+            recurrence=Recurrence(every="day"),
+            tz_name="UTC",
+            now=datetime(2030, 3, 1, tzinfo=UTC),
+        )
+    assert elsewhere.count(WS) == 0 and store.list_schedules(WS) == []

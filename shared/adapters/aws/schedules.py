@@ -32,6 +32,7 @@ from shared import serde
 from shared.adapters.aws import clients
 from shared.adapters.aws.dynamodb.table import Table, dump_doc, item_key, load_docs, string
 from shared.adapters.aws.sqs import fifo_id
+from shared.errors import BadRequest
 from shared.models import LaneItem, Schedule
 from shared.schedules.timing import at_expression, cron_expression
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 SCHEDULED_TIME: Final = "<aws.scheduler.scheduled-time>"
 # How long a one-time schedule's record outlives its moment (Scheduler retries for an hour).
 DONE_AFTER_S: Final = 3600
+# Scheduler's limit on a target's Input.
+MAX_INPUT_CHARS: Final = 8192
 
 
 def schedule_name(schedule: Schedule) -> str:
@@ -83,19 +86,26 @@ class EventBridgeSchedules(Table):
         self.clock = clock
 
     def create(self, schedule: Schedule, item: LaneItem, first_at: datetime) -> None:
-        record = item_key(_pk(schedule.workspace_id), f"SCHED#{schedule.id}") | {
-            "doc": dump_doc(schedule),
-            "user": string(schedule.user_id),
-        }
+        key = item_key(_pk(schedule.workspace_id), f"SCHED#{schedule.id}")
+        record = key | {"doc": dump_doc(schedule), "user": string(schedule.user_id)}
         if schedule.recurrence is None:
             record["ttl"] = {"N": str(int(first_at.timestamp()) + DONE_AFTER_S)}
             expression, zone = at_expression(first_at), "UTC"
         else:
             # cron() is read in the user's zone, so 09:00 stays 09:00 across DST.
             expression, zone = cron_expression(schedule.recurrence), schedule.timezone
-        # The record first: a schedule that fires always has one (a record whose schedule was
-        # never made is listed, and cancelling it removes it).
+        body = target_input(schedule, item)
+        if len(body) > MAX_INPUT_CHARS:
+            raise BadRequest(f"the schedule is too large for EventBridge Scheduler ({len(body)} characters)")
+        # The record first: a schedule that fires always has one; if Scheduler refuses, it goes.
         self.client.put_item(TableName=self.table, Item=record)
+        try:
+            self._create(schedule, item, body, expression, zone)
+        except Exception:
+            self.client.delete_item(TableName=self.table, Key=key)
+            raise
+
+    def _create(self, schedule: Schedule, item: LaneItem, body: str, expression: str, zone: str) -> None:
         self.scheduler.create_schedule(
             Name=schedule_name(schedule),
             GroupName=self.group,
@@ -105,7 +115,7 @@ class EventBridgeSchedules(Table):
             Target={
                 "Arn": self.queue_arn,
                 "RoleArn": self.role_arn,
-                "Input": target_input(schedule, item),
+                "Input": body,
                 "SqsParameters": {"MessageGroupId": fifo_id(item.group_id)},
                 # An occurrence more than an hour late is no longer worth sending.
                 "RetryPolicy": {"MaximumEventAgeInSeconds": DONE_AFTER_S, "MaximumRetryAttempts": 20},
