@@ -29,7 +29,7 @@ from shared.configuration.model import (
     route_problems,
 )
 from shared.errors import SigilError
-from shared.models import ID_PATTERN, ROUTE_NAME_PATTERN, TIME_OF_DAY_PATTERN, ChannelRoute
+from shared.models import ID_PATTERN, ROUTE_NAME_PATTERN, ChannelRoute
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,6 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
         "an embedding model",
         "auto, none, local, or provider/model, e.g. openai/text-embedding-3-small",
     ),
-    TIME_OF_DAY_PATTERN: ("a time of day", "HH:MM on a 24-hour clock, e.g. 09:00 (docs/schedules.md)"),
 }
 
 

@@ -255,7 +255,6 @@ class OutboxEntry(Model):
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: Final[tuple[Weekday, ...]] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 SCHEDULE_ID_PATTERN = r"^sch-[a-z0-9]{12}$"
-TIME_OF_DAY_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 
 
 class Recurrence(Model):
@@ -263,9 +262,20 @@ class Recurrence(Model):
     exactly (EventBridge Scheduler's cron() and dateutil's rrule, shared.schedules.timing)."""
 
     every: Literal["hour", "day", "weekday", "week", "month"]
-    time: str = Field(default="09:00", pattern=TIME_OF_DAY_PATTERN)  # every hour: its minute
+    time: str = "09:00"  # HH:MM, 24-hour; every hour: its minute
     days: list[Weekday] = Field(default_factory=list, max_length=7)  # every week: which days
     day_of_month: int | None = Field(default=None, ge=1, le=28)  # every month: which day
+
+    @field_validator("time")
+    @classmethod
+    def _time_of_day(cls, value: str) -> str:
+        # A validator, not a pattern: the error says what is allowed in words.
+        hour, _, minute = value.partition(":")
+        if not (len(hour) == len(minute) == 2 and hour.isdigit() and minute.isdigit()):
+            raise ValueError(f"{value[:10]!r} is not a time of day: HH:MM on a 24-hour clock, e.g. 09:00")
+        if int(hour) > 23 or int(minute) > 59:
+            raise ValueError(f"{value[:10]!r} is not a time of day: HH:MM on a 24-hour clock, e.g. 09:00")
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> Recurrence:
@@ -394,16 +404,16 @@ class WorkspaceConfig(Model):
     # The models a session may switch to with `/model <ref>` (a chat command); empty: the
     # command is refused and the workspace's model is the only one.
     model_choices: list[str] = Field(default_factory=list)
-    # Per-turn fact extraction (spec 003, docs/consolidation.md): after this many seconds without
-    # another turn in a session, its last messages are extracted into Tier-3 facts; off, facts
-    # come from compaction alone (every summary_batch messages rolled out).
-    turn_extraction: bool = True
-    extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
     # Things done later (docs/schedules.md): the zone of a user who has not named theirs, the caps
     # on live schedules, and the heartbeat (off unless enabled).
     timezone: str = Field(default="UTC", max_length=64)
     schedules: ScheduleLimits = Field(default_factory=ScheduleLimits)
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+    # Per-turn fact extraction (spec 003, docs/consolidation.md): after this many seconds without
+    # another turn in a session, its last messages are extracted into Tier-3 facts; off, facts
+    # come from compaction alone (every summary_batch messages rolled out).
+    turn_extraction: bool = True
+    extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
