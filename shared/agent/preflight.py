@@ -43,6 +43,7 @@ from shared.models import (
 )
 from shared.ports import SessionStore
 from shared.providers.base import Provider
+from shared.schedules import REMINDER_PREFIX
 
 ProviderFactory = Callable[[str | None], tuple[Provider, str]]
 
@@ -92,6 +93,9 @@ class Stop:
     outcome: Outcome
     keep_user: UserMessage | None = None
     error: str | None = None
+    # Commit the event id even with no message to keep (a fired reminder), so a redelivery of it
+    # is skipped as a duplicate however much later it comes.
+    remember: bool = False
     kind: Literal["stop"] = field(default="stop", init=False)
 
 
@@ -102,15 +106,6 @@ class Command:
 
     command: ChatCommand
     kind: Literal["command"] = field(default="command", init=False)
-
-
-@dataclass(frozen=True)
-class Remind:
-    """A fired reminder (LaneItem.fired, kind "message"): sent as it was set, without the model,
-    and, like a command, nothing joins the window (shared.schedules)."""
-
-    text: str
-    kind: Literal["remind"] = field(default="remind", init=False)
 
 
 def turn_id_for(item: LaneItem) -> str:
@@ -147,7 +142,7 @@ def open_turn(backend: Backend, item: LaneItem, *, prices: PriceTable, clock: Ca
     )
 
 
-def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Command | Remind:
+def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Command:
     inbound, sender = turn.inbound, turn.sender
     if inbound.event_id in turn.session.recent_event_ids:
         return Stop(reply=None, outcome="skipped_duplicate")
@@ -161,7 +156,9 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
             # Turned off in the config since: the heartbeat in flight does nothing.
             return Stop(reply=None, outcome="scheduled", error="the heartbeat is off")
         if fired.schedule.kind == "message":
-            return Remind(fired.schedule.text)
+            # A reminder is sent as it was set, without the model; like a command's answer it
+            # joins no window, and its event id is remembered (shared.schedules).
+            return Stop(reply=f"{REMINDER_PREFIX}{fired.schedule.text}", outcome="scheduled", remember=True)
     kept = kept_message(turn.session, turn.item)
     user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
     keep_user = None if kept is not None else user

@@ -83,7 +83,6 @@ from shared.agent.preflight import (
     Command,
     Proceed,
     ProviderFactory,
-    Remind,
     Stop,
     Turn,
     admit,
@@ -118,7 +117,6 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.providers.base import ChatRequest, ToolSpec
-from shared.schedules import REMINDER_PREFIX
 from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
@@ -177,8 +175,6 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 end = _answer(deps, turn, step, started)
             case Command():
                 end = _command(deps, turn, step, started)
-            case Remind():
-                end = _remind(deps, turn, step, started)
         # Where its messages land and what it answered: what a replay of the turn needs.
         record = with_trace(end.record, turn.inbound, turn.session, end.new)
         if end.new is None:
@@ -270,7 +266,9 @@ def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
     if step.reply is not None:
         send(deps.senders, turn.inbound, turn.session, turn.id, step.reply)
     record = _record(turn, started, step.outcome, error=step.error)
-    return _Ending(record, [step.keep_user] if step.keep_user is not None else None)
+    if step.keep_user is not None:
+        return _Ending(record, [step.keep_user])
+    return _Ending(record, [] if step.remember else None)
 
 
 def skills_of(deps: TurnDeps, workspace: WorkspaceConfig) -> list[Skill]:
@@ -292,12 +290,6 @@ def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Endi
     send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
     record = _record(turn, started, "command", error=answer.error)
     return _Ending(record, [], answer.updates, fresh=answer.fresh)
-
-
-def _remind(deps: TurnDeps, turn: Turn, step: Remind, started: float) -> _Ending:
-    """A fired reminder (shared.schedules): its text, sent once; only the event id is committed."""
-    send(deps.senders, turn.inbound, turn.session, turn.id, f"{REMINDER_PREFIX}{step.text}")
-    return _Ending(_record(turn, started, "scheduled"), [])
 
 
 def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Ending:
