@@ -71,7 +71,7 @@ class EventBridgeSchedules(Table):
         group: str,
         *,
         role_arn: str,
-        queue_arn: str,
+        queue_arn: str | Callable[[str], str],
         table_name: str,
         scheduler: Any | None = None,
         client: DynamoDBClient | None = None,
@@ -81,7 +81,9 @@ class EventBridgeSchedules(Table):
         super().__init__(table_name, client, region)
         self.group = group
         self.role_arn = role_arn
-        self.queue_arn = queue_arn
+        # The lane queue's ARN, or a function of the lane (group id) to its queue's ARN where the
+        # lanes are sharded over several queues: a schedule targets its session's own queue.
+        self.target_of: Callable[[str], str] = queue_arn if callable(queue_arn) else (lambda _: queue_arn)
         self.scheduler = scheduler if scheduler is not None else clients.scheduler(region)
         self.clock = clock
 
@@ -113,7 +115,7 @@ class EventBridgeSchedules(Table):
             ScheduleExpressionTimezone=zone,
             FlexibleTimeWindow={"Mode": "OFF"},
             Target={
-                "Arn": self.queue_arn,
+                "Arn": self.target_of(item.group_id),
                 "RoleArn": self.role_arn,
                 "Input": body,
                 "SqsParameters": {"MessageGroupId": fifo_id(item.group_id)},
