@@ -29,6 +29,7 @@ from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
+from infra.constructs.schedules import Schedules
 from infra.constructs.secrets import Secrets, llm_keys
 from infra.constructs.skills import Skills
 from infra.constructs.websocket import WebSocket
@@ -169,6 +170,7 @@ class SigilStack(Stack):
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
+        self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
         # reads sessions and saves their rolling summaries, keeps its leases and checkpoints and
         # charges the budget counters, and nothing else (Memory.grant_consolidator_sessions).
@@ -178,6 +180,20 @@ class SigilStack(Stack):
         self._grant_models(context, turn_runner, consolidate)
 
         self._outputs()
+
+    def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
+        """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules
+        aimed at the turns queue, and is told the group, the role they send as and their target."""
+        schedules = Schedules(self, "Schedules", name_prefix=name_prefix, turns=lanes.turns)
+        agent.add_environment("SIGIL_SCHEDULE_GROUP", schedules.group_name)
+        agent.add_environment("SIGIL_SCHEDULE_ROLE_ARN", schedules.role.role_arn)
+        agent.add_environment("SIGIL_QUEUE_ARN", lanes.turns.queue_arn)
+        schedules.grant_manage(agent)
+        # `sigil schedules --stack` builds the same adapter from these (shared.cli._app).
+        CfnOutput(self, "ScheduleGroup", value=schedules.group_name)
+        CfnOutput(self, "ScheduleRoleArn", value=schedules.role.role_arn)
+        CfnOutput(self, "TurnsQueueArn", value=lanes.turns.queue_arn)
+        return schedules
 
     def _outputs(self) -> None:
         """What the operator's tools find the stack by (`sigil --stack`, shared.cli._app)."""

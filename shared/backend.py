@@ -19,6 +19,7 @@ from shared.ports import (
     MemoryStore,
     Outbox,
     RouteStore,
+    Schedules,
     SecretStore,
     SendLedger,
     SessionStore,
@@ -53,6 +54,9 @@ class Backend:
     # The lanes' dead letters, for `sigil dlq` (docs/dead-letters.md); None on the aws backend
     # unless SIGIL_DEAD_LETTER_QUEUE_URL names the queue (the functions never need it).
     dead_letters: DeadLetters | None = None
+    # Things done later (shared.schedules); None on the aws backend unless the stack names its
+    # schedule group (SIGIL_SCHEDULE_GROUP), and the schedule tool then says so.
+    schedules: Schedules | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     # The standard queue that holds each TurnCommitted for the workspace's debounce (DelaySeconds)
     # before the consolidate function extracts the turn's facts. Unset: no per-turn extraction.
     extraction_queue_url: str | None = None
+    # Things done later (docs/schedules.md): EventBridge Scheduler's schedule group, the role it
+    # sends the lane's messages as, and the lane queue's ARN (its target). Unset: no schedules.
+    schedule_group: str | None = None
+    schedule_role_arn: str | None = None
+    queue_arn: str | None = None
     opensearch_endpoint: str | None = None
     # The memory index's primary shards and routing partition size when the adapter creates it
     # (shared.adapters.aws.opensearch.IndexSizing; docs/scale.md#memory-shards). 1: OpenSearch's

@@ -105,6 +105,7 @@ OUTCOME_NAMES: Final = (
     "refused",
     "given_up",
     "command",  # a chat command (/status, /new, /model, /skills), answered without the model
+    "scheduled",  # a fired reminder, sent without the model (shared.schedules)
 )
 OUTCOMES: Final[Mapping[str, Metric]] = MappingProxyType(
     {o: _count(f"Outcome_{o}", "agent", f"turns whose outcome was {o}") for o in OUTCOME_NAMES}

@@ -31,6 +31,7 @@ from shared.models import (
     OutboundMessage,
     OutboxEntry,
     RecallScope,
+    Schedule,
     Session,
     Summary,
     Triple,
@@ -706,4 +707,27 @@ class SendLedger(Protocol):
         self, workspace_id: str, turn_id: str, part: int, chunk: int, *, text_digest: str
     ) -> None:
         """After an edit: the recorded message now shows text with this digest."""
+        ...
+
+
+@runtime_checkable
+class Schedules(Protocol):
+    """Things done later (shared.schedules, docs/schedules.md): one EventBridge Scheduler schedule
+    per item in the cloud, a table the local scheduler reads on the embedded backend. A schedule
+    fires by putting its lane item (LaneItem.fired) on its session's lane, nothing else."""
+
+    def create(self, schedule: Schedule, item: LaneItem, first_at: datetime) -> None:
+        """Store `schedule`, which fires `item` first at `first_at` (UTC), then per its recurrence."""
+        ...
+
+    def get(self, workspace_id: str, schedule_id: str) -> Schedule | None: ...
+
+    def list_schedules(self, workspace_id: str, *, user_id: str | None = None) -> list[Schedule]:
+        """The live schedules of the workspace (or of one of its users), oldest first."""
+        ...
+
+    def count(self, workspace_id: str, *, user_id: str | None = None) -> int: ...
+
+    def cancel(self, workspace_id: str, schedule_id: str) -> bool:
+        """Stop the schedule; False when the workspace has no such live schedule."""
         ...

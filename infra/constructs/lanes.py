@@ -62,9 +62,11 @@ class Lanes(Construct):
             construct_id,
             queue_name=name,
             fifo=True,
-            # Off: the webhook sets MessageDeduplicationId to the platform's event id, so a
-            # redelivered webhook is dropped while two identical texts stay two turns.
-            content_based_deduplication=False,
+            # The webhook sets MessageDeduplicationId to the platform's event id, which wins over
+            # the content, so a redelivered webhook is dropped while two identical texts stay two
+            # turns. On for EventBridge Scheduler, which sends no id (shared.adapters.aws.schedules):
+            # an occurrence's body names its time, so a retried delivery of it is dropped.
+            content_based_deduplication=True,
             # High-throughput FIFO: the limits apply per session (message group), not per queue.
             deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
             fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,

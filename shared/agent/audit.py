@@ -41,6 +41,7 @@ Outcome = Literal[
     "refused",  # the model, or its provider's safety filter, declined to answer (Done.refused)
     "given_up",  # dead-lettered after the last attempt: the apology, delivered or not (give_up_turn)
     "command",  # a chat command answered without the model (shared.agent.commands)
+    "scheduled",  # a fired reminder sent without the model (shared.schedules)
 ]
 
 

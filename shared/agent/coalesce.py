@@ -11,9 +11,9 @@ The merged item also lists the original ids (`merged_event_ids`), and the turn's
 each of them with the merged id: a later redelivery of ONE of the merged events on its own (a
 platform retrying a webhook after the burst's turn committed, past SQS FIFO's 5-minute
 deduplication) is recognised as handled. Items of different senders are never merged (identity
-and admission are per sender), nor is a chat command with anything (it is answered on its own),
-nor are items separated by an item of the same session that is not merged (an unreadable record,
-another sender).
+and admission are per sender), nor is a chat command or a schedule's occurrence with anything
+(each is answered on its own), nor are items separated by an item of the same session that is
+not merged (an unreadable record, another sender).
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def merged_event_id(event_ids: Sequence[str]) -> str:
 def _joinable(previous: LaneItem, item: LaneItem) -> bool:
     if previous.redrive_of is not None or item.redrive_of is not None:
         return False  # a redrive answers each given-up message where it stands (shared.agent.redrive)
+    if previous.fired is not None or item.fired is not None:
+        return False  # a schedule's occurrence is its own turn (a reminder is sent as it was set)
     a, b = previous.inbound, item.inbound
     if a.command is not None or b.command is not None:
         # A chat command is answered on its own: merged, it would carry the burst's text away

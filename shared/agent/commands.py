@@ -20,6 +20,11 @@ so a redelivered command is skipped, and carries what the command changes in the
 - `/model [ref|default]`: shows the model and the workspace's `model_choices`, sets
   Session.model_override to one of them, or clears it;
 - `/skills`: the skills available to the workspace, name and description;
+- `/schedules`: the sender's reminders and scheduled tasks; `/schedules cancel <id>` stops one
+  (shared.schedules, docs/schedules.md);
+- `/heartbeat [on|off]`: the workspace's heartbeat (spec 003: a recurring check of its proactive
+  tasks, WorkspaceConfig.heartbeat, off unless the config enables it), answered in this
+  conversation once on;
 - `/help`, and any other `/name`: the one-line list of commands.
 """
 
@@ -31,13 +36,18 @@ from typing import Any, Final
 
 from shared.agent.preflight import Turn
 from shared.budgets import Bucket, Counters, Metric, Period, as_utc
+from shared.errors import SigilError
 from shared.models import ChatCommand, RecallPolicy
 from shared.models.budgets import format_amount, format_date, format_duration
+from shared.ports import Schedules
+from shared.schedules import cancel, heartbeat_off, heartbeat_on, heartbeat_schedules, listing
+from shared.schedules.timing import describe
 from shared.skills import Skill
 
 HELP: Final = (
     "Commands: /status (model, budget, skills, memory), /new (start a fresh conversation), "
-    "/model [name|default] (switch model), /skills (list skills), /help."
+    "/model [name|default] (switch model), /skills (list skills), "
+    "/schedules [cancel <id>] (your reminders), /heartbeat [on|off], /help."
 )
 # What each memory policy lets a turn recall (docs/privacy.md), as /status tells the user.
 RECALL: Final[dict[RecallPolicy, str]] = {
@@ -62,7 +72,13 @@ class Answer:
 
 
 def answer_command(
-    turn: Turn, command: ChatCommand, *, skills: list[Skill], default_model: str | None, now: datetime
+    turn: Turn,
+    command: ChatCommand,
+    *,
+    skills: list[Skill],
+    default_model: str | None,
+    now: datetime,
+    schedules: Schedules | None = None,
 ) -> Answer:
     """The answer to `command` in `turn`; `skills` are the workspace's (shared.agent.turn.skills_of),
     `default_model` the gateway's, used when neither the session nor the workspace names one."""
@@ -74,6 +90,10 @@ def answer_command(
         return _model(turn, command.args, default_model)
     if command.name == "skills":
         return Answer(_skills(skills))
+    if command.name == "schedules":
+        return _schedules(turn, command.args, schedules)
+    if command.name == "heartbeat":
+        return _heartbeat(turn, command.args, schedules, now)
     if command.name == "help":
         return Answer(HELP)
     return Answer(f"Unknown command /{command.name}. {HELP}", error=f"unknown command /{command.name}")
@@ -127,6 +147,46 @@ def _model(turn: Turn, args: str, default_model: str | None) -> Answer:
             error="model not in model_choices",
         )
     return Answer(f"This conversation now uses {ref}.", updates={"model_override": ref})
+
+
+def _schedules(turn: Turn, args: str, store: Schedules | None) -> Answer:
+    user = turn.sender.user_id
+    words = args.split()
+    if not words:
+        return Answer(listing(store, turn.inbound.workspace_id, user))
+    if words[0] == "cancel" and len(words) == 2:
+        if cancel(store, turn.inbound.workspace_id, user, words[1]):
+            return Answer(f"Cancelled {words[1]}.")
+        return Answer(f"You have no schedule {words[1][:40]}.", error="no such schedule")
+    return Answer("Use /schedules, or /schedules cancel <id>.", error="bad /schedules arguments")
+
+
+def _heartbeat(turn: Turn, args: str, store: Schedules | None, now: datetime) -> Answer:
+    ws, config = turn.inbound.workspace_id, turn.workspace.heartbeat
+    match args.strip():
+        case "":
+            running = heartbeat_schedules(store, ws) if store is not None else []
+            if not running:
+                state = "off" if not config.enabled else "enabled but not running (/heartbeat on)"
+                return Answer(f"Heartbeat: {state}.")
+            return Answer(f"Heartbeat: on, {describe(running[0])}, in session {running[0].session_id}.")
+        case "on":
+            try:
+                made, _ = heartbeat_on(
+                    store,
+                    turn.workspace,
+                    turn.inbound,
+                    user_id=turn.sender.user_id,
+                    tz_name=turn.workspace.timezone,
+                    now=now,
+                )
+            except SigilError as exc:
+                return Answer(f"The heartbeat cannot start: {exc.message}", error=exc.code)
+            return Answer(f"Heartbeat on: {describe(made)}, answered here.")
+        case "off":
+            stopped = heartbeat_off(store, ws)
+            return Answer("Heartbeat off." if stopped else "The heartbeat was not running.")
+    return Answer("Use /heartbeat, /heartbeat on or /heartbeat off.", error="bad /heartbeat arguments")
 
 
 def _skills(skills: list[Skill]) -> str:

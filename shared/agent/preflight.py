@@ -43,6 +43,7 @@ from shared.models import (
 )
 from shared.ports import SessionStore
 from shared.providers.base import Provider
+from shared.schedules import REMINDER_PREFIX
 
 ProviderFactory = Callable[[str | None], tuple[Provider, str]]
 
@@ -92,6 +93,9 @@ class Stop:
     outcome: Outcome
     keep_user: UserMessage | None = None
     error: str | None = None
+    # Commit the event id even with no message to keep (a fired reminder), so a redelivery of it
+    # is skipped as a duplicate however much later it comes.
+    remember: bool = False
     kind: Literal["stop"] = field(default="stop", init=False)
 
 
@@ -147,6 +151,14 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
         return Stop(reply=sender.reply, outcome=outcome, error=sender.reason)
     if inbound.command is not None:
         return Command(inbound.command)
+    if (fired := turn.item.fired) is not None:
+        if fired.schedule.heartbeat and not turn.workspace.heartbeat.enabled:
+            # Turned off in the config since: the heartbeat in flight does nothing.
+            return Stop(reply=None, outcome="scheduled", error="the heartbeat is off")
+        if fired.schedule.kind == "message":
+            # A reminder is sent as it was set, without the model; like a command's answer it
+            # joins no window, and its event id is remembered (shared.schedules).
+            return Stop(reply=f"{REMINDER_PREFIX}{fired.schedule.text}", outcome="scheduled", remember=True)
     kept = kept_message(turn.session, turn.item)
     user = kept or user_message(inbound, turn.id, turn.safety, sender.user_id)
     keep_user = None if kept is not None else user

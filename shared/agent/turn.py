@@ -288,7 +288,9 @@ def _stop(deps: TurnDeps, turn: Turn, step: Stop, started: float) -> _Ending:
     if step.reply is not None:
         send(deps.senders, turn.inbound, turn.session, turn.id, step.reply)
     record = _record(turn, started, step.outcome, error=step.error)
-    return _Ending(record, [step.keep_user] if step.keep_user is not None else None)
+    if step.keep_user is not None:
+        return _Ending(record, [step.keep_user])
+    return _Ending(record, [] if step.remember else None)
 
 
 def skills_of(deps: TurnDeps, workspace: WorkspaceConfig) -> list[Skill]:
@@ -305,6 +307,7 @@ def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Endi
         skills=skills_of(deps, turn.workspace),
         default_model=deps.settings.resolved_model(),
         now=deps.clock(),
+        schedules=deps.backend.schedules,
     )
     send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
     record = _record(turn, started, "command", error=answer.error)
@@ -478,4 +481,5 @@ def _tool_context(
         scope=scope,
         owner=owner_for(inbound, user_id),
         now=deps.clock,
+        inbound=inbound,
     )

@@ -82,6 +82,10 @@ OPTIONAL_STACK_OUTPUTS = {
     "SkillsBucket": "skills_bucket",
     # Only a stack with sharded lanes has it (docs/scale.md#sharded-lanes).
     "LaneQueueUrls": "lane_queue_urls",
+    # `sigil schedules --stack` (docs/schedules.md).
+    "ScheduleGroup": "schedule_group",
+    "ScheduleRoleArn": "schedule_role_arn",
+    "TurnsQueueArn": "queue_arn",
 }
 
 

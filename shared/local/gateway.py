@@ -26,6 +26,7 @@ from shared.adapters.embedded import (
     LocalScheduler,
     SqliteEventBus,
     SqliteLanes,
+    SqliteSchedules,
     build_embedded_backend,
 )
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
@@ -55,6 +56,9 @@ from shared.tools.mcp import McpToolbox
 from shared.workspace_cache import with_workspace_cache
 
 log = logging.getLogger("sigil.gateway")
+
+# The local scheduler's job that fires due schedules (shared.adapters.embedded.schedules).
+SCHEDULES_JOB = "schedules"
 
 
 @dataclass
@@ -118,6 +122,15 @@ class LocalGateway:
         # CompactionDue from the turns, and the hourly catch-up and maintenance (as EventBridge
         # and the schedule drive the consolidate function in the cloud).
         register_consolidation(self.scheduler, self.backend, lambda: consolidation_model(self.settings))
+        # Things done later (shared.schedules): due occurrences go on their lanes, checked each
+        # second, as EventBridge Scheduler sends them to the turns queue in the cloud.
+        schedules = self.backend.schedules
+        assert isinstance(schedules, SqliteSchedules)
+
+        def fire_schedules() -> None:
+            schedules.fire_due(lanes)
+
+        self.scheduler.every(SCHEDULES_JOB, 1.0, fire_schedules)
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.

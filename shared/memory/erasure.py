@@ -111,6 +111,8 @@ class ErasureReport(BaseModel):
     events_deleted: int = 0  # events the bus still held for a deleted session (the local bus)
     audit_records_anonymised: int = 0
     identities_deleted: int = 0
+    # Their reminders and scheduled tasks (shared.schedules): each carries their words.
+    schedules_cancelled: int = 0
     # Others' data that named them, rewritten without it.
     messages_scrubbed: int = 0
     summaries_scrubbed: int = 0
@@ -480,6 +482,14 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
     )
     for alias in sorted(person.user_ids - {user_id}):
         report.audit_records_anonymised += backend.audit.anonymise(workspace_id, user_id=alias)
+    if backend.schedules is not None:
+        schedules = backend.schedules
+        theirs = [
+            s
+            for s in schedules.list_schedules(workspace_id)
+            if s.user_id in person.user_ids or s.session_id in found.owned
+        ]
+        report.schedules_cancelled = sum(schedules.cancel(workspace_id, s.id) for s in theirs)
     for identity in identities:
         backend.identities.delete(workspace_id, identity.channel, identity.channel_user_id)
     report.identities_deleted = len(identities)

@@ -250,6 +250,92 @@ class OutboxEntry(Model):
         return self
 
 
+# ---------------------------------------------------------------- schedules (docs/schedules.md)
+
+
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: Final[tuple[Weekday, ...]] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+SCHEDULE_ID_PATTERN = r"^sch-[a-z0-9]{12}$"
+
+
+class Recurrence(Model):
+    """When a recurring schedule fires, in its time zone: a small set that both engines express
+    exactly (EventBridge Scheduler's cron() and dateutil's rrule, shared.schedules.timing)."""
+
+    every: Literal["hour", "day", "weekday", "week", "month"]
+    time: str = "09:00"  # HH:MM, 24-hour; every hour: its minute
+    days: list[Weekday] = Field(default_factory=list, max_length=7)  # every week: which days
+    day_of_month: int | None = Field(default=None, ge=1, le=28)  # every month: which day
+
+    @field_validator("time")
+    @classmethod
+    def _time_of_day(cls, value: str) -> str:
+        # A validator, not a pattern: the error says what is allowed in words.
+        hour, _, minute = value.partition(":")
+        if not (len(hour) == len(minute) == 2 and hour.isdigit() and minute.isdigit()):
+            raise ValueError(f"{value[:10]!r} is not a time of day: HH:MM on a 24-hour clock, e.g. 09:00")
+        if int(hour) > 23 or int(minute) > 59:
+            raise ValueError(f"{value[:10]!r} is not a time of day: HH:MM on a 24-hour clock, e.g. 09:00")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> Recurrence:
+        if self.every == "week" and not self.days:
+            raise ValueError("a weekly schedule needs its days (e.g. ['mon'])")
+        if self.every == "month" and self.day_of_month is None:
+            raise ValueError("a monthly schedule needs its day_of_month (1 to 28)")
+        return self
+
+
+class Schedule(Model):
+    """Something the agent does later, for the user whose turn set it (shared.schedules)."""
+
+    id: str = Field(pattern=SCHEDULE_ID_PATTERN)
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    user_id: str = Field(min_length=1, max_length=300)
+    # message: a fixed reminder, sent without the model; task: a turn the model answers.
+    kind: Literal["message", "task"] = "message"
+    text: str = Field(min_length=1, max_length=1000)
+    at: datetime | None = None  # a one-time schedule's moment (aware)
+    recurrence: Recurrence | None = None
+    timezone: str = Field(default="UTC", max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    heartbeat: bool = False  # the workspace's heartbeat (WorkspaceConfig.heartbeat), not a user's
+
+    @model_validator(mode="after")
+    def _one_when(self) -> Schedule:
+        if (self.at is None) == (self.recurrence is None):
+            raise ValueError("a schedule has either `at` or `recurrence`, not both")
+        if self.at is not None and self.at.tzinfo is None:
+            raise ValueError("`at` must carry its UTC offset")
+        return self
+
+
+class Fired(Model):
+    """A schedule's occurrence, riding on the lane item it became (LaneItem.fired)."""
+
+    schedule: Schedule
+    at: datetime  # the occurrence (EventBridge Scheduler's <aws.scheduler.scheduled-time>)
+
+
+class ScheduleLimits(Model):
+    """How many live schedules a user and a whole workspace may hold."""
+
+    per_user: int = Field(default=20, ge=0, le=1000)
+    per_workspace: int = Field(default=500, ge=0, le=100_000)
+
+
+class HeartbeatConfig(Model):
+    """Spec 003's heartbeat: a recurring turn that checks the workspace's proactive tasks (the
+    HEARTBEAT.md of spec 003, here `tasks`) and says what needs attention, in the conversation
+    where `/heartbeat on` was sent (shared.schedules.heartbeat_on). Off by default."""
+
+    enabled: bool = False
+    recurrence: Recurrence = Field(default_factory=lambda: Recurrence(every="day", time="09:00"))
+    tasks: str = Field(default="", max_length=900)
+
+
 # ---------------------------------------------------------------- workspaces
 
 
@@ -374,6 +460,11 @@ class WorkspaceConfig(Model):
     # The models a session may switch to with `/model <ref>` (a chat command); empty: the
     # command is refused and the workspace's model is the only one.
     model_choices: list[str] = Field(default_factory=list)
+    # Things done later (docs/schedules.md): the zone of a user who has not named theirs, the caps
+    # on live schedules, and the heartbeat (off unless enabled).
+    timezone: str = Field(default="UTC", max_length=64)
+    schedules: ScheduleLimits = Field(default_factory=ScheduleLimits)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     # Per-turn fact extraction (spec 003, docs/consolidation.md): after this many seconds without
     # another turn in a session, its last messages are extracted into Tier-3 facts; off, facts
     # come from compaction alone (every summary_batch messages rolled out).
@@ -427,6 +518,8 @@ class Identity(Model):
     pairing_code: str | None = Field(default=None, pattern=PAIRING_CODE_PATTERN)
     created_at: datetime = Field(default_factory=utcnow)
     approved_at: datetime | None = None
+    # The person's IANA time zone (the schedule tool sets it); None: the workspace's.
+    timezone: str | None = Field(default=None, max_length=64)
 
 
 # ---------------------------------------------------------------- memory
@@ -639,6 +732,11 @@ class IndexResult(Model):
 # ---------------------------------------------------------------- lanes, events, audit
 
 
+def occurrence_event_id(schedule_id: str, at: datetime) -> str:
+    """The event id of a schedule's occurrence: the same for every delivery of it."""
+    return f"{schedule_id}.{int(at.timestamp())}"
+
+
 class LaneItem(Model):
     """One unit of work in a session's lane (one SQS FIFO message)."""
 
@@ -652,6 +750,18 @@ class LaneItem(Model):
     # message the give-up kept instead of keeping it a second time.
     redrive_of: Identifier | None = None
     redrives: int = Field(default=0, ge=0)
+    # A schedule's occurrence (shared.schedules): its inbound is the creating turn's, so the turn
+    # has the same sender, conversation and memory scope, with an event id of the occurrence.
+    fired: Fired | None = None
+
+    @model_validator(mode="after")
+    def _occurrence_event_id(self) -> LaneItem:
+        # EventBridge Scheduler fills in only the occurrence's time (the target's Input is fixed
+        # when the schedule is made): the event id, one per occurrence, is derived here, so a
+        # redelivered occurrence has the same one and the lane and the turn drop it.
+        if self.fired is not None and self.inbound.event_id == self.fired.schedule.id:
+            self.inbound.event_id = occurrence_event_id(self.fired.schedule.id, self.fired.at)
+        return self
 
     @property
     def group_id(self) -> str:
@@ -729,6 +839,7 @@ class AuditRecord(Model):
         "refused",  # the model, or its provider's safety filter, declined to answer
         "given_up",  # dead-lettered after its last attempt: the user was sent an apology
         "command",  # a chat command, answered without the model (shared.agent.commands)
+        "scheduled",  # a fired reminder, sent without the model (shared.schedules)
     ]
     error: str | None = None
     # What the safety filters found (docs/safety.md), as names only, never the text: the sources

@@ -122,7 +122,8 @@ def agent_registry() -> ToolRegistry:
     turn offers by default."""
     # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
     from shared.tools.memory import MEMORY_TOOLS
+    from shared.tools.schedule import SCHEDULE_TOOLS
     from shared.tools.skill import SKILL_TOOLS
     from shared.tools.web import WEB_TOOLS
 
-    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS)
+    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS, *SCHEDULE_TOOLS)

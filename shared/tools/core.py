@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from shared.backend import Backend
 from shared.clock import utcnow
-from shared.models import MemoryScope, RecallScope
+from shared.models import InboundMessage, MemoryScope, RecallScope
 from shared.providers.base import ToolSpec
 
 A = TypeVar("A", bound=BaseModel)
@@ -51,6 +51,9 @@ class ToolContext:
     # session itself (the turn commits it, under optimistic concurrency): the turn applies these
     # in its commit.
     session_updates: dict[str, Any] = field(default_factory=dict)
+    # The message the turn answers (its channel, conversation and sender): what a schedule made
+    # in the turn fires as (shared.schedules). None outside a turn (a replay's sandbox, tests).
+    inbound: InboundMessage | None = None
 
 
 ToolFunction = Callable[[A, ToolContext], ToolOutput]

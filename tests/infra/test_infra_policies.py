@@ -246,3 +246,41 @@ def test_the_webhook_may_query_only_the_web_outbox_partitions(dev: Synth) -> Non
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["WS#default#OUTBOX#web.*"]},
         "Null": {"dynamodb:LeadingKeys": "false"},
     }
+
+
+def _role_statements(synth: Synth, role: Any) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id(role)} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_schedules_send_only_to_the_turns_queue_and_only_the_agent_manages_them(dev: Synth) -> None:
+    # docs/schedules.md: EventBridge Scheduler's role may send to the turns queue and nothing else,
+    # and only Scheduler, for this account's schedules of this group, may assume it.
+    stack = dev.stack
+    role = dev.raw["Resources"][logical_id(stack.schedules.role)]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert "sigil-dev-schedules/*" in json.dumps(trust["Condition"]["ArnLike"])
+    statements = _role_statements(dev, stack.schedules.role)
+    assert {a for s in statements for a in _as_list(s["Action"])} == {"sqs:SendMessage"}
+    assert all(logical_id(stack.lanes.turns) in json.dumps(s["Resource"]) for s in statements)
+    # The agent creates and deletes this group's schedules and passes this role, nothing wider.
+    scheduler = [
+        s for s in _role_statements(dev, stack.agent.handler.role) if "scheduler:" in json.dumps(s["Action"])
+    ]
+    assert {a for s in scheduler for a in _as_list(s["Action"])} >= {
+        "scheduler:CreateSchedule",
+        "scheduler:DeleteSchedule",
+    }
+    assert all("schedule/sigil-dev-schedules/*" in json.dumps(s["Resource"]) for s in scheduler)
+    passing = [s for s in _role_statements(dev, stack.agent.handler.role) if s["Action"] == "iam:PassRole"]
+    assert [s["Resource"] for s in passing] == [{"Fn::GetAtt": [logical_id(stack.schedules.role), "Arn"]}]
+    for owner in (stack.ingress, stack.consolidation):
+        assert not any(
+            "scheduler:" in json.dumps(s["Action"]) for s in _role_statements(dev, owner.handler.role)
+        )

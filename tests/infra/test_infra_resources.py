@@ -17,14 +17,15 @@ pytestmark = pytest.mark.slow
 # ---------------------------------------------------------------- lanes
 
 
-def test_turns_lane_is_fifo_with_dedup_off_sse_and_a_fifo_dead_letter_queue(each_stage: Synth) -> None:
+def test_turns_lane_is_fifo_with_content_dedup_sse_and_a_fifo_dead_letter_queue(each_stage: Synth) -> None:
     stack = each_stage.stack
     turns = each_stage.raw["Resources"][logical_id(stack.lanes.turns)]["Properties"]
     dlq = each_stage.raw["Resources"][logical_id(stack.lanes.dead_letters)]["Properties"]
 
     assert turns["QueueName"] == f"sigil-{each_stage.stage}-turns.fifo"
     assert turns["FifoQueue"] is True
-    assert turns["ContentBasedDeduplication"] is False
+    # On for EventBridge Scheduler (no dedup id of its own); the webhook's explicit ids win.
+    assert turns["ContentBasedDeduplication"] is True
     assert turns["SqsManagedSseEnabled"] is True
     assert turns["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [logical_id(stack.lanes.dead_letters), "Arn"]},
@@ -142,6 +143,10 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_PROVIDERS": "",
         "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
         "SIGIL_EXTRACTION_QUEUE_URL": {"Ref": logical_id(stack.consolidation.extraction)},
+        # Things done later: the schedule group, the role its schedules send as, their target.
+        "SIGIL_SCHEDULE_GROUP": f"sigil-{each_stage.stage}-schedules",
+        "SIGIL_SCHEDULE_ROLE_ARN": {"Fn::GetAtt": [logical_id(stack.schedules.role), "Arn"]},
+        "SIGIL_QUEUE_ARN": {"Fn::GetAtt": [logical_id(stack.lanes.turns), "Arn"]},
         **ws_endpoint,
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}

@@ -168,7 +168,8 @@ def provision(name: str) -> AwsResources:
     # CreateQueue with the same attributes is idempotent and returns the existing queue's URL.
     queue_url = clients.sqs(REGION).create_queue(
         QueueName=f"{name}-turns.fifo",
-        Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"},
+        # Content-based dedup as infra/constructs/lanes.py (EventBridge Scheduler's messages).
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "30"},
     )["QueueUrl"]
     extraction_queue_url = clients.sqs(REGION).create_queue(QueueName=f"{name}-extraction")["QueueUrl"]
     events = clients.events(REGION)

@@ -111,6 +111,17 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
             else None
         ),
     )
+    if settings.schedule_group and settings.schedule_role_arn and settings.queue_arn:
+        from shared.adapters.aws.schedules import EventBridgeSchedules
+
+        backend.schedules = EventBridgeSchedules(
+            settings.schedule_group,
+            role_arn=settings.schedule_role_arn,
+            queue_arn=settings.queue_arn,
+            # The record beside the sessions (pk WS#{ws}#SCHEDULE), read and written by the turn.
+            table_name=settings.sessions_table,
+            region=region,
+        )
     if settings.dead_letter_queue_url:
         # `sigil dlq` only: the functions' environment has no SIGIL_DEAD_LETTER_QUEUE_URL.
         from shared.adapters.aws.dead_letters import SqsDeadLetters

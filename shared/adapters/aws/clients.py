@@ -74,6 +74,11 @@ def s3(region: str | None = None, endpoint_url: str | None = None) -> Any:
     return _client("s3", region, _endpoint(endpoint_url))
 
 
+def scheduler(region: str | None = None, endpoint_url: str | None = None) -> Any:
+    """EventBridge Scheduler's client (untyped: no boto3 stubs for it are installed)."""
+    return _client("scheduler", region, _endpoint(endpoint_url))
+
+
 def apigatewaymanagementapi(endpoint_url: str, region: str | None = None) -> Any:
     """The WebSocket API's management client (untyped: no boto3 stubs for it are installed).
 

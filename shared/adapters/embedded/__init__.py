@@ -21,6 +21,7 @@ from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.owner_only import open_data_dir
 from shared.adapters.embedded.routes import SqliteRouteStore
+from shared.adapters.embedded.schedules import SqliteSchedules
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.send_ledger import SqliteSendLedger
 from shared.adapters.embedded.sessions import SqliteSessionStore
@@ -51,6 +52,7 @@ __all__ = [
     "SqliteMemoryStore",
     "SqliteOutbox",
     "SqliteRouteStore",
+    "SqliteSchedules",
     "SqliteSendLedger",
     "SqliteSessionStore",
     "SqliteWorkspaceStore",
@@ -90,6 +92,8 @@ def build_embedded_backend(settings: Settings) -> Backend:
             consolidation=SqliteConsolidationState(main),
             routes=SqliteRouteStore(main),
             skills=FileSkillStore(data_dir),
+            # With the lanes it fires into (the local scheduler's `schedules` job).
+            schedules=SqliteSchedules(queue),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],

@@ -98,13 +98,15 @@ def provision(
         ]
         return url, arn
 
-    # As infra/constructs/lanes.py: dedup ids are the platforms' event ids, never the content.
+    # As infra/constructs/lanes.py: dedup ids are the platforms' event ids, never the content,
+    # except on the turns queue for EventBridge Scheduler's messages, which carry none.
     fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
     dlq_url, dlq_arn = queue(TURNS_DLQ, {**fifo, "MessageRetentionPeriod": str(14 * 24 * 3600)})
     queue_url, queue_arn = queue(
         TURNS_QUEUE,
         {
             **fifo,
+            "ContentBasedDeduplication": "true",
             "DeduplicationScope": "messageGroup",
             "FifoThroughputLimit": "perMessageGroupId",
             "VisibilityTimeout": str(visibility_timeout_s),
