@@ -184,7 +184,7 @@ class SigilStack(Stack):
     def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
         """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules
         aimed at the turns queue, and is told the group, the role they send as and their target."""
-        schedules = Schedules(self, "Schedules", name_prefix=name_prefix, turns=lanes.turns)
+        schedules = Schedules(self, "Schedules", name_prefix=name_prefix, lanes=lanes.queues)
         agent.add_environment("SIGIL_SCHEDULE_GROUP", schedules.group_name)
         agent.add_environment("SIGIL_SCHEDULE_ROLE_ARN", schedules.role.role_arn)
         agent.add_environment("SIGIL_QUEUE_ARN", lanes.turns.queue_arn)

@@ -2,7 +2,7 @@
 schedules send as.
 
 Each schedule the agent makes (shared.adapters.aws.schedules) is one schedule in this group whose
-target is the turns queue: its role may send to that queue and nothing else, and only the
+target is its session's lane queue: its role may send to the lane queues and nothing else, and only the
 Scheduler service of this account may assume it. The agent may create and delete schedules in
 this group only, and pass this role only.
 """
@@ -25,7 +25,9 @@ SCHEDULES_REASON = (
 
 
 class Schedules(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, name_prefix: str, turns: sqs.IQueue) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, name_prefix: str, lanes: list[sqs.Queue]
+    ) -> None:
         super().__init__(scope, construct_id)
         self.group_name = f"{name_prefix}-schedules"
         self.group = scheduler.ScheduleGroup(self, "Group", schedule_group_name=self.group_name)
@@ -47,8 +49,11 @@ class Schedules(Construct):
             ),
         )
         # SendMessage alone (grant_send_messages adds GetQueueUrl/GetQueueAttributes, which
-        # Scheduler does not call); the queue's SSE is SQS-managed, so no KMS grant.
-        self.role.add_to_policy(iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[turns.queue_arn]))
+        # Scheduler does not call); the queue's SSE is SQS-managed, so no KMS grant. Every lane
+        # queue: a schedule targets its session's (docs/scale.md#sharded-lanes).
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[q.queue_arn for q in lanes])
+        )
 
     def grant_manage(self, function: lambda_.Function) -> None:
         """Create and delete schedules in this group, each sending as this group's role."""

@@ -159,3 +159,22 @@ def test_the_memory_index_sizing_reaches_the_functions_that_create_it(resharded:
             "6",
             "3",
         )
+
+
+def test_a_fired_schedule_may_reach_every_lane_queue_and_the_agent_knows_them_all(resharded: Synth) -> None:
+    # A schedule targets its session's lane queue (shared.adapters.aws._lane_queue_arns)
+    stack = resharded.stack
+    role = {"Ref": logical_id(stack.schedules.role)}
+    sent_to = {
+        target["Fn::GetAtt"][0]
+        for policy in resharded.resources("AWS::IAM::Policy").values()
+        if role in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for target in (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+    }
+    assert sent_to == {logical_id(q) for q in stack.lanes.queues}
+    agent = resharded.raw["Resources"][logical_id(stack.agent.function)]["Properties"]
+    queues = [{"Ref": logical_id(q)} for q in stack.lanes.queues]
+    assert agent["Environment"]["Variables"]["SIGIL_LANE_QUEUE_URLS"] == {"Fn::Join": [",", queues]}

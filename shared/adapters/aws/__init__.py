@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from shared.errors import SigilError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from shared.backend import Backend
     from shared.config import Settings
 
@@ -117,7 +119,7 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         backend.schedules = EventBridgeSchedules(
             settings.schedule_group,
             role_arn=settings.schedule_role_arn,
-            queue_arn=settings.queue_arn,
+            queue_arn=_lane_queue_arns(settings.queue_arn, settings.lane_queues()),
             # The record beside the sessions (pk WS#{ws}#SCHEDULE), read and written by the turn.
             table_name=settings.sessions_table,
             region=region,
@@ -134,3 +136,16 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
             lane_queue_urls=settings.lane_queues(),
         )
     return backend
+
+
+def _lane_queue_arns(first_arn: str, urls: tuple[str, ...]) -> str | Callable[[str], str]:
+    """The ARN a fired schedule of a session is sent to: the session's own lane queue, so it
+    queues behind that session's messages (one queue: its ARN). The queues share an account and
+    region with the first, whose ARN the stack gives; the rest differ by name, the URL's last part."""
+    from shared.adapters.aws.sqs import fifo_id, lane_queue
+
+    if len(urls) <= 1:
+        return first_arn
+    prefix = first_arn.rsplit(":", 1)[0]
+    arns = [f"{prefix}:{url.rstrip('/').rsplit('/', 1)[1]}" for url in urls]
+    return lambda group_id: arns[lane_queue(fifo_id(group_id), len(arns))]
