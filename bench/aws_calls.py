@@ -441,16 +441,16 @@ LAYER_ONLY = """
 import importlib.abc, importlib.metadata, re, sys
 def _norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
-_locked = {{_norm(line.split("==")[0]) for line in open({lock!r}) if "==" in line and line[:1].isalnum()}}
-_outside = {{top for top, dists in importlib.metadata.packages_distributions().items()
-            if not any(_norm(d) in _locked for d in dists)}}
+_locked = {_norm(line.split("==")[0]) for line in open(LOCK) if "==" in line and line[:1].isalnum()}
+_outside = {top for top, dists in importlib.metadata.packages_distributions().items()
+            if not any(_norm(d) in _locked for d in dists)}
 class _NotInLayer(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in _outside:
-            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the Lambda layer)", name=name)
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the Lambda layer)", name=name)
         return None
 sys.meta_path.insert(0, _NotInLayer())
-""".format(lock=str(LAYER_LOCK))
+""".replace("LOCK", repr(str(LAYER_LOCK)))
 
 
 def import_ms(module: str, runs: int) -> list[float]:
@@ -534,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     print(_listing("a warm turn's calls, in order (window full)", agent_rows[-1].typical()))
     print(_listing("a warm budgeted turn's calls, in order (window full)", budget_rows[-1].typical()))
     bare = imports[BARE]
-    print(f"\n(c) cold import, median of {args.runs} fresh interpreters (goal: webhook and agent <= 1.5x bare)")
+    goal = "goal: webhook and agent <= 1.5x bare"
+    print(f"\n(c) cold import, median of {args.runs} fresh interpreters ({goal})")
     rows = [["bench/bare_handler.py (powertools only)", f"{bare:.0f}", "1.00", ""]]
     for module, goal in HANDLERS.items():
         ratio = imports[module] / bare

@@ -126,9 +126,7 @@ class Observability(Construct):
                 enable_key_rotation=True,
                 removal_policy=removal_policy,
             )
-            key.grant(
-                iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
-            )
+            key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
         self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True)
         if key is None:
             acknowledge(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS
-from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
+from tests.infra.helpers import Synth, granted_secrets, logical_id, secret_grants
 
 pytestmark = pytest.mark.slow
 
@@ -57,52 +57,19 @@ def test_roles_have_no_managed_policies(each_stage: Synth) -> None:
         assert "ManagedPolicyArns" not in role["Properties"]
 
 
-def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
-    policy = next(
-        r
-        for r in synth.resources("AWS::IAM::Policy").values()
-        if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
-    )
-    secret_ids = {logical_id(s): key for key, s in synth.stack.secrets.secrets.items()}
-    granted: set[str] = set()
-    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-        if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
-            granted |= {
-                secret_ids[ref_or_getatt_target(r)]
-                for r in _as_list(statement["Resource"])
-                if "Fn::Join" not in r  # a named route's, by ARN pattern: _granted_route_secrets
-            }
-    return granted
-
-
 def _granted_route_secrets(synth: Synth, role_owner: Any) -> set[str]:
     """The secret name patterns a role may read by ARN (the named routes' secrets)."""
-    policy = next(
-        r
-        for r in synth.resources("AWS::IAM::Policy").values()
-        if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
-    )
-    patterns: set[str] = set()
-    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-        if "secretsmanager:GetSecretValue" not in _as_list(statement["Action"]):
-            continue
-        for r in _as_list(statement["Resource"]):
-            if "Fn::Join" in r:
-                parts = r["Fn::Join"][1]
-                # arn:<partition>:secretsmanager:<region>:<account>:secret:<name>-??????
-                assert parts[-2:-1] == [{"Ref": "AWS::AccountId"}] and parts[-1].startswith(":secret:")
-                patterns.add(parts[-1].removeprefix(":secret:"))
-    return patterns
+    return {n for n in secret_grants(synth, role_owner)[1] if "*" in n}
 
 
-def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
-    stack = dev.stack
+def test_each_function_reads_exactly_the_secrets_it_needs(each_stage: Synth) -> None:
+    dev, stack = each_stage, each_stage.stack
 
-    assert _granted_secrets(dev, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
+    assert granted_secrets(dev, stack.ingress) == {s.key for s in INGRESS_SECRETS} | {"web/default"}
     # No model in context and Titan embeddings: no provider is reached with a key, so no LLM key
     # is granted (tests/infra/test_infra_models.py has each model choice).
-    assert _granted_secrets(dev, stack.agent) == {s.key for s in CHANNEL_TOKENS}
-    assert _granted_secrets(dev, stack.consolidation) == set()
+    assert granted_secrets(dev, stack.agent) == {s.key for s in CHANNEL_TOKENS}
+    assert granted_secrets(dev, stack.consolidation) == set()
     # A named route's secrets (telegram/family/webhook-secret): the same keys under any route name,
     # the webhook its ingress secrets, the agent its tokens, each ending in the key
     assert _granted_route_secrets(dev, stack.ingress) == {
@@ -222,3 +189,16 @@ def test_the_webhook_may_query_only_the_web_outbox_partitions(dev: Synth) -> Non
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["WS#default#OUTBOX#web.*"]},
         "Null": {"dynamodb:LeadingKeys": "false"},
     }
+
+
+def test_dev_grants_the_secrets_it_did_not_create_by_their_exact_name(dev: Synth, prod: Synth) -> None:
+    """dev creates the web signing secret alone (no model in context: no provider key); every other
+    key it reads is granted by its name, so `sigil secret set --stack` can create it later. prod
+    creates and references them all."""
+    assert set(dev.stack.secrets.secrets) == {"web/default"}
+    _, names = secret_grants(dev, dev.stack.ingress)
+    assert {n for n in names if "*" not in n} == {f"sigil/{s.key}-??????" for s in INGRESS_SECRETS}
+    _, names = secret_grants(dev, dev.stack.agent)
+    assert {n for n in names if "*" not in n} == {f"sigil/{s.key}-??????" for s in CHANNEL_TOKENS}
+    for owner in (prod.stack.ingress, prod.stack.agent, prod.stack.consolidation):
+        assert _granted_route_secrets(prod, owner) == secret_grants(prod, owner)[1]
