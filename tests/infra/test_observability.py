@@ -171,7 +171,8 @@ def test_a_one_node_domain_has_no_yellow_alarm_it_could_never_clear(dev: Synth) 
 def test_every_metric_an_alarm_reads_is_one_the_code_emits(each_stage: Synth) -> None:
     read = set().union(*(_custom_metrics_in_alarm(a) for a in _alarms(each_stage).values()))
 
-    assert read
+    # dev's essential alarms read AWS's metrics alone (queues, functions, the domain).
+    assert read or STAGES[each_stage.stage].alarms == "essential"
     assert read - _catalogued() == set()
 
 
@@ -197,7 +198,7 @@ def test_the_dev_topic_has_no_key_of_its_own_and_still_refuses_plain_http(dev: S
     names and states only (docs/cost.md#the-floors)."""
     (topic,) = dev.resources("AWS::SNS::Topic").values()
 
-    assert "KmsMasterKeyId" not in topic["Properties"]
+    assert "KmsMasterKeyId" not in topic.get("Properties", {})
     assert dev.resources("AWS::KMS::Key") == {}
     _refuses_plain_http(dev)
 
