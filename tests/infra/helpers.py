@@ -51,19 +51,6 @@ def synthesize(stage: str, outdir: Path, layer: Path, **values: str) -> Synth:
     return Synth(stage, app, stack, outdir, template, template.to_json())
 
 
-def logical_id(construct: Construct) -> str:
-    child = construct.node.default_child
-    assert isinstance(child, CfnElement)
-    return Stack.of(construct).get_logical_id(child)
-
-
-def ref_or_getatt_target(value: dict[str, Any]) -> str:
-    """The logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]} points at."""
-    if "Ref" in value:
-        return str(value["Ref"])
-    return str(value["Fn::GetAtt"][0])
-
-
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
@@ -109,3 +96,16 @@ def granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
     # Never both: a secret the stack created is granted by reference alone.
     assert not referenced & exact
     return referenced | exact
+
+
+def logical_id(construct: Construct) -> str:
+    child = construct.node.default_child
+    assert isinstance(child, CfnElement)
+    return Stack.of(construct).get_logical_id(child)
+
+
+def ref_or_getatt_target(value: dict[str, Any]) -> str:
+    """The logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]} points at."""
+    if "Ref" in value:
+        return str(value["Ref"])
+    return str(value["Fn::GetAtt"][0])
