@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,7 @@ HANDLERS = {
     "functions.consolidate.handler": None,
 }
 BARE = "bare_handler"
+AGENT = "functions.agent.handler"
 
 
 # ---------------------------------------------------------------- counting AWS calls
@@ -335,48 +336,54 @@ class FirstTurn:
     bare_ms: float  # the bare handler's import, in a fresh interpreter just before
 
 
-def first_turns(logs: CallLog, resources: Any, runs: int) -> list[FirstTurn]:
-    """(d) `runs` cold containers, each importing the agent handler and running one turn: a web
-    message of a new session, queued by the webhook and received here as its event source would."""
+def first_turns(
+    logs: CallLog, resources: Any, runs: int, trees: Sequence[Path] = (ROOT,)
+) -> dict[Path, list[FirstTurn]]:
+    """(d) `runs` cold containers per source tree, each importing the agent handler and running one
+    turn: a web message of a new session, queued by the webhook and received here as its event
+    source would. With two trees (--baseline), each round runs one container of each, in turn, on
+    the same stand-ins."""
     from shared.local import aws_mode
 
     sqs = aws_mode.aws_client("sqs", resources.endpoint, resources.region)
-    code = LAYER_ONLY + _FIRST_TURN.format(root=str(ROOT))
-    samples: list[FirstTurn] = []
+    samples: dict[Path, list[FirstTurn]] = {tree: [] for tree in trees}
     for i in range(runs + 1):
-        _post_events(logs, 1, session=f"cold-{i}")
-        received = sqs.receive_message(
-            QueueUrl=resources.queue_url,
-            MaxNumberOfMessages=1,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-            WaitTimeSeconds=5,
-        ).get("Messages", [])
-        if len(received) != 1:
-            raise SystemExit(f"the first turn's message was not queued: {received}")
-        event = aws_mode.sqs_event(received, queue_arn=resources.queue_arn, region=resources.region)
-        bare = import_once(BARE)
-        out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
-            [sys.executable, "-c", code],
-            input=json.dumps(event),
-            env=dict(os.environ),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        sqs.delete_message(QueueUrl=resources.queue_url, ReceiptHandle=received[0]["ReceiptHandle"])
-        if out.returncode != 0:
-            raise SystemExit(f"the cold agent's first turn failed:\n{out.stderr[-4000:]}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        if result["failures"]:
-            raise SystemExit(f"the cold agent's first turn failed its record: {out.stderr[-4000:]}")
-        if i:  # the first run writes the bytecode caches of a fresh clone
-            samples.append(FirstTurn(result["import_ms"], result["turn_ms"], bare))
+        for n, tree in enumerate(trees):
+            _post_events(logs, 1, session=f"cold-{i}-{n}")
+            received = sqs.receive_message(
+                QueueUrl=resources.queue_url,
+                MaxNumberOfMessages=1,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+                WaitTimeSeconds=5,
+            ).get("Messages", [])
+            if len(received) != 1:
+                raise SystemExit(f"the first turn's message was not queued: {received}")
+            event = aws_mode.sqs_event(received, queue_arn=resources.queue_arn, region=resources.region)
+            bare = import_once(BARE)
+            out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
+                [sys.executable, "-c", LAYER_ONLY + _FIRST_TURN.format(root=str(tree))],
+                input=json.dumps(event),
+                env=dict(os.environ),
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            sqs.delete_message(QueueUrl=resources.queue_url, ReceiptHandle=received[0]["ReceiptHandle"])
+            if out.returncode != 0:
+                raise SystemExit(f"the cold agent's first turn failed:\n{out.stderr[-4000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if result["failures"]:
+                raise SystemExit(f"the cold agent's first turn failed its record: {out.stderr[-4000:]}")
+            if i:  # the first run writes the bytecode caches of a fresh clone
+                samples[tree].append(FirstTurn(result["import_ms"], result["turn_ms"], bare))
     return samples
 
 
-def measure_calls(events: int, runs: int = 0) -> tuple[list[Row], list[Row], list[Row], list[FirstTurn]]:
+def measure_calls(
+    events: int, runs: int = 0, trees: Sequence[Path] = (ROOT,)
+) -> tuple[list[Row], list[Row], list[Row], dict[Path, list[FirstTurn]]]:
     import boto3
 
     from shared import cloud
@@ -401,7 +408,7 @@ def measure_calls(events: int, runs: int = 0) -> tuple[list[Row], list[Row], lis
         budgeted = _run_turns(logs, resources)
         if len(budgeted) != events or len(fake.requests) != 2 * events:
             raise SystemExit(f"{events} budgeted events queued: {len(budgeted)} turns")
-        cold = first_turns(logs, resources, runs) if runs else []
+        cold = first_turns(logs, resources, runs, trees) if runs else {}
 
     webhook_rows = [Row("cold (first invocation)", posts[:1]), Row(f"warm (n={len(posts) - 1})", posts[1:])]
     # The window holds 20 messages, two a turn: from the 11th turn on, every commit rolls the
@@ -457,11 +464,11 @@ sys.meta_path.insert(0, _NotInLayer())
 """.replace("LOCK", repr(str(LAYER_LOCK)))
 
 
-def import_once(module: str) -> float:
-    """Milliseconds to import `module` in a fresh interpreter."""
+def import_once(module: str, tree: Path = ROOT) -> float:
+    """Milliseconds to import `module` of the source tree `tree` in a fresh interpreter."""
     code = (
         LAYER_ONLY + "import sys, time\n"
-        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'bench')!r}]\n"
+        f"sys.path[:0] = [{str(tree)!r}, {str(ROOT / 'bench')!r}]\n"
         "t = time.perf_counter()\n"
         f"import {module}\n"
         "print((time.perf_counter() - t) * 1000)\n"
@@ -470,29 +477,30 @@ def import_once(module: str) -> float:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env["AWS_REGION"] = "us-east-1"
     out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, check=False
     )
     if out.returncode != 0:
-        raise SystemExit(f"importing {module} failed:\n{out.stderr}")
+        raise SystemExit(f"importing {module} of {tree} failed:\n{out.stderr}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def import_ms(modules: list[str], runs: int) -> dict[str, list[float]]:
-    """Each module's import times, `runs` rounds after an unmeasured one (it writes the bytecode
-    caches of a fresh clone). A round imports every module once, one after another, so that a
-    machine whose load changes during the run weighs on all of them alike."""
-    samples: dict[str, list[float]] = {m: [] for m in modules}
+def import_ms(modules: list[tuple[str, Path]], runs: int) -> dict[tuple[str, Path], list[float]]:
+    """Each (module, source tree)'s import times, `runs` rounds after an unmeasured one (it writes
+    the bytecode caches of a fresh clone). A round imports every module once, one after another,
+    so that a machine whose load changes during the run weighs on all of them alike."""
+    samples: dict[tuple[str, Path], list[float]] = {m: [] for m in modules}
     for i in range(runs + 1):
-        for module in modules:
-            ms = import_once(module)
+        for module, tree in modules:
+            ms = import_once(module, tree)
             if i:
-                samples[module].append(ms)
+                samples[module, tree].append(ms)
     return samples
 
 
-def ratio(samples: dict[str, list[float]], module: str) -> float:
+def ratio(samples: dict[tuple[str, Path], list[float]], key: tuple[str, Path]) -> float:
     """The median, over rounds, of the module's import time over the bare handler's in the same round."""
-    return statistics.median(m / b for m, b in zip(samples[module], samples[BARE], strict=True))
+    bare = samples[BARE, ROOT]
+    return statistics.median(m / b for m, b in zip(samples[key], bare, strict=True))
 
 
 # ---------------------------------------------------------------- report
@@ -516,14 +524,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=20, help="webhook events, each then one turn")
     parser.add_argument("--runs", type=int, default=9, help="fresh interpreters per module import")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/base main`) whose agent's import and "
+        "first turn (c, d) are measured in the same rounds, for a before and after on one machine",
+    )
     args = parser.parse_args(argv)
     if args.events < 12:
         parser.error("--events must be at least 12, for turns with a full window")
 
     started = time.monotonic()
-    webhook_rows, agent_rows, budget_rows, cold = measure_calls(args.events, args.runs)
-    samples = import_ms([BARE, *HANDLERS], args.runs)
-    imports = {module: statistics.median(times) for module, times in samples.items()}
+    trees = (ROOT,) if args.baseline is None else (ROOT, args.baseline.resolve())
+    webhook_rows, agent_rows, budget_rows, cold = measure_calls(args.events, args.runs, trees)
+    modules = [(m, ROOT) for m in (BARE, *HANDLERS)] + [(AGENT, tree) for tree in trees[1:]]
+    samples = import_ms(modules, args.runs)
+    imports = {key: statistics.median(times) for key, times in samples.items()}
 
     print("\nSigil on moto: AWS calls per message, and cold imports (bench/aws_calls.py)\n")
     print("(a) AWS calls per accepted webhook event (goal: 1 when warm, the SendMessage)")
@@ -552,31 +568,43 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(_listing("a warm turn's calls, in order (window full)", agent_rows[-1].typical()))
     print(_listing("a warm budgeted turn's calls, in order (window full)", budget_rows[-1].typical()))
-    bare = imports[BARE]
+    bare = imports[BARE, ROOT]
     goals = "goal: webhook and agent <= 1.5x bare"
-    print(f"\n(c) cold import, median of {args.runs} rounds of fresh interpreters, x bare per round ({goals})")
+    print(
+        f"\n(c) cold import, median of {args.runs} rounds of fresh interpreters, x bare per round ({goals})"
+    )
     rows = [["bench/bare_handler.py (powertools only)", f"{bare:.0f}", "1.00", ""]]
     for module, goal in HANDLERS.items():
-        times = ratio(samples, module)
+        times = ratio(samples, (module, ROOT))
         verdict = "" if goal is None else ("meets goal" if times <= goal else f"over {goal}x")
-        rows.append([module, f"{imports[module]:.0f}", f"{times:.2f}", verdict])
+        rows.append([module, f"{imports[module, ROOT]:.0f}", f"{times:.2f}", verdict])
+    for tree in trees[1:]:
+        rows.append(
+            [f"{AGENT} of {tree}", f"{imports[AGENT, tree]:.0f}", f"{ratio(samples, (AGENT, tree)):.2f}", ""]
+        )
     print(table(["module", "ms", "x bare", ""], rows))
-    imported = statistics.median(x.import_ms for x in cold)
-    turn = statistics.median(x.turn_ms for x in cold)
-    total = statistics.median(x.import_ms + x.turn_ms for x in cold)
-    # Against the bare handler's import just before each container's, as (c) does per round.
-    over_bare = statistics.median(x.import_ms / x.bare_ms for x in cold)
     print(
         f"\n(d) a cold agent container, median of {args.runs} fresh interpreters: its import, then its "
         "first turn (a new web session's message)"
     )
     print(
         table(
-            ["import ms", "first turn ms", "import + first turn ms", "import x bare"],
-            [[f"{imported:.0f}", f"{turn:.0f}", f"{total:.0f}", f"{over_bare:.2f}"]],
+            ["tree", "import ms", "first turn ms", "import + first turn ms", "import x bare"],
+            [[str(tree), *_cold_row(cold[tree])] for tree in trees],
         )
     )
     print(f"\n({time.monotonic() - started:.0f} s; moto {_version('moto')}, Python {sys.version.split()[0]})")
+
+
+def _cold_row(cold: list[FirstTurn]) -> list[str]:
+    """(d)'s figures for one tree: medians of the import, the first turn, their sum, and the import
+    against the bare handler's just before each container's (as (c) does per round)."""
+    return [
+        f"{statistics.median(x.import_ms for x in cold):.0f}",
+        f"{statistics.median(x.turn_ms for x in cold):.0f}",
+        f"{statistics.median(x.import_ms + x.turn_ms for x in cold):.0f}",
+        f"{statistics.median(x.import_ms / x.bare_ms for x in cold):.2f}",
+    ]
 
 
 def _version(package: str) -> str:
