@@ -72,6 +72,8 @@ class Secrets(Construct):
         self.prefix = prefix
         self.web_keys = tuple(web_secret(w).key for w in web_workspaces)
         specs = (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *(web_secret(w) for w in web_workspaces))
+        # What grant_read may name: a key outside the catalogue is a mistake, created or not.
+        self._catalogue = frozenset(spec.key for spec in specs)
         if created is not None:
             keep = {*created, *self.web_keys}
             specs = tuple(spec for spec in specs if spec.key in keep)
@@ -106,8 +108,10 @@ class Secrets(Construct):
         for key in keys:
             if key in self.secrets:
                 self.secrets[key].grant_read(grantee)
-            else:
+            elif key in self._catalogue:
                 by_name.append(key)
+            else:
+                raise KeyError(f"{key!r} is not a secret of the catalogue (shared.config)")
         if by_name:
             stack = Stack.of(self)
             grantee.grant_principal.add_to_principal_policy(
