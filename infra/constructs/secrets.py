@@ -72,12 +72,12 @@ class Secrets(Construct):
         self.prefix = prefix
         self.web_keys = tuple(web_secret(w).key for w in web_workspaces)
         specs = (*INGRESS_SECRETS, *CHANNEL_TOKENS, *LLM_KEYS, *(web_secret(w) for w in web_workspaces))
+        self.secrets: dict[str, secretsmanager.Secret] = {}
         # What grant_read may name: a key outside the catalogue is a mistake, created or not.
         self._catalogue = frozenset(spec.key for spec in specs)
         if created is not None:
             keep = {*created, *self.web_keys}
             specs = tuple(spec for spec in specs if spec.key in keep)
-        self.secrets: dict[str, secretsmanager.Secret] = {}
         for spec in specs:
             self.secrets[spec.key] = secretsmanager.Secret(
                 self,
