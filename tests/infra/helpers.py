@@ -51,53 +51,6 @@ def synthesize(stage: str, outdir: Path, layer: Path, **values: str) -> Synth:
     return Synth(stage, app, stack, outdir, template, template.to_json())
 
 
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def role_statements(synth: Synth, role_owner: Any) -> list[dict[str, Any]]:
-    """Every statement of the IAM policies attached to `role_owner`'s function role."""
-    role = {"Ref": logical_id(role_owner.handler.role)}
-    return [
-        statement
-        for policy in synth.resources("AWS::IAM::Policy").values()
-        if role in policy["Properties"]["Roles"]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-    ]
-
-
-def secret_grants(synth: Synth, role_owner: Any) -> tuple[set[str], set[str]]:
-    """What a role may read of Secrets Manager: (the keys of the stack's secrets it references,
-    the names it is granted by ARN, each as `<name>-??????`: named routes' patterns, and in a stage
-    without `all_secrets` the catalogue's secrets the stack did not create)."""
-    secret_ids = {logical_id(s): key for key, s in synth.stack.secrets.secrets.items()}
-    referenced: set[str] = set()
-    names: set[str] = set()
-    for statement in role_statements(synth, role_owner):
-        if "secretsmanager:GetSecretValue" not in _as_list(statement["Action"]):
-            continue
-        for r in _as_list(statement["Resource"]):
-            if "Fn::Join" in r:
-                parts = r["Fn::Join"][1]
-                # arn:<partition>:secretsmanager:<region>:<account>:secret:<name>-??????
-                assert parts[-2:-1] == [{"Ref": "AWS::AccountId"}] and parts[-1].startswith(":secret:")
-                names.add(parts[-1].removeprefix(":secret:"))
-            else:
-                referenced.add(secret_ids[ref_or_getatt_target(r)])
-    return referenced, names
-
-
-def granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
-    """The keys of the secrets a role may read, whether the stack created them (granted by
-    reference) or not (granted by their exact name, created later by `sigil secret set`)."""
-    referenced, names = secret_grants(synth, role_owner)
-    prefix = synth.stack.secrets.prefix
-    exact = {n.removeprefix(prefix).removesuffix("-??????") for n in names if "*" not in n}
-    # Never both: a secret the stack created is granted by reference alone.
-    assert not referenced & exact
-    return referenced | exact
-
-
 def logical_id(construct: Construct) -> str:
     child = construct.node.default_child
     assert isinstance(child, CfnElement)
