@@ -11,7 +11,14 @@
     counters are read with the session and charged after the commit, on the session's counter
     shard (docs/budgets.md).
 (c) Cold import time of each handler module against a bare powertools handler
-    (bench/bare_handler.py), each in a fresh interpreter, median of N. Goal: webhook <= 1.5x.
+    (bench/bare_handler.py), each in a fresh interpreter that sees only the Lambda layer's
+    packages; N rounds, each importing every module once in turn, and "x bare" the median of the
+    rounds' ratios (the machine's load moves between rounds, less within one). Goals: webhook and
+    agent <= 1.5x.
+(d) A cold agent container's first turn: in a fresh interpreter with the function's environment
+    (moto, osmem-server and the fake model of (b)), the handler's import and then its first turn
+    (one queued web message of a new session), each timed, median of N. What an import defers to
+    the first turn shows here: the goal is (c)'s ratio without a slower import + first turn.
 
 A benchmark, not a test: it prints a table and fails only if something does not work at all.
 """
@@ -26,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +49,11 @@ BUDGETED = "budgeted"  # a workspace with limits for itself and each user
 SESSION = "bench"
 HANDLERS = {
     "functions.webhook.handler": 1.5,  # module -> goal as a multiple of the bare handler (or None)
-    "functions.agent.handler": None,
+    "functions.agent.handler": 1.5,
     "functions.consolidate.handler": None,
 }
 BARE = "bare_handler"
+AGENT = "functions.agent.handler"
 
 
 # ---------------------------------------------------------------- counting AWS calls
@@ -234,7 +242,9 @@ def _configure_budget(resources: Any) -> None:
     store.put(WorkspaceConfig(id=WORKSPACE, budget=None))
 
 
-def _post_events(logs: CallLog, events: int, workspace: str = WORKSPACE) -> list[list[Call]]:
+def _post_events(
+    logs: CallLog, events: int, workspace: str = WORKSPACE, session: str = SESSION
+) -> list[list[Call]]:
     """(a) One signed POST per event through the webhook handler: each one's AWS calls."""
     from functions.webhook import handler as webhook
     from shared.channels import web
@@ -243,7 +253,7 @@ def _post_events(logs: CallLog, events: int, workspace: str = WORKSPACE) -> list
     posts: list[list[Call]] = []
     for i in range(events):
         body = json.dumps(
-            {"event_id": f"evt-{i:04d}", "session": SESSION, "user": "u1", "text": f"message {i}"}
+            {"event_id": f"evt-{session}-{i:04d}", "session": session, "user": "u1", "text": f"message {i}"}
         ).encode()
         headers = [("content-type", "application/json"), ("host", "127.0.0.1")]
         headers += list(web.signed_headers(SIGNING_SECRET, body).items())
@@ -290,7 +300,91 @@ def _run_turns(logs: CallLog, resources: Any) -> list[list[Call]]:
     return turns
 
 
-def measure_calls(events: int) -> tuple[list[Row], list[Row], list[Row]]:
+# A cold agent's import and first turn, in a fresh interpreter: the SQS event on stdin, the two
+# times (ms) and the batch's failures on stdout. The context is a plain object, so that nothing
+# of shared.local is imported before the handler.
+_FIRST_TURN = """
+import json, sys, time
+sys.path[:0] = [{root!r}]
+event = json.loads(sys.stdin.read())
+started = time.perf_counter()
+import functions.agent.handler as agent
+imported = time.perf_counter()
+
+class Context:
+    function_name = "sigil-local-agent"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:sigil-local-agent"
+    memory_limit_in_mb = 1024
+    aws_request_id = "bench-first-turn"
+    function_version = "$LATEST"
+    log_group_name = log_stream_name = ""
+    deadline = time.monotonic() + 60
+
+    def get_remaining_time_in_millis(self):
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+answer = agent.lambda_handler(event, Context())
+done = time.perf_counter()
+print(json.dumps({{"import_ms": (imported - started) * 1000, "turn_ms": (done - imported) * 1000,
+                  "failures": answer.get("batchItemFailures", [])}}))
+"""
+
+
+@dataclass(frozen=True)
+class FirstTurn:
+    import_ms: float
+    turn_ms: float
+    bare_ms: float  # the bare handler's import, in a fresh interpreter just before
+
+
+def first_turns(
+    logs: CallLog, resources: Any, runs: int, trees: Sequence[Path] = (ROOT,)
+) -> dict[Path, list[FirstTurn]]:
+    """(d) `runs` cold containers per source tree, each importing the agent handler and running one
+    turn: a web message of a new session, queued by the webhook and received here as its event
+    source would. With two trees (--baseline), each round runs one container of each, in turn, on
+    the same stand-ins."""
+    from shared.local import aws_mode
+
+    sqs = aws_mode.aws_client("sqs", resources.endpoint, resources.region)
+    samples: dict[Path, list[FirstTurn]] = {tree: [] for tree in trees}
+    for i in range(runs + 1):
+        for n, tree in enumerate(trees):
+            _post_events(logs, 1, session=f"cold-{i}-{n}")
+            received = sqs.receive_message(
+                QueueUrl=resources.queue_url,
+                MaxNumberOfMessages=1,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+                WaitTimeSeconds=5,
+            ).get("Messages", [])
+            if len(received) != 1:
+                raise SystemExit(f"the first turn's message was not queued: {received}")
+            event = aws_mode.sqs_event(received, queue_arn=resources.queue_arn, region=resources.region)
+            bare = import_once(BARE)
+            out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
+                [sys.executable, "-c", LAYER_ONLY + _FIRST_TURN.format(root=str(tree))],
+                input=json.dumps(event),
+                env=dict(os.environ),
+                cwd=tree,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            sqs.delete_message(QueueUrl=resources.queue_url, ReceiptHandle=received[0]["ReceiptHandle"])
+            if out.returncode != 0:
+                raise SystemExit(f"the cold agent's first turn failed:\n{out.stderr[-4000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if result["failures"]:
+                raise SystemExit(f"the cold agent's first turn failed its record: {out.stderr[-4000:]}")
+            if i:  # the first run writes the bytecode caches of a fresh clone
+                samples[tree].append(FirstTurn(result["import_ms"], result["turn_ms"], bare))
+    return samples
+
+
+def measure_calls(
+    events: int, runs: int = 0, trees: Sequence[Path] = (ROOT,)
+) -> tuple[list[Row], list[Row], list[Row], dict[Path, list[FirstTurn]]]:
     import boto3
 
     from shared import cloud
@@ -315,6 +409,7 @@ def measure_calls(events: int) -> tuple[list[Row], list[Row], list[Row]]:
         budgeted = _run_turns(logs, resources)
         if len(budgeted) != events or len(fake.requests) != 2 * events:
             raise SystemExit(f"{events} budgeted events queued: {len(budgeted)} turns")
+        cold = first_turns(logs, resources, runs, trees) if runs else {}
 
     webhook_rows = [Row("cold (first invocation)", posts[:1]), Row(f"warm (n={len(posts) - 1})", posts[1:])]
     # The window holds 20 messages, two a turn: from the 11th turn on, every commit rolls the
@@ -330,7 +425,7 @@ def measure_calls(events: int) -> tuple[list[Row], list[Row], list[Row]]:
         Row(f"warm, window filling (n={len(budgeted[1:10])})", budgeted[1:10]),
         Row(f"warm, window full: rolls 2 out (n={len(budgeted[10:])})", budgeted[10:]),
     ]
-    return webhook_rows, agent_rows, budget_rows
+    return webhook_rows, agent_rows, budget_rows, cold
 
 
 def _quiet_resets(handle_error: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
@@ -350,11 +445,31 @@ def _quiet_resets(handle_error: Callable[[Any, Any], None]) -> Callable[[Any, An
 # ---------------------------------------------------------------- cold imports
 
 
-def import_ms(module: str, runs: int) -> list[float]:
-    """Milliseconds to import `module` in fresh interpreters, after one unmeasured run."""
+# What the layer does not hold is not importable in the measured interpreters, as in Lambda: the
+# development environment has more (click, rich and pygments, which httpx imports for its command
+# line when they are there, and the Lambda layer leaves out; layers/requirements.lock is the list).
+LAYER_LOCK = ROOT / "layers" / "requirements.lock"
+LAYER_ONLY = """
+import importlib.abc, importlib.metadata, re, sys
+def _norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+_locked = {_norm(line.split("==")[0]) for line in open(LOCK) if "==" in line and line[:1].isalnum()}
+_outside = {top for top, dists in importlib.metadata.packages_distributions().items()
+            if not any(_norm(d) in _locked for d in dists)}
+class _NotInLayer(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _outside:
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the Lambda layer)", name=name)
+        return None
+sys.meta_path.insert(0, _NotInLayer())
+""".replace("LOCK", repr(str(LAYER_LOCK)))
+
+
+def import_once(module: str, tree: Path = ROOT) -> float:
+    """Milliseconds to import `module` of the source tree `tree` in a fresh interpreter."""
     code = (
-        "import sys, time\n"
-        f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'bench')!r}]\n"
+        LAYER_ONLY + "import sys, time\n"
+        f"sys.path[:0] = [{str(tree)!r}, {str(ROOT / 'bench')!r}]\n"
         "t = time.perf_counter()\n"
         f"import {module}\n"
         "print((time.perf_counter() - t) * 1000)\n"
@@ -362,16 +477,31 @@ def import_ms(module: str, runs: int) -> list[float]:
     # The same minimal environment for every module: nothing of the caller's SIGIL_* or AWS_*.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env["AWS_REGION"] = "us-east-1"
-    samples = []
+    out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
+        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"importing {module} of {tree} failed:\n{out.stderr}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def import_ms(modules: list[tuple[str, Path]], runs: int) -> dict[tuple[str, Path], list[float]]:
+    """Each (module, source tree)'s import times, `runs` rounds after an unmeasured one (it writes
+    the bytecode caches of a fresh clone). A round imports every module once, one after another,
+    so that a machine whose load changes during the run weighs on all of them alike."""
+    samples: dict[tuple[str, Path], list[float]] = {m: [] for m in modules}
     for i in range(runs + 1):
-        out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
-            [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=False
-        )
-        if out.returncode != 0:
-            raise SystemExit(f"importing {module} failed:\n{out.stderr}")
-        if i:  # the first run writes the bytecode caches of a fresh clone
-            samples.append(float(out.stdout.strip().splitlines()[-1]))
+        for module, tree in modules:
+            ms = import_once(module, tree)
+            if i:
+                samples[module, tree].append(ms)
     return samples
+
+
+def ratio(samples: dict[tuple[str, Path], list[float]], key: tuple[str, Path]) -> float:
+    """The median, over rounds, of the module's import time over the bare handler's in the same round."""
+    bare = samples[BARE, ROOT]
+    return statistics.median(m / b for m, b in zip(samples[key], bare, strict=True))
 
 
 # ---------------------------------------------------------------- report
@@ -395,13 +525,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=20, help="webhook events, each then one turn")
     parser.add_argument("--runs", type=int, default=9, help="fresh interpreters per module import")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/base main`) whose agent's import and "
+        "first turn (c, d) are measured in the same rounds, for a before and after on one machine",
+    )
     args = parser.parse_args(argv)
     if args.events < 12:
         parser.error("--events must be at least 12, for turns with a full window")
 
     started = time.monotonic()
-    webhook_rows, agent_rows, budget_rows = measure_calls(args.events)
-    imports = {module: statistics.median(import_ms(module, args.runs)) for module in [BARE, *HANDLERS]}
+    trees = (ROOT,) if args.baseline is None else (ROOT, args.baseline.resolve())
+    webhook_rows, agent_rows, budget_rows, cold = measure_calls(args.events, args.runs, trees)
+    modules = [(m, ROOT) for m in (BARE, *HANDLERS)] + [(AGENT, tree) for tree in trees[1:]]
+    samples = import_ms(modules, args.runs)
+    imports = {key: statistics.median(times) for key, times in samples.items()}
 
     print("\nSigil on moto: AWS calls per message, and cold imports (bench/aws_calls.py)\n")
     print("(a) AWS calls per accepted webhook event (goal: 1 when warm, the SendMessage)")
@@ -430,15 +569,43 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(_listing("a warm turn's calls, in order (window full)", agent_rows[-1].typical()))
     print(_listing("a warm budgeted turn's calls, in order (window full)", budget_rows[-1].typical()))
-    bare = imports[BARE]
-    print(f"\n(c) cold import, median of {args.runs} fresh interpreters (goal: webhook <= 1.5x bare)")
+    bare = imports[BARE, ROOT]
+    goals = "goal: webhook and agent <= 1.5x bare"
+    print(
+        f"\n(c) cold import, median of {args.runs} rounds of fresh interpreters, x bare per round ({goals})"
+    )
     rows = [["bench/bare_handler.py (powertools only)", f"{bare:.0f}", "1.00", ""]]
     for module, goal in HANDLERS.items():
-        ratio = imports[module] / bare
-        verdict = "" if goal is None else ("meets goal" if ratio <= goal else f"over {goal}x")
-        rows.append([module, f"{imports[module]:.0f}", f"{ratio:.2f}", verdict])
+        times = ratio(samples, (module, ROOT))
+        verdict = "" if goal is None else ("meets goal" if times <= goal else f"over {goal}x")
+        rows.append([module, f"{imports[module, ROOT]:.0f}", f"{times:.2f}", verdict])
+    for tree in trees[1:]:
+        rows.append(
+            [f"{AGENT} of {tree}", f"{imports[AGENT, tree]:.0f}", f"{ratio(samples, (AGENT, tree)):.2f}", ""]
+        )
     print(table(["module", "ms", "x bare", ""], rows))
+    print(
+        f"\n(d) a cold agent container, median of {args.runs} fresh interpreters: its import, then its "
+        "first turn (a new web session's message)"
+    )
+    print(
+        table(
+            ["tree", "import ms", "first turn ms", "import + first turn ms", "import x bare"],
+            [[str(tree), *_cold_row(cold[tree])] for tree in trees],
+        )
+    )
     print(f"\n({time.monotonic() - started:.0f} s; moto {_version('moto')}, Python {sys.version.split()[0]})")
+
+
+def _cold_row(cold: list[FirstTurn]) -> list[str]:
+    """(d)'s figures for one tree: medians of the import, the first turn, their sum, and the import
+    against the bare handler's just before each container's (as (c) does per round)."""
+    return [
+        f"{statistics.median(x.import_ms for x in cold):.0f}",
+        f"{statistics.median(x.turn_ms for x in cold):.0f}",
+        f"{statistics.median(x.import_ms + x.turn_ms for x in cold):.0f}",
+        f"{statistics.median(x.import_ms / x.bare_ms for x in cold):.2f}",
+    ]
 
 
 def _version(package: str) -> str:

@@ -1349,7 +1349,7 @@ def usage_of(run: Run, stages: Sequence[str], turns: int) -> Usage:
 # ---------------------------------------------------------------- the stack
 
 
-def synth_stages(stages: Sequence[str] = ("dev", "prod")) -> dict[str, dict[str, Any]]:
+def synth_stages(stages: Sequence[str] = ("dev", "team", "prod")) -> dict[str, dict[str, Any]]:
     """Each stage's CloudFormation template, synthesised offline as tests/infra does, in a child
     interpreter: jsii's node process ends with it instead of outliving the bench."""
     code = "\n".join(
@@ -1632,7 +1632,7 @@ def measure(
     turns: int,
     sessions: int,
     *,
-    stages: Sequence[str] = ("dev", "prod"),
+    stages: Sequence[str] = ("dev", "team", "prod"),
     quiet_share: float = QUIET_SHARE,
 ) -> Report:
     started = time.monotonic()

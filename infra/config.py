@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
@@ -135,15 +135,51 @@ class StageConfig:
     # What stack deletion does to tables, the search domain's log groups and secrets.
     removal_policy: RemovalPolicy
     search: SearchSizing
+    # What the stage's floor pays for besides the domain (docs/cost.md#the-floors). The CloudWatch
+    # dashboard ($3 a month): the same metrics are in CloudWatch's own pages without it.
+    dashboard: bool = True
+    # "all" the alarms, or "essential": only those that mean work is lost or blocked
+    # (infra.constructs.observability.ESSENTIAL_ALARMS), $0.10 a month each.
+    alarms: Literal["all", "essential"] = "all"
+    # The alarm topic under a customer managed key ($1 a month; CloudWatch cannot publish to a
+    # topic under the AWS-managed aws/sns key). Without it the topic is not encrypted at rest:
+    # it carries alarm names and states, never a message or a secret.
+    alarm_topic_key: bool = True
+    # Create every catalogue secret at deploy ($0.40 a month each), or only the web signing
+    # secrets and the granted providers' API keys; the channels' secrets are then granted by name
+    # and created by `sigil secret set --stack` when a channel is set up (infra.constructs.secrets).
+    all_secrets: bool = True
 
 
 STAGES: dict[str, StageConfig] = {
+    # A developer's stage, at most $30 a month with nothing running (docs/cost.md#the-floors).
     "dev": StageConfig(
         name="dev",
         log_retention=logs.RetentionDays.TWO_WEEKS,
         removal_policy=RemovalPolicy.DESTROY,
-        # One small node: enough for BM25 and lucene k-NN over a developer's memory.
-        search=SearchSizing(data_nodes=1, data_instance="t3.medium.search", volume_gib=10),
+        # The smallest data node OpenSearch Service offers (2 GiB, 1 GiB of heap), at the least
+        # gp3 volume (10 GiB): enough for BM25 and lucene k-NN (HNSW in the Java heap) over a
+        # developer's memory, about 4 KiB a 1,024-dimension vector.
+        search=SearchSizing(data_nodes=1, data_instance="t3.small.search", volume_gib=10),
+        dashboard=False,
+        alarms="essential",
+        alarm_topic_key=False,
+        all_secrets=False,
+    ),
+    # A small team's production (docs/deploy.md#choosing-a-stage): retained data and every
+    # alarm as in prod, on a smaller domain.
+    "team": StageConfig(
+        name="team",
+        log_retention=logs.RetentionDays.ONE_MONTH,
+        removal_policy=RemovalPolicy.RETAIN,
+        # Three data nodes across three zones and no dedicated masters: three master-eligible
+        # nodes keep a quorum when one (or its zone) is lost, and every index has a replica.
+        search=SearchSizing(
+            data_nodes=3,
+            data_instance="m7g.large.search",
+            volume_gib=20,
+            availability_zones=3,
+        ),
     ),
     "prod": StageConfig(
         name="prod",
@@ -211,7 +247,7 @@ class AppContext:
 def read_context(node: Node) -> AppContext:
     stage_name = str(node.try_get_context("stage") or "dev")
     if stage_name not in STAGES:
-        raise ValueError(f"unknown stage {stage_name!r}: use -c stage=dev or -c stage=prod")
+        raise ValueError(f"unknown stage {stage_name!r}: use -c stage= with one of {', '.join(STAGES)}")
     layer_dir = Path(str(node.try_get_context("layer_dir") or DEFAULT_LAYER_DIR))
     raw_workspaces = node.try_get_context("web_workspaces") or "default"
     if isinstance(raw_workspaces, str):

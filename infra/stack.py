@@ -48,6 +48,8 @@ class SigilStack(Stack):
             retention=stage.log_retention,
             removal_policy=stage.removal_policy,
             alarm_email=context.alarm_email,
+            essential_only=stage.alarms == "essential",
+            topic_key=stage.alarm_topic_key,
         )
         secrets = Secrets(
             self,
@@ -55,6 +57,8 @@ class SigilStack(Stack):
             web_workspaces=context.web_workspaces,
             removal_policy=stage.removal_policy,
             prefix=context.secrets_prefix,
+            # The LLM keys the functions are granted; the others are never read (_grant_models).
+            created=None if stage.all_secrets else llm_keys(context.agent_providers()),
         )
         layer = DependencyLayer(self, "Dependencies", layer_dir=context.layer_dir).layer
         memory = Memory(self, "Memory", stage=stage, domain_name=name_prefix, observability=observability)
@@ -255,8 +259,9 @@ class SigilStack(Stack):
 
     def _watch(
         self, observability: Observability, context: AppContext, access_logs: logs.ILogGroup
-    ) -> Dashboard:
-        """The alarms (each notifying the stage's topic) and the dashboard (docs/operations.md)."""
+    ) -> Dashboard | None:
+        """The alarms (each notifying the stage's topic) and the dashboard (docs/operations.md),
+        if the stage has one."""
         functions = {
             "Webhook": self.ingress.function,
             "Agent": self.agent.function,
@@ -272,6 +277,8 @@ class SigilStack(Stack):
             self.memory.domain, data_nodes=search.data_nodes, volume_gib=search.volume_gib
         )
         CfnOutput(self, "AlarmTopicArn", value=observability.topic.topic_arn)
+        if not context.stage.dashboard:
+            return None
         return Dashboard(
             self,
             "Dashboard",

@@ -21,7 +21,6 @@ from pydantic import SecretStr
 from shared.adapters.aws import clients
 from shared.config import KEY_PROVIDERS, PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
-from shared.ingress import Ingress
 from shared.ports import SecretStore
 
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from shared.backend import Backend
     from shared.channels.web_socket import SessionSockets
     from shared.consolidation.compaction import ConsolidationModel
+    from shared.ingress import Ingress
     from shared.ingress.admission import Admission
     from shared.ingress.http import WebhookFront
     from shared.ingress.ws import SocketFront
@@ -62,6 +62,7 @@ def ingress() -> Ingress:
     from shared.adapters.aws.dynamodb import DynamoOutbox, DynamoRouteStore
     from shared.adapters.aws.secrets import SecretsManagerStore
     from shared.adapters.aws.sqs import SqsLanes
+    from shared.ingress import Ingress
     from shared.ingress.routes import cached_routes
 
     s = settings()

@@ -29,6 +29,12 @@ TIMEOUT = Duration.minutes(15)
 # queue; compaction extracts its messages when they roll out all the same.
 EXTRACTION_RECEIVE_COUNT = 3
 EXTRACTION_BATCH_SIZE = 10
+# Most of the function's billed time is spent waiting on the consolidation model (per-turn
+# extraction is one model call an invocation), and Lambda bills that wait by the memory held.
+# 512 MB halves it from 1,024 and leaves room: the handler holds about 70 MB once imported, and a
+# compaction's batch of 50 messages or embeddings adds little. CPU-bound work (the hourly
+# maintenance) runs at half the CPU share for twice as long, which costs the same GB-seconds.
+MEMORY_MB = 512
 
 
 class Consolidation(Construct):
@@ -50,7 +56,7 @@ class Consolidation(Construct):
             source="consolidate",
             description="Sigil consolidate: summaries, triples, decay and housekeeping of memory",
             timeout=TIMEOUT,
-            memory_size=1024,
+            memory_size=MEMORY_MB,
             layer=layer,
             log_group=log_group,
             # A throttled event waits in Lambda's own retry queue; the hourly run catches up.

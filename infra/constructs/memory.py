@@ -191,8 +191,9 @@ class Memory(Construct):
             acknowledge(
                 domain,
                 "AwsSolutions-OS4",
-                "The dev stage runs one small data node to keep its cost low; prod runs three "
-                "dedicated master nodes (infra/config.py).",
+                "Dedicated masters would double the floor of a small stage: one data node (dev) "
+                "has nothing to elect, and three master-eligible data nodes (team) keep a quorum "
+                "when one is lost; prod runs three dedicated master nodes (infra/config.py).",
             )
         if not multi_az:
             acknowledge(

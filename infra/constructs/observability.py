@@ -25,6 +25,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.constructs.nag import acknowledge
 from shared.metric_catalogue import (
     BUDGET_DENIED,
     CONSOLIDATION_ERRORS,
@@ -49,6 +50,21 @@ PROVIDER_FAILURE_PERCENT = 10
 BUDGET_DENIALS_PER_HOUR = 20
 # Of the domain's volume per node, in percent: below it, writes are near OpenSearch's flood stage.
 FREE_STORAGE_PERCENT = 20
+# What a stage with `alarms="essential"` keeps (dev: docs/cost.md#the-floors): the alarms that
+# mean work is lost or blocked. A lost turn (DeadLetters), failing extractions, an agent that
+# fails or a lane nothing consumes, a red or full search domain. The rest (throttles, 5xx of the
+# API, provider and budget rates, the other functions' errors) show in the logs and metrics a
+# developer watches anyway.
+ESSENTIAL_ALARMS = frozenset(
+    {
+        "DeadLettersAlarm",
+        "ExtractionDeadLettersAlarm",
+        "AgentErrors",
+        "LaneStalled",
+        "SearchClusterRed",
+        "SearchFreeStorage",
+    }
+)
 
 
 def sigil_metric(
@@ -91,21 +107,34 @@ class Observability(Construct):
         retention: logs.RetentionDays,
         removal_policy: RemovalPolicy,
         alarm_email: str | None = None,
+        essential_only: bool = False,
+        topic_key: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self._retention = retention
         self._removal_policy = removal_policy
-        # A key of our own: CloudWatch cannot publish to a topic under the AWS-managed aws/sns key,
-        # whose policy cannot grant it.
-        key = kms.Key(
-            self,
-            "AlarmTopicKey",
-            description="Encrypts the Sigil alarm topic",
-            enable_key_rotation=True,
-            removal_policy=removal_policy,
-        )
-        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        # A stage that keeps only the alarms of ESSENTIAL_ALARMS (infra.config.StageConfig.alarms).
+        self._essential_only = essential_only
+        key: kms.Key | None = None
+        if topic_key:
+            # A key of our own: CloudWatch cannot publish to a topic under the AWS-managed aws/sns
+            # key, whose policy cannot grant it.
+            key = kms.Key(
+                self,
+                "AlarmTopicKey",
+                description="Encrypts the Sigil alarm topic",
+                enable_key_rotation=True,
+                removal_policy=removal_policy,
+            )
+            key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
         self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True)
+        if key is None:
+            acknowledge(
+                self.topic,
+                "AwsSolutions-SNS2",
+                "A dev stage's alarm topic carries alarm names and states, never a message or a "
+                "secret; a customer managed key would add a dollar a month to a thirty-dollar floor.",
+            )
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
         self.alarms: list[cloudwatch.Alarm] = []
@@ -130,8 +159,11 @@ class Observability(Construct):
         anchor: str,
         comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluation_periods: int = 1,
-    ) -> cloudwatch.Alarm:
-        """An alarm that notifies the topic, described by what it means and its runbook line."""
+    ) -> cloudwatch.Alarm | None:
+        """An alarm that notifies the topic, described by what it means and its runbook line;
+        None when the stage keeps only the essential alarms and this is not one."""
+        if self._essential_only and construct_id not in ESSENTIAL_ALARMS:
+            return None
         alarm = cloudwatch.Alarm(
             self,
             construct_id,
@@ -148,7 +180,7 @@ class Observability(Construct):
         self.alarms.append(alarm)
         return alarm
 
-    def alarm_on_dead_letters(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm:
+    def alarm_on_dead_letters(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm | None:
         """Any message in the DLQ is a turn that failed five times: someone has to look at it."""
         return self.alarm(
             "DeadLettersAlarm",
@@ -160,7 +192,7 @@ class Observability(Construct):
             anchor="dead-letters",
         )
 
-    def alarm_on_extraction_dead_letters(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm:
+    def alarm_on_extraction_dead_letters(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm | None:
         """A TurnCommitted whose extraction failed three times: compaction extracts those messages
         later (the watermark did not move), but the cause wants fixing."""
         return self.alarm(

@@ -62,7 +62,12 @@ class Secrets(Construct):
         web_workspaces: Iterable[str],
         removal_policy: RemovalPolicy,
         prefix: str = DEFAULT_PREFIX,
+        created: Iterable[str] | None = None,
     ) -> None:
+        """`created`: None creates every secret of the catalogue; otherwise the web signing
+        secrets and these keys only (a stage's `all_secrets=False`, docs/cost.md#the-floors). The
+        others are then granted by name (`grant_read`) and created by `sigil secret set --stack`
+        when a channel is set up; until then a read finds none, which fails like a wrong value."""
         super().__init__(scope, construct_id)
         self.prefix = prefix
         self.web_keys = tuple(web_secret(w).key for w in web_workspaces)
@@ -74,6 +79,11 @@ class Secrets(Construct):
             *(web_secret(w) for w in web_workspaces),
         )
         self.secrets: dict[str, secretsmanager.Secret] = {}
+        # What grant_read may name: a key outside the catalogue is a mistake, created or not.
+        self._catalogue = frozenset(spec.key for spec in specs)
+        if created is not None:
+            keep = {*created, *self.web_keys}
+            specs = tuple(spec for spec in specs if spec.key in keep)
         for spec in specs:
             self.secrets[spec.key] = secretsmanager.Secret(
                 self,
@@ -97,9 +107,33 @@ class Secrets(Construct):
         )
 
     def grant_read(self, grantee: iam.IGrantable, keys: Iterable[str]) -> None:
-        """secretsmanager:GetSecretValue/DescribeSecret on exactly these secrets, and no others."""
+        """secretsmanager:GetSecretValue/DescribeSecret on exactly these secrets, and no others:
+        the stack's own by reference, one it did not create by its name (the ARN's random
+        suffix as "-??????", which matches no other name)."""
+        by_name = []
         for key in keys:
-            self.secrets[key].grant_read(grantee)
+            if key in self.secrets:
+                self.secrets[key].grant_read(grantee)
+            elif key in self._catalogue:
+                by_name.append(key)
+            else:
+                raise KeyError(f"{key!r} is not a secret of the catalogue (shared.config)")
+        if by_name:
+            stack = Stack.of(self)
+            grantee.grant_principal.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                    resources=[
+                        stack.format_arn(
+                            service="secretsmanager",
+                            resource="secret",
+                            resource_name=self.prefix + key + ARN_SUFFIX,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                        for key in by_name
+                    ],
+                )
+            )
 
     def grant_read_routes(self, function: lambda_.Function, keys: Iterable[str]) -> None:
         """The same actions on these keys of every named route (`route_secret_pattern`).

@@ -22,7 +22,7 @@ from shared.agent.preflight import load_session
 from shared.agent.window import announce_compaction, index_rolled, origin_of, split_window, tier1_records
 from shared.backend import Backend
 from shared.budgets import TurnBudget
-from shared.consolidation.turn_extraction import turn_committed
+from shared.consolidation.turn_event import turn_committed
 from shared.errors import ConcurrencyConflict
 from shared.models import AuditRecord, InboundMessage, Message, Session, WorkspaceConfig
 

@@ -28,10 +28,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from markdown_it import MarkdownIt
-from markdown_it.tree import SyntaxTreeNode
+if TYPE_CHECKING:
+    # Imported where a message is rendered or split: the web channel's replies never are, and
+    # the agent's cold start pays for every module its handler imports.
+    from markdown_it import MarkdownIt
+    from markdown_it.tree import SyntaxTreeNode
 
 Dialect = Literal["telegram", "slack", "discord", "whatsapp"]
 
@@ -59,6 +62,8 @@ def utf16_len(text: str) -> int:
 @cache
 def _parser() -> MarkdownIt:
     # Built on first use, not at import: a webhook that never renders never pays for it.
+    from markdown_it import MarkdownIt
+
     return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 
 
@@ -230,6 +235,8 @@ class _Renderer:
         self.style = style
 
     def document(self, markdown: str) -> str:
+        from markdown_it.tree import SyntaxTreeNode
+
         root = SyntaxTreeNode(_parser().parse(markdown))
         return self.blocks(root.children, _Ctx(), "\n\n").strip()
 

@@ -63,6 +63,9 @@ from shared.consolidation.extraction import (
 )
 from shared.consolidation.extraction_keys import key_extracted
 from shared.consolidation.personality import record_styles
+
+# In __all__: the event is this module's, defined apart so the agent imports it alone.
+from shared.consolidation.turn_event import turn_committed
 from shared.consolidation.watermark import extracted_range, watermark_name
 from shared.memory.writer import message_scope
 from shared.metric_catalogue import (
@@ -127,24 +130,6 @@ class TurnExtractionResult(BaseModel):
 
 
 # ---------------------------------------------------------------- the event
-
-
-def turn_committed(
-    session: Session,
-    *,
-    conversation: str,
-    group: bool,
-    correlation_id: str | None,
-) -> DomainEvent:
-    """The event a committed turn publishes: its session, its last seq, and where its messages
-    were said (their Tier-1 records' scope). Ids and seqs only, never text."""
-    return DomainEvent(
-        type="TurnCommitted",
-        workspace_id=session.workspace_id,
-        session_id=session.id,
-        detail={"seq": session.message_count - 1, "conversation": conversation, "group": group},
-        correlation_id=correlation_id,
-    )
 
 
 # ---------------------------------------------------------------- the run

@@ -16,7 +16,7 @@ import pytest
 from infra.constructs.function import LAYER_MANIFEST, PYTHON_VERSION
 from tests.infra.helpers import Synth, synthesize
 
-STAGES = ("dev", "prod")
+STAGES = ("dev", "team", "prod")
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +49,11 @@ def each_stage(request: pytest.FixtureRequest, synth: Callable[[str], Synth]) ->
 @pytest.fixture(scope="session")
 def dev(synth: Callable[[str], Synth]) -> Synth:
     return synth("dev")
+
+
+@pytest.fixture(scope="session")
+def team(synth: Callable[[str], Synth]) -> Synth:
+    return synth("team")
 
 
 @pytest.fixture(scope="session")

@@ -34,13 +34,14 @@ STREAM = "bedrock:InvokeModelWithResponseStream"
 def with_context(
     tmp_path_factory: pytest.TempPathFactory, stand_in_layer: Path
 ) -> Iterator[Callable[..., Synth]]:
-    """The dev stage synthesised with these context values (each set once per module)."""
+    """The prod stage synthesised with these context values (each set once per module): every
+    secret is the stack's there, so each grant names one (dev grants most by name)."""
     cache: dict[tuple[tuple[str, str], ...], Synth] = {}
 
     def get(**values: str) -> Synth:
         key = tuple(sorted(values.items()))
         if key not in cache:
-            cache[key] = synthesize("dev", tmp_path_factory.mktemp("cdk-model"), stand_in_layer, **values)
+            cache[key] = synthesize("prod", tmp_path_factory.mktemp("cdk-model"), stand_in_layer, **values)
         return cache[key]
 
     yield get

@@ -57,32 +57,18 @@ def test_roles_have_no_managed_policies(each_stage: Synth) -> None:
         assert "ManagedPolicyArns" not in role["Properties"]
 
 
-def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
+def _secret_grants(synth: Synth, role_owner: Any) -> tuple[set[str], set[str]]:
+    """What a role may read of Secrets Manager: (the keys of the stack's secrets it references,
+    the names it is granted by ARN, each as `<name>-??????`: named routes' patterns, and in a stage
+    without `all_secrets` the catalogue's secrets the stack did not create)."""
     policy = next(
         r
         for r in synth.resources("AWS::IAM::Policy").values()
         if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
     )
     secret_ids = {logical_id(s): key for key, s in synth.stack.secrets.secrets.items()}
-    granted: set[str] = set()
-    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-        if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
-            granted |= {
-                secret_ids[ref_or_getatt_target(r)]
-                for r in _as_list(statement["Resource"])
-                if "Fn::Join" not in r  # a named route's, by ARN pattern: _granted_route_secrets
-            }
-    return granted
-
-
-def _granted_route_secrets(synth: Synth, role_owner: Any) -> set[str]:
-    """The secret name patterns a role may read by ARN (the named routes' secrets)."""
-    policy = next(
-        r
-        for r in synth.resources("AWS::IAM::Policy").values()
-        if {"Ref": logical_id(role_owner.handler.role)} in r["Properties"]["Roles"]
-    )
-    patterns: set[str] = set()
+    referenced: set[str] = set()
+    names: set[str] = set()
     for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
         if "secretsmanager:GetSecretValue" not in _as_list(statement["Action"]):
             continue
@@ -91,8 +77,26 @@ def _granted_route_secrets(synth: Synth, role_owner: Any) -> set[str]:
                 parts = r["Fn::Join"][1]
                 # arn:<partition>:secretsmanager:<region>:<account>:secret:<name>-??????
                 assert parts[-2:-1] == [{"Ref": "AWS::AccountId"}] and parts[-1].startswith(":secret:")
-                patterns.add(parts[-1].removeprefix(":secret:"))
-    return patterns
+                names.add(parts[-1].removeprefix(":secret:"))
+            else:
+                referenced.add(secret_ids[ref_or_getatt_target(r)])
+    return referenced, names
+
+
+def _granted_secrets(synth: Synth, role_owner: Any) -> set[str]:
+    """The keys of the secrets a role may read, whether the stack created them (granted by
+    reference) or not (dev: granted by their exact name, created later by `sigil secret set`)."""
+    referenced, names = _secret_grants(synth, role_owner)
+    prefix = synth.stack.secrets.prefix
+    exact = {n.removeprefix(prefix).removesuffix("-??????") for n in names if "*" not in n}
+    # Never both: a secret the stack created is granted by reference alone.
+    assert not referenced & exact
+    return referenced | exact
+
+
+def _granted_route_secrets(synth: Synth, role_owner: Any) -> set[str]:
+    """The secret name patterns a role may read by ARN (the named routes' secrets)."""
+    return {n for n in _secret_grants(synth, role_owner)[1] if "*" in n}
 
 
 def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
@@ -284,3 +288,17 @@ def test_schedules_send_only_to_the_turns_queue_and_only_the_agent_manages_them(
         assert not any(
             "scheduler:" in json.dumps(s["Action"]) for s in _role_statements(dev, owner.handler.role)
         )
+
+
+def test_dev_grants_the_secrets_it_did_not_create_by_their_exact_name(dev: Synth, prod: Synth) -> None:
+    """dev creates the web signing secret alone (no model in context: no provider key); the other
+    keys it reads are granted by their name, so `sigil secret set --stack` can create them later.
+    prod creates and references them all."""
+    assert set(dev.stack.secrets.secrets) == {"web/default"}
+    for owner, keys in ((dev.stack.ingress, INGRESS_SECRETS), (dev.stack.agent, CHANNEL_TOKENS)):
+        referenced, names = _secret_grants(dev, owner)
+        exact = {n for n in names if "*" not in n}
+        assert {f"sigil/{s.key}-??????" for s in keys} <= exact
+        assert referenced <= {"web/default"}
+    for owner in (prod.stack.ingress, prod.stack.agent, prod.stack.consolidation):
+        assert _granted_route_secrets(prod, owner) == _secret_grants(prod, owner)[1]

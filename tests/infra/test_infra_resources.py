@@ -8,6 +8,7 @@ import pytest
 from aws_cdk.assertions import Match
 from constructs import Construct
 
+from infra.config import STAGES
 from infra.constructs.function import PYTHON_VERSION
 from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
 
@@ -103,7 +104,7 @@ def test_each_function_logs_to_its_own_log_group_with_retention(each_stage: Synt
     ]
 
     assert len(set(used)) == 4  # webhook, agent, consolidate, ws
-    expected_days = {"dev": 14, "prod": 90}[each_stage.stage]
+    expected_days = {"dev": 14, "team": 30, "prod": 90}[each_stage.stage]
     for group in groups.values():
         assert group["Properties"]["RetentionInDays"] == expected_days
 
@@ -235,7 +236,7 @@ def test_tables_are_on_demand_with_pitr_sse_and_ttl(each_stage: Synth) -> None:
         assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
         assert props["SSESpecification"] == {"SSEEnabled": True}
         assert props["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
-    retained = {"dev": False, "prod": True}[each_stage.stage]
+    retained = {"dev": False, "team": True, "prod": True}[each_stage.stage]
     assert all((t["DeletionPolicy"] == "Retain") is retained for t in tables.values())
 
 
@@ -288,7 +289,11 @@ def test_search_domain_is_encrypted_https_only_and_admits_only_the_two_roles(eac
 
 def test_dev_search_is_one_small_node(dev: Synth) -> None:
     config = dev.raw["Resources"][logical_id(dev.stack.memory.domain)]["Properties"]["ClusterConfig"]
+    ebs = dev.raw["Resources"][logical_id(dev.stack.memory.domain)]["Properties"]["EBSOptions"]
 
+    # The smallest data node and volume OpenSearch Service offers (docs/cost.md#the-floors).
+    assert config["InstanceType"] == "t3.small.search"
+    assert ebs["VolumeSize"] == 10
     assert config["InstanceCount"] == 1
     assert config["DedicatedMasterEnabled"] is False
     assert config["ZoneAwarenessEnabled"] is False
@@ -302,6 +307,25 @@ def test_prod_search_spreads_over_three_zones_with_dedicated_masters(prod: Synth
     assert config["ZoneAwarenessConfig"] == {"AvailabilityZoneCount": 3}
     assert config["DedicatedMasterEnabled"] is True
     assert config["DedicatedMasterCount"] == 3
+
+
+def test_team_search_spreads_three_data_nodes_over_three_zones_without_masters(team: Synth) -> None:
+    config = team.raw["Resources"][logical_id(team.stack.memory.domain)]["Properties"]["ClusterConfig"]
+
+    assert (config["InstanceCount"], config["InstanceType"]) == (3, "m7g.large.search")
+    assert config["ZoneAwarenessEnabled"] is True
+    assert config["ZoneAwarenessConfig"] == {"AvailabilityZoneCount": 3}
+    # Three master-eligible data nodes keep a quorum when one is lost.
+    assert config["DedicatedMasterEnabled"] is False
+
+
+def test_team_retains_its_data_as_prod_does(team: Synth, prod: Synth) -> None:
+    for synth in (team, prod):
+        for kind in ("AWS::DynamoDB::Table", "AWS::OpenSearchService::Domain", "AWS::SecretsManager::Secret"):
+            for resource in synth.resources(kind).values():
+                assert resource["DeletionPolicy"] == "Retain", (synth.stage, kind)
+        for table in synth.resources("AWS::DynamoDB::Table").values():
+            assert table["Properties"]["DeletionProtectionEnabled"] is True
 
 
 def test_search_logs_go_to_log_groups_the_service_may_write(dev: Synth) -> None:
@@ -412,6 +436,11 @@ def test_the_api_stage_logs_access_and_throttles(dev: Synth) -> None:
 def test_secrets_live_under_the_sigil_prefix(each_stage: Synth) -> None:
     names = {s["Properties"]["Name"] for s in each_stage.resources("AWS::SecretsManager::Secret").values()}
 
+    # dev creates the web signing secret and the granted providers' keys (none without a model);
+    # the others are created by `sigil secret set --stack` (test_infra_policies checks the grants).
+    if not STAGES[each_stage.stage].all_secrets:
+        assert names == {"sigil/web/default"}
+        return
     assert names == {
         "sigil/web/default",
         "sigil/telegram/webhook-secret",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Match
 
-from infra.config import ROOT, read_context
+from infra.config import ROOT, STAGES, read_context
 from infra.constructs.ingress import ACCESS_LOG_FORMAT
+from infra.constructs.observability import ESSENTIAL_ALARMS
 from shared.metric_catalogue import CATALOGUE, NAMESPACE, SERVICE, SERVICE_DIMENSION
 from tests.infra.helpers import Synth, logical_id, synthesize
 
@@ -94,7 +96,8 @@ def _catalogued() -> set[tuple[str, tuple[str, ...]]]:
 def test_every_alarm_notifies_the_stages_topic(each_stage: Synth) -> None:
     alarms = _alarms(each_stage)
 
-    assert len(alarms) >= 14
+    # dev keeps the essential alarms alone (test_dev_keeps_only_the_alarms_...).
+    assert len(alarms) >= (14 if STAGES[each_stage.stage].alarms == "all" else len(ESSENTIAL_ALARMS))
     assert {k: a.get("AlarmActions") for k, a in alarms.items()} == {
         k: [{"Ref": _topic(each_stage)}] for k in alarms
     }
@@ -145,6 +148,18 @@ def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_an
     ]
 
 
+def test_dev_keeps_only_the_alarms_that_mean_work_is_lost_or_blocked(dev: Synth, team: Synth) -> None:
+    def names(synth: Synth) -> set[str]:
+        observability = synth.stack.node.find_child("Observability")
+        return {a.node.id for a in observability.alarms}
+
+    assert names(dev) == ESSENTIAL_ALARMS
+    assert len(_alarms(dev)) == len(ESSENTIAL_ALARMS)
+    # team keeps every alarm, prod's included: its data nodes can go yellow.
+    assert names(team) > ESSENTIAL_ALARMS
+    assert "SearchClusterYellow" in names(team)
+
+
 def test_a_one_node_domain_has_no_yellow_alarm_it_could_never_clear(dev: Synth) -> None:
     # One data node cannot hold a replica: its indexes are yellow for good.
     names = {a.get("MetricName") for a in _alarms(dev).values()}
@@ -156,17 +171,18 @@ def test_a_one_node_domain_has_no_yellow_alarm_it_could_never_clear(dev: Synth) 
 def test_every_metric_an_alarm_reads_is_one_the_code_emits(each_stage: Synth) -> None:
     read = set().union(*(_custom_metrics_in_alarm(a) for a in _alarms(each_stage).values()))
 
-    assert read
+    # dev's essential alarms read AWS's metrics alone (queues, functions, the domain).
+    assert read or STAGES[each_stage.stage].alarms == "essential"
     assert read - _catalogued() == set()
 
 
 # ---------------------------------------------------------------- the topic
 
 
-def test_the_topic_is_encrypted_with_a_key_cloudwatch_may_use_and_refuses_plain_http(dev: Synth) -> None:
-    (topic,) = dev.resources("AWS::SNS::Topic").values()
+def test_the_topic_is_encrypted_with_a_key_cloudwatch_may_use_and_refuses_plain_http(prod: Synth) -> None:
+    (topic,) = prod.resources("AWS::SNS::Topic").values()
     key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
-    key = dev.raw["Resources"][key_id]["Properties"]
+    key = prod.raw["Resources"][key_id]["Properties"]
 
     assert key["EnableKeyRotation"] is True
     assert any(
@@ -174,10 +190,24 @@ def test_the_topic_is_encrypted_with_a_key_cloudwatch_may_use_and_refuses_plain_
         and {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(s["Action"])
         for s in key["KeyPolicy"]["Statement"]
     )
-    dev.template.has_resource_properties(
+    _refuses_plain_http(prod)
+
+
+def test_the_dev_topic_has_no_key_of_its_own_and_still_refuses_plain_http(dev: Synth) -> None:
+    """A customer managed key is a dollar of dev's thirty-dollar floor; the topic carries alarm
+    names and states only (docs/cost.md#the-floors)."""
+    (topic,) = dev.resources("AWS::SNS::Topic").values()
+
+    assert "KmsMasterKeyId" not in topic.get("Properties", {})
+    assert dev.resources("AWS::KMS::Key") == {}
+    _refuses_plain_http(dev)
+
+
+def _refuses_plain_http(synth: Synth) -> None:
+    synth.template.has_resource_properties(
         "AWS::SNS::TopicPolicy",
         {
-            "Topics": [{"Ref": _topic(dev)}],
+            "Topics": [{"Ref": _topic(synth)}],
             "PolicyDocument": {
                 "Statement": Match.array_with(
                     [
@@ -221,28 +251,35 @@ def test_alarm_email_is_read_under_either_spelling() -> None:
 # ---------------------------------------------------------------- the dashboard
 
 
-def test_one_dashboard_per_stage_named_after_it(each_stage: Synth) -> None:
-    (dashboard,) = each_stage.resources("AWS::CloudWatch::Dashboard").values()
+def test_one_dashboard_per_stage_named_after_it_but_none_in_dev(each_stage: Synth) -> None:
+    dashboards = each_stage.resources("AWS::CloudWatch::Dashboard").values()
 
+    if not STAGES[each_stage.stage].dashboard:
+        assert not dashboards
+        return
+    (dashboard,) = dashboards
     assert dashboard["Properties"]["DashboardName"] == f"sigil-{each_stage.stage}"
 
 
-def test_every_metric_the_code_emits_is_on_the_dashboard_and_nothing_else_of_ours(each_stage: Synth) -> None:
-    drawn = _custom_metrics_in_dashboard(_dashboard_body(each_stage))
+@pytest.mark.parametrize("stage", ["team", "prod"])
+def test_every_metric_the_code_emits_is_on_the_dashboard_and_nothing_else_of_ours(
+    stage: str, synth: Callable[[str], Synth]
+) -> None:
+    drawn = _custom_metrics_in_dashboard(_dashboard_body(synth(stage)))
 
     assert drawn - _catalogued() == set()
     assert _catalogued() - drawn == set()
 
 
-def test_the_dashboard_reads_our_metrics_under_the_service_dimension_powertools_adds(dev: Synth) -> None:
-    body = json.dumps(_dashboard_body(dev))
+def test_the_dashboard_reads_our_metrics_under_the_service_dimension_powertools_adds(prod: Synth) -> None:
+    body = json.dumps(_dashboard_body(prod))
 
     assert f'"{NAMESPACE}", "TurnDuration", "{SERVICE_DIMENSION}", "{SERVICE}"' in body
     assert "WorkspaceCostUSD" in body and "SEARCH(" in body
 
 
-def test_the_dashboard_shows_the_aws_side_too(dev: Synth) -> None:
-    body = _dashboard_body(dev)
+def test_the_dashboard_shows_the_aws_side_too(prod: Synth) -> None:
+    body = _dashboard_body(prod)
     rows = [
         row
         for widget in body["widgets"]
@@ -271,12 +308,13 @@ def test_the_dashboard_shows_the_aws_side_too(dev: Synth) -> None:
     assert "integrationLatency" in ACCESS_LOG_FORMAT
 
 
-def test_the_dashboard_counts_both_dead_letter_queues(dev: Synth) -> None:
-    stack = dev.stack
-    (dashboard,) = dev.resources("AWS::CloudWatch::Dashboard").values()
+def test_the_dashboard_counts_both_dead_letter_queues(prod: Synth) -> None:
+    stack = prod.stack
+    (dashboard,) = prod.resources("AWS::CloudWatch::Dashboard").values()
     # The queues' names are references in the body's Fn::Join, beside the JSON text around them.
     references = [p for p in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1] if isinstance(p, dict)]
-    (widget,) = [w for w in _dashboard_body(dev)["widgets"] if w["properties"].get("title") == "Dead letters"]
+    widgets = _dashboard_body(prod)["widgets"]
+    (widget,) = [w for w in widgets if w["properties"].get("title") == "Dead letters"]
     visible = [
         r
         for r in widget["properties"]["metrics"]

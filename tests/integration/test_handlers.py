@@ -313,6 +313,33 @@ print(json.dumps({"clients_at_import": at_import, "modules": sorted(sys.modules)
     )
 
 
+def test_the_agent_imports_neither_compaction_nor_markdown_nor_the_webhooks_ingress() -> None:
+    # In a fresh interpreter, as a cold start does: what only some turns need waits for them
+    # (bench/aws_calls.py times the import and the first turn, docs/cost.md#cold-starts): the
+    # compaction and extraction prompts (the consolidator's), Markdown rendering (the platform
+    # channels') and the webhook's Ingress.
+    script = """
+import json, sys
+import functions.agent.handler
+print(json.dumps(sorted(sys.modules)))
+"""
+    env = {"PATH": "/usr/bin:/bin", "AWS_REGION": REGION}
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    modules = set(json.loads(run.stdout.strip().splitlines()[-1]))
+    deferred = {
+        "markdown_it",
+        "shared.consolidation.compaction",
+        "shared.consolidation.extraction",
+        "shared.consolidation.turn_extraction",
+        "shared.ingress",
+    }
+    assert not deferred & modules
+    # What the turn itself runs is imported up front, so that the first turn pays no more.
+    assert {"shared.agent.turn", "shared.consolidation.turn_event", "shared.channels.format"} <= modules
+
+
 # ---------------------------------------------------------------- agent
 
 
