@@ -350,6 +350,30 @@ class WebConfig(Model):
     timeout_s: float = Field(default=15.0, gt=0, le=120)
 
 
+# run_python (shared/sandbox/, docs/sandbox.md): off unless a workspace turns it on. Spec 001's
+# executor numbers, with one reading made explicit: its 1,000,000 fuel units meter the script, not
+# CPython's start (which costs ~250 million wasm instructions and happens before the script, in a
+# pre-warmed instance), and the default here is larger because 1,000,000 units is ~10,000 Python
+# bytecodes, too few to read 1,000 facts; the spec's figure remains a valid setting.
+SPEC_001_FUEL = 1_000_000
+
+
+class SandboxConfig(Model):
+    """What one run_python call may use (each call gets a fresh WebAssembly instance)."""
+
+    enabled: bool = False
+    # Wasm instructions (Wasmtime fuel) the script may execute after the interpreter has started.
+    fuel: int = Field(default=400_000_000, ge=SPEC_001_FUEL // 10, le=20_000_000_000)
+    memory_mb: int = Field(default=64, ge=16, le=1024)
+    # Wall-clock seconds, enforced by epoch interruption (a loop in wasm cannot hold the thread).
+    wall_s: float = Field(default=10.0, gt=0, le=300)
+    # Bytes the script may write to stdout and stderr together; past it the run is stopped.
+    max_output_bytes: int = Field(default=64_000, ge=1024, le=10_000_000)
+    # Calls the script may make to the `sigil` host module in one run, and rows one call returns.
+    max_host_calls: int = Field(default=50, ge=0, le=1000)
+    max_host_rows: int = Field(default=2000, ge=1, le=10_000)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -380,6 +404,8 @@ class WorkspaceConfig(Model):
     extraction_debounce_s: float = Field(default=5.0, ge=0, le=900)
     # web_fetch and web_search (docs/tools.md): both off unless turned on here.
     web: WebConfig = Field(default_factory=WebConfig)
+    # run_python (docs/sandbox.md): off unless turned on here.
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
