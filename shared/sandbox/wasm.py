@@ -47,7 +47,6 @@ WASI = "wasi_snapshot_preview1"
 _ERRNO_BADF = 8
 
 
-
 class _Stop(Exception):
     """Raised inside a host function to end the run: becomes a wasm trap, then a SandboxError."""
 
@@ -159,7 +158,7 @@ class _Instance:
         except wasmtime.ExitTrap as exc:
             if exc.code != 0 and self.stop is None:
                 self.error = exc
-        except BaseException as exc:  # a trap: fuel, epoch, memory, or a _Stop from a host function
+        except BaseException as exc:  # noqa: BLE001 -- any trap (fuel, epoch, memory, a _Stop) ends only this run
             self.error = exc
         finally:
             self.ended_at = time.perf_counter()
@@ -197,7 +196,9 @@ class _Instance:
         if fd not in (1, 2):
             return _ERRNO_BADF
         mem = _memory(caller)
-        data = b"".join(bytes(mem.read(caller, base, base + length)) for base, length in _iovecs(caller, iovs, n))
+        data = b"".join(
+            bytes(mem.read(caller, base, base + length)) for base, length in _iovecs(caller, iovs, n)
+        )
         self._track_memory(caller)
         if fd == 2 and data.startswith(MAGIC):
             self.reply = _frame(self._host_call(data[len(MAGIC) :]))
@@ -217,7 +218,9 @@ class _Instance:
         if job is None:
             return {"error": "no job"}
         if len(self.calls) >= job.limits.max_host_calls:
-            self.stop = _Stop("host_calls", f"the script made more than {job.limits.max_host_calls} sigil calls")
+            self.stop = _Stop(
+                "host_calls", f"the script made more than {job.limits.max_host_calls} sigil calls"
+            )
             raise self.stop
         began = time.perf_counter()
         entry: dict[str, Any] = {"op": "?"}
@@ -276,27 +279,41 @@ class _Instance:
         if self.error is not None:
             raise _classify(self.error, run, limits, used)
         if "MemoryError" in _last_line(run.stderr):
-            raise SandboxError(f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used)
+            raise SandboxError(
+                f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used
+            )
         return run
 
 
-def _classify(exc: BaseException, run: SandboxRun, limits: SandboxConfig, used: dict[str, int | float]) -> SandboxError:
+def _classify(
+    exc: BaseException, run: SandboxRun, limits: SandboxConfig, used: dict[str, int | float]
+) -> SandboxError:
     text = str(exc)
-    if isinstance(exc, wasmtime.Trap) or isinstance(exc, wasmtime.WasmtimeError):
+    if isinstance(exc, (wasmtime.Trap, wasmtime.WasmtimeError)):
         if "fuel" in text:
-            return SandboxError(f"the script used all its {limits.fuel:,} fuel units", limit="fuel", used=used)
+            return SandboxError(
+                f"the script used all its {limits.fuel:,} fuel units", limit="fuel", used=used
+            )
         if "interrupt" in text or "epoch" in text:
             return SandboxError(f"the script ran longer than {limits.wall_s} s", limit="wall_time", used=used)
         if "stack" in text:
             return SandboxError("the script overflowed the wasm stack", limit="stack", used=used)
         if "memory" in text or "out of bounds" in text:
-            return SandboxError(f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used)
+            return SandboxError(
+                f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used
+            )
     if isinstance(exc, wasmtime.ExitTrap):
         last = _last_line(run.stderr)
         if "MemoryError" in last:
-            return SandboxError(f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used)
+            return SandboxError(
+                f"the script ran out of its {limits.memory_mb} MB of memory", limit="memory", used=used
+            )
         return SandboxError(f"the script raised {last or 'an error'}", limit="script", used=used)
-    return SandboxError(f"the sandbox stopped: {text.splitlines()[0] if text else type(exc).__name__}", limit="trap", used=used)
+    return SandboxError(
+        f"the sandbox stopped: {text.splitlines()[0] if text else type(exc).__name__}",
+        limit="trap",
+        used=used,
+    )
 
 
 def _last_line(text: str) -> str:
@@ -324,7 +341,13 @@ def _fuel_left(store: wasmtime.Store) -> int:
 
 def _iovecs(caller: wasmtime.Caller, iovs: int, n: int) -> list[tuple[int, int]]:
     raw = bytes(_memory(caller).read(caller, iovs, iovs + 8 * n))
-    return [(int.from_bytes(raw[8 * k : 8 * k + 4], "little"), int.from_bytes(raw[8 * k + 4 : 8 * k + 8], "little")) for k in range(n)]
+    return [
+        (
+            int.from_bytes(raw[8 * k : 8 * k + 4], "little"),
+            int.from_bytes(raw[8 * k + 4 : 8 * k + 8], "little"),
+        )
+        for k in range(n)
+    ]
 
 
 def _write_u32(caller: wasmtime.Caller, at: int, value: int) -> int:

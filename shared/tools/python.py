@@ -74,19 +74,27 @@ def python_tools(executor: CodeExecutor | None = None) -> tuple[Tool[Any], ...]:
             )
         if sum(len(k) + len(v) for k, v in args.inputs.items()) > MAX_INPUTS_CHARS:
             raise SandboxError(f"the inputs exceed {MAX_INPUTS_CHARS:,} characters", limit="inputs")
+        from shared.memory.people import people_of
         from shared.memory.search import MemorySearch
         from shared.sandbox.host import HostModule
-        from shared.memory.people import people_of
 
         backend = ctx.backend
         host = HostModule(
-            ctx, limits, MemorySearch(backend.index, backend.memory, backend.embedder, people=people_of(backend.identities))
+            ctx,
+            limits,
+            MemorySearch(
+                backend.index, backend.memory, backend.embedder, people=people_of(backend.identities)
+            ),
         )
         try:
-            run = (executor or default_executor()).run(args.script, inputs=args.inputs, limits=limits, host=host)
+            run = (executor or default_executor()).run(
+                args.script, inputs=args.inputs, limits=limits, host=host
+            )
         except SandboxError as exc:
             # What it used goes to the model and the audit with the reason it was stopped.
-            raise SandboxError(f"{exc.message} (used: {json.dumps(exc.used)})", limit=exc.limit, used=exc.used) from None
+            raise SandboxError(
+                f"{exc.message} (used: {json.dumps(exc.used)})", limit=exc.limit, used=exc.used
+            ) from None
         return render_run(run)
 
     return (run_python,)

@@ -69,7 +69,9 @@ def context(backend: Backend, scope: RecallScope = MINE) -> ToolContext:
 
 
 def host(backend: Backend, limits: SandboxConfig = LIMITS) -> HostModule:
-    searcher = MemorySearch(backend.index, backend.memory, backend.embedder, people=people_of(backend.identities))
+    searcher = MemorySearch(
+        backend.index, backend.memory, backend.embedder, people=people_of(backend.identities)
+    )
     return HostModule(context(backend), limits, searcher)
 
 
@@ -91,7 +93,12 @@ def facts(n: int, *, user: str, session: str, start: datetime) -> list[Triple]:
 
 
 def test_a_script_runs_and_reports_what_it_used(backend: Backend, executor: WasmExecutor) -> None:
-    run = executor.run("import math\nprint(math.comb(10, 3), inputs['x'])", inputs={"x": "y"}, limits=LIMITS, host=host(backend))
+    run = executor.run(
+        "import math\nprint(math.comb(10, 3), inputs['x'])",
+        inputs={"x": "y"},
+        limits=LIMITS,
+        host=host(backend),
+    )
     assert run.stdout == "120 y\n"
     assert 0 < run.fuel_used < LIMITS.fuel and run.memory_bytes > 0
 
@@ -165,7 +172,8 @@ def test_the_host_module_reads_only_the_turn_s_scope(backend: Backend, executor:
     backend.memory.put_triples(WS, facts(5, user="u2", session="web.s9", start=start))
     script = (
         "import sigil\nprint(sorted({f['subject'] for f in sigil.facts()}))\n"
-        "try:\n    sigil._call('facts', workspace_id='other')\nexcept RuntimeError as e:\n    print('refused', e)\n"
+        "try:\n    sigil._call('facts', workspace_id='other')\n"
+        "except RuntimeError as e:\n    print('refused', e)\n"
         "try:\n    sigil._call('delete_everything')\nexcept RuntimeError as e:\n    print('refused', e)\n"
     )
     run = executor.run(script, inputs={}, limits=LIMITS, host=host(backend))
@@ -241,7 +249,7 @@ def test_a_model_groups_1000_memories_by_month_through_the_sandbox(
     assert record.outcome == "ok" and record.tools_used == ["run_python"]
     sent = provider.requests[-1].messages[-1]
     assert isinstance(sent, ToolResultMessage) and "<<<BEGIN UNTRUSTED DATA" in sent.content
-    printed = next(line for line in sent.content.splitlines() if line.startswith("{\""))
+    printed = next(line for line in sent.content.splitlines() if line.startswith('{"'))
     assert json.loads(printed) == expected
 
 
