@@ -155,6 +155,7 @@ def run_loop(
                 result.budget_denied = decision.exhausted.summary
                 return reply(decision.exhausted.message(decision.at))
         sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
+        tools.warm(ctx, workspace)  # e.g. a sandbox instance starts while the model thinks
         answer = call_model(provider, sent, on_text=on_text)
         result.usage = _sum(result.usage, answer.usage)
         if budget is not None:

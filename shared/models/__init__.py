@@ -382,6 +382,7 @@ class SandboxRun(Model):
     fuel_used: int
     memory_bytes: int  # the wasm linear memory's size at its largest
     wall_s: float
+    prewarmed: bool = False  # the instance had started before the call (while the model ran)
     # Each `sigil` call: op, args, rows returned or error, milliseconds.
     host_calls: list[dict[str, Any]] = Field(default_factory=list)
 

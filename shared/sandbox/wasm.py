@@ -126,6 +126,7 @@ class _Instance:
         self.started_at = 0.0
         self.ended_at = 0.0
         self.fuel_used = 0
+        self.prewarmed = False
         self.memory_bytes = 0
         self.thread = threading.Thread(target=self._main, name="sigil-sandbox", daemon=True)
         self.thread.start()
@@ -188,6 +189,7 @@ class _Instance:
 
     def _begin(self, job: _Job) -> None:
         self.job = job
+        self.store.set_limits(memory_size=job.limits.memory_mb << 20)
         self.store.set_fuel(job.limits.fuel)
         self.store.set_epoch_deadline(max(1, int(job.limits.wall_s / EPOCH_TICK_S)))
         self.started_at = time.perf_counter()
@@ -244,11 +246,11 @@ class _Instance:
 
     # ---- the caller's side
 
-    def run(self, job: _Job) -> SandboxRun:
+    def run(self, job: _Job, *, prewarmed: bool) -> SandboxRun:
+        self.prewarmed = prewarmed
         self.ready.wait()
         if self.done.is_set():  # the instance died starting: nothing of the job ran
             raise SandboxError(f"the sandbox failed to start: {self.error}", limit="runtime")
-        self.store.set_limits(memory_size=job.limits.memory_mb << 20)
         self.jobs.put(job)
         self.done.wait()
         return self._result(job)
@@ -264,6 +266,7 @@ class _Instance:
             fuel_used=self.fuel_used,
             memory_bytes=max(self.memory_bytes, _memory_now(self)),
             wall_s=round(self.ended_at - self.started_at, 4),
+            prewarmed=self.prewarmed,
             host_calls=self.calls,
         )
         used: dict[str, int | float] = {
@@ -378,7 +381,8 @@ class WasmExecutor:
     ) -> SandboxRun:
         with self._lock:
             inst, self._warm = self._warm, None
-        return (inst or _Instance()).run(_Job(script=script, inputs=inputs, limits=limits, host=host))
+        job = _Job(script=script, inputs=inputs, limits=limits, host=host)
+        return (inst or _Instance()).run(job, prewarmed=inst is not None)
 
     def close(self) -> None:
         with self._lock:
