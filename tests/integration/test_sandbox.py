@@ -12,9 +12,12 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from moto import mock_aws
 
+from shared.adapters.aws import build_aws_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -42,6 +45,7 @@ from shared.sandbox.wasm import WasmExecutor
 from shared.tools import ToolContext, ToolRegistry, default_registry
 from shared.tools.builtin import agent_registry
 from shared.tools.python import python_tools
+from tests.support.moto_aws import name_for, provision
 
 WS = "ws1"
 MINE = RecallScope(session_id="web.s1", users=("u1",))
@@ -255,3 +259,29 @@ def test_a_model_groups_1000_memories_by_month_through_the_sandbox(
 
 def _registry(executor: WasmExecutor) -> ToolRegistry:
     return default_registry().extended(*python_tools(executor))
+
+
+def test_on_the_aws_backend_the_host_module_reads_dynamodb_under_the_turn_s_scope(
+    tmp_path: Path, executor: WasmExecutor
+) -> None:
+    # The agent Lambda's backend on moto: the workspace's sandbox config and the facts from DynamoDB.
+    with mock_aws():
+        backend = build_aws_backend(provision(name_for(tmp_path)).settings())
+        try:
+            start = datetime(2025, 11, 20, tzinfo=UTC)
+            mine = facts(300, user="u1", session="web.s1", start=start)
+            backend.memory.put_triples(WS, mine)
+            backend.memory.put_triples(WS, facts(20, user="u2", session="web.s9", start=start))
+            config = WorkspaceConfig(id=WS, sandbox=SandboxConfig(enabled=True))
+            backend.workspaces.put(config)
+            call = ToolCall(
+                id="c1", name="run_python", arguments=json.dumps({"script": "import json\n" + GROUP_BY_MONTH})
+            )
+            result = _registry(executor).execute(call, context(backend), config)
+            assert not result.is_error, result.content
+            printed = next(line for line in result.content.splitlines() if line.startswith('{"'))
+            assert json.loads(printed) == dict(
+                sorted(Counter(t.created_at.strftime("%Y-%m") for t in mine).items())
+            )
+        finally:
+            backend.close()
