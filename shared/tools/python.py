@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.deadline import check, current, cut
 from shared.errors import Forbidden, SandboxError
 from shared.models import SandboxConfig, SandboxRun, WorkspaceConfig, new_workspace
 from shared.ports import CodeExecutor
@@ -70,6 +71,13 @@ def python_tools(executor: CodeExecutor | None = None) -> tuple[Tool[Any], ...]:
         if sum(len(k) + len(v) for k, v in args.inputs.items()) > MAX_INPUTS_CHARS:
             raise SandboxError(f"the inputs exceed {MAX_INPUTS_CHARS:,} characters", limit="inputs")
         from shared.memory.people import people_of
+
+        # Inside the turn's deadline, like every outbound call: the script's wall time is cut to it.
+        at = current()
+        check(at)
+        wall = cut(limits.wall_s, at)
+        if wall is not None and wall < limits.wall_s:
+            limits = limits.model_copy(update={"wall_s": wall})
         from shared.memory.search import MemorySearch
         from shared.sandbox.host import HostModule
 

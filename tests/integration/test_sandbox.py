@@ -22,6 +22,7 @@ from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
+from shared.deadline import deadline, within
 from shared.errors import SandboxError
 from shared.memory.people import people_of
 from shared.memory.scope import owner_scope
@@ -145,6 +146,15 @@ def test_a_wall_time_loop_is_stopped_by_the_epoch(backend: Backend, executor: Wa
         executor.run("while True:\n    pass", inputs={}, limits=limits, host=host(backend, limits))
     assert caught.value.limit == "wall_time"
     assert caught.value.used["fuel"] < limits.fuel
+
+
+def test_the_tool_stops_a_script_by_the_turn_s_deadline(backend: Backend, executor: WasmExecutor) -> None:
+    on = WorkspaceConfig(id=WS, sandbox=SandboxConfig(enabled=True, fuel=20_000_000_000, wall_s=300))
+    backend.workspaces.put(on)
+    call = ToolCall(id="c1", name="run_python", arguments=json.dumps({"script": "while True:\n    pass"}))
+    with deadline(within(1.0)):
+        result = _registry(executor).execute(call, context(backend), on)
+    assert result.is_error and "sandbox_wall_time" in result.content
 
 
 def test_the_host_environment_never_reaches_the_script(
