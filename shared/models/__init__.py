@@ -374,6 +374,19 @@ class SandboxConfig(Model):
     max_host_rows: int = Field(default=2000, ge=1, le=10_000)
 
 
+class SandboxUsage(Model):
+    """One run_python call as the turn's audit record keeps it: what it used and why it stopped."""
+
+    tool: str = "run_python"
+    fuel: int
+    memory_bytes: int
+    wall_s: float
+    output_bytes: int
+    host_calls: int
+    prewarmed: bool = False
+    stopped: str | None = None  # SandboxError.limit when it did not end on its own
+
+
 class SandboxRun(Model):
     """What one run_python call did: its output and what it used (the audit record carries it)."""
 
@@ -778,6 +791,9 @@ class AuditRecord(Model):
     created_at: datetime = Field(default_factory=utcnow)
     # What a replay needs of the turn (TurnTrace); None on records written before it existed.
     trace: TurnTrace | None = None
+    # Each sandboxed script the turn ran (run_python, docs/sandbox.md): its resource use; the
+    # script and inputs are the call's arguments (trace.tool_calls), its output the transcript's.
+    sandbox: list[SandboxUsage] = Field(default_factory=list)
 
     def anonymised(self) -> AuditRecord:
         """The record without the person (AuditLog.anonymise): the accounting stays."""

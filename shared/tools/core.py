@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from shared.backend import Backend
 from shared.clock import utcnow
-from shared.models import MemoryScope, RecallScope, WorkspaceConfig
+from shared.models import MemoryScope, RecallScope, SandboxUsage, WorkspaceConfig
 from shared.providers.base import ToolSpec
 
 A = TypeVar("A", bound=BaseModel)
@@ -51,6 +51,9 @@ class ToolContext:
     # session itself (the turn commits it, under optimistic concurrency): the turn applies these
     # in its commit.
     session_updates: dict[str, Any] = field(default_factory=dict)
+    # What a tool asks the turn's audit record to carry (run_python's resource use): the loop
+    # hands it to the record (LoopResult.sandbox).
+    sandbox_usage: list[SandboxUsage] = field(default_factory=list)
 
 
 ToolFunction = Callable[[A, ToolContext], ToolOutput]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.deadline import check, current, cut
 from shared.errors import Forbidden, SandboxError
-from shared.models import SandboxConfig, SandboxRun, WorkspaceConfig, new_workspace
+from shared.models import SandboxConfig, SandboxRun, SandboxUsage, WorkspaceConfig, new_workspace
 from shared.ports import CodeExecutor
 from shared.tools.core import Tool, ToolContext, tool
 
@@ -95,9 +95,20 @@ def python_tools(executor: CodeExecutor | None = None) -> tuple[Tool[Any], ...]:
             )
         except SandboxError as exc:
             # What it used goes to the model and the audit with the reason it was stopped.
+            ctx.sandbox_usage.append(_usage(exc.used, stopped=exc.limit))
             raise SandboxError(
                 f"{exc.message} (used: {json.dumps(exc.used)})", limit=exc.limit, used=exc.used
             ) from None
+        ctx.sandbox_usage.append(
+            SandboxUsage(
+                fuel=run.fuel_used,
+                memory_bytes=run.memory_bytes,
+                wall_s=run.wall_s,
+                output_bytes=len(run.stdout.encode()) + len(run.stderr.encode()),
+                host_calls=len(run.host_calls),
+                prewarmed=run.prewarmed,
+            )
+        )
         return render_run(run)
 
     def warm(ctx: ToolContext, workspace: WorkspaceConfig) -> None:
@@ -107,6 +118,17 @@ def python_tools(executor: CodeExecutor | None = None) -> tuple[Tool[Any], ...]:
             (executor or default_executor()).prewarm()
 
     return (replace(run_python, warm=warm),)
+
+
+def _usage(used: dict[str, int | float], *, stopped: str) -> SandboxUsage:
+    return SandboxUsage(
+        fuel=int(used.get("fuel", 0)),
+        memory_bytes=int(used.get("memory_bytes", 0)),
+        wall_s=float(used.get("wall_s", 0.0)),
+        output_bytes=int(used.get("output_bytes", 0)),
+        host_calls=int(used.get("host_calls", 0)),
+        stopped=stopped,
+    )
 
 
 def render_run(run: SandboxRun) -> str:

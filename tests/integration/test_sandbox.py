@@ -50,7 +50,7 @@ from tests.support.moto_aws import name_for, provision
 
 WS = "ws1"
 MINE = RecallScope(session_id="web.s1", users=("u1",))
-LIMITS = SandboxConfig(enabled=True, fuel=200_000_000, memory_mb=64, wall_s=5, max_output_bytes=10_000)
+LIMITS = SandboxConfig(enabled=True, fuel=1_000_000_000, memory_mb=64, wall_s=60, max_output_bytes=10_000)
 CANARY = "canary-7f3a91-do-not-leak"
 
 
@@ -152,9 +152,13 @@ def test_the_tool_stops_a_script_by_the_turn_s_deadline(backend: Backend, execut
     on = WorkspaceConfig(id=WS, sandbox=SandboxConfig(enabled=True, fuel=20_000_000_000, wall_s=300))
     backend.workspaces.put(on)
     call = ToolCall(id="c1", name="run_python", arguments=json.dumps({"script": "while True:\n    pass"}))
+    ctx = context(backend)
     with deadline(within(1.0)):
-        result = _registry(executor).execute(call, context(backend), on)
-    assert result.is_error and "sandbox_wall_time" in result.content
+        result = _registry(executor).execute(call, ctx, on)
+    assert result.is_error and "sandbox_wall_time" in result.content, result.content
+    # What it used reaches the turn's audit record, with the limit that stopped it.
+    (usage,) = ctx.sandbox_usage
+    assert usage.stopped == "wall_time" and usage.fuel < on.sandbox.fuel
 
 
 def test_the_host_environment_never_reaches_the_script(
@@ -265,6 +269,14 @@ def test_a_model_groups_1000_memories_by_month_through_the_sandbox(
     assert isinstance(sent, ToolResultMessage) and "<<<BEGIN UNTRUSTED DATA" in sent.content
     printed = next(line for line in sent.content.splitlines() if line.startswith('{"'))
     assert json.loads(printed) == expected
+    # The instance had started while the model's first call was in flight (ToolRegistry.warm).
+    assert '"prewarmed": true' in sent.content
+    # The audit record: the script in the call's arguments, what it used beside it.
+    stored = backend.audit.list_records(WS)[0]
+    assert stored.trace is not None and "sigil.facts" in stored.trace.tool_calls[0].arguments
+    (usage,) = stored.sandbox
+    assert usage.prewarmed and usage.host_calls == 3 and usage.stopped is None
+    assert 0 < usage.fuel <= SandboxConfig().fuel and usage.output_bytes > 0
 
 
 def _registry(executor: WasmExecutor) -> ToolRegistry:
