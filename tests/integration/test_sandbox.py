@@ -123,6 +123,10 @@ HOSTILE = {
     "ctypes": ("import ctypes\nctypes.CDLL(None)", "script"),
     "os module": ("import os\nprint(os.environ)", "script"),
     "hidden module": ("import importlib\nimportlib.import_module('os')", "script"),
+    "threads": ("import _thread\n_thread.start_new_thread(print, ('x',))", "script"),
+    "C-level recursion": ("import json\njson.loads('[' * 100_000 + ']' * 100_000)", "script"),
+    "parser bomb": ("exec('(' * 200 + ')' * 200)", "memory"),
+    "driver internals": ("os = sigil.facts.__globals__['_os']\nprint(os.listdir('/'))", "script"),
     "host call flood": ("import sigil\nwhile True:\n    sigil.facts(limit=1)", "host_calls"),
 }
 
