@@ -107,3 +107,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/cost.py
 	$(BIN)/python bench/turn_deadline.py
+	$(BIN)/python bench/sandbox.py

@@ -130,3 +130,19 @@ class TurnNotStarted(SigilError):
 
     code = "turn_not_started"
     http_status = 503
+
+
+class SandboxError(SigilError):
+    """A run_python script was stopped or failed inside its WebAssembly sandbox (docs/sandbox.md).
+
+    `limit` names what stopped it: fuel, memory, wall_time, output, host_calls, or script (the
+    script raised). The host is never harmed; the message is safe to show the model.
+    """
+
+    code = "sandbox_error"
+    http_status = 422
+
+    def __init__(self, message: str, *, limit: str, used: dict[str, int | float] | None = None) -> None:
+        super().__init__(message, code=f"sandbox_{limit}")
+        self.limit = limit
+        self.used = used or {}

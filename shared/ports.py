@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -31,6 +31,8 @@ from shared.models import (
     OutboundMessage,
     OutboxEntry,
     RecallScope,
+    SandboxConfig,
+    SandboxRun,
     Schedule,
     Session,
     Summary,
@@ -730,4 +732,23 @@ class Schedules(Protocol):
 
     def cancel(self, workspace_id: str, schedule_id: str) -> bool:
         """Stop the schedule; False when the workspace has no such live schedule."""
+        ...
+
+
+# What a sandboxed script's `sigil` calls reach: (op, JSON args) -> a JSON-able answer.
+HostHandler = Callable[[str, dict[str, Any]], Any]
+
+
+class CodeExecutor(Protocol):
+    """Runs untrusted Python in a sandbox under a call's limits (docs/sandbox.md): the adapter is
+    shared.sandbox.wasm.WasmExecutor (CPython for WASI on Wasmtime)."""
+
+    def prewarm(self) -> None:
+        """Start an instance for the next run now, e.g. while the model call is in flight."""
+        ...
+
+    def run(
+        self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
+    ) -> SandboxRun:
+        """Run `script`; raise SandboxError (its `limit` says which) when it is stopped or fails."""
         ...

@@ -84,6 +84,7 @@ def audit_record(
         quoted=list(safety.quoted) if safety else [],
         injection_rules={source: list(rules) for source, rules in safety.findings.items()} if safety else {},
         correlation_id=correlation.current(),
+        sandbox=list(loop.sandbox) if loop else [],
     )
 
 

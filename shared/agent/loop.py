@@ -35,7 +35,14 @@ from typing import Literal
 
 from shared.budgets import TurnBudget
 from shared.errors import BudgetExceeded, ToolCallLimitExceeded
-from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, WorkspaceConfig
+from shared.models import (
+    AssistantMessage,
+    Message,
+    SandboxUsage,
+    ToolCall,
+    ToolResultMessage,
+    WorkspaceConfig,
+)
 from shared.providers.base import ChatRequest, Done, Provider, TextDelta, ToolCallEvent, Usage
 from shared.safety.guard import guard_untrusted
 from shared.safety.redact import redact, redact_json
@@ -102,6 +109,7 @@ class LoopResult:
     budget_denied: str | None = None  # what ran out, when a budget ended the turn between calls
     refused: bool = False  # the model (or its provider's filter) declined to answer
     safety: Safety = field(default_factory=Safety)
+    sandbox: list[SandboxUsage] = field(default_factory=list)  # run_python's use, for the audit
 
     @property
     def reply(self) -> AssistantMessage:
@@ -140,7 +148,7 @@ def run_loop(
     """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
     safety = safety if safety is not None else Safety(pii=workspace.pii_redaction)
-    result, calls, step = LoopResult(safety=safety), 0, 0
+    result, calls, step = LoopResult(safety=safety, sandbox=ctx.sandbox_usage), 0, 0
 
     def reply(text: str) -> LoopResult:
         content = safety.redact(text)
@@ -155,6 +163,7 @@ def run_loop(
                 result.budget_denied = decision.exhausted.summary
                 return reply(decision.exhausted.message(decision.at))
         sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
+        tools.warm(ctx, workspace)  # e.g. a sandbox instance starts while the model thinks
         answer = call_model(provider, sent, on_text=on_text)
         result.usage = _sum(result.usage, answer.usage)
         if budget is not None:

@@ -437,6 +437,56 @@ class WebConfig(Model):
     timeout_s: float = Field(default=15.0, gt=0, le=120)
 
 
+# run_python (shared/sandbox/, docs/sandbox.md): off unless a workspace turns it on. Spec 001's
+# executor numbers, with one reading made explicit: its 1,000,000 fuel units meter the script, not
+# CPython's start (which costs ~250 million wasm instructions and happens before the script, in a
+# pre-warmed instance), and the default here is larger because 1,000,000 units is ~10,000 Python
+# bytecodes, too few to read 1,000 facts; the spec's figure remains a valid setting.
+SPEC_001_FUEL = 1_000_000
+
+
+class SandboxConfig(Model):
+    """What one run_python call may use (each call gets a fresh WebAssembly instance)."""
+
+    enabled: bool = False
+    # Wasm instructions (Wasmtime fuel) the script may execute after the interpreter has started.
+    fuel: int = Field(default=400_000_000, ge=SPEC_001_FUEL // 10, le=20_000_000_000)
+    memory_mb: int = Field(default=64, ge=16, le=1024)
+    # Wall-clock seconds, enforced by epoch interruption (a loop in wasm cannot hold the thread).
+    wall_s: float = Field(default=10.0, gt=0, le=300)
+    # Bytes the script may write to stdout and stderr together; past it the run is stopped.
+    max_output_bytes: int = Field(default=64_000, ge=1024, le=10_000_000)
+    # Calls the script may make to the `sigil` host module in one run, and rows one call returns.
+    max_host_calls: int = Field(default=50, ge=0, le=1000)
+    max_host_rows: int = Field(default=2000, ge=1, le=10_000)
+
+
+class SandboxUsage(Model):
+    """One run_python call as the turn's audit record keeps it: what it used and why it stopped."""
+
+    tool: str = "run_python"
+    fuel: int
+    memory_bytes: int
+    wall_s: float
+    output_bytes: int
+    host_calls: int
+    prewarmed: bool = False
+    stopped: str | None = None  # SandboxError.limit when it did not end on its own
+
+
+class SandboxRun(Model):
+    """What one run_python call did: its output and what it used (the audit record carries it)."""
+
+    stdout: str
+    stderr: str
+    fuel_used: int
+    memory_bytes: int  # the wasm linear memory's size at its largest
+    wall_s: float
+    prewarmed: bool = False  # the instance had started before the call (while the model ran)
+    # Each `sigil` call: op, args, rows returned or error, milliseconds.
+    host_calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -474,6 +524,8 @@ class WorkspaceConfig(Model):
     web: WebConfig = Field(default_factory=WebConfig)
     # Remote MCP servers whose tools this workspace's turns may call (docs/mcp.md).
     mcp: McpConfig = Field(default_factory=McpConfig)
+    # run_python (docs/sandbox.md): off unless turned on here.
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
@@ -853,6 +905,9 @@ class AuditRecord(Model):
     created_at: datetime = Field(default_factory=utcnow)
     # What a replay needs of the turn (TurnTrace); None on records written before it existed.
     trace: TurnTrace | None = None
+    # Each sandboxed script the turn ran (run_python, docs/sandbox.md): its resource use; the
+    # script and inputs are the call's arguments (trace.tool_calls), its output the transcript's.
+    sandbox: list[SandboxUsage] = Field(default_factory=list)
 
     def anonymised(self) -> AuditRecord:
         """The record without the person (AuditLog.anonymise): the accounting stays."""

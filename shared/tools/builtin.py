@@ -118,12 +118,16 @@ def default_registry() -> ToolRegistry:
 
 def agent_registry() -> ToolRegistry:
     """The built-ins, the memory tools (shared.tools.memory), the skill tool (shared.tools.skill)
-    and the web tools (shared.tools.web, off unless the workspace's config turns them on): what a
+    the web tools (shared.tools.web) and run_python (shared.tools.python), both off unless the
+    workspace's config turns them on: what a
     turn offers by default."""
     # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
     from shared.tools.memory import MEMORY_TOOLS
+    from shared.tools.python import PYTHON_TOOLS
     from shared.tools.schedule import SCHEDULE_TOOLS
     from shared.tools.skill import SKILL_TOOLS
     from shared.tools.web import WEB_TOOLS
 
-    return default_registry().extended(*MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS, *SCHEDULE_TOOLS)
+    return default_registry().extended(
+        *MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS, *SCHEDULE_TOOLS, *PYTHON_TOOLS
+    )

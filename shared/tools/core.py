@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from shared.backend import Backend
 from shared.clock import utcnow
-from shared.models import InboundMessage, MemoryScope, RecallScope
+from shared.models import InboundMessage, MemoryScope, RecallScope, SandboxUsage, WorkspaceConfig
 from shared.providers.base import ToolSpec
 
 A = TypeVar("A", bound=BaseModel)
@@ -54,6 +54,9 @@ class ToolContext:
     # The message the turn answers (its channel, conversation and sender): what a schedule made
     # in the turn fires as (shared.schedules). None outside a turn (a replay's sandbox, tests).
     inbound: InboundMessage | None = None
+    # What a tool asks the turn's audit record to carry (run_python's resource use): the loop
+    # hands it to the record (LoopResult.sandbox).
+    sandbox_usage: list[SandboxUsage] = field(default_factory=list)
 
 
 ToolFunction = Callable[[A, ToolContext], ToolOutput]
@@ -71,6 +74,9 @@ class Tool(Generic[A]):
     # search): the turn then always passes it to the model quoted as untrusted data, not only
     # when the injection scan flags it (docs/safety.md). False: the gateway wrote all of it.
     untrusted_output: bool = False
+    # Work worth starting while the model call is in flight, in case the model calls this tool
+    # (run_python starts a sandbox instance); it must return at once. ToolRegistry.warm calls it.
+    warm: Callable[[ToolContext, WorkspaceConfig], None] | None = field(default=None, compare=False)
     parameters: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

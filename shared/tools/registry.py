@@ -120,6 +120,12 @@ class ToolRegistry:
         t = self._tools.get(name)
         return t is not None and t.untrusted_output
 
+    def warm(self, ctx: ToolContext, workspace: WorkspaceConfig) -> None:
+        """Let each permitted tool with a `warm` hook prepare, before a model call (docs/sandbox.md)."""
+        for t in self._tools.values():
+            if t.warm is not None and permitted(workspace, t.name):
+                t.warm(ctx, workspace)
+
     def permits(self, name: str, workspace: WorkspaceConfig) -> bool:
         """Whether a call to `name` would run in `workspace`: the tool exists and is permitted."""
         return name in self._tools and permitted(workspace, name)
