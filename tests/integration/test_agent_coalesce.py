@@ -32,6 +32,9 @@ def coalescing(aws: AwsResources, fake: FakeOpenAI) -> AwsResources:  # noqa: F8
             OPENAI_API_KEY="sk-test",
             provider_max_retries=0,
             coalesce_burst=True,
+            # Behind a local URL the fake model is free unless priced: priced, so the cost metric
+            # has something to show.
+            model_prices={"openai/fake-model": {"input_per_mtok": "1", "output_per_mtok": "4"}},
         )
     )
     return aws
