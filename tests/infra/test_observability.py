@@ -141,7 +141,8 @@ def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_an
         "GreaterThanThreshold",
     )
     extraction = prod.template.find_resources("AWS::SQS::Queue")[logical_id(stack.consolidation.extraction)]
-    assert backlog["Threshold"] * backlog["EvaluationPeriods"] < extraction["Properties"]["MessageRetentionPeriod"]
+    goes_off_after = backlog["Threshold"] + backlog["EvaluationPeriods"] * backlog["Period"]
+    assert goes_off_after < extraction["Properties"]["MessageRetentionPeriod"]
     dead = by_metric[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
     # Any message in either dead-letter queue: the turns' and the per-turn extractions'
     assert {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in dead} == {
