@@ -171,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     backends = ("aws", "embedded") if args.backend == "both" else (args.backend,)
-    print(f"{args.sessions} sessions, one message each, posted at once; model latency {args.latency_s:.1f} s")
+    warmth = "containers cold" if args.cold else "after a warm-up round on other sessions"
+    print(
+        f"{args.sessions} sessions, one message each, at once; model latency {args.latency_s:.1f} s; {warmth}"
+    )
     print(
         f"{'backend':<11} {'called':>6} {'wait p50':>9} {'wait p95':>9} {'wait max':>9} "
         f"{'spread':>7} {'batches':>7} {'in-batch spread':>15}  batch sizes"

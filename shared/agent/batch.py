@@ -206,7 +206,8 @@ class SqsFifoGroupsProcessor(SqsFifoPartialProcessor):
         return outcomes
 
     def _settle(self, record: dict[str, Any], outcome: _Outcome) -> tuple[Any, ...]:
-        self._current_group_id = _group_of(record)
+        # What failure_handler reads to skip the rest of the group (powertools types it as None).
+        self._current_group_id = _group_of(record)  # type: ignore[assignment]
         if outcome.skipped:
             skipped = self._to_batch_type(record=record, event_type=self.event_type, model=self.model)
             return self.failure_handler(record=skipped, exception=self.group_circuit_breaker_exc)
