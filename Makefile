@@ -91,7 +91,9 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
 # (docs/skills.md, seconds); the cost of 1,000 turns (500 measured, docs/cost.md, ~6 min). ~30 min in all.
 # Fact extraction scored against gold facts on 19 conversations written for it, the recorded answers
-# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model).
+# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model). The wait from
+# a message's receipt to its model call, 50 sessions at once on `sigil dev --aws` (~2 min), and the
+# bytes a streamed web reply posts in the cloud (seconds): docs/scale.md.
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -104,4 +106,6 @@ bench: $(STAMP)
 	$(BIN)/python bench/redaction.py
 	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/lane_wait.py
+	$(BIN)/python bench/stream_bytes.py
 	$(BIN)/python bench/cost.py
