@@ -90,10 +90,10 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
 # faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
 # (docs/skills.md, seconds); the cost of 1,000 turns (500 measured, docs/cost.md, ~6 min). ~30 min in all.
+# The wait from a message's receipt to its model call, 50 sessions at once on `sigil dev --aws`
+# (~2 min), and the bytes a streamed web reply posts in the cloud (seconds): docs/scale.md.
 # Fact extraction scored against gold facts on 19 conversations written for it, the recorded answers
-# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model). The wait from
-# a message's receipt to its model call, 50 sessions at once on `sigil dev --aws` (~2 min), and the
-# bytes a streamed web reply posts in the cloud (seconds): docs/scale.md.
+# replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model).
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
