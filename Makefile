@@ -90,6 +90,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # cold imports before the house (deeb990) and now (~3 min); chaos, 50 sessions x 20 messages with
 # faults on both backends (~7 min, docs/local-aws-mode.md); the prompt's size with 50 skills installed
 # (docs/skills.md, seconds); the cost of 1,000 turns (500 measured, docs/cost.md, ~6 min). ~30 min in all.
+# The wait from a message's receipt to its model call, 50 sessions at once on `sigil dev --aws`
+# (~2 min), and the bytes a streamed web reply posts in the cloud (seconds): docs/scale.md.
 # Fact extraction scored against gold facts on 19 conversations written for it, the recorded answers
 # replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model). Each outbound
 # call of a turn inside a 1 s deadline against servers that answer after 6 s (docs/providers.md, ~10 s).
@@ -105,6 +107,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/redaction.py
 	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/lane_wait.py
+	$(BIN)/python bench/stream_bytes.py
 	$(BIN)/python bench/cost.py
 	$(BIN)/python bench/turn_deadline.py
 	$(BIN)/python bench/sandbox.py

@@ -76,6 +76,7 @@ class SigilStack(Stack):
             reserved_concurrency=caps.consolidate_reserved,
         )
         observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
+        observability.alarm_on_extraction_backlog(consolidation.extraction)
         agent = Agent(
             self,
             "Agent",

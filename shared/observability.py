@@ -8,9 +8,12 @@ shared.metric_catalogue's list; importing this module also makes its `record` co
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from collections.abc import Mapping
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
 from aws_lambda_powertools.metrics.base import MetricManager
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
@@ -21,7 +24,22 @@ __all__ = ["SERVICE", "logger", "metrics", "per_workspace", "tracer"]
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+
+class _Metrics(Metrics):
+    """powertools' Metrics, one add at a time: the agent runs a batch's sessions in parallel
+    threads (shared.agent.batch), and add_metric reads, appends to and writes back the metric set."""
+
+    _lock = threading.Lock()
+
+    def add_metric(
+        self, name: str, unit: MetricUnit | str, value: float, resolution: MetricResolution | int = 60
+    ) -> None:
+        with self._lock:
+            super().add_metric(name=name, unit=unit, value=value, resolution=resolution)
+
+
+metrics = _Metrics(namespace=NAMESPACE, service=SERVICE)
 
 
 def _add(metric: Metric, value: float) -> None:
@@ -39,4 +57,5 @@ def per_workspace(workspace_id: str, values: Mapping[Metric, float]) -> None:
     for metric, value in values.items():
         manager.add_metric(name=metric.name, unit=metric.unit, value=value)
     if not is_metrics_disabled():
-        print(json.dumps(manager.serialize_metric_set(), separators=(",", ":")))
+        # One write per line: the batch's sessions publish from parallel threads.
+        sys.stdout.write(json.dumps(manager.serialize_metric_set(), separators=(",", ":")) + "\n")

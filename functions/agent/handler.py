@@ -1,7 +1,7 @@
 """The agent: SQS FIFO batches of lane items to shared.agent.batch, one turn per item, in order
-within each session, all within the invocation's remaining time (less SIGIL_TURN_RESERVE_S); the
-answer is the partial batch response (batchItemFailures). Each record's turn runs under its lane
-item's correlation id (shared.agent.batch)."""
+within each session and the batch's sessions at once, all within the invocation's remaining time
+(less SIGIL_TURN_RESERVE_S); the answer is the partial batch response (batchItemFailures). Each
+record's turn runs under its lane item's correlation id (shared.agent.batch)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared import cloud
-from shared.agent.batch import batch_deadline, lane_processor, plan_batch, run_record, settle
+from shared.agent.batch import batch_deadline, lane_processor, plan_batch, run_record, settle, shared_deps
 from shared.observability import logger, metrics, tracer
 
 
@@ -28,11 +28,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     records: list[dict[str, Any]] = event["Records"]
     plan = plan_batch(records, settings.coalesce_burst)
     processor = lane_processor()
-    handler = partial(run_record, plan, cloud.turn_deps, until=until, min_turn_s=settings.turn_min_s)
+    # The batch's sessions run in parallel threads: the first to need the deps builds them once.
+    deps = shared_deps(cloud.turn_deps)
+    handler = partial(run_record, plan, deps, until=until, min_turn_s=settings.turn_min_s)
     try:
         with processor(records, handler, context):
             processor.process()
         return processor.response()
     finally:
         # In `finally`: when every record fails, the processor raises instead of answering.
-        settle(processor, cloud.turn_deps, settings.lane_max_attempts)
+        settle(processor, deps, settings.lane_max_attempts)

@@ -43,6 +43,9 @@ RUNBOOK = "docs/operations.md"
 # A lane's oldest message older than this is not a turn being worked on (the agent's timeout is
 # 10 minutes): its session waits for a redelivery, or nothing consumes the lane.
 LANE_STALLED_S = 1200
+# Half the extraction queue's retention (1 hour): a per-turn extraction older than this is backed
+# up, and one older than the retention is dropped (compaction extracts its messages later).
+EXTRACTION_BACKLOG_S = 1800
 # Percent of the turns tried in an hour that failed on the model provider or needed the fallback.
 PROVIDER_FAILURE_PERCENT = 10
 # Turns refused by a workspace budget in an hour: above it, a budget is set too low or a sender
@@ -203,6 +206,22 @@ class Observability(Construct):
             "no fact is lost (compaction extracts the messages), but every extraction may be failing.",
             look_first="the consolidate function's 'turn extraction' ERROR lines",
             anchor="extraction-dead-letters",
+        )
+
+    def alarm_on_extraction_backlog(self, extraction: sqs.IQueue) -> cloudwatch.Alarm:
+        """Per-turn extractions waiting longer than the consolidate function keeps up with: past the
+        queue's retention SQS drops them, and their facts wait for compaction."""
+        return self.alarm(
+            "ExtractionBacklogAlarm",
+            extraction.metric_approximate_age_of_oldest_message(
+                period=Duration.minutes(5), statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=EXTRACTION_BACKLOG_S,
+            what=f"A per-turn extraction has waited more than {EXTRACTION_BACKLOG_S // 60} minutes: "
+            "the consolidate function does not keep up, and what waits an hour is dropped (its facts "
+            "arrive with the session's next compaction).",
+            look_first="the consolidate function's Throttles, Duration and ERROR lines",
+            anchor="extraction-backlog",
         )
 
     def alarm_on_functions(self, functions: Mapping[str, lambda_.IFunction]) -> None:

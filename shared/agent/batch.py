@@ -33,6 +33,14 @@ and a count named Outcome_<outcome>), without user or session dimensions, and it
 once more per workspace (WorkspaceTokensIn, WorkspaceTokensOut, WorkspaceCostUSD); a turn failed
 by its model provider also counts ProviderErrors. The names are shared.metric_catalogue's.
 
+The batch's sessions run at once, one worker thread per session (SqsFifoGroupsProcessor, at most
+MAX_PARALLEL_SESSIONS): a message waits for its own session's earlier turns only, not for other
+sessions' turns that happen to share its batch (docs/scale.md). Each worker runs in a copy of the
+invocation's context (the correlation id, the deadline in scope: ContextVars), all under the one
+batch deadline; a worker's log lines carry its own turn's correlation id (powertools' thread-local
+keys). The records' outcomes are then settled in batch order on the invocation's thread, so
+batchItemFailures, the processor's lists and the apologies are what a sequential run gives.
+
 The agent function drives it with powertools' processor as a context manager:
 `with processor(records, partial(run_record, plan, deps, until=..., min_turn_s=...)):
 processor.process()`, then `settle`.
@@ -40,11 +48,16 @@ processor.process()`, then `settle`.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 from aws_lambda_powertools.utilities.batch.exceptions import ExceptionInfo
@@ -110,9 +123,129 @@ class TurnRecord(SqsRecordModel):
     body: Json[LaneItem]  # the producer is shared.adapters.aws.sqs, through shared.serde
 
 
+# A batch holds at most 10 records (the event source's batch size), so at most 10 sessions.
+MAX_PARALLEL_SESSIONS: Final = 10
+
+# True in a worker thread's context: its turns put their correlation id on the thread's own log
+# keys, since the logger's keys are one dict for the process.
+_in_worker: ContextVar[bool] = ContextVar("sigil_batch_worker", default=False)
+
+
+class _ThreadKeys:
+    """The logger `correlation.correlated` is given in a worker: powertools' thread-local keys."""
+
+    def set_correlation_id(self, value: str | None) -> None:
+        logger.thread_safe_append_keys(correlation_id=value)
+
+
+def _log_keys() -> correlation.CorrelatedLogger:
+    return _ThreadKeys() if _in_worker.get() else logger
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one record came to in its session's worker, settled later on the invocation's thread."""
+
+    data: Any = None  # the record as the handler got it (None when it did not parse)
+    result: Any = None
+    error: Any = None  # sys.exc_info() of its failure
+    invalid: bool = False  # its body is no lane item
+    skipped: bool = False  # an earlier record of its session failed
+
+
+class SqsFifoGroupsProcessor(SqsFifoPartialProcessor):
+    """powertools' FIFO processor with skip_group_on_error, each message group in its own thread.
+
+    A group's records run in order in one worker; a failed (or unreadable) record skips the rest
+    of its group, as the sequential processor does. The outcomes are then recorded in batch order
+    on the calling thread (success_handler, failure_handler), so everything read after `process`
+    (success_messages, fail_messages, exceptions, the response) is in the order it always was.
+    """
+
+    def __init__(self, *, max_workers: int = MAX_PARALLEL_SESSIONS, logger: logging.Logger | None = None):
+        super().__init__(model=TurnRecord, skip_group_on_error=True, logger=logger)
+        self.max_workers = max_workers
+
+    def process(self) -> list[tuple[Any, ...]]:
+        groups: dict[str | None, list[dict[str, Any]]] = {}
+        for record in self.records:
+            groups.setdefault(_group_of(record), []).append(record)
+        if len(groups) < 2 or self.max_workers < 2:
+            return super().process()
+        outcomes: dict[int, _Outcome] = {}
+        with ThreadPoolExecutor(min(self.max_workers, len(groups)), thread_name_prefix="session") as pool:
+            # A copy of this context per group: the deadline and anything else in scope, in each.
+            runs = [pool.submit(contextvars.copy_context().run, self._run_group, g) for g in groups.values()]
+            for run in runs:
+                outcomes.update(run.result())
+        return [self._settle(record, outcomes[id(record)]) for record in self.records]
+
+    def _run_group(self, records: list[dict[str, Any]]) -> dict[int, _Outcome]:
+        _in_worker.set(True)
+        outcomes: dict[int, _Outcome] = {}
+        failed = False
+        for record in records:
+            if failed:
+                outcomes[id(record)] = _Outcome(skipped=True)
+                continue
+            data = None
+            try:
+                data = self._to_batch_type(record=record, event_type=self.event_type, model=self.model)
+                if self._handler_accepts_lambda_context:
+                    result = self.handler(record=data, lambda_context=self.lambda_context)
+                else:
+                    result = self.handler(record=data)
+                outcomes[id(record)] = _Outcome(data=data, result=result)
+            except ValidationError as exc:
+                # As the base processor tells a poison pill from a handler's failure.
+                invalid = data is None and exc.title == TurnRecord.__name__
+                outcomes[id(record)] = _Outcome(data=data, error=sys.exc_info(), invalid=invalid)
+                failed = True
+            except Exception:  # noqa: BLE001 -- the record fails, as in the base processor
+                outcomes[id(record)] = _Outcome(data=data, error=sys.exc_info())
+                failed = True
+        return outcomes
+
+    def _settle(self, record: dict[str, Any], outcome: _Outcome) -> tuple[Any, ...]:
+        # What failure_handler reads to skip the rest of the group (powertools types it as None).
+        self._current_group_id = _group_of(record)  # type: ignore[assignment]
+        if outcome.skipped:
+            skipped = self._to_batch_type(record=record, event_type=self.event_type, model=self.model)
+            return self.failure_handler(record=skipped, exception=self.group_circuit_breaker_exc)
+        if outcome.invalid:
+            unreadable = self._to_batch_type(record=record, event_type=self.event_type)
+            return self.failure_handler(record=unreadable, exception=outcome.error)
+        if outcome.error is not None:
+            # The failure's log line under its turn's correlation id, as when it ran here.
+            body = outcome.data.body if isinstance(outcome.data, TurnRecord) else None
+            with correlation.correlated(body.correlation_id if body else None, logger=logger):
+                return self.failure_handler(record=outcome.data, exception=outcome.error)
+        return self.success_handler(record=record, result=outcome.result)
+
+
+def _group_of(record: Mapping[str, Any]) -> str | None:
+    group = record.get("attributes", {}).get("MessageGroupId")
+    return group if isinstance(group, str) else None
+
+
 def lane_processor() -> SqsFifoPartialProcessor:
-    """A batch's processor: a failed record fails only the rest of its session's records."""
-    return SqsFifoPartialProcessor(model=TurnRecord, skip_group_on_error=True, logger=log)
+    """A batch's processor: its sessions at once, a failed record failing only the rest of its
+    session's records."""
+    return SqsFifoGroupsProcessor(logger=log)
+
+
+def shared_deps(deps: Deps) -> Deps:
+    """`deps` built once however many of the batch's workers ask for it at the same moment."""
+    lock = threading.Lock()
+    built: list[TurnDeps] = []
+
+    def once() -> TurnDeps:
+        with lock:
+            if not built:
+                built.append(deps())
+            return built[0]
+
+    return once
 
 
 @dataclass(frozen=True)
@@ -169,7 +302,7 @@ def run_record(
         )
     item = plan.leads.get(record.messageId, record.body)
     try:
-        with deadline(until), correlation.correlated(record.body.correlation_id, logger=logger):
+        with deadline(until), correlation.correlated(record.body.correlation_id, logger=_log_keys()):
             audit = turn(deps, item)
     except Exception as exc:
         failed = OUTCOMES["error"]

@@ -6,9 +6,16 @@ nothing, since a page that reconnects sends `resume` with the last seq it has an
 from the outbox. Deltas are a live preview only, posted while the model streams (already
 redacted: shared.agent.reply.redacted), never stored.
 
+Deltas are coalesced in time and posted as increments, so the bytes a reply posts grow with its
+length, not with its square (API Gateway bills a post per 32 KB): a part posts at most once per
+DELTA_INTERVAL_S (the deltas in between ride on the next post; the `reply` frame brings whatever
+the last one left out), and each connection gets what it lacks, from the offset it has. A
+connection this container has not posted the part to yet (one that joined mid-reply), or whose
+last post failed, or a part whose text started over, gets the whole text from offset 0.
+
 The frames are the browser protocol's (docs/web-channel.md, docs/web-streaming-cloud.md):
 
-    {"type": "delta", "session", "turn_id", "part", "in_reply_to", "offset", "text"}   (offset always 0)
+    {"type": "delta", "session", "turn_id", "part", "in_reply_to", "offset", "text"}
     {"type": "reply", "session", "seq", "turn_id", "part", "text", "final", "in_reply_to", "created_at"}
 """
 
@@ -16,8 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
@@ -35,6 +44,21 @@ MAX_DELTA_BYTES = 96 * 1024
 # per couple of seconds of deltas instead of one per delta. A browser that starts listening in
 # between gets the deltas after that, and the reply frame (whose listeners are always read) anyway.
 LISTENERS_TTL_S = 2.0
+# At most one post of a streaming part per this many seconds: a redacted update comes every 64
+# characters, a few dozen a second from a fast model, and a page reads a few a second.
+DELTA_INTERVAL_S = 0.25
+
+
+@dataclass
+class _Part:
+    """A streaming part: its text so far and how much of it each connection has."""
+
+    text: str = ""
+    # Bumped when the text starts over: a connection's offset into the old text means nothing.
+    generation: int = 0
+    posted_at: float | None = None  # monotonic
+    # connection id -> (generation, characters) the connection has of the part
+    sent: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def dumps(frame: dict[str, object]) -> bytes:
@@ -49,51 +73,79 @@ class SessionSockets:
     """
 
     def __init__(
-        self, connections: Connections, poster: ConnectionPoster, *, clock: Callable[[], float] = time.time
+        self,
+        connections: Connections,
+        poster: ConnectionPoster,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connections = connections
         self.poster = poster
         self._clock = clock
-        # The text so far of each part being streamed; a part whose turn died is dropped with the
-        # oldest (a container runs one turn at a time, so a handful is plenty).
-        self._so_far: LRUCache[tuple[str, str, int], str] = LRUCache(64)
+        # The parts being streamed; a part whose turn died is dropped with the oldest (a container
+        # runs one batch at a time, at most ten turns at once, so a handful is plenty).
+        self._parts: LRUCache[tuple[str, str, int], _Part] = LRUCache(64)
         # (workspace, session) → (read at, listeners), for deltas only; monotonic, not `clock`.
         self._listeners: LRUCache[tuple[str, str], tuple[float, list[str]]] = LRUCache(64)
-        self._monotonic = time.monotonic
+        self._monotonic = monotonic  # the delta interval and the listeners' age
+        # A batch's sessions stream from parallel threads (shared.agent.batch); the network posts
+        # are made outside it.
+        self._lock = threading.Lock()
 
     def publish(self, delta: WebDelta) -> None:
         key = (delta.workspace_id, delta.turn_id, delta.part)
-        if delta.final:
-            self._so_far.pop(key, None)
-            return  # the part's `reply` frame, posted after the outbox write, ends it
-        # Every delta goes out as the whole text so far (offset 0): a connection that joined
-        # mid-reply, or missed a post, has no prefix to apply an increment to, and a socket
-        # holds no state here between posts. A reply is a few KB, redacted in 64-character steps.
-        text = self._so_far.get(key, "")[: delta.offset] + delta.text
-        self._so_far[key] = text
-        if len(text.encode()) > MAX_DELTA_BYTES:
-            return  # past what one frame may carry: the reply frame brings the whole text
-        whole = delta.model_copy(update={"offset": 0, "text": text})
-        self.post(delta.workspace_id, delta.session, delta_frame(whole), fresh=False)
+        with self._lock:
+            if delta.final:
+                self._parts.pop(key, None)
+                return  # the part's `reply` frame, posted after the outbox write, ends it
+            part = self._parts.get(key) or _Part()
+            if delta.offset < len(part.text):
+                part.generation += 1  # the text started over (the loop's next model call)
+            part.text = part.text[: delta.offset] + delta.text
+            self._parts[key] = part
+            now = self._monotonic()
+            if part.posted_at is not None and now - part.posted_at < DELTA_INTERVAL_S:
+                return  # rides on the next post, or on the reply frame
+            if len(part.text.encode()) > MAX_DELTA_BYTES:
+                return  # past what one frame may carry: the reply frame brings the whole text
+            part.posted_at = now
+            text, generation = part.text, part.generation
+        for connection_id in self._listening(delta.workspace_id, delta.session):
+            with self._lock:
+                have_generation, have = part.sent.get(connection_id, (-1, 0))
+                offset = have if have_generation == generation and have <= len(text) else 0
+                if offset == len(text):
+                    continue
+            frame = delta_frame(delta.model_copy(update={"offset": offset, "text": text[offset:]}))
+            posted = self.post_to(connection_id, frame)
+            with self._lock:
+                if posted:
+                    part.sent[connection_id] = (generation, len(text))
+                else:
+                    part.sent.pop(connection_id, None)  # the next post, if any, is whole
 
-    def post(self, workspace_id: str, session: str, frame: dict[str, object], *, fresh: bool = True) -> int:
-        """Post `frame` to the session's listeners; returns to how many it went.
+    def post(self, workspace_id: str, session: str, frame: dict[str, object]) -> int:
+        """Post `frame` to the session's listeners, read now; returns to how many it went."""
+        listeners = self._listening(workspace_id, session, fresh=True)
+        return sum(self.post_to(connection_id, frame) for connection_id in listeners)
 
-        `fresh=False` (deltas) may reuse the listeners read up to LISTENERS_TTL_S ago.
-        """
+    def _listening(self, workspace_id: str, session: str, *, fresh: bool = False) -> list[str]:
+        """The session's listeners; unless `fresh` (deltas), as read up to LISTENERS_TTL_S ago."""
         key = (workspace_id, session)
-        cached = self._listeners.get(key)
+        with self._lock:
+            cached = self._listeners.get(key)
         if not fresh and cached is not None and self._monotonic() - cached[0] < LISTENERS_TTL_S:
-            listeners = cached[1]
-        else:
-            try:
-                listeners = self.connections.listeners(workspace_id, session, now=int(self._clock()))
-            except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
-                error = type(exc).__name__
-                log.warning("web listeners unreadable", extra={"workspace_id": workspace_id, "error": error})
-                return 0
+            return list(cached[1])
+        try:
+            listeners = self.connections.listeners(workspace_id, session, now=int(self._clock()))
+        except Exception as exc:  # noqa: BLE001 -- a live view failing must never fail the turn
+            error = type(exc).__name__
+            log.warning("web listeners unreadable", extra={"workspace_id": workspace_id, "error": error})
+            return []
+        with self._lock:
             self._listeners[key] = (self._monotonic(), listeners)
-        return sum(self.post_to(connection_id, frame) for connection_id in list(listeners))
+        return list(listeners)
 
     def hang_up(self, connection_id: str) -> None:
         try:
@@ -109,9 +161,10 @@ class SessionSockets:
             if self.poster.post(connection_id, dumps(frame)):
                 return True
             log.info("web connection gone", extra={"connection_id": connection_id})
-            for _, listeners in list(self._listeners.values()):
-                if connection_id in listeners:
-                    listeners.remove(connection_id)
+            with self._lock:
+                for _, listeners in list(self._listeners.values()):
+                    if connection_id in listeners:
+                        listeners.remove(connection_id)
             self.connections.close(connection_id)
         except Exception as exc:  # noqa: BLE001 -- the outbox has the reply; the page resumes from it
             log.warning(

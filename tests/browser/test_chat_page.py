@@ -1,7 +1,7 @@
 """The chat page in headless Chromium against `sigil dev` and `sigil dev --aws` (the `site` fixture
 runs each test on both): the reply streams in, history survives a reload, two tabs on two sessions
 never mix, each refusal and a lost connection show their state. Where the cloud's protocol differs
-(deltas carry the whole text so far; a token error is an `error` frame, then a hang-up rather than
+(deltas are increments coalesced in time; a token error is an `error` frame, then a hang-up rather than
 close code 4401) the same assertions hold. Restarting the gateway is a `sigil dev` scenario only:
 `--aws` keeps its tables in moto's memory, so a restart starts empty (docs/local-aws-mode.md).
 

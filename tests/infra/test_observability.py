@@ -130,8 +130,22 @@ def test_the_alarms_cover_functions_api_lane_dead_letters_turns_consolidation_an
         watched = {a["Dimensions"][0]["Value"]["Ref"] for a in by_metric[("AWS/Lambda", name)]}
         assert watched == {logical_id(f) for f in functions}
     assert ("AWS/ApiGateway", "5xx") in by_metric
-    (age,) = by_metric[("AWS/SQS", "ApproximateAgeOfOldestMessage")]
-    assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [logical_id(stack.lanes.turns), "QueueName"]}
+    ages = {
+        a["Dimensions"][0]["Value"]["Fn::GetAtt"][0]: a
+        for a in by_metric[("AWS/SQS", "ApproximateAgeOfOldestMessage")]
+    }
+    # The lane's oldest turn, and the per-turn extractions' backlog: half the queue's retention,
+    # so the alarm goes off before SQS drops one
+    assert set(ages) == {logical_id(stack.lanes.turns), logical_id(stack.consolidation.extraction)}
+    backlog = ages[logical_id(stack.consolidation.extraction)]
+    assert (backlog["Statistic"], backlog["Threshold"], backlog["ComparisonOperator"]) == (
+        "Maximum",
+        1800,
+        "GreaterThanThreshold",
+    )
+    extraction = prod.template.find_resources("AWS::SQS::Queue")[logical_id(stack.consolidation.extraction)]
+    goes_off_after = backlog["Threshold"] + backlog["EvaluationPeriods"] * backlog["Period"]
+    assert goes_off_after < extraction["Properties"]["MessageRetentionPeriod"]
     dead = by_metric[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
     # Any message in either dead-letter queue: the turns' and the per-turn extractions'
     assert {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in dead} == {

@@ -177,8 +177,8 @@ def traces(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traces]:
         sock.close()
 
 
-def post(event_id: str, text: str, request_id: str) -> dict[str, Any]:
-    body = json.dumps({"event_id": event_id, "session": "demo", "user": "alice", "text": text})
+def post(event_id: str, text: str, request_id: str, session: str = "demo") -> dict[str, Any]:
+    body = json.dumps({"event_id": event_id, "session": session, "user": "alice", "text": text})
     event = signed(load("webhook_web.json"), body)
     event["requestContext"]["requestId"] = request_id
     return webhook.lambda_handler(event, context_for(WEBHOOK))
@@ -277,6 +277,28 @@ def test_one_correlation_id_runs_from_the_webhook_through_the_turn_into_the_cons
     # (the agent's in the subsegment of each turn, named after the function that runs it)
     assert [name for function, name, cid in found if function == AGENT] == ["## shared.agent.batch.turn"] * 2
     # And nothing is left bound once the invocations are over
+    assert correlation.current() is None
+
+
+def test_the_sessions_of_a_batch_run_at_once_each_turn_logging_under_its_own_id(
+    aws: AwsResources, json_lines: list[dict[str, Any]]
+) -> None:
+    # Given two sessions' messages, each posted in its own request, in one agent batch
+    assert post("evt-0001", "What's on my calendar tomorrow?", FIRST)["statusCode"] == 202
+    assert post("evt-0002", "Remind me to buy milk", TRACED, session="kitchen")["statusCode"] == 202
+    messages = queued(aws)
+    assert len({m["Attributes"]["MessageGroupId"] for m in messages}) == 2
+    # When the agent runs them, each session in its own worker thread
+    assert agent.lambda_handler(agent_batch(messages), context_for(AGENT)) == {"batchItemFailures": []}
+    # Then each turn's line, and its reply's, carry the id of the request it answers, never the
+    # other session's (the logger's own keys are one per process; a worker's are its thread's)
+    agent_lines = of(json_lines, AGENT)
+    turns = {
+        (line["session_id"], line.get("correlation_id")) for line in agent_lines if line["message"] == "turn"
+    }
+    assert turns == {("web.demo", FIRST), ("web.kitchen", TRACED)}
+    posted = [line.get("correlation_id") for line in agent_lines if line["message"] == "reply posted"]
+    assert sorted(posted) == sorted([FIRST, TRACED])
     assert correlation.current() is None
 
 

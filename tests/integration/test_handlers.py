@@ -13,6 +13,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from shared.agent.turn import APOLOGY
 from shared.channels import web
 from shared.config import Settings
 from shared.models import DomainEvent, LaneItem
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, echo_last_user
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -79,6 +80,12 @@ def pinned(aws: AwsResources) -> AwsResources:
 def fake() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
         yield server
+
+
+def web_demo(body: dict[str, Any]) -> bool:
+    """Whether a model request is web.demo's (the sample batch's sessions run at once, so "the
+    first call" is no particular session's): a FakeOpenAI.fail `when`."""
+    return "buy milk" not in str(body["messages"][-1].get("content"))
 
 
 @pytest.fixture
@@ -352,11 +359,10 @@ def test_a_batch_runs_each_sessions_turns_in_order(agent_runtime: AwsResources, 
     assert response == {"batchItemFailures": []}
     assert texts("web.demo") == [SAMPLE_TEXT, "And the day after?"]
     assert texts("web.kitchen") == ["Remind me to buy milk"]
-    assert [r["messages"][-1]["content"] for r in fake.requests] == [
-        SAMPLE_TEXT,
-        "And the day after?",
-        "Remind me to buy milk",
-    ]
+    # (the sessions ran at once, so only each session's own calls have an order)
+    asked = [r["messages"][-1]["content"] for r in fake.requests]
+    assert sorted(asked) == sorted([SAMPLE_TEXT, "And the day after?", "Remind me to buy milk"])
+    assert [a for a in asked if a != "Remind me to buy milk"] == [SAMPLE_TEXT, "And the day after?"]
     # And both sessions were saved with their turns
     demo = cloud.turn_deps().backend.sessions.get(WS, "web.demo")
     assert demo is not None
@@ -364,11 +370,34 @@ def test_a_batch_runs_each_sessions_turns_in_order(agent_runtime: AwsResources, 
     assert demo.recent_event_ids == ["evt-0001", "evt-0002"]
 
 
+def test_a_batchs_sessions_run_at_once(agent_runtime: AwsResources, fake: FakeOpenAI) -> None:
+    # Given the sample batch and a model that answers each session's first message only once the
+    # other session's first message has reached it too (a run of one session after the other
+    # never gets both there: the barrier breaks and the turn fails)
+    both_there = threading.Barrier(2, timeout=60)
+
+    def meet(body: dict[str, Any]) -> str:
+        text = echo_last_user(body)
+        if text in (SAMPLE_TEXT, "Remind me to buy milk"):
+            both_there.wait()
+        return text
+
+    fake.set_default(meet)
+    event = load("agent_sqs_fifo_batch.json")
+    # When the agent handles it
+    response = agent.lambda_handler(event, CONTEXT)
+    # Then both sessions were at their model call at the same time, and every turn succeeded,
+    # each session's in its order
+    assert response == {"batchItemFailures": []}
+    assert texts("web.demo") == [SAMPLE_TEXT, "And the day after?"]
+    assert texts("web.kitchen") == ["Remind me to buy milk"]
+
+
 def test_a_failed_turn_fails_the_rest_of_its_session_only(
     agent_runtime: AwsResources, fake: FakeOpenAI
 ) -> None:
-    # Given a model that answers the first call (web.demo's first turn) with HTTP 500
-    fake.fail(500)
+    # Given a model that answers web.demo's first turn with HTTP 500
+    fake.fail(500, when=web_demo)
     event = load("agent_sqs_fifo_batch.json")
     groups = lane_records(event)
     # When the agent handles the sample batch
@@ -386,7 +415,7 @@ def test_on_the_last_delivery_the_user_gets_an_apology_before_the_dead_letter_qu
     agent_runtime: AwsResources, fake: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given the sample batch delivered for the fifth time (the queue's maxReceiveCount)
-    fake.fail(500)
+    fake.fail(500, when=web_demo)
     event = load("agent_sqs_fifo_batch.json")
     for record in event["Records"]:
         record["attributes"]["ApproximateReceiveCount"] = "5"

@@ -321,3 +321,42 @@ def found(query: str) -> list[str]:
     search = MemorySearch(backend.index, backend.memory, backend.embedder)
     outcome = search.search(WS, query, scope=WORKSPACE_WIDE, tiers=["message"], mode="bm25")
     return [h.id for h in outcome.hits]
+
+
+def test_an_extraction_the_queue_dropped_is_done_by_the_next_compaction(
+    aws: AwsResources, consolidator: FakeConsolidator
+) -> None:
+    backend = cloud.turn_deps().backend
+    backend.workspaces.put(
+        WorkspaceConfig(id=WS, active_window=4, summary_batch=2, extraction_debounce_s=DEBOUNCE_S)
+    )
+    # Given a turn with a fact in it, and two more that roll its message out of the window
+    assert agent.lambda_handler(turns("I prefer green tea in the morning."), context_for("sigil-agent")) == {
+        "batchItemFailures": []
+    }
+    assert agent.lambda_handler(
+        turns("small talk", "more small talk", first=1), context_for("sigil-agent")
+    ) == {"batchItemFailures": []}
+    # And their TurnCommitted events dropped before anyone consumed them (as the queue's 1-hour
+    # retention drops an extraction that waited behind a backlog)
+    sqs = clients.sqs(REGION)
+    sqs.purge_queue(QueueUrl=aws.extraction_queue_url)
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=aws.extraction_queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
+    )["Attributes"]
+    assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesDelayed"]) == ("0", "0")
+    assert consolidator.calls["extract"] == 0
+    assert extracted_range(backend, WS, SID) is None
+    assert backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE) == []
+    # When the session's next compaction (the CompactionDue of the rolled-out seqs 0-1) runs
+    sample = json.loads((EVENTS / "consolidate_compaction_due.json").read_text())
+    sample["detail"]["detail"] = {"first_seq": 0, "last_seq": 1}
+    done = consolidate.lambda_handler(sample, context_for("sigil-consolidate"))
+    assert (done["outcome"]["status"], done["outcome"]["summaries"]) == ("done", 1)
+    # Then it extracted the messages no turn had (they were past the watermark), and the fact is
+    # in memory, found by the agent's memory_recall
+    assert consolidator.calls["extract"] == 1
+    facts = backend.memory.triples_by_subject(WS, USER, scope=WORKSPACE_WIDE)
+    assert [(t.predicate, t.object) for t in facts] == [("morning-drink", "green tea")]
+    assert "green tea" in recall("what do I drink in the morning")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +31,7 @@ from shared.adapters.aws import clients
 from shared.adapters.aws.dynamodb import DynamoConnections, DynamoIdentityStore, DynamoWorkspaceStore
 from shared.adapters.aws.dynamodb.connections import listeners_pk
 from shared.channels import web, web_tokens
+from shared.channels.web_socket import DELTA_INTERVAL_S, SessionSockets
 from shared.identity import derived_user_id
 from shared.local.aws_mode.event_source import sqs_event
 from shared.local.aws_mode.management_api import ManagementApi
@@ -395,7 +396,8 @@ def run_queued_turns(aws: AwsResources) -> dict[str, Any]:
 def test_a_turns_deltas_and_final_reply_reach_the_connection(aws: AwsResources, fake: FakeOpenAI) -> None:
     # Given a connected browser that sent a message, and a model that streams a long answer
     answer = " ".join(f"word{i}" for i in range(150)) + "."
-    fake.respond(answer)
+    # (paced, so the stream outlasts a few of the agent's delta intervals)
+    fake.pace(0.01, answer)
     at(aws, model="openai/fake-model", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-test")
     handle(load("ws_connect.json"))
     handle(load("ws_send.json"))
@@ -421,6 +423,82 @@ def test_a_turns_deltas_and_final_reply_reach_the_connection(aws: AwsResources, 
         "evt-ws-0001",
     )
     assert entry.message.text == answer
+
+
+def sockets_at(monotonic: Callable[[], float]) -> SessionSockets:
+    """The agent's SessionSockets on the ws function's connections, at the pinned clock, with the
+    delta interval's clock the test's."""
+    cloud_sockets = cloud.sockets()
+    clock = lambda: float(SIGNED_AT + 60)  # noqa: E731
+    return SessionSockets(cloud_sockets.connections, cloud_sockets.poster, clock=clock, monotonic=monotonic)
+
+
+def streamed(reply: str, step: int = 64) -> list[web.WebDelta]:
+    """A part's deltas as shared.channels.web.StreamedDeltas makes them: `step` characters more
+    each time (the redactor's release), then the final one."""
+    base = {"workspace_id": WS, "session_id": "web.demo", "session": "demo", "turn_id": "t-1"}
+    grown = [web.WebDelta(**base, offset=at, text=reply[at : at + step]) for at in range(0, len(reply), step)]
+    return [*grown, web.WebDelta(**base, final=True)]
+
+
+def shown(frames: list[dict[str, Any]]) -> str:
+    """The page's streamed text after these delta frames (app.js onDelta)."""
+    text = ""
+    for frame in frames:
+        assert frame["offset"] <= len(text), "an increment past what the page has"
+        text = text[: frame["offset"]] + frame["text"]
+    return text
+
+
+def test_a_streamed_reply_posts_increments_coalesced_in_time(aws: AwsResources) -> None:
+    # Given a connection listening to "demo", and a part of 20 KB streamed 64 characters at a time,
+    # one delta every 50 ms of a clock the test turns
+    at(aws)
+    handle(load("ws_connect.json"))
+    handle(frame_event({"type": "resume", "session": "demo", "after": 0}))
+    reply = "".join(f"line {i:05d} of a long streamed answer.\n" for i in range(512))[:20_000]
+    now = [0.0]
+    sockets = sockets_at(lambda: now[0])
+    deltas = streamed(reply)
+    # When the deltas are published, a second page joining half way
+    for index, delta in enumerate(deltas):
+        if index == len(deltas) // 2:
+            handle(connect_event(token(), connection="Late000000001="))
+            handle(
+                frame_event({"type": "resume", "session": "demo", "after": 0}, connection="Late000000001=")
+            )
+        sockets.publish(delta)
+        now[0] += 0.05
+    # Then at most one post per DELTA_INTERVAL_S went to each page, each an increment from what that
+    # page had: the first page's posts add up to the text once, a prefix of the reply
+    first = [f for f in posted() if f["type"] == "delta"]
+    assert 2 <= len(first) <= len(deltas) * 0.05 / DELTA_INTERVAL_S + 1
+    assert reply.startswith(shown(first)) and len(shown(first)) > len(reply) * 0.9
+    assert sum(len(f["text"]) for f in first) == len(shown(first))
+    # And the page that joined got the whole text so far first, then increments
+    late = [f for f in posted("Late000000001=") if f["type"] == "delta"]
+    assert late[0]["offset"] == 0 and len(late[0]["text"]) >= len(reply) // 2 - 64
+    assert reply.startswith(shown(late)) and len(late) >= 2
+
+
+def test_a_part_that_starts_over_is_posted_whole_again(aws: AwsResources) -> None:
+    # Given a listening page that has part of a text (the loop's model call streamed it)
+    at(aws)
+    handle(load("ws_connect.json"))
+    handle(frame_event({"type": "resume", "session": "demo", "after": 0}))
+    now = [0.0]
+    sockets = sockets_at(lambda: now[0])
+    first, *_ = streamed("Let me look that up for you.")
+    sockets.publish(first)
+    # When the next model call's text replaces it from offset 0
+    now[0] += 1
+    sockets.publish(first.model_copy(update={"offset": 0, "text": "It is sunny"}))
+    # Then the page gets the new text whole, not as an increment of the old one
+    frames = [f for f in posted() if f["type"] == "delta"]
+    assert [(f["offset"], f["text"]) for f in frames] == [
+        (0, "Let me look that up for you."),
+        (0, "It is sunny"),
+    ]
 
 
 def test_a_secret_in_the_reply_never_reaches_the_socket_unredacted(

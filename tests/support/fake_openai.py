@@ -78,6 +78,7 @@ class _Failure:
     message: str
     code: str | None
     headers: dict[str, str]
+    when: Callable[[Json], bool] | None = None
 
 
 @dataclass
@@ -125,8 +126,11 @@ class FakeOpenAI(Served):
         message: str = "The server had an error while processing your request.",
         code: str | None = None,
         retry_after_ms: int | None = 1,
+        when: Callable[[Json], bool] | None = None,
     ) -> Self:
-        """Answer the next `times` requests with an HTTP error in OpenAI's error body.
+        """Answer the next `times` requests with an HTTP error in OpenAI's error body; with
+        `when`, the next `times` requests whose body it accepts (requests made at once, such as
+        the agent's sessions of one batch, arrive in no fixed order).
 
         `{api_key}` in the message is replaced by the key the client sent, the way OpenAI's 401
         quotes it, so tests can prove the key never leaks further. The short retry-after-ms keeps
@@ -134,7 +138,7 @@ class FakeOpenAI(Served):
         """
         headers = {} if retry_after_ms is None else {"retry-after-ms": str(retry_after_ms)}
         with self._lock:
-            self._queue.extend(_Failure(status, message, code, headers) for _ in range(times))
+            self._queue.extend(_Failure(status, message, code, headers, when) for _ in range(times))
         return self
 
     def pace(self, interval_s: float, reply: Responder | str | FakeReply | Path | None = None) -> Self:
@@ -180,7 +184,7 @@ class FakeOpenAI(Served):
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            response = self._queue.popleft() if self._queue else self._default
+            response = self._take(body)
             pacing = requested_pacing(headers, echo_last_user(body))
             if isinstance(response, _Paced):
                 pacing, response = response.pacing, response.reply or self._default
@@ -190,6 +194,15 @@ class FakeOpenAI(Served):
             log = StreamLog(pacing)
             self.streams.append(log)
             return response, log
+
+    def _take(self, body: Json) -> _Response:
+        """The first scripted response for this request (a failure `when` refuses waits for
+        another), or the default."""
+        for index, response in enumerate(self._queue):
+            if not isinstance(response, _Failure) or response.when is None or response.when(body):
+                del self._queue[index]
+                return response
+        return self._default
 
     def _completion_id(self) -> str:
         return f"chatcmpl-fake{next(self._ids):06d}"

@@ -30,6 +30,8 @@ CONSTANTS = {name: value for name, value in vars(metric_catalogue).items() if is
 GENERIC = {
     ("shared/observability.py", "_add"),
     ("shared/observability.py", "per_workspace"),
+    # The locked pass-through to powertools' add_metric (the agent's sessions add from threads).
+    ("shared/observability.py", "add_metric"),
     ("shared/consolidation/trigger.py", "publish"),
 }
 

@@ -67,6 +67,10 @@ class AwsModeOptions(BaseSettings):
     # new scheduled rule's does.
     schedule_interval_s: float = Field(default=3600.0, gt=0)
     batch_size: int = Field(default=10, ge=1, le=10)
+    # How many agent batches run at once, each in its own agent container, as the event source's
+    # maximum concurrency lets Lambda (the stage's cap; docs/scale.md). One by default: above one,
+    # the visibility timeout must outlast a batch, or a batch still running is received again.
+    agent_batches: int = Field(default=1, ge=1, le=10)
     # How many webhook containers concurrent requests may scale out to (each is a process).
     webhook_containers: int = Field(default=2, ge=1, le=16)
     # The pollers' pause after an empty receive. Short polling: moto handles one request at a
@@ -143,7 +147,7 @@ class AwsModeGateway:
                 512,
                 self.options.webhook_containers,
             ),
-            "agent": ("functions.agent.handler.lambda_handler", 600.0, 1024, 1),
+            "agent": ("functions.agent.handler.lambda_handler", 600.0, 1024, self.options.agent_batches),
             "consolidate": ("functions.consolidate.handler.lambda_handler", 900.0, 1024, 1),
             "ws": ("functions.ws.handler.lambda_handler", 15.0, 512, self.options.webhook_containers),
         }
@@ -205,7 +209,11 @@ class AwsModeGateway:
             invoke=pools["consolidate"].invoke,
         )
         self._pollers = [
-            PollerThread("sqs-esm:agent", lambda: turns.poll_once() > 0, self.options.idle_poll_s),
+            *(
+                # SQS keeps a message group out of every other receive while a batch holds it.
+                PollerThread(f"sqs-esm:agent:{n}", lambda: turns.poll_once() > 0, self.options.idle_poll_s)
+                for n in range(self.options.agent_batches)
+            ),
             PollerThread("events:consolidate", feed.poll_once, self.options.idle_poll_s),
             PollerThread("sqs-esm:extraction", lambda: extraction.poll_once() > 0, self.options.idle_poll_s),
         ]

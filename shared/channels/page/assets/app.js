@@ -261,7 +261,11 @@
     if (f.session !== state.session) return;
     const div = assistantBubble(f.turn_id, f.part, f.in_reply_to);
     if (div.dataset.seq) return; // the stored reply is already shown
-    div.streamed = (div.streamed || "").slice(0, f.offset) + f.text;
+    const had = div.streamed || "";
+    // An increment of text this page never got (it looked at another session meanwhile): wait for
+    // the next whole text, or for the reply frame, rather than show a gap.
+    if (f.offset > had.length) return;
+    div.streamed = had.slice(0, f.offset) + f.text;
     div.setAttribute("aria-busy", "true");
     showMarkdown(div, div.streamed);
   }
