@@ -75,8 +75,7 @@ class SigilStack(Stack):
             log_group=observability.log_group("ConsolidateLogs"),
             reserved_concurrency=caps.consolidate_reserved,
         )
-        observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
-        observability.alarm_on_extraction_backlog(consolidation.extraction)
+        self._alarm_on_extraction(observability, consolidation)
         agent = Agent(
             self,
             "Agent",
@@ -185,6 +184,13 @@ class SigilStack(Stack):
         self._grant_models(context, turn_runner, consolidate)
 
         self._outputs()
+
+    @staticmethod
+    def _alarm_on_extraction(observability: Observability, consolidation: Consolidation) -> None:
+        """Per-turn extraction is never lost silently: its dead letters, and a backlog that would
+        outlive the queue's retention (docs/operations.md)."""
+        observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
+        observability.alarm_on_extraction_backlog(consolidation.extraction)
 
     def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
         """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules

@@ -208,7 +208,7 @@ class Observability(Construct):
             anchor="extraction-dead-letters",
         )
 
-    def alarm_on_extraction_backlog(self, extraction: sqs.IQueue) -> cloudwatch.Alarm:
+    def alarm_on_extraction_backlog(self, extraction: sqs.IQueue) -> cloudwatch.Alarm | None:
         """Per-turn extractions waiting longer than the consolidate function keeps up with: past the
         queue's retention SQS drops them, and their facts wait for compaction."""
         return self.alarm(
