@@ -57,9 +57,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -477,20 +478,27 @@ class ApiCall:
     standard: bool = False  # SQS: a standard queue's request (priced below FIFO's)
 
 
+def _longest(now: Mapping[int, float], before: Mapping[int, float]) -> float:
+    """The most time any one thread spent in the counting hooks since `before`."""
+    return max((spent - before.get(thread, 0.0) for thread, spent in now.items()), default=0.0)
+
+
 class Meter:
     """Every AWS API call the handlers make, with its bytes and DynamoDB units.
 
     DynamoDB sizes that a response does not show (the item a write replaced, a projected or
     filtered read's whole items) are read with `raw`, a client of another session that is not
-    counted; the time that takes is kept in `overhead_s` and taken off the invocation's time.
+    counted; the time that takes is kept per thread in `overhead_s` and taken off the invocation's time.
     """
 
     def __init__(self, raw_dynamodb: Any, stage_of: Callable[[], str | None]) -> None:
         self.raw = raw_dynamodb
         self.stage_of = stage_of
         self.calls: list[ApiCall] = []
-        self.overhead_s = 0.0
-        self.overhead_cpu_s = 0.0
+        # Per thread: the agent runs a batch's sessions on threads at once, whose hooks overlap in
+        # time, so an invocation gives back the longest any one thread spent in them, not the sum.
+        self.overhead_s: dict[int, float] = defaultdict(float)
+        self.overhead_cpu_s: dict[int, float] = defaultdict(float)
         self.errors: list[str] = []
         self._keys: dict[str, list[str]] = {}
         # SQS requests to these queues are their stage's, whoever makes them: the agent's sends to
@@ -512,8 +520,9 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - reported at the end of the run
             self.errors.append(f"{what}: {exc!r}")
         finally:
-            self.overhead_s += time.perf_counter() - start
-            self.overhead_cpu_s += time.thread_time() - start_cpu
+            thread = threading.get_ident()
+            self.overhead_s[thread] += time.perf_counter() - start
+            self.overhead_cpu_s[thread] += time.thread_time() - start_cpu
 
     def _params(
         self, stage: str | None, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
@@ -1074,14 +1083,16 @@ class Workload:
         config = self.functions[FUNCTION_OF[name]]
         context = _context(f"sigil-{FUNCTION_OF[name]}", config.timeout_s, config.memory_mb)
         calls = len(self.chat.requests) + len(self.summariser.requests)
-        wall, cpu = self.meter.overhead_s, self.meter.overhead_cpu_s
+        wall, cpu = dict(self.meter.overhead_s), dict(self.meter.overhead_cpu_s)
         self.stage = name
         start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             return fn(event, context)
         finally:
-            elapsed = time.perf_counter() - start - (self.meter.overhead_s - wall)
-            used = time.thread_time() - start_cpu - (self.meter.overhead_cpu_s - cpu)
+            elapsed = time.perf_counter() - start - _longest(self.meter.overhead_s, wall)
+            # This thread's CPU: its own hooks' CPU off it (the workers' CPU is not in it either).
+            me = threading.get_ident()
+            used = time.thread_time() - start_cpu - (self.meter.overhead_cpu_s[me] - cpu.get(me, 0.0))
             self.stage = None
             made = len(self.chat.requests) + len(self.summariser.requests) - calls
             self.invocations.setdefault(name, []).append(
