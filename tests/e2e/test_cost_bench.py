@@ -66,10 +66,10 @@ def test_a_few_turns_are_measured_counted_and_priced() -> None:
     assert consolidation_calls >= run.extractions["done"]
     assert sum(i.model_calls for i in usage.invocations if i.function == "agent") == run.chat_calls
     assert abs(extra - expected) < 1e-6 * expected + 1e-9
-    # The floor follows the dev stage's template: one t3.medium.search data node, no masters
+    # The floor follows the dev stage's template: one t3.small.search data node, no masters
     (floor,) = report.floors().values()
     items = {x.item: x for x in floor}
-    assert items["OpenSearch data nodes"].unit == "x t3.medium.search"
+    assert items["OpenSearch data nodes"].unit == "x t3.small.search"
     assert "OpenSearch masters" not in items
     # Extraction's share is part of the total, and is priced on its own
     share = sum(x.usd for x in report.per_thousand(3.0, cost.EXTRACTION_STAGES))
