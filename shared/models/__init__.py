@@ -669,6 +669,10 @@ class AuditRecord(Model):
     tools_used: list[str] = Field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    # The parts of tokens_in the provider read from its prompt cache and wrote to it (summed over
+    # the turn's calls; docs/context.md, "Prompt caching"); cost_usd prices them at those rates.
+    tokens_cached: int = 0
+    tokens_cache_write: int = 0
     duration_ms: float = 0.0
     cost_usd: float = 0.0
     outcome: Literal[
