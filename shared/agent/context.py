@@ -25,6 +25,8 @@ Turn context (AssembledContext.dynamic):
                  "use skill: NAME" and keyword triggers)
 8. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
                  lines only, up to the budget (spec 004's injection)
+8b. selection    the context pipeline's choice for this message (shared.agent.pipeline): memory
+                 pointers or text, and the skills that may fit; empty with the pipeline off
 9. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
 10. summary      the session's rolling summary of the messages that left the window
 11. nudge        the memory nudge, for this turn only (shared.agent.nudge), when it fires
@@ -59,6 +61,9 @@ BUDGETS: Final[dict[str, int]] = {
     "summary": 800,
     "learned": 300,
     "nudge": 100,
+    # The context pipeline's selection (shared.agent.pipeline) keeps to its workspace's own budget
+    # (ContextConfig.budget_tokens, at most this); this only bounds it.
+    "selection": 8000,
 }
 ELLIPSIS = " …"
 LEARNED_HEADING: Final = "## Personality (Learned)"
@@ -141,6 +146,7 @@ def assemble_system_prompt(
     summary: str = "",
     learned: str = "",
     nudge: str = "",
+    selection: str = "",
 ) -> AssembledContext:
     """The system prompt in the documented order; `skills` are those already selected, and
     `catalogue` those the model may load (listed whether or not they are in `skills`, so that the
@@ -155,6 +161,7 @@ def assemble_system_prompt(
         ("learned", f"{LEARNED_HEADING}\n{learned.strip()}" if learned.strip() else ""),
         ("skills", _skills(skills)),
         ("facts", _facts(facts, BUDGETS["facts"])),
+        ("selection", selection.strip()),
         ("now", _now(now, active_task)),
         ("summary", f"## Conversation so far (summary)\n{summary.strip()}" if summary.strip() else ""),
         ("nudge", nudge.strip()),

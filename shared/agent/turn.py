@@ -80,6 +80,7 @@ from shared.agent.context import AssembledContext, assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.nudge import memory_nudge
+from shared.agent.pipeline import select_context
 from shared.agent.preflight import (
     Command,
     Proceed,
@@ -301,6 +302,20 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     # In name order, whichever tools the registry holds: the schemas open the cached prefix.
     tools = sorted(deps.tools.specs(), key=lambda t: t.name)
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
+    # The context pipeline (shared.agent.pipeline): no model call; nothing at all when it is off.
+    selection = select_context(
+        deps.backend,
+        turn.workspace.id,
+        turn.workspace.context,
+        inbound.text,
+        scope=scope,
+        session_id=inbound.session_id,
+        skills=catalogue(skills_of(deps, turn.workspace))
+        if deps.tools.permits("skill", turn.workspace)
+        else (),
+        active_task=session.active_task,
+        now=deps.clock(),
+    )
     prompt = system_prompt(
         deps,
         turn.workspace,
@@ -310,6 +325,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         user_id=turn.sender.user_id,
         scope=scope,
         recent=[*window, step.user],
+        selection=selection.text,
     )
     request = ChatRequest(
         model=step.model,
@@ -345,6 +361,9 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
+    if selection.mode != "off":
+        audited = {"context": selection.picks, "context_ms": selection.elapsed_ms}
+        record = record.model_copy(update={"context_mode": selection.mode, **audited})
     kept = [] if step.kept else [step.user]
     return _Ending(record, [*kept, *result.messages], ctx.session_updates)
 
@@ -385,6 +404,7 @@ def system_prompt(
     user_id: str,
     scope: RecallScope,
     recent: Sequence[Message] = (),
+    selection: str = "",
 ) -> AssembledContext:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
     the skills it may load and those this message loads, the tools, the sender's tacit facts,
@@ -410,6 +430,7 @@ def system_prompt(
         summary=session.summary,
         learned=deps.personality(workspace.id, user_id, scope) if deps.personality is not None else "",
         nudge=memory_nudge(recent, memory_tools=memory_tools) or "",
+        selection=selection,
     )
 
 
