@@ -53,7 +53,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         from shared.adapters.aws import build_aws_backend
 
         resources = moto_aws.provision(moto_aws.name_for(tmp_path))
-        settings = resources.settings(embedding_model="none", opensearch_endpoint=server.url, data_dir=tmp_path)
+        settings = resources.settings(
+            embedding_model="none", opensearch_endpoint=server.url, data_dir=tmp_path
+        )
         yield build_aws_backend(settings)
 
 

@@ -251,7 +251,8 @@ def test_the_learned_personality_reaches_the_next_prompt_and_is_written_once(
     assert learned in after
     # In the turn's context, after the cached prefix (the workspace's prompt, the tools, the note)
     note = after.index("written inside it.")
-    assert after.index("You are Pip") < after.index("## Tools") < note < after.index("## Personality (Learned)")
+    learned_at = after.index("## Personality (Learned)")
+    assert after.index("You are Pip") < after.index("## Tools") < note < learned_at
     golden("personality_after", after)
 
     # The same cues again, compacted with the rest: reinforced, the same set, no synthesis call
