@@ -105,8 +105,13 @@ class Selection:
         return _estimate(self.text)
 
 
+def memory_searcher(backend: Backend) -> MemorySearch:
+    """The hybrid search the pipeline and the memory tools share, over `backend`'s index."""
+    return MemorySearch(backend.index, backend.memory, backend.embedder, people=people_of(backend.identities))
+
+
 def select_context(
-    backend: Backend,
+    searcher: MemorySearch,
     workspace_id: str,
     config: ContextConfig,
     message: str,
@@ -116,14 +121,13 @@ def select_context(
     skills: Sequence[Skill] = (),
     active_task: str | None = None,
     now: datetime | None = None,
-    searcher: MemorySearch | None = None,
 ) -> Selection:
     """The selection for `message` under `config` (`off`: none, nothing searched)."""
     if config.mode == "off":
         return Selection(mode="off")
     started = time.perf_counter()
     hits, search_mode = _memory(
-        backend, workspace_id, config, message, scope=scope, session_id=session_id, now=now, searcher=searcher
+        searcher, workspace_id, config, message, scope=scope, session_id=session_id, now=now
     )
     fitting = match_skills(skills, message)
     text, shown = (
@@ -147,7 +151,7 @@ def select_context(
 
 
 def _memory(
-    backend: Backend,
+    search: MemorySearch,
     workspace_id: str,
     config: ContextConfig,
     message: str,
@@ -155,13 +159,9 @@ def _memory(
     scope: RecallScope,
     session_id: str,
     now: datetime | None,
-    searcher: MemorySearch | None,
 ) -> tuple[list[MemoryHit], str | None]:
     if not message.strip():
         return [], None
-    search = searcher or MemorySearch(
-        backend.index, backend.memory, backend.embedder, people=people_of(backend.identities)
-    )
     try:
         outcome = search.search(
             workspace_id, message[:2000], scope=scope, k=config.max_items, now=now, recent_from=session_id

@@ -80,7 +80,7 @@ from shared.agent.context import AssembledContext, assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.nudge import memory_nudge
-from shared.agent.pipeline import select_context
+from shared.agent.pipeline import memory_searcher, select_context
 from shared.agent.preflight import (
     Command,
     Proceed,
@@ -304,7 +304,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
     # The context pipeline (shared.agent.pipeline): no model call; nothing at all when it is off.
     selection = select_context(
-        deps.backend,
+        memory_searcher(deps.backend),
         turn.workspace.id,
         turn.workspace.context,
         inbound.text,

@@ -27,6 +27,7 @@ from shared.models import (
 )
 from shared.providers.base import ChatRequest, Provider
 from shared.providers.function import FunctionProvider
+from shared.replay import ReplayChange, render_markdown, replay
 from shared.skills import Skill
 from tests.support import moto_aws
 
@@ -146,3 +147,50 @@ def test_skills_match_by_shared_words_best_first() -> None:
     matched = match_skills(skills, "Can you book a cabin and plan the trips?")
     assert [s.name for s, _ in matched] == ["travel-planner", "cabin-maintenance"]
     assert match_skills(skills, "hello there") == []
+
+
+# ---------------------------------------------------------------- replay under each mode
+
+
+def test_a_replay_under_each_mode_shows_each_turns_tokens_side_by_side(tmp_path: Path) -> None:
+    # Given a conversation recorded with the pipeline off (a scripted model: its input tokens are
+    # the prompt's words, shared.providers.function)
+    settings = Settings(data_dir=tmp_path / "state", embedding_model="none")
+    backend = build_embedded_backend(settings)
+    try:
+        converse(backend, "off")
+    finally:
+        backend.close()
+    source = build_embedded_backend(settings)
+    provider = FunctionProvider(lambda request: "Noted.")
+
+    def factory(ref: str | None) -> tuple[Provider, str]:
+        return provider, "test-model"
+
+    # When it is replayed under each mode
+    try:
+        reports = {
+            mode: replay(
+                source,
+                settings,
+                WS,
+                ReplayChange(context=ContextConfig(mode=mode, budget_tokens=400)),
+                provider_factory=factory,
+            )
+            for mode in ("off", "pointers", "inject")
+        }
+    finally:
+        source.close()
+    # Then each report lists every turn's recorded and replayed tokens, and the mode it ran under
+    markdown = {mode: render_markdown(r) for mode, r in reports.items()}
+    for mode, text in markdown.items():
+        assert f"context pipeline: {mode}, 400 tokens" in text
+    last = {mode: r.turns[-1].replayed[0].tokens_in for mode, r in reports.items()}
+    assert all(len(r.turns) == len(EARLIER) + 1 for r in reports.values())
+    # The question about the cabin costs more with the pipeline on (these memories are one short
+    # line each, so a pointer, with its id, is no shorter than the memory itself)
+    assert last["off"] < min(last["pointers"], last["inject"])
+    per_turn = [[t.replayed[0].tokens_in for t in reports[m].turns] for m in ("off", "pointers", "inject")]
+    print("\nturn | off | pointers | inject (tokens in)")
+    for i, row in enumerate(zip(*per_turn, strict=True), 1):
+        print(f"{i} | " + " | ".join(map(str, row)))
