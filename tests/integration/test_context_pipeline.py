@@ -194,3 +194,15 @@ def test_a_replay_under_each_mode_shows_each_turns_tokens_side_by_side(tmp_path:
     print("\nturn | off | pointers | inject (tokens in)")
     for i, row in enumerate(zip(*per_turn, strict=True), 1):
         print(f"{i} | " + " | ".join(map(str, row)))
+
+
+def test_sigil_replay_refuses_an_unknown_context_mode_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shared.cli import app
+
+    result = CliRunner().invoke(
+        app, ["replay", "-w", WS, "--context-mode", "everything", "--data-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "bad change: mode: Input should be 'off', 'pointers' or 'inject'" in result.stderr
