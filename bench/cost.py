@@ -1677,12 +1677,26 @@ def main(argv: list[str] | None = None) -> None:
         default=QUIET_SHARE,
         help="share of turns followed by the extraction debounce's quiet (1: every turn extracts)",
     )
+    parser.add_argument(
+        "--prompt-caching-only",
+        action="store_true",
+        help="print only the prompt-caching table (a 20-turn conversation per provider, ~30 s)",
+    )
     args = parser.parse_args(argv)
+    from bench import prompt_caching
+
+    if args.prompt_caching_only:
+        print(prompt_caching.render(prompt_caching.measure()))
+        return
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:
         parser.error("--turns must be at least 1 and --sessions between 1 and --turns")
     if not 0 <= args.quiet_share <= 1:
         parser.error("--quiet-share must be between 0 and 1")
     print(measure(args.turns, args.sessions, quiet_share=args.quiet_share).render())
+    # The model's input tokens, which the AWS tables above leave to the model's bill: what prompt
+    # caching saves of them (docs/context.md, "Prompt caching").
+    print()
+    print(prompt_caching.render(prompt_caching.measure()))
 
 
 if __name__ == "__main__":

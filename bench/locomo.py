@@ -445,6 +445,69 @@ def evaluate(
     return scores, latencies
 
 
+# The context pipeline's modes and budgets (shared.agent.pipeline, docs/context.md): (label,
+# mode, budget_tokens). Pointers keep their own small budget.
+PIPELINE_MODES: tuple[tuple[str, Literal["pointers", "inject"], int], ...] = (
+    ("pointers", "pointers", 2000),
+    ("inject, 500 tokens", "inject", 500),
+    ("inject, 1,000 tokens", "inject", 1000),
+    ("inject, 2,000 tokens (spec 004)", "inject", 2000),
+    ("inject, 4,000 tokens", "inject", 4000),
+)
+
+
+@dataclass
+class PipelineRow:
+    label: str
+    held: list[float] = field(default_factory=list)  # share of a question's evidence shown
+    full: list[float] = field(default_factory=list)  # all of it shown
+    tokens: list[int] = field(default_factory=list)  # what the selection adds to the prompt
+    ms: list[float] = field(default_factory=list)
+
+
+def evaluate_pipeline(conversations: list[Conversation], search: MemorySearch) -> list[PipelineRow]:
+    """For each mode and budget: how much of each question's evidence (cats 1-4) the pipeline's
+    selection alone puts in the prompt (an item counts when it is shown, not merely selected),
+    and the tokens it adds."""
+    from shared.agent.pipeline import select_context
+    from shared.models import ContextConfig
+
+    rows = []
+    for label, mode, budget in PIPELINE_MODES:
+        row, config = PipelineRow(label), ContextConfig(mode=mode, budget_tokens=budget, max_items=10)
+        for c in conversations:
+            scope = group_scope(c)
+            for q in c.questions:
+                if q.category not in HEADLINE:
+                    continue
+                picked = select_context(
+                    search, c.workspace_id, config, q.text, scope=scope, session_id="bench.question"
+                )
+                shown = {p.id for p in picked.picks if p.kind == "memory" and p.tokens}
+                row.held.append(sum(e in shown for e in q.evidence) / len(q.evidence))
+                row.full.append(float(all(e in shown for e in q.evidence)))
+                row.tokens.append(picked.tokens)
+                row.ms.append(picked.elapsed_ms)
+        rows.append(row)
+    return rows
+
+
+def report_pipeline(rows: list[PipelineRow], tools_recall10: str) -> None:
+    print("\n### The context pipeline's selection alone (cats 1-4)\n")
+    print(
+        "How much of a question's evidence the pipeline puts in the prompt before the first model "
+        f"call, beside recall@10 of the tools' search (memory_search, hybrid): **{tools_recall10}**. "
+        "Tokens: what the selection adds to each turn's prompt (characters / 4).\n"
+    )
+    print("| mode | evidence shown | all evidence shown | tokens / turn (mean) | p95 tokens | p95 ms |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r.label} | **{pct(r.held)}** | {pct(r.full)} | {statistics.fmean(r.tokens):.0f} | "
+            f"{pctl([float(t) for t in r.tokens], 0.95):.0f} | {pctl(r.ms, 0.95):.1f} |"
+        )
+
+
 # Rows that take one mechanism away at a time (--ablations), hybrid min-max. The first group is
 # this issue's (fact-augmented keys, neighbours lending their score, summaries and facts pointing
 # to their messages, a second search seeded by the first's hits): each off in turn and each
@@ -607,6 +670,11 @@ def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after ano
             )
             scores[v.label], latencies[v.label] = evaluate(conversations, search, v.mode)
         outsider_checks = check_scopes(conversations, search)
+        # The pipeline over the product's search: hybrid, min-max (the defaults).
+        pipeline = evaluate_pipeline(
+            conversations,
+            MemorySearch(built.index, built.memory, embedder, people=built.people, **chosen.search_kwargs()),
+        )
         built.close()
         ablations: list[tuple[str, dict[Any, Scores]]] = []
         gains: list[tuple[str, dict[Any, Scores], dict[Any, Scores]]] = []
@@ -636,6 +704,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: PLR0915 (one table after ano
         "questions asked from outside the group found 0 hits."
     )
     product = next(v.label for v in runs if v.mode == "hybrid")
+    report_pipeline(pipeline, headline_recall(scores[product]))
     print("\n### recall@10 per conversation (cats 1-4, hybrid)\n")
     ids = [c.sample_id for c in conversations]
     print("| setup | " + " | ".join(ids) + " |")

@@ -260,10 +260,46 @@ def measure(size: int, n_queries: int, batch: int) -> dict[str, float]:
         for policy, taken in times.items():
             out[f"{policy}_index_p50"] = 1000 * pctl(taken, 0.5)
             out[f"{policy}_index_p95"] = 1000 * pctl(taken, 0.95)
+        out |= pipeline_ms(search, qs)
         out["db_mb"] = sum(f.stat().st_size for f in Path(tmp).glob("index.db*")) / 1e6
         db.close()
         main.close()
     return out
+
+
+def pipeline_ms(search: MemorySearch, qs: Sequence[tuple[str, list[float]]]) -> dict[str, float]:
+    """The context pipeline (shared.agent.pipeline) before a turn's first model call, under the
+    personal policy: the hybrid search of every tier, a 30-skill catalogue matched against the
+    question and the inject mode's rendering within 2,000 tokens. No model call: 0 tokens."""
+    from shared.agent.pipeline import select_context
+    from shared.models import ContextConfig
+    from shared.skills import Skill
+
+    config = ContextConfig(mode="inject", budget_tokens=2000, max_items=10)
+    skills = [Skill(name=f"skill-{i:02d}", description=f"How to handle topic {i} well.") for i in range(30)]
+    session = "telegram.dm-u00"
+
+    found: list[int] = []
+
+    def run(q: str) -> float:
+        t0 = time.perf_counter()
+        picked = select_context(
+            search, WORKSPACE, config, q, scope=PERSONAL, session_id=session, skills=skills
+        )
+        taken = time.perf_counter() - t0
+        assert picked.mode == "inject", picked
+        found.append(sum(p.kind == "memory" for p in picked.picks))
+        return taken
+
+    for q, _ in qs[:5]:
+        run(q)  # warm-up, as above
+    del found[:]
+    times = [run(q) for q, _ in qs]
+    return {
+        "pipeline_p50": 1000 * pctl(times, 0.5),
+        "pipeline_p95": 1000 * pctl(times, 0.95),
+        "pipeline_items": statistics.mean(found),
+    }
 
 
 def query_embedding_ms(n: int = 20) -> tuple[float, float] | None:
@@ -367,6 +403,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{m['vector_p50']:.1f} / {m['vector_p95']:.1f} | "
                 f"{m['index_p50']:.1f} / {m['index_p95']:.1f} |"
             )
+    print(
+        "\nThe context pipeline before a turn's first model call (shared.agent.pipeline, inject mode, "
+        "10 items within 2,000 tokens, a 30-skill catalogue matched, personal policy; query embedding "
+        "excluded as above; no model call, so 0 tokens):\n"
+    )
+    print("| memories | pipeline p50 ms | **pipeline p95 ms** | memories selected (mean) | model tokens |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {int(r['size']):,} | {r['pipeline_p50']:.1f} | **{r['pipeline_p95']:.1f}** | "
+            f"{r['pipeline_items']:.1f} | 0 |"
+        )
     largest = rows[-1]
     change = 100 * (largest["personal_hybrid_p95"] / largest["workspace_hybrid_p95"] - 1)
     print(

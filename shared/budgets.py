@@ -107,15 +107,34 @@ class _Frozen(BaseModel):
 
 
 class ModelPrice(_Frozen):
-    """A model's list price in USD per 1M tokens, input (prompt) and output (completion)."""
+    """A model's list price in USD per 1M tokens, input (prompt) and output (completion).
+
+    Prompt-cache rates (docs/budgets.md#prices): the prompt tokens a provider read from its cache
+    cost `cache_read_per_mtok`, those it wrote to it `cache_write_per_mtok`; either left unset
+    costs the input rate (a provider that lists no cache rate bills cached tokens as input).
+    """
 
     input_per_mtok: Decimal = Field(ge=0)
     output_per_mtok: Decimal = Field(ge=0)
+    cache_read_per_mtok: Decimal | None = Field(default=None, ge=0)
+    cache_write_per_mtok: Decimal | None = Field(default=None, ge=0)
 
-    def cost_nanos(self, tokens_in: int, tokens_out: int) -> int:
-        """The cost of a call in nano-dollars, rounded up (an estimate should not flatter)."""
+    def cost_nanos(
+        self, tokens_in: int, tokens_out: int, *, cache_read: int = 0, cache_write: int = 0
+    ) -> int:
+        """The cost of a call in nano-dollars, rounded up (an estimate should not flatter).
+        `tokens_in` is the whole prompt; `cache_read` and `cache_write` are the parts of it the
+        provider read from and wrote to its prompt cache."""
+        cached = min(tokens_in, cache_read + cache_write)
+        read_rate = self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
+        write_rate = self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+        prompt = (
+            self.input_per_mtok * (tokens_in - cached)
+            + read_rate * min(cache_read, cached)
+            + write_rate * (cached - min(cache_read, cached))
+        )
         # USD per 1M tokens is exactly 1,000 nano-dollars per token per USD of price.
-        nanos = (self.input_per_mtok * tokens_in + self.output_per_mtok * tokens_out) * 1000
+        nanos = (prompt + self.output_per_mtok * tokens_out) * 1000
         return int(nanos.to_integral_value(rounding=ROUND_CEILING))
 
 
@@ -132,12 +151,13 @@ _LISTED_PROVIDERS: Final = {"openai": "openai", "anthropic": "anthropic", "bedro
 class ListPrices(Mapping[str, ModelPrice]):
     """Published list prices by model ref, from the price data genai-prices ships in its package.
 
-    Standard tier only: a long-context tier's dearer rate, prompt caching and batch rates are not
-    applied, as a budget estimates rather than bills. The data is the package's own snapshot, read
-    offline: genai-prices can fetch newer prices in the background (UpdatePrices), which is never
-    started here, and a snapshot something else in the process fetched is ignored, so a price
-    changes only with the locked package version. Loaded on the first lookup (about half a second):
-    the webhook, which never prices a call, does not pay for it.
+    Standard tier only: a long-context tier's dearer rate and batch rates are not applied, as a
+    budget estimates rather than bills; the prompt-cache read and write rates are (ModelPrice).
+    The data is the package's own snapshot, read offline: genai-prices can fetch newer prices in
+    the background (UpdatePrices), which is never started here, and a snapshot something else in
+    the process fetched is ignored, so a price changes only with the locked package version.
+    Loaded on the first lookup (about half a second): the webhook, which never prices a call, does
+    not pay for it.
 
     A key is "provider/model" as the turn names it; the model part is matched by genai-prices's
     own rules, so "openai/gpt-4.1-mini-2025-04-14" finds gpt-4.1-mini. Iteration lists each model
@@ -230,12 +250,17 @@ def _list_price(model_ref: str) -> ModelPrice | None:
     from genai_prices.types import TieredPrices
 
     listed = found.get_prices(utcnow())
-    rates = [listed.input_mtok, listed.output_mtok]
+    rates = [listed.input_mtok, listed.output_mtok, listed.cache_read_mtok, listed.cache_write_mtok]
     # The base rate of a tiered price: the tiers start past 200k input tokens (see ListPrices).
     base = [rate.base if isinstance(rate, TieredPrices) else rate for rate in rates]
     if base[0] is None:
         return None  # priced by something other than tokens (images, audio, requests)
-    return ModelPrice(input_per_mtok=base[0], output_per_mtok=base[1] or Decimal(0))
+    return ModelPrice(
+        input_per_mtok=base[0],
+        output_per_mtok=base[1] or Decimal(0),
+        cache_read_per_mtok=base[2],
+        cache_write_per_mtok=base[3],
+    )
 
 
 # Where a model's price came from, as every place that shows one says (docs/budgets.md#prices):
@@ -363,16 +388,31 @@ class PriceTable:
                     return found, source
         return None, "unknown"
 
-    def cost_nanos(self, model_ref: str, tokens_in: int, tokens_out: int) -> int:
-        return self.price(model_ref).cost_nanos(tokens_in, tokens_out)
+    def cost_nanos(
+        self, model_ref: str, tokens_in: int, tokens_out: int, *, cache_read: int = 0, cache_write: int = 0
+    ) -> int:
+        price = self.price(model_ref)
+        return price.cost_nanos(tokens_in, tokens_out, cache_read=cache_read, cache_write=cache_write)
 
-    def usage(self, model_ref: str, *, tokens_in: int, tokens_out: int, tool_calls: int = 0) -> BudgetUsage:
-        """What a model call charges: its tokens, and their estimated cost at the model's price."""
+    def usage(
+        self,
+        model_ref: str,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        tool_calls: int = 0,
+        cache_read: int = 0,
+        cache_write: int = 0,
+    ) -> BudgetUsage:
+        """What a model call charges: its tokens, and their estimated cost at the model's price
+        (the prompt tokens read from or written to the provider's cache at its cache rates)."""
         return BudgetUsage(
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             tool_calls=tool_calls,
-            usd_nanos=self.cost_nanos(model_ref, tokens_in, tokens_out),
+            usd_nanos=self.cost_nanos(
+                model_ref, tokens_in, tokens_out, cache_read=cache_read, cache_write=cache_write
+            ),
         )
 
 
@@ -577,8 +617,17 @@ class TurnBudget:
     def check(self) -> BudgetDecision:
         return self._decide()
 
-    def charge_model_call(self, model_ref: str, *, tokens_in: int, tokens_out: int) -> BudgetDecision:
-        return self._charge(self.prices.usage(model_ref, tokens_in=tokens_in, tokens_out=tokens_out))
+    def charge_model_call(
+        self, model_ref: str, *, tokens_in: int, tokens_out: int, cache_read: int = 0, cache_write: int = 0
+    ) -> BudgetDecision:
+        usage = self.prices.usage(
+            model_ref,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cache_read=cache_read,
+            cache_write=cache_write,
+        )
+        return self._charge(usage)
 
     def charge_tool_call(self, count: int = 1) -> BudgetDecision:
         return self._charge(BudgetUsage(tool_calls=count))

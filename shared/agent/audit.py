@@ -77,6 +77,8 @@ def audit_record(
         tools_used=loop.tools_used if loop else [],
         tokens_in=usage.input_tokens,
         tokens_out=usage.output_tokens,
+        tokens_cached=usage.cache_read_tokens,
+        tokens_cache_write=usage.cache_write_tokens,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
         cost_usd=float(budget.spent.usd) if budget else 0.0,
         outcome=outcome,
@@ -139,6 +141,7 @@ def log_turn(record: AuditRecord, safety: Safety | None = None) -> AuditRecord:
             "model": record.model,
             "tokens_in": record.tokens_in,
             "tokens_out": record.tokens_out,
+            "tokens_cached": record.tokens_cached,
             "tool_calls": len(record.tools_used),
             "duration_ms": record.duration_ms,
             # A failed attempt's cause (our own words: shared.providers keep the provider's out).

@@ -1,24 +1,35 @@
 """The system prompt of a turn (spec 000 step 2, spec 003): its parts, their order and budgets.
 
-Order (docs/context.md), each part trimmed to its own token budget and left out when empty:
+The prompt comes in two parts (docs/context.md, "Prompt caching"): a static prefix, byte-identical
+on every turn of a session, which the providers cache, and the turn's context after it, which
+changes. Each part is trimmed to its own token budget and left out when empty.
+
+Static prefix (AssembledContext.static):
 
 1. personality   the workspace's system_prompt
-1b. learned      "## Personality (Learned)": the directive synthesised from the sender's style
+2. catalogue     one line per skill the turn may load with the `skill` tool, in name order: its
+                 name and the start of its description (progressive disclosure, docs/skills.md);
+                 `manual` skills are not listed (a keyword skill loaded below still is: the
+                 catalogue must not change from one message to the next)
+3. tools         each tool's name and the first line of its description, in name order; the JSON
+                 schemas go to the provider separately (ChatRequest.tools)
+4. channel       what the channel renders and its message size
+5. safety        SYSTEM_PROMPT_NOTE, never trimmed: it tells the model what a quoted block is,
+                 before any of the context or the messages that may hold one
+
+Turn context (AssembledContext.dynamic):
+
+6. learned       "## Personality (Learned)": the directive synthesised from the sender's style
                  observations (spec 003; shared.memory.personality), when there is one
-2. catalogue     one line per skill the turn may load with the `skill` tool: its name and the
-                 start of its description (progressive disclosure, docs/skills.md); `manual`
-                 skills and those loaded below are not listed
-3. skills        the SKILL.md bodies this message loads directly (shared.skills.select_skills:
+7. skills        the SKILL.md bodies this message loads directly (shared.skills.select_skills:
                  "use skill: NAME" and keyword triggers)
-4. tools         each tool's name and the first line of its description; the JSON schemas go to
-                 the provider separately (ChatRequest.tools)
-5. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
+8. facts         Tier-3 facts as "subject predicate object" lines, most confident first, whole
                  lines only, up to the budget (spec 004's injection)
-6. channel       what the channel renders and its message size
-7. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
-8. summary       the session's rolling summary of the messages that left the window
-8b. nudge        the memory nudge, for this turn only (shared.agent.nudge), when it fires
-9. safety        SYSTEM_PROMPT_NOTE, never trimmed, last so that it frames everything above
+8b. selection    the context pipeline's choice for this message (shared.agent.pipeline): memory
+                 pointers or text, and the skills that may fit; empty with the pipeline off
+9. now           the date and time (UTC, ISO 8601, weekday) and the active-task pin, if any
+10. summary      the session's rolling summary of the messages that left the window
+11. nudge        the memory nudge, for this turn only (shared.agent.nudge), when it fires
 
 The active window and the new message follow as the request's messages. Tokens are estimated as
 characters / 4 (rounded up): no tokenizer on the turn path, and close enough for English text
@@ -50,6 +61,9 @@ BUDGETS: Final[dict[str, int]] = {
     "summary": 800,
     "learned": 300,
     "nudge": 100,
+    # The context pipeline's selection (shared.agent.pipeline) keeps to its workspace's own budget
+    # (ContextConfig.budget_tokens, at most this); this only bounds it.
+    "selection": 8000,
 }
 ELLIPSIS = " …"
 LEARNED_HEADING: Final = "## Personality (Learned)"
@@ -81,10 +95,20 @@ CHANNEL_HINTS: Final[dict[str, str]] = {
 }
 
 
+# The parts of the static prefix; every other part is the turn's context, after it.
+STATIC_PARTS: Final = frozenset({"personality", "catalogue", "tools", "channel", "safety"})
+
+
 @dataclass(frozen=True)
 class AssembledContext:
-    text: str
+    static: str  # the cached prefix: ChatRequest.system
+    dynamic: str  # what changes from turn to turn: ChatRequest.context
     parts: list[tuple[str, int]]  # (part name, estimated tokens), in prompt order
+
+    @property
+    def text(self) -> str:
+        """The whole system prompt, as a provider with one system slot sends it."""
+        return "\n\n".join(part for part in (self.static, self.dynamic) if part)
 
     @property
     def tokens(self) -> int:
@@ -122,31 +146,44 @@ def assemble_system_prompt(
     summary: str = "",
     learned: str = "",
     nudge: str = "",
+    selection: str = "",
 ) -> AssembledContext:
     """The system prompt in the documented order; `skills` are those already selected, and
-    `catalogue` those the model may load (whichever of them are in `skills` are not listed)."""
-    loaded = {s.name for s in skills}
-    sections = [
+    `catalogue` those the model may load (listed whether or not they are in `skills`, so that the
+    static prefix stays the same from one message to the next)."""
+    static_sections = [
         ("personality", workspace.system_prompt.strip()),
-        ("learned", f"{LEARNED_HEADING}\n{learned.strip()}" if learned.strip() else ""),
-        ("catalogue", _catalogue([s for s in catalogue if s.name not in loaded], BUDGETS["catalogue"])),
-        ("skills", _skills(skills)),
-        ("tools", _tools(tools)),
-        ("facts", _facts(facts, BUDGETS["facts"])),
+        ("catalogue", _catalogue(sorted(catalogue, key=lambda s: s.name), BUDGETS["catalogue"])),
+        ("tools", _tools(sorted(tools, key=lambda t: t.name))),
         ("channel", CHANNEL_HINTS.get(channel, "")),
+    ]
+    dynamic_sections = [
+        ("learned", f"{LEARNED_HEADING}\n{learned.strip()}" if learned.strip() else ""),
+        ("skills", _skills(skills)),
+        ("facts", _facts(facts, BUDGETS["facts"])),
+        ("selection", selection.strip()),
         ("now", _now(now, active_task)),
         ("summary", f"## Conversation so far (summary)\n{summary.strip()}" if summary.strip() else ""),
         ("nudge", nudge.strip()),
     ]
+    static, parts = _kept(static_sections)
+    static.append(SYSTEM_PROMPT_NOTE)
+    parts.append(("safety", estimate(SYSTEM_PROMPT_NOTE)))
+    dynamic, dynamic_parts = _kept(dynamic_sections)
+    return AssembledContext(
+        static="\n\n".join(static), dynamic="\n\n".join(dynamic), parts=parts + dynamic_parts
+    )
+
+
+def _kept(sections: Sequence[tuple[str, str]]) -> tuple[list[str], list[tuple[str, int]]]:
+    """Each non-empty section trimmed to its budget, and its estimated tokens."""
     texts, parts = [], []
     for name, text in sections:
         if text:
             kept = trim(text, BUDGETS[name])
             texts.append(kept)
             parts.append((name, estimate(kept)))
-    texts.append(SYSTEM_PROMPT_NOTE)
-    parts.append(("safety", estimate(SYSTEM_PROMPT_NOTE)))
-    return AssembledContext(text="\n\n".join(texts), parts=parts)
+    return texts, parts
 
 
 def _skills(skills: Sequence[Skill]) -> str:

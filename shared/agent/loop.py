@@ -168,7 +168,11 @@ def run_loop(
         result.usage = _sum(result.usage, answer.usage)
         if budget is not None:
             budget.charge_model_call(
-                model_ref, tokens_in=answer.usage.input_tokens, tokens_out=answer.usage.output_tokens
+                model_ref,
+                tokens_in=answer.usage.input_tokens,
+                tokens_out=answer.usage.output_tokens,
+                cache_read=answer.usage.cache_read_tokens,
+                cache_write=answer.usage.cache_write_tokens,
             )
         if not answer.tool_calls:
             result.refused = answer.done.refused
@@ -243,6 +247,4 @@ def _refused(call: ToolCall, limit: int) -> ToolResultMessage:
 
 
 def _sum(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens, output_tokens=a.output_tokens + b.output_tokens
-    )
+    return a + b

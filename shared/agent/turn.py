@@ -64,6 +64,7 @@ Failure policy, decided once here:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import time
@@ -75,10 +76,11 @@ from typing import Any
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
 from shared.agent.commands import answer_command
 from shared.agent.commit import commit, settle
-from shared.agent.context import assemble_system_prompt
+from shared.agent.context import AssembledContext, assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.nudge import memory_nudge
+from shared.agent.pipeline import memory_searcher, select_context
 from shared.agent.preflight import (
     Command,
     Proceed,
@@ -323,22 +325,42 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         # A redrive answers the message where it was said: what came after it is not its context.
         window = list(itertools.takewhile(lambda m: m.id != step.user.id, window))
     registry = tools_for(deps, turn.workspace)
-    tools = registry.specs()
+    # In name order, whichever tools the registry holds (MCP servers' included): the schemas open
+    # the cached prefix.
+    tools = sorted(registry.specs(), key=lambda t: t.name)
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
+    # The context pipeline (shared.agent.pipeline): no model call; nothing at all when it is off.
+    selection = select_context(
+        memory_searcher(deps.backend),
+        turn.workspace.id,
+        turn.workspace.context,
+        inbound.text,
+        scope=scope,
+        session_id=inbound.session_id,
+        skills=catalogue(skills_of(deps, turn.workspace))
+        if deps.tools.permits("skill", turn.workspace)
+        else (),
+        active_task=session.active_task,
+        now=deps.clock(),
+    )
+    prompt = system_prompt(
+        deps,
+        turn.workspace,
+        session,
+        inbound,
+        tools,
+        user_id=turn.sender.user_id,
+        scope=scope,
+        recent=[*window, step.user],
+        selection=selection.text,
+    )
     request = ChatRequest(
         model=step.model,
-        system=system_prompt(
-            deps,
-            turn.workspace,
-            session,
-            inbound,
-            tools,
-            user_id=turn.sender.user_id,
-            scope=scope,
-            recent=[*window, step.user],
-        ),
+        system=prompt.text,
+        cache_prefix=len(prompt.static),
         messages=[*window, step.user],
         tools=tools,
+        cache_key=prompt_cache_key(inbound),
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
@@ -366,6 +388,9 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     )
     shown.finish(result.reply.content)  # redacted by the loop, as is everything it commits
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
+    if selection.mode != "off":
+        audited = {"context": selection.picks, "context_ms": selection.elapsed_ms}
+        record = record.model_copy(update={"context_mode": selection.mode, **audited})
     kept = [] if step.kept else [step.user]
     return _Ending(record, [*kept, *result.messages], ctx.session_updates)
 
@@ -415,7 +440,8 @@ def system_prompt(
     user_id: str,
     scope: RecallScope,
     recent: Sequence[Message] = (),
-) -> str:
+    selection: str = "",
+) -> AssembledContext:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
     the skills it may load and those this message loads, the tools, the sender's tacit facts,
     the channel's hints, the time, the rolling summary and, last, the note that tells the model
@@ -440,7 +466,16 @@ def system_prompt(
         summary=session.summary,
         learned=deps.personality(workspace.id, user_id, scope) if deps.personality is not None else "",
         nudge=memory_nudge(recent, memory_tools=memory_tools) or "",
-    ).text
+        selection=selection,
+    )
+
+
+def prompt_cache_key(inbound: InboundMessage) -> str:
+    """The key a provider groups this turn's calls under for its prompt cache (OpenAI's
+    prompt_cache_key): the turns that share a static prefix are a workspace's on one channel (the
+    channel hint is part of it). A digest, so no chat or user id leaves for the provider."""
+    digest = hashlib.sha256(f"{inbound.workspace_id}\x00{inbound.channel}".encode()).hexdigest()
+    return f"sigil-{digest[:32]}"
 
 
 def recall_scope_for(

@@ -68,6 +68,13 @@ def replay_command(
     memory_recall: Annotated[
         Recall | None, typer.Option("--memory-recall", help="the memory policy's recall to try")
     ] = None,
+    context_mode: Annotated[
+        str | None,
+        typer.Option("--context-mode", help="the context pipeline's mode to try: off, pointers or inject"),
+    ] = None,
+    context_budget: Annotated[
+        int | None, typer.Option("--context-budget", help="the inject mode's token budget (100-8000)")
+    ] = None,
     runs: Annotated[int, typer.Option("--runs", help="replay this many times, for pass^k consistency")] = 1,
     report_format: Annotated[
         ReportFormat, typer.Option("--format", help="json, markdown or html")
@@ -83,7 +90,7 @@ def replay_command(
 
     from shared.adapters import build_backend
     from shared.errors import SigilError
-    from shared.models import MemoryConfig
+    from shared.models import ContextConfig, MemoryConfig
     from shared.replay import ReplayChange, change_problems, render_html, render_markdown, replay
 
     settings, file = target_settings_and_file(data_dir, stack, region)
@@ -99,6 +106,11 @@ def replay_command(
             tools_allow=_names(allow_tools),
             tools_deny=_names(deny_tools),
             memory=None if memory_recall is None else MemoryConfig(recall=memory_recall.value),
+            context=None
+            if context_mode is None and context_budget is None
+            else ContextConfig.model_validate(
+                {"mode": context_mode or "inject", "budget_tokens": context_budget or 2000}
+            ),
         )
     except ValidationError as exc:
         raise _fail(f"bad change: {change_problems(exc)}") from None

@@ -415,7 +415,9 @@ def _audit_table(records: list[AuditRecord]) -> str:
                 esc(when(r.created_at)),
                 esc(r.model or "-"),
                 esc(", ".join(r.tools_used) or "none"),
-                f"{r.tokens_in:,} in, {r.tokens_out:,} out",
+                # Cached prompt tokens cost a tenth or so of the rest (cost_usd prices them so).
+                f"{r.tokens_in:,} in{f' ({r.tokens_cached:,} cached)' if r.tokens_cached else ''}, "
+                f"{r.tokens_out:,} out",
                 money(r.cost_usd),
                 f"{r.duration_ms:,.0f} ms",
                 f'<span class="outcome outcome-{esc(r.outcome)}">{esc(r.outcome)}</span>{error}',

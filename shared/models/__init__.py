@@ -487,6 +487,30 @@ class SandboxRun(Model):
     host_calls: list[dict[str, Any]] = Field(default_factory=list)
 
 
+ContextMode = Literal["off", "pointers", "inject"]
+
+
+class ContextConfig(Model):
+    """The context pipeline of a workspace's turns (docs/context.md, "The context pipeline"):
+    before the first model call, memory, skills and the task pin are selected for the message,
+    deterministically and with no model call. `off`: the tools alone (spec 000); `pointers`: one
+    line per memory (its id, tier, date and opening words), for the model to fetch with the memory
+    tools; `inject`: the memories' text, ranked, within `budget_tokens` (spec 004's InjectMemory)."""
+
+    mode: ContextMode = "off"
+    budget_tokens: int = Field(default=2000, ge=100, le=8000)
+    max_items: int = Field(default=10, ge=1, le=50)
+
+
+class ContextPick(Model):
+    """One thing the pipeline selected for a turn, as its audit record keeps it: never the text."""
+
+    kind: Literal["memory", "skill", "task"]
+    id: str
+    score: float
+    tokens: int = 0  # what it added to the prompt (0: selected, but not shown in this mode)
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -526,6 +550,7 @@ class WorkspaceConfig(Model):
     mcp: McpConfig = Field(default_factory=McpConfig)
     # run_python (docs/sandbox.md): off unless turned on here.
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
@@ -877,6 +902,10 @@ class AuditRecord(Model):
     tools_used: list[str] = Field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    # The parts of tokens_in the provider read from its prompt cache and wrote to it (summed over
+    # the turn's calls; docs/context.md, "Prompt caching"); cost_usd prices them at those rates.
+    tokens_cached: int = 0
+    tokens_cache_write: int = 0
     duration_ms: float = 0.0
     cost_usd: float = 0.0
     outcome: Literal[
@@ -900,6 +929,11 @@ class AuditRecord(Model):
     # fields existed still load.
     quoted: list[str] = Field(default_factory=list)
     injection_rules: dict[str, list[str]] = Field(default_factory=dict)
+    # The context pipeline's selection (shared.agent.pipeline): its mode, what it picked with the
+    # scores, and how long it took; empty and None where it did not run.
+    context_mode: str | None = None
+    context: list[ContextPick] = Field(default_factory=list)
+    context_ms: float | None = None
     # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
     correlation_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)

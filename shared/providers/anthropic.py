@@ -28,6 +28,7 @@ from shared.providers.base import (
     ToolSpec,
     Usage,
     alternating_turns,
+    system_parts,
 )
 from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
@@ -129,7 +130,7 @@ class AnthropicProvider:
             "messages": to_anthropic_messages(request.messages),
         }
         if request.system:
-            params["system"] = request.system
+            params["system"] = system_blocks(request) if request.cache_prefix else request.system
         if request.tools:
             params["tools"] = [to_anthropic_tool(t) for t in request.tools]
         if request.temperature is not None:
@@ -174,6 +175,22 @@ class AnthropicProvider:
 
 
 # ---------------------------------------------------------------- request translation
+
+
+# Anthropic caches the prompt up to a block marked with cache_control (tools, then system, then
+# messages): one breakpoint at the end of the static prefix caches the tools and the instructions.
+CACHE_BREAKPOINT: Json = {"type": "ephemeral"}
+
+
+def system_blocks(request: ChatRequest) -> list[Json]:
+    """The static prefix as one block ending in a cache breakpoint, then what changes per turn."""
+    static, context = system_parts(request)
+    blocks: list[Json] = []
+    if static:
+        blocks.append({"type": "text", "text": static, "cache_control": dict(CACHE_BREAKPOINT)})
+    if context:
+        blocks.append({"type": "text", "text": context})
+    return blocks
 
 
 def to_anthropic_messages(messages: Iterable[Message]) -> list[Json]:
@@ -236,17 +253,12 @@ def translate_stream(events: Iterable[RawMessageStreamEvent]) -> Iterator[Provid
     carries nothing more (and a capture may end without the blank line that would deliver it).
     """
     tools: dict[int, _ToolBlock] = {}
-    input_tokens = output_tokens = 0
+    usage = Usage()
     stop_reason: str | None = None
     refusal: str | None = None
     for event in events:
         if event.type == "message_start":
-            u = event.message.usage
-            # Cached prompt tokens are counted apart; the prompt is their sum.
-            input_tokens = (
-                u.input_tokens + (u.cache_creation_input_tokens or 0) + (u.cache_read_input_tokens or 0)
-            )
-            output_tokens = u.output_tokens
+            usage = _usage(event.message.usage, usage)
         elif event.type == "content_block_start":
             block = event.content_block
             if block.type == "tool_use":
@@ -263,14 +275,8 @@ def translate_stream(events: Iterable[RawMessageStreamEvent]) -> Iterator[Provid
             if call is not None:
                 yield ToolCallEvent(call=_complete(call))
         elif event.type == "message_delta":
-            usage = event.usage
-            output_tokens = usage.output_tokens
-            if usage.input_tokens is not None:  # newer API versions repeat the cumulative count
-                input_tokens = (
-                    usage.input_tokens
-                    + (usage.cache_creation_input_tokens or 0)
-                    + (usage.cache_read_input_tokens or 0)
-                )
+            # Newer API versions repeat the cumulative counts here; older ones only the output.
+            usage = _usage(event.usage, usage)
             stop_reason = event.delta.stop_reason or stop_reason
             details = event.delta.stop_details
             if details is not None and details.explanation:
@@ -280,11 +286,31 @@ def translate_stream(events: Iterable[RawMessageStreamEvent]) -> Iterator[Provid
         raise ProviderError("the model stream ended before the model finished", retryable=True)
     # A tool block still open here was cut by max_tokens: its input is incomplete JSON, so it is
     # dropped, and the "length" finish reason says the answer was cut.
-    yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    yield usage
     if stop_reason == "refusal":
         yield Done(finish_reason="refusal", refusal=refusal or REFUSAL_FALLBACK)
     else:
         yield Done(finish_reason=FINISH_REASONS.get(stop_reason, stop_reason))
+
+
+def _usage(counts: Any, before: Usage) -> Usage:
+    """Our Usage from a message_start's or message_delta's usage: cached prompt tokens are counted
+    apart from `input_tokens`, so the prompt is their sum. A count the event leaves out (None, or
+    absent from an older API's message_delta) keeps its earlier value."""
+
+    def count(name: str, earlier: int) -> int:
+        value = getattr(counts, name, None)
+        return earlier if value is None else int(value)
+
+    fresh = count("input_tokens", before.input_tokens - before.cache_read_tokens - before.cache_write_tokens)
+    read = count("cache_read_input_tokens", before.cache_read_tokens)
+    write = count("cache_creation_input_tokens", before.cache_write_tokens)
+    return Usage(
+        input_tokens=fresh + read + write,
+        output_tokens=count("output_tokens", before.output_tokens),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
 
 
 def _complete(block: _ToolBlock) -> ToolCall:

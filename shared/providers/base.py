@@ -28,6 +28,14 @@ class ChatRequest(BaseModel):
     model: str  # the provider's own model name, e.g. "gpt-4.1-mini"
     system: str
     messages: list[Message]
+    # How many characters of `system` are its static prefix (docs/context.md, "Prompt caching"):
+    # byte-identical from turn to turn (instructions, the skill catalogue, the tool list, the
+    # safety note), which each provider caches; the rest is what changes (the time, facts, the
+    # summary), after it so that it never breaks the cache. 0: nothing to cache.
+    cache_prefix: int = Field(default=0, ge=0)
+    # Groups requests that share a prefix, for a provider that routes on it (OpenAI's
+    # prompt_cache_key): a digest, never an id or text of the conversation.
+    cache_key: str | None = None
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int | None = None
     temperature: float | None = None
@@ -44,9 +52,23 @@ class ToolCallEvent(BaseModel):
 
 
 class Usage(BaseModel):
+    """Token counts of a call. `input_tokens` is the whole prompt; `cache_read_tokens` and
+    `cache_write_tokens` are the parts of it the provider read from its prompt cache and wrote to
+    it (priced apart: shared.budgets.ModelPrice), 0 where the provider says nothing."""
+
     type: Literal["usage"] = "usage"
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 # The finish reasons of a model that declined to answer, however its provider says so: Anthropic's
@@ -66,6 +88,13 @@ class Done(BaseModel):
         """The model, or the provider's filter in front of it, declined to answer: the turn is
         audited as "refused" rather than "ok", whichever provider said so."""
         return self.finish_reason in REFUSALS
+
+
+def system_parts(request: ChatRequest) -> tuple[str, str]:
+    """The system prompt as (static prefix, the rest), for a provider that marks where its cache
+    ends; ("", system) when the request caches nothing."""
+    cut = min(request.cache_prefix, len(request.system))
+    return request.system[:cut].rstrip("\n"), request.system[cut:].lstrip("\n")
 
 
 ProviderEvent = Annotated[TextDelta | ToolCallEvent | Usage | Done, Field(discriminator="type")]

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Final
 
 from shared.deadline import bounded, check, cut_by, deadline, remaining, within
 from shared.deadline.boto import bound_to_deadline
@@ -29,6 +29,7 @@ from shared.providers.base import (
     ToolSpec,
     Usage,
     alternating_turns,
+    system_parts,
 )
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
@@ -176,10 +177,31 @@ def _cut_reads(at: float | None, stream: Any, read_timeout: float | None) -> Ite
 # ---------------------------------------------------------------- request translation
 
 
+# Converse's prompt-cache checkpoint: the prompt up to it is cached (tools, then system, then
+# messages). Only some model families accept one; the others refuse the request with a
+# ValidationException, so it is sent to those alone (docs/context.md, "Prompt caching").
+CACHE_POINT: Json = {"cachePoint": {"type": "default"}}
+CACHING_FAMILIES: Final = ("anthropic.claude", "amazon.nova")
+
+
+def caches_prompts(model_id: str) -> bool:
+    """Whether Converse takes cache points for this model id (or inference profile, or ARN)."""
+    model = model_id.rsplit("/", 1)[-1].lower()
+    return any(family in model for family in CACHING_FAMILIES)
+
+
 def converse_params(request: ChatRequest) -> Json:
     params: Json = {"modelId": request.model, "messages": to_converse_messages(request.messages)}
-    if request.system:
-        params["system"] = [{"text": request.system}]
+    static, context = system_parts(request)
+    system: list[Json] = []
+    if static:
+        system.append({"text": static})
+        if caches_prompts(request.model):
+            system.append(dict(CACHE_POINT))  # the static prefix ends here; the tools come before it
+    if context:
+        system.append({"text": context})
+    if system:
+        params["system"] = system
     if request.tools:
         params["toolConfig"] = {"tools": [to_converse_tool(t) for t in request.tools]}
     inference: Json = {}
@@ -262,11 +284,14 @@ def translate_stream(events: Iterable[Mapping[str, Any]]) -> Iterator[ProviderEv
             stop_reason = event["messageStop"]["stopReason"]
         elif "metadata" in event:
             u = event["metadata"].get("usage", {})
-            # Cached prompt tokens are counted apart; the prompt is their sum.
-            prompt = (
-                u.get("inputTokens", 0) + u.get("cacheReadInputTokens", 0) + u.get("cacheWriteInputTokens", 0)
+            # Cached prompt tokens are counted apart from inputTokens; the prompt is their sum.
+            read, write = u.get("cacheReadInputTokens", 0), u.get("cacheWriteInputTokens", 0)
+            usage = Usage(
+                input_tokens=u.get("inputTokens", 0) + read + write,
+                output_tokens=u.get("outputTokens", 0),
+                cache_read_tokens=read,
+                cache_write_tokens=write,
             )
-            usage = Usage(input_tokens=prompt, output_tokens=u.get("outputTokens", 0))
     if stop_reason is None:
         # A cut connection must not pass for a finished answer (it would be committed as one).
         raise ProviderError("the model stream ended before the model finished", retryable=True)

@@ -96,9 +96,15 @@ class OpenAIProvider:
     def _params(self, request: ChatRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": request.model,
+            # One system message, the static prefix first: OpenAI caches the longest prefix it has
+            # seen (tools, then messages) automatically, so the prefix need only stay byte-stable.
             "messages": to_openai_messages(request.system, request.messages),
             "stream_options": {"include_usage": True},
         }
+        if request.cache_key:
+            # Routes a session's calls to the machines that hold its prefix (OpenAI's prompt
+            # caching guide); compatible servers ignore a field they do not know.
+            params["prompt_cache_key"] = request.cache_key
         if request.tools:
             params["tools"] = [to_openai_tool(t) for t in request.tools]
         if request.max_tokens is not None:
@@ -198,7 +204,14 @@ def _translate_stream(chunks: Iterable[ChatCompletionChunk]) -> Iterator[Provide
     usage: Usage | None = None
     for chunk in chunks:
         if chunk.usage is not None:
-            usage = Usage(input_tokens=chunk.usage.prompt_tokens, output_tokens=chunk.usage.completion_tokens)
+            details = chunk.usage.prompt_tokens_details
+            # prompt_tokens counts the cached ones; OpenAI bills no cache write.
+            cached = (details.cached_tokens or 0) if details is not None else 0
+            usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens,
+                output_tokens=chunk.usage.completion_tokens,
+                cache_read_tokens=cached,
+            )
         for choice in chunk.choices:
             if choice.index != 0:  # we never ask for n > 1
                 continue

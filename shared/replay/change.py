@@ -6,7 +6,7 @@ import re
 
 from pydantic import Field, ValidationError, field_validator
 
-from shared.models import MemoryConfig, Model, WorkspaceConfig
+from shared.models import ContextConfig, MemoryConfig, Model, WorkspaceConfig
 
 MODEL_REF_PATTERN = r"^[a-z][a-z0-9_-]*/\S+$"
 
@@ -22,6 +22,8 @@ class ReplayChange(Model):
     tools_allow: list[str] | None = None
     tools_deny: list[str] | None = None
     memory: MemoryConfig | None = None
+    # The context pipeline's mode and budget (docs/context.md, "The context pipeline").
+    context: ContextConfig | None = None
 
     @field_validator("model")
     @classmethod
@@ -43,9 +45,11 @@ class ReplayChange(Model):
         return cleaned
 
     def apply(self, config: WorkspaceConfig) -> WorkspaceConfig:
-        fields = self.model_dump(exclude_none=True, exclude={"memory"})
+        fields = self.model_dump(exclude_none=True, exclude={"memory", "context"})
         if self.memory is not None:
             fields["memory"] = self.memory.model_copy(deep=True)
+        if self.context is not None:
+            fields["context"] = self.context.model_copy(deep=True)
         # Validated again as a whole, so a change can't produce a config the stores would refuse.
         return WorkspaceConfig.model_validate({**config.model_dump(), **fields})
 
@@ -65,6 +69,8 @@ class ReplayChange(Model):
             lines.append(f"tools denied: {', '.join(self.tools_deny) or '(none)'}")
         if self.memory is not None:
             lines.append(f"memory policy: {self.memory.model_dump_json()}")
+        if self.context is not None:
+            lines.append(f"context pipeline: {self.context.mode}, {self.context.budget_tokens} tokens")
         return lines or ["(nothing: the recorded setup, run again)"]
 
 

@@ -480,7 +480,10 @@ def test_cached_prompt_tokens_count_as_input() -> None:
     events = list(
         translate_stream([{"messageStop": {"stopReason": "end_turn"}}, {"metadata": {"usage": usage}}])
     )
-    assert events == [Usage(input_tokens=125, output_tokens=2), Done(finish_reason="stop")]
+    assert events == [
+        Usage(input_tokens=125, output_tokens=2, cache_read_tokens=100, cache_write_tokens=20),
+        Done(finish_reason="stop"),
+    ]
 
 
 # ---------------------------------------------------------------- registry and client factory

@@ -147,9 +147,8 @@ def test_the_nudge_is_in_one_request_after_disclosures_and_stored_nowhere(
     # The eleventh says something about the user, and no memory tool ran in the last ten turns
     nudged = say(deps, clock, 10, "By the way, I work at a bakery in Leeds.")
     assert NUDGE in nudged
-    assert nudged.index(NUDGE) > nudged.index("Now: ") and nudged.endswith(
-        "written inside it."
-    )  # before the safety note, after everything else
+    # In the turn's context, after the cached prefix (which the safety note closes) and the time
+    assert nudged.index(NUDGE) > nudged.index("Now: ") > nudged.index("written inside it.")
     golden("nudge_after", nudged)
 
     # The model stored it (memory_store in this turn): the next disclosure gets no nudge
@@ -250,7 +249,10 @@ def test_the_learned_personality_reaches_the_next_prompt_and_is_written_once(
         "You give one concrete example before any theory."
     )
     assert learned in after
-    assert after.index("You are Pip") < after.index("## Personality (Learned)") < after.index("## Tools")
+    # In the turn's context, after the cached prefix (the workspace's prompt, the tools, the note)
+    note = after.index("written inside it.")
+    learned_at = after.index("## Personality (Learned)")
+    assert after.index("You are Pip") < after.index("## Tools") < note < learned_at
     golden("personality_after", after)
 
     # The same cues again, compacted with the rest: reinforced, the same set, no synthesis call

@@ -128,10 +128,12 @@ def test_a_reply_is_sent_and_committed_through_the_real_sdk(backend: Backend, se
         body = fake.requests[0]
     # Then the model saw the system prompt and the message, and the reply went out once. The
     # prompt is assembled (docs/context.md): it opens with the workspace's prompt and ends with
-    # the note on quoted untrusted data (docs/safety.md); the parts between (tools, channel hints,
-    # the time) are checked in tests/unit/test_context.py.
+    # the note on quoted untrusted data (docs/safety.md) closes its static prefix, before the
+    # turn's context; the parts between (tools, channel hints, the time) are checked in
+    # tests/unit/test_context.py.
     system = body["messages"][0]["content"]
-    assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)
+    static, context = system.split(f"{SYSTEM_PROMPT_NOTE}\n\n")
+    assert static.startswith(WorkspaceConfig(id=WS).system_prompt) and context.startswith("Now: ")
     assert body["model"] == "fake-model"
     assert body["messages"] == [{"role": "system", "content": system}, {"role": "user", "content": "hello"}]
     [entry] = backend.outbox.read(WS, SESSION)
@@ -168,8 +170,10 @@ def test_workspace_config_sets_prompt_window_and_model(backend: Backend, setting
     for i in range(4):
         run_turn(deps, item(f"e{i}", f"msg {i}"))
     last = provider.requests[-1]
-    # The assembled prompt opens with the workspace's prompt; the safety note closes it.
-    assert last.system.startswith("Talk like a pirate.\n\n") and last.system.endswith(SYSTEM_PROMPT_NOTE)
+    # The assembled prompt opens with the workspace's prompt; the safety note closes its static
+    # prefix, the part the providers cache.
+    assert last.system.startswith("Talk like a pirate.\n\n")
+    assert last.system[: last.cache_prefix].endswith(SYSTEM_PROMPT_NOTE)
     assert contents(last.messages) == ["msg 1", "reply 1", "msg 2", "reply 2", "msg 3"]
     assert refs == ["x/y"] * 4
 

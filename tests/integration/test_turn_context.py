@@ -60,11 +60,16 @@ def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
     without, with_skill = (r.system for r in provider.requests)
     # Without the keyword the skill is only listed, for the model to load with the skill tool
     assert "- k8s-help: Kubernetes know-how." in without and "kubectl describe" not in without
-    assert "- k8s-help:" not in with_skill
+    # With it, its body is in the turn's context; the catalogue still lists it, so that the static
+    # prefix the providers cache is the same on both turns
     assert "### Skill: k8s-help" in with_skill and "Always suggest `kubectl describe` first." in with_skill
-    for system in (without, with_skill):
-        assert system.startswith(WorkspaceConfig(id=WS).system_prompt) and system.endswith(SYSTEM_PROMPT_NOTE)
-        assert "Channel: web chat." in system and "Now: " in system
+    first, second = provider.requests
+    assert first.system[: first.cache_prefix] == second.system[: second.cache_prefix]
+    assert "### Skill: k8s-help" in second.system[second.cache_prefix :]
+    for r in provider.requests:
+        static = r.system[: r.cache_prefix]
+        assert static.startswith(WorkspaceConfig(id=WS).system_prompt) and static.endswith(SYSTEM_PROMPT_NOTE)
+        assert "Channel: web chat." in static and "Now: " in r.system[r.cache_prefix :]
 
 
 def test_facts_about_the_sender_reach_the_prompt_and_are_read_once_a_minute(

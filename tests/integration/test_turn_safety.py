@@ -199,7 +199,7 @@ def test_an_injection_in_a_tool_result_reaches_the_model_quoted_and_the_turn_ans
     assert begin.split()[-1] == end.split()[-1]  # the same id closes the block
     assert INJECTION in "\n".join(body)
     # And every request tells the model what such a block is
-    assert all(r.system.endswith(f"\n\n{SYSTEM_PROMPT_NOTE}") for r in provider.requests)
+    assert all(r.system[: r.cache_prefix].endswith(f"\n\n{SYSTEM_PROMPT_NOTE}") for r in provider.requests)
     # And the turn goes on and answers
     assert record.outcome == "ok" and record.tools_used == ["fetch_page"]
     assert replies(backend) == ["The page says to feed the starter daily."]

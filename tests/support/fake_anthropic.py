@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Self, cast
 
+from tests.support.prompt_cache import BreakpointCache, Unit, canonical
 from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
@@ -116,6 +117,9 @@ _Response = _Replay | _Compute | _Failure | _StreamError | _Paced
 class FakeAnthropic(Served):
     def __init__(self, responder: Responder = echo_last_user, *, host: str = "127.0.0.1", port: int = 0):
         self.requests: list[Json] = []  # request bodies, in arrival order
+        # Anthropic's prompt cache (tests.support.prompt_cache): computed replies report what it
+        # read and wrote in usage.cache_read_input_tokens and cache_creation_input_tokens.
+        self.prompt_cache = BreakpointCache()
         self.headers: list[dict[str, str]] = []  # request headers, lower-cased names
         self.streams: list[StreamLog] = []  # paced and hanging responses (tests.support.slow_streams)
         self._closing = threading.Event()  # ends every hang and pause when the fake closes
@@ -345,11 +349,32 @@ def _event(name: str, data: Json) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _input_tokens(body: Json) -> int:
-    words = len(str(body.get("system") or "").split())
+def prompt_units(body: Json) -> list[Unit]:
+    """The prompt in Anthropic's cache order (tools, system, messages), a token a word, with the
+    breakpoints its `cache_control` marks set."""
+    units = [Unit(canonical(t), 0, "cache_control" in t) for t in body.get("tools") or []]
+    system = body.get("system") or ""
+    if isinstance(system, str):
+        units.append(Unit(system, len(system.split())))
+    else:
+        units += [Unit(canonical(b), len(b.get("text", "").split()), "cache_control" in b) for b in system]
     for m in body.get("messages", []):
-        words += len(json.dumps(m.get("content")).split())
-    return words
+        content = m.get("content")
+        marked = isinstance(content, list) and any("cache_control" in b for b in content)
+        units.append(Unit(canonical([m.get("role"), content]), len(json.dumps(content).split()), marked))
+    return units
+
+
+def _usage(fake: FakeAnthropic, body: Json) -> Json:
+    units = prompt_units(body)
+    read, written = fake.prompt_cache.use(units)
+    total = sum(unit.tokens for unit in units)
+    return {
+        "input_tokens": total - read - written,  # the tokens after the last breakpoint
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
+        "output_tokens": 1,
+    }
 
 
 def _message(fake: FakeAnthropic, body: Json) -> Json:
@@ -361,7 +386,7 @@ def _message(fake: FakeAnthropic, body: Json) -> Json:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": _input_tokens(body), "output_tokens": 1},
+        "usage": _usage(fake, body),
     }
 
 

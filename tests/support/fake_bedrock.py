@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Self, cast
 
+from tests.support.prompt_cache import BreakpointCache, Unit, canonical
 from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
@@ -47,15 +48,50 @@ def event(name: str, body: Json) -> bytes:
     return frame(headers, json.dumps(body).encode())
 
 
-def text_events(text: str) -> Iterator[bytes]:
+def text_events(text: str, prompt: Json | None = None) -> Iterator[bytes]:
+    """The events of a text reply; `prompt` is the usage of its prompt (inputTokens and the
+    cache counts), one token by default."""
     words = re.findall(r"\s*\S+|\s+", text)
     yield event("messageStart", {"role": "assistant"})
     for word in words:
         yield event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": word}})
     yield event("contentBlockStop", {"contentBlockIndex": 0})
     yield event("messageStop", {"stopReason": "end_turn"})
-    usage = {"inputTokens": 1, "outputTokens": len(words), "totalTokens": 1 + len(words)}
+    prompt = prompt or {"inputTokens": 1}
+    total = sum(prompt.values()) + len(words)
+    usage = {**prompt, "outputTokens": len(words), "totalTokens": total}
     yield event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+
+
+def prompt_units(body: Json) -> list[Unit]:
+    """The prompt in Converse's cache order (tools, system, messages), a token a word, with a
+    breakpoint after each unit a `cachePoint` block follows."""
+    units: list[Unit] = []
+
+    def add(blocks: list[Json], tokens: Any) -> None:
+        for block in blocks:
+            if "cachePoint" in block:
+                if units:
+                    units[-1] = Unit(units[-1].text, units[-1].tokens, True)
+            else:
+                units.append(Unit(canonical(block), tokens(block)))
+
+    add((body.get("toolConfig") or {}).get("tools") or [], lambda _: 0)
+    add(body.get("system") or [], lambda b: len(b.get("text", "").split()))
+    for m in body.get("messages", []):
+        add(m.get("content") or [], lambda b: len(str(b.get("text") or canonical(b)).split()))
+    return units
+
+
+def prompt_usage(cache: BreakpointCache, body: Json) -> Json:
+    """The prompt's usage fields: what the cache read and wrote, and the rest as inputTokens."""
+    units = prompt_units(body)
+    read, written = cache.use(units)
+    total = max(1, sum(unit.tokens for unit in units))
+    usage = {"inputTokens": total - read - written}
+    if read or written:  # Converse leaves the cache fields out of a request that used none
+        usage |= {"cacheReadInputTokens": read, "cacheWriteInputTokens": written}
+    return usage
 
 
 def last_user_text(body: Json) -> str:
@@ -68,6 +104,9 @@ def last_user_text(body: Json) -> str:
 class FakeBedrock(Served):
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[Json] = []  # request bodies, in arrival order
+        # Bedrock's prompt cache (tests.support.prompt_cache): usage reports what it read and wrote
+        # in cacheReadInputTokens and cacheWriteInputTokens.
+        self.prompt_cache = BreakpointCache()
         self.streams: list[StreamLog] = []  # every response's log (each one is paced, maybe not at all)
         self._queue: deque[tuple[Pacing, str | None]] = deque()
         self._lock = threading.Lock()
@@ -121,4 +160,5 @@ class _Handler(BaseHTTPRequestHandler):
             "transfer-encoding": "chunked",
             "x-amzn-requestid": f"req-fake-{time.monotonic_ns()}",
         }
-        send_paced(self, headers, text_events(reply), log.pacing, log, fake._closing)
+        usage = prompt_usage(fake.prompt_cache, body)
+        send_paced(self, headers, text_events(reply, usage), log.pacing, log, fake._closing)

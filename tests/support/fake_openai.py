@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Self, cast
 
+from tests.support.prompt_cache import AutomaticCache, canonical
 from tests.support.served import FakeHTTPServer, Served
 from tests.support.slow_streams import Pacing, StreamLog, requested_pacing, send_paced
 
@@ -100,6 +101,9 @@ class FakeOpenAI(Served):
         self._queue: deque[_Response] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        # OpenAI's automatic prefix cache (tests.support.prompt_cache): computed replies report
+        # the prompt tokens it held in usage.prompt_tokens_details.cached_tokens.
+        self.prompt_cache = AutomaticCache()
         self._server = _Server((host, port), _Handler)
         self._server.fake = self
         self._thread: threading.Thread | None = None
@@ -207,6 +211,20 @@ class FakeOpenAI(Served):
     def _completion_id(self) -> str:
         return f"chatcmpl-fake{next(self._ids):06d}"
 
+    def _cached(self, body: Json) -> int:
+        return self.prompt_cache.use(prompt_tokens(body))
+
+
+def prompt_tokens(body: Json) -> list[str]:
+    """The prompt as the fake counts it (a token a word of each message's content), each token
+    marked with its message's role, and the first with the tools too: OpenAI's prompt opens with
+    the tools, so other tools share no prefix."""
+    messages = body.get("messages", [])
+    tokens = [f"{m.get('role')}:{word}" for m in messages for word in str(m.get("content") or "").split()]
+    if tokens:
+        tokens[0] = f"{canonical(body.get('tools') or [])}{tokens[0]}"
+    return tokens
+
 
 class _Server(FakeHTTPServer):
     fake: FakeOpenAI
@@ -242,9 +260,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = response.fn(body)
             reply = FakeReply(text=reply) if isinstance(reply, str) else reply
             if body.get("stream"):
-                self._stream(_chunks(fake._completion_id(), body, reply))
+                self._stream(_chunks(fake._completion_id(), body, reply, fake._cached(body)))
             else:
-                self._json(200, _completion(fake._completion_id(), body, reply))
+                self._json(200, _completion(fake._completion_id(), body, reply, fake._cached(body)))
 
     def _paced(self, fake: FakeOpenAI, body: Json, response: _Response, log: StreamLog) -> None:
         if isinstance(response, _Replay):
@@ -252,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(response, _Compute):
             answer = response.fn(body)
             reply = FakeReply(text=answer) if isinstance(answer, str) else answer
-            events = _chunks(fake._completion_id(), body, reply)
+            events = _chunks(fake._completion_id(), body, reply, fake._cached(body))
         else:
             raise AssertionError(f"{response!r} cannot be paced")
         headers = {
@@ -310,7 +328,7 @@ def _arguments(args: Json | str) -> str:
     return args if isinstance(args, str) else json.dumps(args)
 
 
-def _usage(body: Json, reply: FakeReply) -> Json:
+def _usage(body: Json, reply: FakeReply, cached: int) -> Json:
     prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
     completion = len(_pieces(reply.text)) + len(_pieces(reply.refusal or ""))
     completion += sum(len(_pieces(_arguments(a))) + 1 for _, a in reply.tool_calls)
@@ -318,6 +336,8 @@ def _usage(body: Json, reply: FakeReply) -> Json:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        # Always present on OpenAI's own API, 0 on a miss; part of prompt_tokens.
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
@@ -326,7 +346,7 @@ def _finish_reason(reply: FakeReply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
-def _chunks(completion_id: str, body: Json, reply: FakeReply) -> Iterator[bytes]:
+def _chunks(completion_id: str, body: Json, reply: FakeReply, cached: int = 0) -> Iterator[bytes]:
     head = {
         "id": completion_id,
         "object": "chat.completion.chunk",
@@ -355,11 +375,11 @@ def _chunks(completion_id: str, body: Json, reply: FakeReply) -> Iterator[bytes]
             yield delta({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     yield delta({}, _finish_reason(reply))
     if (body.get("stream_options") or {}).get("include_usage"):
-        yield event([], usage=_usage(body, reply))
+        yield event([], usage=_usage(body, reply, cached))
     yield b"data: [DONE]\n\n"
 
 
-def _completion(completion_id: str, body: Json, reply: FakeReply) -> Json:
+def _completion(completion_id: str, body: Json, reply: FakeReply, cached: int = 0) -> Json:
     message: Json = {"role": "assistant", "content": reply.text or None, "refusal": reply.refusal}
     if reply.tool_calls:
         message["tool_calls"] = [
@@ -379,7 +399,7 @@ def _completion(completion_id: str, body: Json, reply: FakeReply) -> Json:
         "choices": [
             {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(reply)}
         ],
-        "usage": _usage(body, reply),
+        "usage": _usage(body, reply, cached),
     }
 
 

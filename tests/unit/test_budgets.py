@@ -96,7 +96,9 @@ def test_float_prices_are_taken_as_written() -> None:
 def test_snapshots_and_bedrock_ids_find_their_family(model_ref: str, family: str) -> None:
     table = PriceTable()
     assert table.known(model_ref)
-    assert table.price(model_ref) == DEFAULT_PRICES[family]
+    # The token rates; a cache rate may differ where Bedrock lists none (its Claude 3 Haiku).
+    price, listed = table.price(model_ref), DEFAULT_PRICES[family]
+    assert (price.input_per_mtok, price.output_per_mtok) == (listed.input_per_mtok, listed.output_per_mtok)
 
 
 def test_a_variant_is_not_priced_as_its_cheaper_base() -> None:
@@ -644,3 +646,21 @@ def test_a_budget_in_words_names_its_limits_and_marks_usd_as_estimated() -> None
     )
     assert describe_limits(BudgetLimits()) == "no limits (usage counted)"
     assert describe_limits(None) == "off (nothing counted)"
+
+
+def test_cached_prompt_tokens_cost_the_cache_rates() -> None:
+    # Given Claude Sonnet 4.5's list price ($3 in, $0.30 cache read, $3.75 cache write per 1M)
+    table = PriceTable()
+    price = table.price("anthropic/claude-sonnet-4-5")
+    assert (price.cache_read_per_mtok, price.cache_write_per_mtok) == (Decimal("0.3"), Decimal("3.75"))
+    # Then a 10,000-token prompt of which 8,000 were read from the cache costs 2,000 at $3 and
+    # 8,000 at $0.30; written to it, 8,000 at $3.75
+    read = table.cost_nanos("anthropic/claude-sonnet-4-5", 10_000, 0, cache_read=8_000)
+    written = table.cost_nanos("anthropic/claude-sonnet-4-5", 10_000, 0, cache_write=8_000)
+    assert read == 2_000 * 3_000 + 8_000 * 300
+    assert written == 2_000 * 3_000 + 8_000 * 3_750
+    # And a price that lists no cache rate charges cached tokens at the input rate
+    plain = ModelPrice(input_per_mtok=Decimal(1), output_per_mtok=Decimal(2))
+    assert plain.cost_nanos(100, 0, cache_read=60) == plain.cost_nanos(100, 0) == 100_000
+    # And OpenAI's gpt-4.1-mini reads at a quarter of its input rate
+    assert table.cost_nanos("openai/gpt-4.1-mini", 1_000, 0, cache_read=1_000) == 1_000 * 100

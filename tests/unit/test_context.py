@@ -50,40 +50,69 @@ def test_every_part_in_the_documented_order() -> None:
         active_task="ship the release",
         summary="They talked about tea.",
     )
+    # The static prefix (cached by the providers) first, then the turn's context.
     assert [name for name, _ in ctx.parts] == [
         "personality",
-        "skills",
         "tools",
-        "facts",
         "channel",
+        "safety",
+        "skills",
+        "facts",
         "now",
         "summary",
-        "safety",
     ]
     markers = [
         "You are a test bot.",
-        "### Skill: infra-ops",
         "- get_weather: The weather.",
-        "- alice likes tea",
         "Channel: Telegram",
+        SYSTEM_PROMPT_NOTE,
+        "### Skill: infra-ops",
+        "- alice likes tea",
         "Now: Wednesday",
         "Active task: ship the release",
         "They talked about tea.",
-        SYSTEM_PROMPT_NOTE,
     ]
     positions = [ctx.text.index(m) for m in markers]
     assert positions == sorted(positions)
-    assert ctx.text.endswith(SYSTEM_PROMPT_NOTE)
+    assert ctx.static.endswith(SYSTEM_PROMPT_NOTE) and ctx.text == f"{ctx.static}\n\n{ctx.dynamic}"
+    assert ctx.dynamic.startswith("## Skills") and ctx.dynamic.endswith("They talked about tea.")
     assert "Long details here." not in ctx.text  # one line per tool; schemas go to the provider
     assert ctx.parts[0] == ("personality", estimate("You are a test bot."))
-    assert ctx.parts[-1] == ("safety", estimate(SYSTEM_PROMPT_NOTE))
+    assert ctx.parts[3] == ("safety", estimate(SYSTEM_PROMPT_NOTE))
+
+
+def test_the_static_prefix_is_the_same_whatever_changes_per_turn() -> None:
+    # Given two turns of one session that differ in everything that changes (time, facts, the
+    # summary, the loaded skill, the nudge, the pin) and in the order the tools and skills came in
+    skills = [Skill(name=n, description=f"{n} things.", body="b") for n in ("zeta", "alpha", "mid")]
+    tools = [tool(n, f"{n} tool.") for n in ("web_fetch", "memory_search", "skill")]
+
+    def turn(i: int, order: slice) -> str:
+        return assemble_system_prompt(
+            WS,
+            skills=[skills[i % 3]],
+            catalogue=skills[order],
+            tools=tools[order],
+            facts=[fact("alice", f"tea {i}")],
+            now=NOW + timedelta(minutes=17 * i),
+            active_task=f"task {i}",
+            summary=f"summary {i}",
+            nudge=f"nudge {i}",
+        ).static
+
+    # Then the static prefix is byte-identical, the catalogue and tools in name order
+    prefixes = {turn(i, slice(None, None, 1 if i % 2 else -1)) for i in range(10)}
+    [static] = prefixes
+    assert static.index("- alpha:") < static.index("- mid:") < static.index("- zeta:")
+    assert static.index("- memory_search:") < static.index("- skill:") < static.index("- web_fetch:")
+    assert "Now:" not in static and "tea" not in static
 
 
 def test_empty_parts_are_left_out() -> None:
     ctx = assemble_system_prompt(WS, now=NOW, channel="nowhere")
-    assert [name for name, _ in ctx.parts] == ["personality", "now", "safety"]
+    assert [name for name, _ in ctx.parts] == ["personality", "safety", "now"]
     assert (
-        ctx.text == f"You are a test bot.\n\nNow: Wednesday, 2026-03-04T09:30Z (UTC).\n\n{SYSTEM_PROMPT_NOTE}"
+        ctx.text == f"You are a test bot.\n\n{SYSTEM_PROMPT_NOTE}\n\nNow: Wednesday, 2026-03-04T09:30Z (UTC)."
     )
 
 
@@ -131,7 +160,7 @@ def test_each_part_is_trimmed_to_its_budget(part: str) -> None:
     )
     tokens = dict(ctx.parts)[part]
     assert BUDGETS[part] - 10 <= tokens <= BUDGETS[part]
-    assert ELLIPSIS in ctx.text and ctx.text.endswith(SYSTEM_PROMPT_NOTE)
+    assert ELLIPSIS in ctx.text and ctx.static.endswith(SYSTEM_PROMPT_NOTE)
 
 
 def test_facts_are_whole_lines_most_confident_first_within_the_budget() -> None:

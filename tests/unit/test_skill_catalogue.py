@@ -1,5 +1,6 @@
 """The prompt's catalogue of skills (shared.agent.context): name and description of each skill a
-turn may load, manual ones and directly loaded ones left out, cut to its budget with a note."""
+turn may load in name order, manual ones left out (a directly loaded one stays listed, so the
+cached prefix does not change), cut to its budget with a note."""
 
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ def prompt(text: str, skills: list[Skill]) -> str:
 
 def test_the_catalogue_lists_auto_and_keyword_skills_but_no_body() -> None:
     text = prompt("hello", [AUTO, KEYWORD, MANUAL])
-    assert "- notes: Taking meeting notes.\n- k8s: Kubernetes." in text
+    assert "- k8s: Kubernetes.\n- notes: Taking meeting notes." in text  # in name order
     assert "infra-ops" not in text
     assert not any(body in text for body in ("NOTES BODY", "K8S BODY", "INFRA BODY"))
 
 
-def test_a_directly_loaded_skill_is_in_the_prompt_and_not_listed() -> None:
-    text = prompt("use skill: infra-ops, and kubectl please", [AUTO, KEYWORD, MANUAL])
-    assert "### Skill: infra-ops" in text and "INFRA BODY" in text and "K8S BODY" in text
-    assert "- k8s:" not in text and "- notes: Taking meeting notes." in text
+def test_a_directly_loaded_skill_is_in_the_prompt_and_still_listed() -> None:
+    loaded = prompt("use skill: infra-ops, and kubectl please", [AUTO, KEYWORD, MANUAL])
+    plain = prompt("hello", [AUTO, KEYWORD, MANUAL])
+    assert "### Skill: infra-ops" in loaded and "INFRA BODY" in loaded and "K8S BODY" in loaded
+    # The catalogue is the same either way: it is part of the prefix the providers cache
+    assert "- k8s:" in loaded and "- notes: Taking meeting notes." in loaded
+    assert loaded.split("Now: ")[0].split("## Skills\n")[0] == plain.split("Now: ")[0]
 
 
 def test_a_long_description_is_cut_and_a_long_list_ends_with_a_note() -> None:
