@@ -35,6 +35,8 @@ _DAYS: Final = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 _AT = re.compile(r"^at\((\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\)$")
 _CRON = re.compile(r"^cron\((.+)\)$")
 _NEVER: Final = datetime(1970, 1, 1, tzinfo=UTC)
+# Scheduler's default RetryPolicy.MaximumEventAgeInSeconds (a day).
+DEFAULT_MAX_AGE_S: Final = 86_400
 
 
 class UnsupportedExpression(ValueError):
@@ -176,6 +178,13 @@ class SchedulerStandIn:
             known.worked_out = True
         moment = known.upcoming
         if moment is None or moment > now:
+            return 0
+        max_age = schedule["Target"].get("RetryPolicy", {}).get("MaximumEventAgeInSeconds", DEFAULT_MAX_AGE_S)
+        if (now - moment).total_seconds() > max_age:
+            # Missed while the mode was paused (a sleeping laptop): Scheduler would have given up
+            # on it, so it is dropped, and the next one worked out on the next pass.
+            log.warning("scheduled occurrence too old to send; dropped", extra={"schedule": name})
+            known.last, known.worked_out = moment, False
             return 0
         # Sent before the occurrence is marked: a failed send raises and is tried again next pass.
         self._send(schedule["Target"], moment)
