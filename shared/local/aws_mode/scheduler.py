@@ -184,15 +184,19 @@ class SchedulerStandIn:
             # Missed while the mode was paused (a sleeping laptop): Scheduler would have given up
             # on it, so it is dropped, and the next one worked out on the next pass.
             log.warning("scheduled occurrence too old to send; dropped", extra={"schedule": name})
-            known.last, known.worked_out = moment, False
+            self._done(name, known, moment)
             return 0
         # Sent before the occurrence is marked: a failed send raises and is tried again next pass.
         self._send(schedule["Target"], moment)
+        self._done(name, known, moment)
+        return 1
+
+    def _done(self, name: str, known: _Known, moment: datetime) -> None:
         known.last, known.worked_out = moment, False
+        schedule = known.schedule
         if schedule.get("ActionAfterCompletion") == "DELETE" and _AT.match(schedule["ScheduleExpression"]):
             self.scheduler.delete_schedule(GroupName=self.group, Name=name)
             del self._known[name]
-        return 1
 
     def _send(self, target: dict[str, Any], moment: datetime) -> None:
         body = target.get("Input", "").replace(SCHEDULED_TIME, moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
