@@ -301,7 +301,9 @@ def test_a_one_time_schedule_is_sent_once_at_its_moment_then_deletes_itself() ->
         # When it looks at its moment: its Input, the time filled in, to the target's group
         clock.now += 1
         assert stand_in.fire_due() == 1
-        assert _received(sqs, url) == [{"name": "once", "at": "2030-01-07T08:00:00Z", "group": "default.web.s1"}]
+        assert _received(sqs, url) == [
+            {"name": "once", "at": "2030-01-07T08:00:00Z", "group": "default.web.s1"}
+        ]
         # and then the schedule is gone (ActionAfterCompletion DELETE), and nothing is sent again
         assert scheduler.list_schedules(GroupName=GROUP)["Schedules"] == []
         clock.now += 60
@@ -328,7 +330,8 @@ def test_a_cron_schedule_fires_in_its_zone_across_dst_and_drops_what_is_too_old(
         assert stand_in.fire_due() == 0
         clock.now += 1
         assert stand_in.fire_due() == 1
-        assert _received(sqs, url) == [{"name": "weekly", "at": "2030-04-01T07:00:00Z", "group": "default.web.s1"}]
+        assert _received(sqs, url) == [
+            {"name": "weekly", "at": "2030-04-01T07:00:00Z", "group": "default.web.s1"}
+        ]
         # and a recurring schedule stays
         assert [s["Name"] for s in scheduler.list_schedules(GroupName=GROUP)["Schedules"]] == ["weekly"]
-

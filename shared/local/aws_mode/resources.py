@@ -160,7 +160,11 @@ def provision(
     trust = {
         "Version": "2012-10-17",
         "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "scheduler.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
         ],
     }
     role_arn: str = aws_client("iam", endpoint, region).create_role(
