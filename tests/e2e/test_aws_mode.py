@@ -32,6 +32,7 @@ from shared.schedules import REMINDER_PREFIX
 from tests.e2e import test_web_gateway as embedded
 from tests.e2e.conftest import REPLY_TIMEOUT_S, DevGateway, gateway_env, turn_requests, wait_until
 from tests.e2e.processes import in_groups
+from tests.e2e.test_first_hour import sigil
 from tests.support.consolidation import is_consolidation
 from tests.support.fake_openai import FakeOpenAI, FakeReply, _Failure, _Response, echo_last_user
 
@@ -458,6 +459,9 @@ def test_a_reminder_set_in_a_turn_fires_from_motos_scheduler_once(tmp_path: Path
             made = scheduler.get_schedule(GroupName="sigil-local-schedules", Name=made["Name"])
             assert made["ScheduleExpression"].startswith("at(") and made["ActionAfterCompletion"] == "DELETE"
             assert made["Target"]["Arn"].endswith(":turns.fifo")
+            # and `sigil schedules` in a second terminal lists it from the mode's stores
+            listed = sigil(gw, "schedules", "list", "-w", "default")
+            assert listed.returncode == 0 and "stretch" in listed.stdout, listed.stderr
 
             # When it falls due: the reminder arrives in the conversation
             def reminded() -> list[dict[str, object]]:
