@@ -61,11 +61,15 @@ def gateway(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[DevGateway]:
 
 
 def moto_sqs(gw: DevGateway) -> Any:
+    return moto_client(gw, "sqs")
+
+
+def moto_client(gw: DevGateway, service: str) -> Any:
     """A client on the gateway's moto server, found from the start-up help it printed."""
     found = re.search(r"moto on (http://\S+) \(region (\S+)\)", gw.log_text())
     assert found, "the start-up help names moto's endpoint"
     return boto3.client(
-        "sqs",
+        service,
         endpoint_url=found.group(1),
         region_name=found.group(2),
         aws_access_key_id="testing",
@@ -445,15 +449,7 @@ def test_a_reminder_set_in_a_turn_fires_from_motos_scheduler_once(tmp_path: Path
             assert gw.post("remind me soon").json()["status"] == "queued"
             (answer,) = gw.wait_replies(1)
             assert "Tool said" in str(answer["text"]) and "error" not in str(answer["text"]).lower()
-            found = re.search(r"moto on (http://\S+) \(region (\S+)\)", gw.log_text())
-            assert found
-            scheduler = boto3.client(
-                "scheduler",
-                endpoint_url=found.group(1),
-                region_name=found.group(2),
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-            )
+            scheduler = moto_client(gw, "scheduler")
             # Then the agent made it in moto's EventBridge Scheduler, aimed at the turns queue
             (made,) = scheduler.list_schedules(GroupName="sigil-local-schedules")["Schedules"]
             made = scheduler.get_schedule(GroupName="sigil-local-schedules", Name=made["Name"])
