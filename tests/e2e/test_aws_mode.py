@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,13 @@ import httpx
 import pytest
 
 from shared.agent.turn import APOLOGY
+from shared.schedules import REMINDER_PREFIX
 from tests.e2e import test_web_gateway as embedded
 from tests.e2e.conftest import REPLY_TIMEOUT_S, DevGateway, gateway_env, turn_requests, wait_until
 from tests.e2e.processes import in_groups
+from tests.e2e.test_first_hour import sigil
 from tests.support.consolidation import is_consolidation
-from tests.support.fake_openai import FakeOpenAI, _Failure, _Response, echo_last_user
+from tests.support.fake_openai import FakeOpenAI, FakeReply, _Failure, _Response, echo_last_user
 
 AWS = ["--aws"]
 # Failed records come back after a second (the mode's default is 2 s); the agent gives up on a
@@ -58,11 +61,15 @@ def gateway(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[DevGateway]:
 
 
 def moto_sqs(gw: DevGateway) -> Any:
+    return moto_client(gw, "sqs")
+
+
+def moto_client(gw: DevGateway, service: str) -> Any:
     """A client on the gateway's moto server, found from the start-up help it printed."""
     found = re.search(r"moto on (http://\S+) \(region (\S+)\)", gw.log_text())
     assert found, "the start-up help names moto's endpoint"
     return boto3.client(
-        "sqs",
+        service,
         endpoint_url=found.group(1),
         region_name=found.group(2),
         aws_access_key_id="testing",
@@ -417,3 +424,54 @@ def test_sigil_yaml_is_applied_to_motos_stores_at_start(tmp_path: Path, fake_ope
         assert (route.key, route.workspace) == ("telegram/family", "family")
     finally:
         gw.stop()
+
+
+# ---------------------------------------------------------------- things done later (Scheduler)
+
+
+def remind_in_a_few_seconds(body: dict[str, Any]) -> str | FakeReply:
+    """Sets a reminder four seconds ahead (UTC) when asked; hands back what the tool said."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return f"Tool said: {last['content']}"
+    if "remind me soon" in str(last.get("content")):
+        soon = datetime.now(UTC) + timedelta(seconds=4)
+        args = {"text": "stretch", "at": soon.strftime("%Y-%m-%dT%H:%M:%S"), "timezone": "UTC"}
+        return FakeReply(tool_calls=[("schedule", args)])
+    return echo_last_user(body)
+
+
+def test_a_reminder_set_in_a_turn_fires_from_motos_scheduler_once(tmp_path: Path) -> None:
+    with FakeOpenAI(remind_in_a_few_seconds) as fake:
+        gw = DevGateway(tmp_path / "state", aws_env(fake), extra_args=AWS).start()
+        try:
+            # Given a turn in which the model sets a reminder a few seconds ahead
+            assert gw.post("remind me soon").json()["status"] == "queued"
+            (answer,) = gw.wait_replies(1)
+            assert "Tool said" in str(answer["text"]) and "error" not in str(answer["text"]).lower()
+            scheduler = moto_client(gw, "scheduler")
+            # Then the agent made it in moto's EventBridge Scheduler, aimed at the turns queue
+            (made,) = scheduler.list_schedules(GroupName="sigil-local-schedules")["Schedules"]
+            made = scheduler.get_schedule(GroupName="sigil-local-schedules", Name=made["Name"])
+            assert made["ScheduleExpression"].startswith("at(") and made["ActionAfterCompletion"] == "DELETE"
+            assert made["Target"]["Arn"].endswith(":turns.fifo")
+            # and `sigil schedules` in a second terminal lists it from the mode's stores
+            listed = sigil(gw, "schedules", "list", "-w", "default")
+            assert listed.returncode == 0 and "stretch" in listed.stdout, listed.stderr
+
+            # When it falls due: the reminder arrives in the conversation
+            def reminded() -> list[dict[str, object]]:
+                return [r for r in gw.outbox() if str(r["text"]).startswith(REMINDER_PREFIX)]
+
+            assert wait_until(lambda: bool(reminded()), timeout=REPLY_TIMEOUT_S)
+            # and the one-time schedule deleted itself; once the turns queue is empty no
+            # second delivery can follow: the reminder arrived once
+            assert wait_until(
+                lambda: scheduler.list_schedules(GroupName="sigil-local-schedules")["Schedules"] == [],
+                timeout=REPLY_TIMEOUT_S,
+            )
+            sqs = moto_sqs(gw)
+            assert wait_until(lambda: visible_and_in_flight(sqs, "turns.fifo") == 0, timeout=REPLY_TIMEOUT_S)
+            assert [r["text"] for r in reminded()] == [f"{REMINDER_PREFIX}stretch"]
+        finally:
+            gw.stop()

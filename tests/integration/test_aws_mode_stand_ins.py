@@ -230,3 +230,108 @@ def test_a_web_signature_made_for_the_front_verifies_in_the_event_the_front_buil
     )
     assert event["body"].encode() == body
     web.verify("k", event["headers"], event["body"].encode(), now=SIGNED_AT)
+
+
+# ---------------------------------------------------------------- EventBridge Scheduler's stand-in
+
+GROUP = "sigil-local-schedules"
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _scheduler_and_queue() -> tuple[Any, Any, str, str]:
+    import boto3
+
+    scheduler = boto3.client("scheduler", region_name="us-east-1")
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    scheduler.create_schedule_group(Name=GROUP)
+    url = sqs.create_queue(
+        QueueName="turns.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return scheduler, sqs, url, arn
+
+
+def _schedule(scheduler: Any, name: str, arn: str, expression: str, zone: str, action: str) -> None:
+    from shared.adapters.aws.schedules import SCHEDULED_TIME
+
+    scheduler.create_schedule(
+        Name=name,
+        GroupName=GROUP,
+        ScheduleExpression=expression,
+        ScheduleExpressionTimezone=zone,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": arn,
+            "RoleArn": "arn:aws:iam::123456789012:role/sigil-local-scheduler",
+            "Input": json.dumps({"name": name, "at": SCHEDULED_TIME}),
+            "SqsParameters": {"MessageGroupId": "default.web.s1"},
+            "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 20},
+        },
+        ActionAfterCompletion=action,
+    )
+
+
+def _received(sqs: Any, url: str) -> list[dict[str, Any]]:
+    found = sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], VisibilityTimeout=0
+    ).get("Messages", [])
+    for message in found:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return [json.loads(m["Body"]) | {"group": m["Attributes"]["MessageGroupId"]} for m in found]
+
+
+def test_a_one_time_schedule_is_sent_once_at_its_moment_then_deletes_itself() -> None:
+    from shared.local.aws_mode.scheduler import SchedulerStandIn
+
+    with mock_aws():
+        scheduler, sqs, url, arn = _scheduler_and_queue()
+        # Given an at() schedule in Paris time: 09:00 there is 08:00 UTC in January
+        _schedule(scheduler, "once", arn, "at(2030-01-07T09:00:00)", "Europe/Paris", "DELETE")
+        clock = _Clock(calendar.timegm((2030, 1, 7, 7, 59, 59)))
+        stand_in = SchedulerStandIn(scheduler, sqs, group=GROUP, clock=clock)
+        # When the stand-in looks before its moment, nothing is sent
+        assert stand_in.fire_due() == 0 and _received(sqs, url) == []
+        # When it looks at its moment: its Input, the time filled in, to the target's group
+        clock.now += 1
+        assert stand_in.fire_due() == 1
+        assert _received(sqs, url) == [
+            {"name": "once", "at": "2030-01-07T08:00:00Z", "group": "default.web.s1"}
+        ]
+        # and then the schedule is gone (ActionAfterCompletion DELETE), and nothing is sent again
+        assert scheduler.list_schedules(GroupName=GROUP)["Schedules"] == []
+        clock.now += 60
+        assert stand_in.fire_due() == 0 and _received(sqs, url) == []
+
+
+def test_a_cron_schedule_fires_in_its_zone_across_dst_and_drops_what_is_too_old() -> None:
+    from shared.local.aws_mode.scheduler import SchedulerStandIn
+
+    with mock_aws():
+        scheduler, sqs, url, arn = _scheduler_and_queue()
+        # Given every Monday at 09:00 in Paris, created now (years before the Mondays below)
+        _schedule(scheduler, "weekly", arn, "cron(0 9 ? * MON *)", "Europe/Paris", "NONE")
+        clock = _Clock(calendar.timegm((2030, 3, 25, 8, 0, 30)))
+        stand_in = SchedulerStandIn(scheduler, sqs, group=GROUP, clock=clock)
+        # When the stand-in first looks on Monday 25 March 2030 just after 09:00 in Paris (CET):
+        # the Mondays since its creation are older than the target's hour, so they are dropped
+        # one by one, and then that Monday's is sent
+        while not (sent := _received(sqs, url)):
+            stand_in.fire_due()
+        assert sent == [{"name": "weekly", "at": "2030-03-25T08:00:00Z", "group": "default.web.s1"}]
+        # After the change to summer time, 09:00 in Paris is 07:00 UTC: not before
+        clock.now = calendar.timegm((2030, 4, 1, 6, 59, 59))
+        assert stand_in.fire_due() == 0
+        clock.now += 1
+        assert stand_in.fire_due() == 1
+        assert _received(sqs, url) == [
+            {"name": "weekly", "at": "2030-04-01T07:00:00Z", "group": "default.web.s1"}
+        ]
+        # and a recurring schedule stays
+        assert [s["Name"] for s in scheduler.list_schedules(GroupName=GROUP)["Schedules"]] == ["weekly"]

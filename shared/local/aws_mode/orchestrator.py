@@ -35,6 +35,7 @@ from shared.local.aws_mode.resources import (
     provision,
 )
 from shared.local.aws_mode.schedule import ConsolidationFeed
+from shared.local.aws_mode.scheduler import SchedulerStandIn
 from shared.local.aws_mode.servers import fifo_redelivery_in_order, start_moto, start_osmem
 from shared.local.aws_mode.ws_front import WsFront
 from shared.local.datadir_lock import DataDirInUse, DataDirLock
@@ -208,6 +209,11 @@ class AwsModeGateway:
             region=self.region,
             invoke=pools["consolidate"].invoke,
         )
+        # EventBridge Scheduler: the agent's schedules (moto's, of the group) fired into their
+        # target queue once a second, as Scheduler would (docs/schedules.md).
+        scheduler = SchedulerStandIn(
+            aws_client("scheduler", endpoint, self.region), sqs, group=resources.schedule_group
+        )
         self._pollers = [
             *(
                 # SQS keeps a message group out of every other receive while a batch holds it.
@@ -216,6 +222,7 @@ class AwsModeGateway:
             ),
             PollerThread("events:consolidate", feed.poll_once, self.options.idle_poll_s),
             PollerThread("sqs-esm:extraction", lambda: extraction.poll_once() > 0, self.options.idle_poll_s),
+            PollerThread("scheduler", scheduler.poll_once, self.options.idle_poll_s),
         ]
         for poller in self._pollers:
             poller.start()
@@ -307,6 +314,10 @@ class AwsModeGateway:
             "opensearch_endpoint": r.opensearch_endpoint,
             "secrets_prefix": r.secrets_prefix,
             "skills_bucket": r.skills_bucket,
+            # `sigil schedules` lists and cancels the agent's schedules in moto's scheduler.
+            "schedule_group": r.schedule_group,
+            "schedule_role_arn": r.schedule_role_arn,
+            "queue_arn": r.queue_arn,
         }
         return LocalStack(endpoint=r.endpoint, region=r.region, settings=values)
 

@@ -24,6 +24,10 @@ COMPACTION_RULE: Final = "compaction-due"
 EXTRACTION_QUEUE: Final = "extraction"
 EXTRACTION_DLQ: Final = "extraction-dlq"
 EXTRACTION_RECEIVES: Final = 3
+# EventBridge Scheduler's group and the role its schedules send as (infra/constructs/schedules.py);
+# moto's scheduler keeps the schedules, shared.local.aws_mode.scheduler fires them.
+SCHEDULE_GROUP: Final = f"{NAME_PREFIX}-schedules"
+SCHEDULER_ROLE: Final = f"{NAME_PREFIX}-scheduler"
 DEFAULT_REGION: Final = "us-east-1"
 # The consolidation rule's Lambda target retries twice (infra/constructs/consolidation.py): three
 # deliveries in all before the event is dropped, here kept in a dead-letter queue instead.
@@ -68,6 +72,9 @@ class LocalResources:
     # The extraction queue (per-turn extraction's TurnCommitted, delayed), as the stack's.
     extraction_queue_url: str = ""
     extraction_queue_arn: str = ""
+    # Things done later (docs/schedules.md): Scheduler's group and the role its targets send as.
+    schedule_group: str = ""
+    schedule_role_arn: str = ""
 
 
 def provision(
@@ -148,6 +155,21 @@ def provision(
     )
     skills_bucket = f"{NAME_PREFIX}-skills"
     aws_client("s3", endpoint, region).create_bucket(Bucket=skills_bucket)
+    aws_client("scheduler", endpoint, region).create_schedule_group(Name=SCHEDULE_GROUP)
+    # Only Scheduler may assume it, as the stack's (moto checks neither the trust nor the grant).
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "scheduler.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    role_arn: str = aws_client("iam", endpoint, region).create_role(
+        RoleName=SCHEDULER_ROLE, AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]["Arn"]
     return LocalResources(
         endpoint=endpoint,
         region=region,
@@ -164,6 +186,8 @@ def provision(
         skills_bucket=skills_bucket,
         extraction_queue_url=extraction_queue_url,
         extraction_queue_arn=extraction_queue_arn,
+        schedule_group=SCHEDULE_GROUP,
+        schedule_role_arn=role_arn,
     )
 
 
@@ -201,6 +225,13 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
         env["SIGIL_SKILLS_BUCKET"] = resources.skills_bucket
     if function == "agent" and resources.extraction_queue_url:
         env["SIGIL_EXTRACTION_QUEUE_URL"] = resources.extraction_queue_url
+    if function == "agent" and resources.schedule_group:
+        # As infra/stack.py: the agent creates and deletes the group's schedules, aimed at the queue.
+        env |= {
+            "SIGIL_SCHEDULE_GROUP": resources.schedule_group,
+            "SIGIL_SCHEDULE_ROLE_ARN": resources.schedule_role_arn,
+            "SIGIL_QUEUE_ARN": resources.queue_arn,
+        }
     return env
 
 
