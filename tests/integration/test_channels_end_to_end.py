@@ -476,10 +476,10 @@ def paced(platforms: FakePlatforms, clock: FakeClock) -> Callable[..., Iterator[
     """
     chunks = fake_openai._chunks
 
-    def slow(completion_id: str, body: dict[str, Any], reply: Any) -> Iterator[bytes]:
+    def slow(completion_id: str, body: dict[str, Any], reply: Any, cached: int = 0) -> Iterator[bytes]:
         text, shown, changes = "", "", 0
         visible = StreamRedactor(pii=False)
-        for event in chunks(completion_id, body, reply):
+        for event in chunks(completion_id, body, reply, cached):
             if _is_text(event):
                 if text:
                     _wait_for_requests(platforms, changes)

@@ -238,7 +238,8 @@ def test_a_three_step_tool_chain_answers_from_each_result(
         ],
     ]
     # And every tool was offered on every call
-    assert all([t.name for t in r.tools] == [t.name for t in TOOLS] for r in provider.requests)
+    assert provider.requests
+    assert all([t.name for t in r.tools] == sorted(t.name for t in TOOLS) for r in provider.requests)
     # And the user got the answer, once
     answer = "Take a raincoat: light rain, 14°C in Paris."
     assert replies(backend) == [answer]
@@ -513,7 +514,7 @@ def test_a_tool_call_through_the_real_openai_sdk(
         record = run_turn(deps, item("e1", "What's the weather in New York?"))
         first, second = fake.requests
     # Then the tools went out in OpenAI's function format, every one of them
-    assert [t["function"]["name"] for t in first["tools"]] == [t.name for t in TOOLS]
+    assert [t["function"]["name"] for t in first["tools"]] == sorted(t.name for t in TOOLS)  # name order: the cached prefix
     [weather] = [t for t in first["tools"] if t["function"]["name"] == "get_weather"]
     assert weather == {
         "type": "function",
