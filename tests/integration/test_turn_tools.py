@@ -513,8 +513,9 @@ def test_a_tool_call_through_the_real_openai_sdk(
         )
         record = run_turn(deps, item("e1", "What's the weather in New York?"))
         first, second = fake.requests
-    # Then the tools went out in OpenAI's function format, every one of them
-    assert [t["function"]["name"] for t in first["tools"]] == sorted(t.name for t in TOOLS)  # name order: the cached prefix
+    # Then the tools went out in OpenAI's function format, every one of them, in name order (the
+    # cached prefix)
+    assert [t["function"]["name"] for t in first["tools"]] == sorted(t.name for t in TOOLS)
     [weather] = [t for t in first["tools"] if t["function"]["name"] == "get_weather"]
     assert weather == {
         "type": "function",
