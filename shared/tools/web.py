@@ -52,6 +52,7 @@ from shared.deadline import remaining, within
 from shared.errors import BadRequest, Forbidden, SigilError
 from shared.models import WebConfig, new_workspace
 from shared.tools.core import Tool, ToolContext, tool
+from shared.tools.web_results import SearchHit, WebError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,14 +75,6 @@ ALWAYS_REFUSED: tuple[IPNetwork, ...] = (
     ipaddress.ip_network("ff00::/8"),
 )
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-class WebError(SigilError):
-    """The page or the search could not be read (a network failure, an error status, no answer
-    in time): the model reads the message and may try another URL or answer without it."""
-
-    code = "web_unavailable"
-    http_status = 502
 
 
 class AddressRefused(Forbidden):
@@ -567,14 +560,6 @@ def render_page(fetched: Fetched, page: Page, offset: int) -> str:
     if end < len(text):
         lines += ["", f"[{len(text) - end} more characters: call web_fetch with offset {end} to read on]"]
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    title: str
-    url: str
-    snippet: str
-    age: str | None = None
 
 
 def render_hits(provider: str, query: str, hits: Sequence[SearchHit]) -> str:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
 from shared.errors import SigilError
 from shared.models import WebSearchConfig
 from shared.ports import SecretStore
-from shared.tools.web import SearchHit, WebClient, WebError
+from shared.tools.web_results import SearchHit, WebError
+
+if TYPE_CHECKING:
+    from shared.tools.web import WebClient
 
 BRAVE_ENDPOINT = "https://api.search.brave.com/res/v1/web/search"
 # A search API's answer for 20 results is a few tens of KB; this is room to spare.
