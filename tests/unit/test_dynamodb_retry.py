@@ -3,6 +3,7 @@ cancelled transaction) is sent again, waiting only when nothing landed."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -16,8 +17,18 @@ from shared.errors import SigilError
 
 @pytest.fixture
 def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits of this test's own thread: another thread's sleeps (a daemon an earlier test
+    started) are not the retry policy's."""
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
+    mine, sleep = threading.get_ident(), time.sleep
+
+    def record(seconds: float) -> None:
+        if threading.get_ident() == mine:
+            slept.append(seconds)
+        else:
+            sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", record)
     return slept
 
 
