@@ -15,15 +15,19 @@ from shared.ports import (
     EventBus,
     IdentityStore,
     Lanes,
+    MediaStore,
     MemoryIndex,
     MemoryStore,
     Outbox,
     RouteStore,
     Schedules,
+    Scratchpad,
     SecretStore,
     SendLedger,
     SessionStore,
     SkillStore,
+    StepLog,
+    TaskStore,
     WorkspaceStore,
 )
 
@@ -57,6 +61,13 @@ class Backend:
     # Things done later (shared.schedules); None on the aws backend unless the stack names its
     # schedule group (SIGIL_SCHEDULE_GROUP), and the schedule tool then says so.
     schedules: Schedules | None = None
+    # Delegation (shared.tasks, docs/delegation.md) and durable steps; None until the backend
+    # provides them, and the delegate tool then says so.
+    tasks: TaskStore | None = None
+    scratchpad: Scratchpad | None = None
+    steps: StepLog | None = None
+    # Files senders attached (shared.media, docs/media.md); None: attachments are not fetched.
+    media: MediaStore | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -146,3 +146,25 @@ class SandboxError(SigilError):
         super().__init__(message, code=f"sandbox_{limit}")
         self.limit = limit
         self.used = used or {}
+
+
+class TaskCapReached(SigilError):
+    """The session or the workspace already runs as many delegated tasks as its config allows."""
+
+    code = "task_cap"
+    http_status = 429
+
+
+class StaleTask(SigilError):
+    """A task record changed since it was read (another invocation or a cancel saved it first)."""
+
+    code = "stale_task"
+    http_status = 409
+
+
+class MediaRefused(SigilError):
+    """An attachment was not fetched: too large (declared or while streaming), too many, over the
+    day's total, a kind the workspace does not take, or not this workspace's file."""
+
+    code = "media_refused"
+    http_status = 413

@@ -28,6 +28,7 @@ from shared.models import (
     MemoryRecord,
     MemoryScope,
     MemoryTier,
+    Message,
     OutboundMessage,
     OutboxEntry,
     RecallScope,
@@ -40,6 +41,8 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.models.budgets import BudgetCharge, BudgetDecision, BudgetUsage, Counters
+from shared.models.media import MediaItem
+from shared.models.tasks import Task
 
 
 @runtime_checkable
@@ -751,4 +754,83 @@ class CodeExecutor(Protocol):
         self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
     ) -> SandboxRun:
         """Run `script`; raise SandboxError (its `limit` says which) when it is stopped or fails."""
+        ...
+
+
+class StepLog(Protocol):
+    """Durable steps (docs/delegation.md): each model call's and tool call's message, saved as it
+    completes, so an invocation cut by the deadline, a crash or a redelivery continues from the
+    last saved step instead of repeating it. Keyed by a turn's id or a task's id."""
+
+    def append(self, workspace_id: str, key: str, seq: int, message: Message) -> bool:
+        """Save step `seq` (0, 1, ...); False when that step is already saved (a retry)."""
+        ...
+
+    def load(self, workspace_id: str, key: str) -> list[Message]:
+        """The saved steps in order (none: [])."""
+        ...
+
+    def clear(self, workspace_id: str, key: str) -> int: ...
+
+
+class TaskStore(Protocol):
+    """Delegated tasks (shared.models.tasks.Task), per workspace."""
+
+    def create(self, task: Task, *, max_per_session: int, max_per_workspace: int) -> Task:
+        """Store a new task unless the session or the workspace already has that many tasks that
+        are not terminal: raise TaskCapReached (shared.errors) then."""
+        ...
+
+    def get(self, workspace_id: str, task_id: str) -> Task | None: ...
+
+    def save(self, task: Task) -> Task:
+        """Write `task` if the stored version is still task.version; return it with the version
+        moved on. Raise StaleTask (shared.errors) when another writer got there first."""
+        ...
+
+    def list_tasks(
+        self,
+        workspace_id: str,
+        *,
+        session_id: str | None = None,
+        active: bool | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        """Newest first; `active` True: not terminal, False: terminal, None: both."""
+        ...
+
+    def delete_session(self, workspace_id: str, session_id: str) -> int: ...
+
+
+class Scratchpad(Protocol):
+    """A session's scratchpad: a task's full output, read through a tool, never the conversation."""
+
+    def put(self, workspace_id: str, session_id: str, key: str, text: str) -> None: ...
+
+    def get(self, workspace_id: str, session_id: str, key: str) -> str | None: ...
+
+    def list_keys(self, workspace_id: str, session_id: str, *, prefix: str = "") -> list[str]: ...
+
+    def delete_session(self, workspace_id: str, session_id: str) -> int: ...
+
+
+class MediaStore(Protocol):
+    """Files senders attached (docs/media.md): S3 in the cloud, the data dir embedded."""
+
+    def put(self, item: MediaItem, data: bytes) -> None: ...
+
+    def get(self, workspace_id: str, media_id: str) -> MediaItem | None: ...
+
+    def read(self, workspace_id: str, media_id: str) -> bytes | None: ...
+
+    def update(self, item: MediaItem) -> None:
+        """Rewrite an item's record (its transcript or extracted text), never its bytes."""
+        ...
+
+    def list_media(
+        self, workspace_id: str, *, user_id: str | None = None, session_id: str | None = None
+    ) -> list[MediaItem]: ...
+
+    def delete_user(self, workspace_id: str, user_id: str) -> int:
+        """Erase a user's files (record and bytes); how many."""
         ...

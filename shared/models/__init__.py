@@ -148,6 +148,8 @@ class Attachment(Model):
     name: str | None = None
     mime_type: str | None = None
     size: int | None = None
+    # Set once the turn has fetched and stored the file (shared.media): the MediaItem's id.
+    media_id: Identifier | None = None
 
 
 Channel = Literal["web", "telegram", "slack", "discord", "whatsapp"]
@@ -514,6 +516,85 @@ class ContextPick(Model):
     tokens: int = 0  # what it added to the prompt (0: selected, but not shown in this mode)
 
 
+# ---------------------------------------------------------------- media (docs/media.md)
+
+MediaKind = Literal["image", "audio", "document", "video", "other"]
+
+
+class MediaKindLimits(Model):
+    """How large one file of a kind may be, checked from the platform's declared size before the
+    download and again while streaming it."""
+
+    max_bytes: int = Field(ge=1, le=500_000_000)
+
+
+def _default_media_kinds() -> dict[MediaKind, MediaKindLimits]:
+    return {
+        "image": MediaKindLimits(max_bytes=10_000_000),
+        "audio": MediaKindLimits(max_bytes=25_000_000),
+        "document": MediaKindLimits(max_bytes=20_000_000),
+        "video": MediaKindLimits(max_bytes=1),
+        "other": MediaKindLimits(max_bytes=1),
+    }
+
+
+class MediaLimits(Model):
+    """What a workspace's senders may send the agent (files it fetches, stores and reads)."""
+
+    enabled: bool = True
+    kinds: dict[MediaKind, MediaKindLimits] = Field(default_factory=_default_media_kinds)
+    max_files_per_message: int = Field(default=5, ge=0, le=50)
+    max_bytes_per_day: int = Field(default=200_000_000, ge=0)  # per workspace, UTC day
+    # Days a stored file is kept (the S3 lifecycle in the cloud, the local sweep embedded).
+    retention_days: int = Field(default=30, ge=1, le=3650)
+    # A document's extracted text is cut at these bounds before anything reads or stores it.
+    max_pages: int = Field(default=50, ge=1, le=2000)
+    max_chars: int = Field(default=100_000, ge=1000, le=2_000_000)
+
+
+# ---------------------------------------------------------------- delegation (spec 001, docs/delegation.md)
+
+# A workspace maps each class to a model (DelegationConfig.models); a class left unmapped uses the
+# workspace's own model.
+ModelClass = Literal["frontier", "fast", "cheap"]
+
+
+class RoleLimits(Model):
+    """What one task of a role may use before it is stopped (checked before each step)."""
+
+    max_tool_calls: int = Field(default=50, ge=1, le=1000)
+    max_tokens: int = Field(default=200_000, ge=1000, le=10_000_000)
+    # Wall time from the task's creation to its end, across every invocation it takes.
+    max_wall_s: int = Field(default=3600, ge=10, le=86_400)
+
+
+class RoleConfig(Model):
+    """A task agent's role: the built-in researcher, worker and skill_composer, or an operator's."""
+
+    description: str = Field(default="", max_length=500)
+    instructions: str = Field(default="", max_length=20_000)
+    model_class: ModelClass = "fast"
+    # The tools the role's tasks may call (names as the registry gives them), enforced by the same
+    # permission check as the workspace's tools_allow / tools_deny; delegate is never among them.
+    tools: list[str] = Field(default_factory=list)
+    # An interactive task may ask the user a question through the agent and wait for the answer.
+    interactive: bool = False
+    limits: RoleLimits = Field(default_factory=RoleLimits)
+
+
+class DelegationConfig(Model):
+    """The delegate tool and its task agents (docs/delegation.md)."""
+
+    enabled: bool = True
+    # Operator roles, merged over the built-in ones by name (shared.tasks.roles).
+    roles: dict[str, RoleConfig] = Field(default_factory=dict)
+    models: dict[ModelClass, str] = Field(default_factory=dict)
+    max_active_per_session: int = Field(default=3, ge=0, le=50)
+    max_active_per_workspace: int = Field(default=20, ge=0, le=1000)
+    # The Skill Composer saves a draft an operator installs, unless this lets it install.
+    skill_composer_installs: bool = False
+
+
 class WorkspaceConfig(Model):
     id: WorkspaceId
     name: str = ""
@@ -554,6 +635,8 @@ class WorkspaceConfig(Model):
     # run_python (docs/sandbox.md): off unless turned on here.
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    delegation: DelegationConfig = Field(default_factory=DelegationConfig)
+    media: MediaLimits = Field(default_factory=MediaLimits)
 
 
 # What a workspace Sigil creates may spend per UTC day, so that a fresh deployment is capped
@@ -817,6 +900,22 @@ def occurrence_event_id(schedule_id: str, at: datetime) -> str:
     return f"{schedule_id}.{int(at.timestamp())}"
 
 
+class TaskEvent(Model):
+    """A delegated task on a lane (docs/delegation.md).
+
+    - "step": run the task's next steps; on the task's own lane (group `<workspace>.task.<id>`),
+      never the parent session's, so neither waits for the other; `seq` numbers the
+      continuations, so each has its own dedup id and a redelivery of one is dropped;
+    - "outcome": the task ended; on the parent session's lane, after whatever the user sent
+      meanwhile, so the agent gets a turn to tell the user, once;
+    - "question": an interactive task asks the user something through the agent.
+    """
+
+    task_id: Identifier
+    kind: Literal["step", "outcome", "question"]
+    seq: int = Field(default=0, ge=0)
+
+
 class LaneItem(Model):
     """One unit of work in a session's lane (one SQS FIFO message)."""
 
@@ -833,6 +932,9 @@ class LaneItem(Model):
     # A schedule's occurrence (shared.schedules): its inbound is the creating turn's, so the turn
     # has the same sender, conversation and memory scope, with an event id of the occurrence.
     fired: Fired | None = None
+    # A delegated task's item (shared.tasks): a step runs on the task's own lane, an outcome on
+    # the parent session's.
+    task: TaskEvent | None = None
 
     @model_validator(mode="after")
     def _occurrence_event_id(self) -> LaneItem:

@@ -1,0 +1,29 @@
+"""Media a sender attached (docs/media.md): what the MediaStore keeps of each fetched file."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from shared.clock import utcnow
+from shared.models import Identifier, MediaKind, Model, WorkspaceId
+
+
+class MediaItem(Model):
+    # Derived from the platform's own file id (shared.media), so fetching again is idempotent.
+    id: Identifier
+    workspace_id: WorkspaceId
+    session_id: Identifier
+    user_id: str  # the sender's Sigil user: erasure finds their files by it
+    channel: str
+    source_id: str  # the platform's file id (Telegram file_id, Slack file id, ...)
+    kind: MediaKind
+    mime_type: str  # sniffed from the bytes, never taken from the name
+    size: int = Field(ge=0)
+    sha256: str
+    name: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    # A voice note's transcript or a document's extracted text (redacted), once made.
+    text: str | None = None
+    text_source: str | None = None  # "transcript" | "extracted"
