@@ -166,15 +166,20 @@ def model_for(workspace: WorkspaceConfig, role: str, default_model: str | None =
 
 
 def role_warnings(workspace: WorkspaceConfig, known_tools: Iterable[str]) -> list[str]:
-    """What is allowed but likely a mistake: a role's tool no registry offers (an MCP server's
-    tool is named only once it connects, so an unknown name is not an error)."""
+    """What is allowed but likely a mistake: a role's tool no registry offers. Not an error: a
+    tool may come with a later version or a skill; an MCP server's tools (`mcp__<server>__<tool>`,
+    known once it connects) and patterns are not checked."""
     known = set(known_tools)
     warnings: list[str] = []
     for name, role in sorted(workspace.delegation.roles.items()):
-        unknown = [t for t in role.tools if t not in known and not any(c in t for c in "*?[")]
+        unknown = [
+            t
+            for t in role.tools
+            if t not in known and not t.startswith("mcp__") and not any(c in t for c in "*?[")
+        ]
         if unknown:
             warnings.append(
                 f"workspace {workspace.id}: delegation.roles.{name}.tools names no known tool: "
-                f"{', '.join(unknown)} (an MCP server's tools are known once it connects)"
+                f"{', '.join(unknown)} (MCP tools are named mcp__<server>__<tool>)"
             )
     return warnings

@@ -123,12 +123,13 @@ def test_a_role_no_task_could_run_under_is_refused(delegation: dict[str, object]
 
 
 def test_an_unknown_tool_is_a_warning_not_an_error() -> None:
-    ws = workspace(roles={"helper": {"tools": ["memory_search", "mcp_notes_read", "web_*"]}})
+    tools = ["memory_search", "notes_read", "mcp__notes__read", "web_*"]
+    ws = workspace(roles={"helper": {"tools": tools}})
     assert role_warnings(ws, [t.name for t in agent_registry()]) == [
-        "workspace ws1: delegation.roles.helper.tools names no known tool: mcp_notes_read "
-        "(an MCP server's tools are known once it connects)"
+        "workspace ws1: delegation.roles.helper.tools names no known tool: notes_read "
+        "(MCP tools are named mcp__<server>__<tool>)"
     ]
-    assert roles_for(ws)["helper"].tools == ["memory_search", "mcp_notes_read", "web_*"]
+    assert roles_for(ws)["helper"].tools == tools
 
 
 # ---------------------------------------------------------------- sigil.yaml and the CLI
@@ -147,7 +148,7 @@ workspaces:
         translator:
           description: Translates a page
           model_class: cheap
-          tools: [web_fetch, mcp_dictionary]
+          tools: [web_fetch, dictionary]
 """
 
 
@@ -174,7 +175,7 @@ def test_config_validate_warns_of_an_unknown_role_tool(tmp_path: Path) -> None:
     result = runner.invoke(app, ["config", "validate", str(write(tmp_path, CONFIG))])
     assert result.exit_code == 0, result.output
     assert (
-        "warning: workspace family: delegation.roles.translator.tools names no known tool: mcp_dictionary"
+        "warning: workspace family: delegation.roles.translator.tools names no known tool: dictionary"
         in result.output
     )
 
