@@ -757,6 +757,20 @@ class CodeExecutor(Protocol):
         ...
 
 
+class CompiledCodeStore(Protocol):
+    """Write-once bytes by key: where the sandbox's compiled runtime is kept between execution
+    environments (shared.sandbox.compiled; docs/sandbox.md). What it holds is native code, so an
+    adapter must be writable only by the one trusted writer."""
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes under `key`, or None."""
+        ...
+
+    def put_once(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` unless something is there already; False when it was."""
+        ...
+
+
 class StepLog(Protocol):
     """Durable steps (docs/delegation.md): each model call's and tool call's message, saved as it
     completes, so an invocation cut by the deadline, a crash or a redelivery continues from the
