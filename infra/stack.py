@@ -29,6 +29,7 @@ from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
+from infra.constructs.sandbox_cache import SandboxCache
 from infra.constructs.schedules import Schedules
 from infra.constructs.secrets import Secrets, llm_keys
 from infra.constructs.skills import Skills
@@ -109,6 +110,10 @@ class SigilStack(Stack):
             throttle=caps.turn_routes,
         )
         skills = Skills(self, "Skills")
+        # run_python's compiled runtime, compiled once per deploy (docs/sandbox.md).
+        self.sandbox_cache = SandboxCache(
+            self, "SandboxCache", layer=layer, log_group=observability.log_group("SandboxLogs")
+        )
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
@@ -173,6 +178,7 @@ class SigilStack(Stack):
         consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
+        self.sandbox_cache.grant_read(turn_runner)  # read only; asks the precompile function
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
@@ -224,6 +230,9 @@ class SigilStack(Stack):
         CfnOutput(
             self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
         )
+        # The agent's SIGIL_SANDBOX_* (run_python's compiled-runtime cache; docs/sandbox.md).
+        CfnOutput(self, "SandboxCacheBucket", value=self.sandbox_cache.bucket.bucket_name)
+        CfnOutput(self, "SandboxPrecompileFunction", value=self.sandbox_cache.function.function_name)
 
     def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
         """The WebSocket API's settings, grants and URL."""

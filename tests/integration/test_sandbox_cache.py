@@ -128,9 +128,10 @@ def test_a_body_that_does_not_hash_to_its_pointer_is_refused_and_never_loaded(
     loaded = compiled.obtain(KEY, lambda: machine_copy, local=local, remote=s3)
     assert loaded.source == "compiled" and loaded.body == machine_copy
     assert compiled.read(local, KEY) == (machine_copy, digest)
-    assert clients.s3(REGION).get_object(Bucket=BUCKET, Key=f"{PREFIX}{KEY}/{digest}.cwasm")[
-        "Body"
-    ].read() == planted
+    assert (
+        clients.s3(REGION).get_object(Bucket=BUCKET, Key=f"{PREFIX}{KEY}/{digest}.cwasm")["Body"].read()
+        == planted
+    )
 
 
 def test_a_malformed_or_dangling_pointer_is_refused(s3: S3CompiledCache) -> None:
