@@ -110,15 +110,10 @@ class SigilStack(Stack):
             throttle=caps.turn_routes,
         )
         skills = Skills(self, "Skills")
-        # run_python's compiled runtime, compiled once per deploy (docs/sandbox.md).
-        self.sandbox_cache = SandboxCache(
-            self, "SandboxCache", layer=layer, log_group=observability.log_group("SandboxLogs")
-        )
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
-        self.memory, self.lanes, self.secrets = memory, lanes, secrets
+        self.memory, self.lanes, self.secrets, self.skills = memory, lanes, secrets, skills
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
-        self.skills = skills
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -178,7 +173,7 @@ class SigilStack(Stack):
         consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
-        self.sandbox_cache.grant_read(turn_runner)  # read only; asks the precompile function
+        self.sandbox_cache = self._compile_sandbox_once(observability, layer, turn_runner)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
@@ -190,6 +185,17 @@ class SigilStack(Stack):
         self._grant_models(context, turn_runner, consolidate)
 
         self._outputs()
+
+    def _compile_sandbox_once(
+        self, observability: Observability, layer: lambda_.ILayerVersion, agent: lambda_.Function
+    ) -> SandboxCache:
+        """run_python's compiled runtime, compiled once per deploy (docs/sandbox.md): the agent
+        reads it and asks the precompile function when it is missing, never writes it."""
+        cache = SandboxCache(
+            self, "SandboxCache", layer=layer, log_group=observability.log_group("SandboxLogs")
+        )
+        cache.grant_read(agent)
+        return cache
 
     @staticmethod
     def _alarm_on_extraction(observability: Observability, consolidation: Consolidation) -> None:
