@@ -751,9 +751,17 @@ class CodeExecutor(Protocol):
         ...
 
     def run(
-        self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
+        self,
+        script: str,
+        *,
+        inputs: Mapping[str, str],
+        limits: SandboxConfig,
+        host: HostHandler,
+        argv: Sequence[str] = (),
+        stdin: str = "",
     ) -> SandboxRun:
-        """Run `script`; raise SandboxError (its `limit` says which) when it is stopped or fails."""
+        """Run `script` (its sys.argv `argv`, its stdin `stdin`: a skill's script reads them); raise
+        SandboxError (its `limit` says which) when it is stopped or fails."""
         ...
 
 

@@ -22,7 +22,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -150,6 +150,8 @@ class _Job:
     inputs: Mapping[str, str]
     limits: SandboxConfig
     host: HostHandler
+    argv: Sequence[str] = ()
+    stdin: str = ""
 
 
 class _Instance:
@@ -220,7 +222,9 @@ class _Instance:
             if job is None:
                 return _write_u32(caller, out, 0)  # closed unused: EOF ends the driver
             self._begin(job)
-            self.reply = _frame({"script": job.script, "inputs": dict(job.inputs)})
+            self.reply = _frame(
+                {"script": job.script, "inputs": dict(job.inputs), "argv": list(job.argv), "stdin": job.stdin}
+            )
         data = bytearray()
         for base, length in _iovecs(caller, iovs, n):
             chunk, self.reply = self.reply[:length], self.reply[length:]
@@ -420,11 +424,18 @@ class WasmExecutor:
                 self._warm = _Instance()
 
     def run(
-        self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
+        self,
+        script: str,
+        *,
+        inputs: Mapping[str, str],
+        limits: SandboxConfig,
+        host: HostHandler,
+        argv: Sequence[str] = (),
+        stdin: str = "",
     ) -> SandboxRun:
         with self._lock:
             inst, self._warm = self._warm, None
-        job = _Job(script=script, inputs=inputs, limits=limits, host=host)
+        job = _Job(script=script, inputs=inputs, limits=limits, host=host, argv=argv, stdin=stdin)
         return (inst or _Instance()).run(job, prewarmed=inst is not None)
 
     def close(self) -> None:

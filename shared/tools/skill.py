@@ -63,7 +63,7 @@ def skill(args: SkillArgs, ctx: ToolContext) -> str:
         files = [p for p in store.list_files(ctx.workspace_id, args.name) if _readable_path(p)]
         more = f"\n\n(Files you can load with skill(name, path): {', '.join(files)})" if files else ""
         return f"# Skill: {found.name}\n\n{found.body}{more}"
-    path = _checked(args.path)
+    path = checked_path(args.path)
     data = store.read_file(ctx.workspace_id, args.name, path)
     if data is None:
         raise NotFound(f"skill {args.name!r} has no file {path!r}")
@@ -81,7 +81,8 @@ def _readable_path(path: str) -> bool:
     return len(parts) == 2 and parts[0] in FOLDERS
 
 
-def _checked(path: str) -> str:
+def checked_path(path: str) -> str:
+    """`path` when it names a file one level into the format's folders, else BadRequest."""
     if path.startswith("/") or "\\" in path or ".." in path.split("/") or path.startswith("~"):
         raise BadRequest(f"{path!r}: give a path inside the skill, such as 'references/x.md'")
     if not _readable_path(path) or path.split("/")[1] in ("", "."):
