@@ -82,6 +82,7 @@ class SandboxCache(Construct):
         self.function.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[objects])
         )
+        self._grant_list(self.function)
         writer = self.handler.role.role_arn
         # The trust root: nobody but the precompile function writes or deletes, and it only
         # creates (a put must carry If-None-Match, so nothing once written is replaced).
@@ -137,11 +138,23 @@ class SandboxCache(Construct):
             "keyed by runtime, wasmtime version and machine: the grant names this bucket's prefix.",
         )
 
+    def _grant_list(self, function: lambda_.Function) -> None:
+        # Without ListBucket, S3 answers a missing key with 403, not 404: the reader must tell
+        # "not compiled yet" from "refused" (shared.adapters.aws.sandbox_cache).
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{PREFIX}*"]}},
+            )
+        )
+
     def grant_read(self, function: lambda_.Function) -> None:
         """What an agent environment does with the cache: read it, and ask for a compile when it
         is empty (shared.cloud.use_sandbox_cache). Never write."""
         objects = self.bucket.arn_for_objects(f"{PREFIX}*")
         function.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
+        self._grant_list(function)
         # The unqualified function only (grant_invoke would add its every version, `:*`).
         function.add_to_role_policy(
             iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.function.function_arn])

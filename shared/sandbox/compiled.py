@@ -198,6 +198,12 @@ def obtain(
             if store is local:
                 local.discard(key)
             continue
+        except Exception:
+            # An unreachable or refusing remote cache only costs this environment a compile.
+            if store is local:
+                raise
+            log.exception("compiled sandbox module cache unreadable", extra={"source": source})
+            continue
         if found is None:
             continue
         body, digest = found

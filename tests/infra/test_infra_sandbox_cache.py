@@ -48,15 +48,18 @@ def test_the_agent_reads_the_cache_and_may_ask_for_a_compile_but_never_writes(de
     stack = dev.stack
     bucket_id = logical_id(stack.sandbox_cache.bucket)
     agent = [s for s in _statements_of(dev, stack.agent.handler.role) if bucket_id in json.dumps(s)]
-    assert [_actions(s) for s in agent] == [["s3:GetObject"]]
+    assert sorted(_actions(s) for s in agent) == [["s3:GetObject"], ["s3:ListBucket"]]
+    listing = next(s for s in agent if _actions(s) == ["s3:ListBucket"])
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["sandbox/*"]}}
     invoke = [
         s for s in _statements_of(dev, stack.agent.handler.role) if "lambda:InvokeFunction" in _actions(s)
     ]
     function_arn = {"Fn::GetAtt": [logical_id(stack.sandbox_cache.function), "Arn"]}
     assert [s["Resource"] for s in invoke] == [function_arn]
     writer = [s for s in _statements_of(dev, stack.sandbox_cache.handler.role) if bucket_id in json.dumps(s)]
-    assert [_actions(s) for s in writer] == [["s3:GetObject", "s3:PutObject"]]
-    assert json.dumps(writer[0]["Resource"]).endswith('"/sandbox/*"]]}')
+    assert sorted(_actions(s) for s in writer) == [["s3:GetObject", "s3:PutObject"], ["s3:ListBucket"]]
+    objects = next(s for s in writer if "s3:PutObject" in _actions(s))
+    assert json.dumps(objects["Resource"]).endswith('"/sandbox/*"]]}')
 
 
 def test_each_deploy_of_this_stack_runs_the_precompile_function(dev: Synth) -> None:

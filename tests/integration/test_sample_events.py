@@ -3,11 +3,11 @@
 Each file is handed to the handler its shape names: an HTTP API event to the webhook, an SQS
 batch to the agent (the extraction queue's to the consolidate function), an EventBridge event to
 the consolidate function, CloudFormation's stack-status event to the sandbox precompile function;
-a new sample is picked up here by its shape, and one of no known shape fails. The webhook samples are checked twice: as
-committed, under a clock pinned at their signing time, and signed again now by `sigil events
-sign` under the real clock, which is how a user feeds them to `sam local invoke`. The secrets
-stored are the samples' own (shared.cli.events.sample_secrets). The agent's model is the real
-openai SDK against the local OpenAI stand-in; OpenSearch is osmem-server.
+a new sample is picked up here by its shape, and one of no known shape fails. The webhook samples
+are checked twice: as committed, under a clock pinned at their signing time, and signed again now
+by `sigil events sign` under the real clock, which is how a user feeds them to `sam local
+invoke`. The secrets stored are the samples' own (shared.cli.events.sample_secrets). The agent's
+model is the real openai SDK against the local OpenAI stand-in; OpenSearch is osmem-server.
 """
 
 from __future__ import annotations

@@ -183,3 +183,12 @@ def test_the_key_names_what_the_compiled_code_depends_on(monkeypatch: pytest.Mon
     monkeypatch.setitem(compiled.ENGINE_SETTINGS, "max_wasm_stack", 1 << 21)
     assert compiled.cache_key(RUNTIME_SHA256) != before
     assert "wasmtime50" in before and RUNTIME_SHA256[:16] in before
+
+
+def test_an_unreachable_bucket_costs_the_environment_a_compile_not_the_call(
+    s3: S3CompiledCache, machine_copy: bytes, fresh_environment: Path
+) -> None:
+    # A bucket that is not there (or a grant that refuses): the loader passes over it.
+    gone = S3CompiledCache("no-such-sandbox-cache", region=REGION)
+    loaded = compiled.obtain(KEY, lambda: machine_copy, local=DirectoryStore(fresh_environment), remote=gone)
+    assert loaded.source == "compiled" and loaded.body == machine_copy
