@@ -1,7 +1,12 @@
-"""run_python's sandbox (docs/sandbox.md): cold and warm starts, what a 1,000,000-fuel script
-takes, per-call memory, and the Lambda layer's size before (main's lock) and after (this one).
+"""run_python's sandbox (docs/sandbox.md): the compile against the compiled-module caches (S3 on
+moto, the disk), cold and warm starts, what a 1,000,000-fuel script takes, per-call memory, and
+the Lambda layer's size before (main's lock) and after (this one).
 
-    python bench/sandbox.py [--no-layer]
+    python bench/sandbox.py [--no-layer] [--no-compile]
+
+A new execution environment's first run_python pays one of three loads before its cold start:
+the compile (no cache anywhere), the S3 cache (download, SHA-256 check, kept on disk,
+deserialize) or the disk cache (the same environment's next process, or `sigil dev` again).
 
 Cold: a new instance (compiled module loaded from the cache, CPython started, the exposed modules
 imported) and a one-line script. Warm: the instance was pre-warmed, as while a model call is in
@@ -25,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from shared.models import SPEC_001_FUEL, SandboxConfig  # noqa: E402
-from shared.sandbox.wasm import WasmExecutor, module  # noqa: E402
+from shared.sandbox import compiled  # noqa: E402
+from shared.sandbox.wasm import RUNTIME_SHA256, WasmExecutor, compile_runtime, load_module, module  # noqa: E402
 
 LAMBDA_UNZIPPED_MB = 250
 RUNS = 7
@@ -75,6 +81,46 @@ def sandbox_table() -> None:
     print(f"| per-call linear memory | {statistics.median(mem) / 2**20:.1f} MiB |")
 
 
+def cache_table(*, compile_now: bool) -> None:
+    from moto import mock_aws
+
+    from shared.adapters.aws import clients
+    from shared.adapters.aws.sandbox_cache import S3CompiledCache
+
+    key = compiled.cache_key(RUNTIME_SHA256)
+    rows = []
+    if compile_now:
+        t = time.perf_counter()
+        body = compile_runtime()
+        rows.append(("compile (no cache anywhere)", time.perf_counter() - t))
+    else:
+        _, loaded = load_module(None)
+        body = loaded.body
+    with tempfile.TemporaryDirectory() as tmp, mock_aws():
+        clients.reset()
+        clients.s3("us-east-1").create_bucket(Bucket="bench-sandbox-cache")
+        store = S3CompiledCache("bench-sandbox-cache", region="us-east-1")
+        compiled.write(store, key, body)
+        s3_s, disk_s = [], []
+        for n in range(RUNS):
+            env = compiled.DirectoryStore(Path(tmp) / f"env{n}")
+            t = time.perf_counter()
+            _, loaded = load_module(store, local=env)  # a new environment: nothing on its disk
+            s3_s.append(time.perf_counter() - t)
+            assert loaded.source == "remote"
+            t = time.perf_counter()
+            _, loaded = load_module(store, local=env)  # its next process: on its disk
+            disk_s.append(time.perf_counter() - t)
+            assert loaded.source == "local"
+        clients.reset()
+    rows += [("S3 cache (moto): get, SHA-256, keep on disk, deserialize", statistics.median(s3_s))]
+    rows += [("disk cache: read, SHA-256, deserialize", statistics.median(disk_s))]
+    print(f"\n| load of the compiled runtime ({len(body) / 2**20:.1f} MiB serialized) | median |")
+    print("|---|---|")
+    for name, seconds in rows:
+        print(f"| {name} | {seconds * 1000:,.0f} ms |")
+
+
 def _mib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
@@ -103,7 +149,9 @@ def layer_table() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-layer", action="store_true")
+    parser.add_argument("--no-compile", action="store_true", help="skip the ~30 s compile")
     args = parser.parse_args()
     sandbox_table()
+    cache_table(compile_now=not args.no_compile)
     if not args.no_layer:
         layer_table()

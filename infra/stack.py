@@ -29,6 +29,7 @@ from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
+from infra.constructs.sandbox_cache import SandboxCache
 from infra.constructs.schedules import Schedules
 from infra.constructs.secrets import Secrets, llm_keys
 from infra.constructs.skills import Skills
@@ -110,10 +111,9 @@ class SigilStack(Stack):
         )
         skills = Skills(self, "Skills")
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
-        self.memory, self.lanes, self.secrets = memory, lanes, secrets
+        self.memory, self.lanes, self.secrets, self.skills = memory, lanes, secrets, skills
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
-        self.skills = skills
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -173,6 +173,7 @@ class SigilStack(Stack):
         consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
+        self.sandbox_cache = self._compile_sandbox_once(observability, layer, turn_runner)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
@@ -184,6 +185,17 @@ class SigilStack(Stack):
         self._grant_models(context, turn_runner, consolidate)
 
         self._outputs()
+
+    def _compile_sandbox_once(
+        self, observability: Observability, layer: lambda_.ILayerVersion, agent: lambda_.Function
+    ) -> SandboxCache:
+        """run_python's compiled runtime, compiled once per deploy (docs/sandbox.md): the agent
+        reads it and asks the precompile function when it is missing, never writes it."""
+        cache = SandboxCache(
+            self, "SandboxCache", layer=layer, log_group=observability.log_group("SandboxLogs")
+        )
+        cache.grant_read(agent)
+        return cache
 
     @staticmethod
     def _alarm_on_extraction(observability: Observability, consolidation: Consolidation) -> None:
@@ -224,6 +236,9 @@ class SigilStack(Stack):
         CfnOutput(
             self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
         )
+        # The agent's SIGIL_SANDBOX_* (run_python's compiled-runtime cache; docs/sandbox.md).
+        CfnOutput(self, "SandboxCacheBucket", value=self.sandbox_cache.bucket.bucket_name)
+        CfnOutput(self, "SandboxPrecompileFunction", value=self.sandbox_cache.function.function_name)
 
     def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
         """The WebSocket API's settings, grants and URL."""

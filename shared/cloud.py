@@ -170,6 +170,7 @@ def turn_deps() -> TurnDeps:
     # another container takes up to that long to apply here (shared.workspace_cache). Skills too
     # (shared.skills.CachedSkills): a warm turn reads nothing from the skills bucket.
     backend = with_skill_cache(with_workspace_cache(build_aws_backend(settings())))
+    use_sandbox_cache()
     s = with_provider_keys(settings(), backend.secrets)
     senders = build_senders(
         backend.secrets, backend.outbox, ledger=backend.send_ledger, base_urls=s.platform_base_urls or None
@@ -192,6 +193,35 @@ def turn_deps() -> TurnDeps:
         # The workspaces' remote MCP servers; no stdio connector: a Lambda starts no program.
         workspace_tools=McpToolbox(backend.secrets),
     )
+
+
+def use_sandbox_cache() -> None:
+    """run_python's compiled runtime from the stack's cache bucket (read only), and a request to
+    the precompile function when it is empty (docs/sandbox.md#the-compile-and-its-cache)."""
+    from shared.adapters.aws.sandbox_cache import PrecompileRequest, S3CompiledCache
+    from shared.sandbox import compiled
+
+    s = settings()
+    if not s.sandbox_cache_bucket:
+        return
+    fill = s.sandbox_precompile_function
+    compiled.use_remote(
+        S3CompiledCache(s.sandbox_cache_bucket, region=s.aws_region),
+        on_miss=PrecompileRequest(fill, region=s.aws_region) if fill else None,
+    )
+
+
+def precompile_sandbox() -> dict[str, object]:
+    """The precompile function's work: the compiled runtime for this architecture in the cache
+    bucket, compiled here unless a copy is there already. What it did, for the log."""
+    from shared.adapters.aws.sandbox_cache import S3CompiledCache
+    from shared.sandbox.wasm import load_module
+
+    s = settings()
+    if not s.sandbox_cache_bucket:
+        raise SigilError("the precompile function needs SIGIL_SANDBOX_CACHE_BUCKET", code="misconfigured")
+    _, loaded = load_module(S3CompiledCache(s.sandbox_cache_bucket, region=s.aws_region), publish=True)
+    return {"sha256": loaded.sha256, "source": loaded.source, "seconds": round(loaded.seconds, 2)}
 
 
 @cache
@@ -234,8 +264,11 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     `config` replaces the settings read from the environment and `clock` replaces `time.time` in
     the next objects built (tests pin the clock to a sample event's signing time this way).
     """
+    from shared.sandbox import compiled
+
     _seed.settings = config
     _seed.clock = clock
+    compiled.use_remote(None)
     settings.cache_clear()
     ingress.cache_clear()
     webhook.cache_clear()

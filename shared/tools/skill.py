@@ -9,10 +9,12 @@ catalogue). When a task matches one, the model calls
 
 A file is read one level into the format's folders (`references/`, `assets/`, `scripts/`), as
 UTF-8 text; anything else is refused: `..`, absolute paths, deeper paths, binary files. A script
-is shown as text (the model may quote it to the user) and never executed: nothing in Sigil runs
-skill code. The workspace comes from the ToolContext, never from the model, and only the skills
-the workspace's config allows (WorkspaceConfig.skills) are reachable. Skill text is written by
-whoever published the skill, so results are quoted as untrusted data (Tool.untrusted_output).
+is shown as text (the model may quote it to the user) and never executed by this tool: nothing in
+Sigil runs skill code on the host, and a skill's Python script runs only inside the WebAssembly
+sandbox, through run_skill_script (shared.tools.python). The workspace comes from the ToolContext,
+never from the model, and only the skills the workspace's config allows (WorkspaceConfig.skills)
+are reachable. Skill text is written by whoever published the skill, so results are quoted as
+untrusted data (Tool.untrusted_output).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class SkillArgs(BaseModel):
 @tool(untrusted_output=True)
 def skill(args: SkillArgs, ctx: ToolContext) -> str:
     """Load a skill from your list of skills: its instructions, or one file they refer to. Call it
-    when the task matches a skill's description, before answering. Scripts are shown, never run."""
+    when the task matches a skill's description, before answering. Scripts are shown, not run here
+    (run_skill_script runs a Python one in the sandbox)."""
     workspace = ctx.backend.workspaces.get(ctx.workspace_id) or new_workspace(ctx.workspace_id)
     if args.name is None:
         listed = catalogue(available_skills(ctx.backend, workspace))
@@ -63,7 +66,7 @@ def skill(args: SkillArgs, ctx: ToolContext) -> str:
         files = [p for p in store.list_files(ctx.workspace_id, args.name) if _readable_path(p)]
         more = f"\n\n(Files you can load with skill(name, path): {', '.join(files)})" if files else ""
         return f"# Skill: {found.name}\n\n{found.body}{more}"
-    path = _checked(args.path)
+    path = checked_path(args.path)
     data = store.read_file(ctx.workspace_id, args.name, path)
     if data is None:
         raise NotFound(f"skill {args.name!r} has no file {path!r}")
@@ -81,7 +84,8 @@ def _readable_path(path: str) -> bool:
     return len(parts) == 2 and parts[0] in FOLDERS
 
 
-def _checked(path: str) -> str:
+def checked_path(path: str) -> str:
+    """`path` when it names a file one level into the format's folders, else BadRequest."""
     if path.startswith("/") or "\\" in path or ".." in path.split("/") or path.startswith("~"):
         raise BadRequest(f"{path!r}: give a path inside the skill, such as 'references/x.md'")
     if not _readable_path(path) or path.split("/")[1] in ("", "."):

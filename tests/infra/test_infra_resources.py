@@ -85,7 +85,7 @@ def test_all_four_functions_are_arm64_on_the_layer_runtime_with_the_cookbook_han
     functions = dev.resources("AWS::Lambda::Function")
     layer = logical_id(dev.stack.node.find_child("Dependencies").node.find_child("Layer"))
 
-    assert len(functions) == 4  # webhook, agent, consolidate, ws
+    assert len(functions) == 5  # webhook, agent, consolidate, ws, sandbox precompile
     for function in functions.values():
         props = function["Properties"]
         assert props["Runtime"] == f"python{PYTHON_VERSION}"
@@ -103,7 +103,7 @@ def test_each_function_logs_to_its_own_log_group_with_retention(each_stage: Synt
         for f in each_stage.resources("AWS::Lambda::Function").values()
     ]
 
-    assert len(set(used)) == 4  # webhook, agent, consolidate, ws
+    assert len(set(used)) == 5  # webhook, agent, consolidate, ws, sandbox precompile
     expected_days = {"dev": 14, "team": 30, "prod": 90}[each_stage.stage]
     for group in groups.values():
         assert group["Properties"]["RetentionInDays"] == expected_days
@@ -130,6 +130,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         return dict(props["Environment"]["Variables"])
 
     # The chat page it serves reads the WebSocket API's URL from /config.json.
+    sandbox_cache = {"SIGIL_SANDBOX_CACHE_BUCKET": {"Ref": logical_id(stack.sandbox_cache.bucket)}}
     ws_url = {"SIGIL_WS_URL": each_stage.stack.resolve(stack.websocket.stage.url)}
     assert variables(stack.ingress.function) == {**webhook, **ws_url}
     # The WebSocket API's management endpoint: where the agent and the ws function post frames.
@@ -149,8 +150,13 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_SCHEDULE_ROLE_ARN": {"Fn::GetAtt": [logical_id(stack.schedules.role), "Arn"]},
         "SIGIL_QUEUE_ARN": {"Fn::GetAtt": [logical_id(stack.lanes.turns), "Arn"]},
         **ws_endpoint,
+        # run_python's compiled runtime: read from its cache, asked of the precompile function.
+        **sandbox_cache,
+        "SIGIL_SANDBOX_PRECOMPILE_FUNCTION": {"Ref": logical_id(stack.sandbox_cache.function)},
     }
     assert variables(stack.consolidation.function) == {**backend, "SIGIL_PROVIDERS": ""}
+    # The precompile function builds no backend: it compiles and writes the cache bucket.
+    assert variables(stack.sandbox_cache.function) == sandbox_cache
 
 
 def test_the_agent_reads_the_lanes_in_batches_of_ten_reporting_item_failures(each_stage: Synth) -> None:

@@ -2,12 +2,12 @@
 
 Each file is handed to the handler its shape names: an HTTP API event to the webhook, an SQS
 batch to the agent (the extraction queue's to the consolidate function), an EventBridge event to
-the consolidate function; a new sample is picked up
-here by its shape, and one of no known shape fails. The webhook samples are checked twice: as
-committed, under a clock pinned at their signing time, and signed again now by `sigil events
-sign` under the real clock, which is how a user feeds them to `sam local invoke`. The secrets
-stored are the samples' own (shared.cli.events.sample_secrets). The agent's model is the real
-openai SDK against the local OpenAI stand-in; OpenSearch is osmem-server.
+the consolidate function, CloudFormation's stack-status event to the sandbox precompile function;
+a new sample is picked up here by its shape, and one of no known shape fails. The webhook samples
+are checked twice: as committed, under a clock pinned at their signing time, and signed again now
+by `sigil events sign` under the real clock, which is how a user feeds them to `sam local
+invoke`. The secrets stored are the samples' own (shared.cli.events.sample_secrets). The agent's
+model is the real openai SDK against the local OpenAI stand-in; OpenSearch is osmem-server.
 """
 
 from __future__ import annotations
@@ -25,13 +25,17 @@ from typer.testing import CliRunner
 
 from functions.agent import handler as agent
 from functions.consolidate import handler as consolidate
+from functions.sandbox import handler as sandbox
 from functions.webhook import handler as webhook
 from functions.ws import handler as ws
 from shared import cloud
 from shared.adapters.aws import clients
+from shared.adapters.aws.sandbox_cache import S3CompiledCache
 from shared.cli import app
 from shared.cli.events import SIGNED_AT, sample_secrets, sign_event
 from shared.config import Settings
+from shared.sandbox.compiled import cache_key
+from shared.sandbox.wasm import RUNTIME_SHA256
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
@@ -146,6 +150,16 @@ def test_each_sample_is_accepted_by_its_handler(name: str, aws: Settings) -> Non
         )
         for step in ([] if name == "ws_connect.json" else [load("ws_connect.json")]) + [event]:
             assert ws.lambda_handler(step, context_for("sigil-ws")) == {"statusCode": 200}
+    elif event.get("source") == "aws.cloudformation":
+        # After a deploy: the precompile function puts the compiled runtime in its bucket
+        # (from this machine's disk cache, which the sandbox tests fill; docs/sandbox.md)
+        clients.s3(REGION).create_bucket(Bucket="samples-sandbox-cache")
+        cloud.reset(config=aws.model_copy(update={"sandbox_cache_bucket": "samples-sandbox-cache"}))
+        done = sandbox.lambda_handler(event, context_for("sigil-sandbox"))
+        pointer = S3CompiledCache("samples-sandbox-cache", region=REGION).get(
+            f"{cache_key(RUNTIME_SHA256)}/sha256"
+        )
+        assert pointer == str(done["sha256"]).encode()
     elif "detail-type" in event:
         cloud.reset(config=aws)
         result = consolidate.lambda_handler(event, context_for("sigil-consolidate"))

@@ -108,6 +108,18 @@ def test_a_script_runs_and_reports_what_it_used(backend: Backend, executor: Wasm
     assert 0 < run.fuel_used < LIMITS.fuel and run.memory_bytes > 0
 
 
+def test_stdlib_modules_import_what_they_need_lazily(backend: Backend, executor: WasmExecutor) -> None:
+    # datetime.strptime imports _strptime on first use, argparse imports gettext: the script's
+    # own imports are checked against the list, the stdlib's are not.
+    script = (
+        "import argparse, datetime\n"
+        "print(datetime.datetime.strptime('2026-01-02', '%Y-%m-%d').date())\n"
+        "print(argparse.ArgumentParser().parse_args([]))"
+    )
+    run = executor.run(script, inputs={}, limits=LIMITS, host=host(backend))
+    assert run.stdout == "2026-01-02\nNamespace()\n"
+
+
 HOSTILE = {
     "infinite loop": ("while True:\n    pass", "fuel"),
     "memory bomb": ("x = bytearray(512 * 1024 * 1024)", "memory"),

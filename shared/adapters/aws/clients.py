@@ -79,6 +79,11 @@ def scheduler(region: str | None = None, endpoint_url: str | None = None) -> Any
     return _client("scheduler", region, _endpoint(endpoint_url))
 
 
+def lambda_(region: str | None = None, endpoint_url: str | None = None) -> Any:
+    # The agent asks the sandbox's precompile function to fill the compiled-module cache.
+    return _client("lambda", region, _endpoint(endpoint_url))
+
+
 def apigatewaymanagementapi(endpoint_url: str, region: str | None = None) -> Any:
     """The WebSocket API's management client (untyped: no boto3 stubs for it are installed).
 
