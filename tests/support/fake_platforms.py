@@ -40,10 +40,13 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from tests.support.served import FakeHTTPServer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 Json = dict[str, Any]
 Answer = tuple[int, Json | bytes, dict[str, str]]
@@ -297,13 +300,15 @@ class FakePlatforms:
             if file is None or file.token != token:
                 wrong = "Bad Request: wrong file_id or the file is temporarily unavailable"
                 return "getFile", (400, _telegram_error(400, wrong), {})
-            result = {
+            # Telegram's own answer (tests/fixtures/telegram/getfile_response.json), for this file.
+            answer = json.loads((FIXTURES / "telegram" / "getfile_response.json").read_text())
+            answer["result"] |= {
                 "file_id": file.file_id,
                 "file_unique_id": f"AQAD{file.file_id[-8:]}",
                 "file_size": file.size,
                 "file_path": file.path,
             }
-            return "getFile", (200, {"ok": True, "result": result}, {})
+            return "getFile", (200, answer, {})
         if prefix == "slack-files":
             file_id = path.split("/")[2].split("-", 1)[-1] if path.count("/") >= 2 else ""
             file = self.files.get(("slack", file_id))
@@ -342,11 +347,10 @@ class FakePlatforms:
                 "to missing permissions, or does not support this operation."
             )
             return "media", (400, _graph_error(missing, 100), {})
-        answer = {
-            "messaging_product": "whatsapp",
+        # Meta's own answer (tests/fixtures/whatsapp/media_url_response.json), pointing here.
+        answer = json.loads((FIXTURES / "whatsapp" / "media_url_response.json").read_text())
+        answer |= {
             "url": f"{self.root}/whatsapp-media/?mid={media}&ext=1749416700&hash=ATta0bVHwYr3c1Dq",
-            "mime_type": "application/octet-stream",
-            "sha256": "iDnWyH4bLkvLQaUpyDjfJAq2N2FJIVUYJXHBzJHmNTs=",
             "file_size": str(file.size),
             "id": media,
         }
