@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -268,3 +269,23 @@ def test_a_slack_file_needs_the_bot_token_and_a_sign_in_page_is_refused(
     (note,) = fetch(fake, stores, inbound, secrets=wrong).notes
     assert "Slack answered with its sign-in page" in note
     assert stores.store.list_media("ws1") == []
+
+
+def test_one_fetched_file_makes_the_aws_calls_the_cost_bench_prices(
+    fake: FakePlatforms, tmp_path: Path
+) -> None:
+    from bench.cost import MEDIA_CALLS_PER_FILE
+    from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
+    from shared.adapters.aws.media import S3MediaStore
+
+    with BACKEND_FACTORIES["aws"](tmp_path / "backend") as contract:
+        store, usage = contract.backend.media, contract.backend.media_usage
+        assert isinstance(store, S3MediaStore) and isinstance(usage, DynamoMediaUsage)
+        calls: Counter[str] = Counter()
+        for service, client in (("s3", store.client), ("dynamodb", usage.client)):
+            client.meta.events.register(
+                "before-call", lambda model, service=service, **_: calls.update([f"{service} {model.name}"])
+            )
+        inbound = photo_message("telegram", fake, "ws1")
+        assert len(fetch(fake, Stores(store, usage), inbound).items) == 1
+        assert dict(calls) == MEDIA_CALLS_PER_FILE
