@@ -289,3 +289,46 @@ def test_one_fetched_file_makes_the_aws_calls_the_cost_bench_prices(
         inbound = photo_message("telegram", fake, "ws1")
         assert len(fetch(fake, Stores(store, usage), inbound).items) == 1
         assert dict(calls) == MEDIA_CALLS_PER_FILE
+
+
+def test_the_local_sweep_deletes_files_past_each_workspaces_retention(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from shared.adapters.embedded import FileMediaStore, build_embedded_backend
+    from shared.config import Settings
+    from shared.models.media import MediaItem
+
+    backend = build_embedded_backend(Settings(data_dir=tmp_path))
+    try:
+        media = backend.media
+        assert isinstance(media, FileMediaStore)
+
+        def stored(ws: str, source: str, age_days: int) -> MediaItem:
+            item = MediaItem(
+                id=media_id(ws, "telegram", source),
+                workspace_id=ws,
+                session_id="s",
+                user_id="u",
+                channel="telegram",
+                source_id=source,
+                kind="image",
+                mime_type="image/png",
+                size=len(PHOTO),
+                sha256="0" * 64,
+                created_at=NOW - timedelta(days=age_days),
+            )
+            media.put(item, PHOTO)
+            return item
+
+        old, fresh = stored("ws1", "a", 31), stored("ws1", "b", 29)
+        kept_longer = stored("ws2", "c", 31)
+        workspaces = [
+            WorkspaceConfig(id="ws1"),
+            WorkspaceConfig(id="ws2", media=MediaLimits(retention_days=90)),
+        ]
+        assert media.sweep_expired(workspaces, NOW) == 1
+        assert media.get("ws1", old.id) is None
+        assert not (tmp_path / "media" / "ws1" / old.id).exists()
+        assert media.read("ws1", fresh.id) == PHOTO and media.read("ws2", kept_longer.id) == PHOTO
+    finally:
+        backend.close()

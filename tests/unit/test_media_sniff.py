@@ -26,7 +26,7 @@ WEBM = b"\x1aE\xdf\xa3\x9fB\x86\x81\x01B\xf7\x81\x01B\xf2\x81\x04B\xf3\x81\x08B\
         (OGG, "audio/ogg", ("audio", "audio/ogg")),
         (WEBM, "audio/webm", ("audio", "audio/webm")),  # a browser's voice recording
         (WEBM, None, ("video", "video/webm")),
-        ("name,qty\nfern,2\n".encode(), "text/csv", ("document", "text/csv")),
+        (b"name,qty\nfern,2\n", "text/csv", ("document", "text/csv")),
         ("Grüße aus Köln\n".encode(), "image/png", ("document", "text/plain")),  # no text/* declared
         (b"\x00\x01\x02\x03binary", "application/pdf", ("other", "application/octet-stream")),
     ],
