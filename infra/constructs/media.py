@@ -50,17 +50,16 @@ class Media(Construct):
         )
 
     def grant_read_write(self, function: lambda_.Function) -> None:
-        """Get, put and delete under media/, and ListBucket of that prefix: what
-        shared.adapters.aws.media does."""
+        """Get, put and delete under media/, and ListBucket: what shared.adapters.aws.media does.
+
+        ListBucket has no prefix condition: S3 answers a GetObject of a missing key 404 only to a
+        role that may list the bucket (403 otherwise), and each fetch first asks whether the file
+        is stored already. The bucket holds nothing but media/."""
         objects = self.bucket.arn_for_objects(f"{PREFIX}*")
         actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
         function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
         function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{PREFIX}*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
         )
         assert function.role is not None
         cfn = self.bucket.node.default_child
