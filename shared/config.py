@@ -131,6 +131,9 @@ class Settings(BaseSettings):
     # the agent reads it from, and the function that alone writes it, asked to when it is empty.
     sandbox_cache_bucket: str | None = None
     sandbox_precompile_function: str | None = None
+    # The stack's MediaBucket (docs/media.md): files senders attach. Unset: attachments are not
+    # fetched in the cloud (the turn says so to the sender).
+    media_bucket: str | None = None
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
     ws_endpoint: str | None = None

@@ -856,3 +856,14 @@ class MediaStore(Protocol):
     def delete_user(self, workspace_id: str, user_id: str) -> int:
         """Erase a user's files (record and bytes); how many."""
         ...
+
+
+class MediaUsage(Protocol):
+    """Bytes of attached files a workspace fetched per UTC day (MediaLimits.max_bytes_per_day):
+    added atomically, so two turns fetching at once never lose an update. `day` is "YYYY-MM-DD"."""
+
+    def add(self, workspace_id: str, day: str, size: int) -> int:
+        """Add `size` to the day's total; the total after."""
+        ...
+
+    def total(self, workspace_id: str, day: str) -> int: ...

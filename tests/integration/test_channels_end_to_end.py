@@ -43,10 +43,13 @@ from shared import cloud, serde
 from shared.adapters.aws import clients
 from shared.channels.out import PlatformSender
 from shared.models import LaneItem
+from shared.models.media import MediaItem
 from shared.observability import metrics
 from shared.safety.redact import StreamRedactor
+from tests.integration.test_media_fetch import PHOTO
 from tests.integration.test_webhook_channels import (
     CASES,
+    PHOTO_IDS,
     SECRETS,
     SIGNED_AT,
     Case,
@@ -168,6 +171,17 @@ POSTS: dict[str, Post] = {
     "discord/interaction_application_command.json[variant: with the fields Discord always sends]": Post(
         "edit", DISCORD_ORIGINAL, {"allowed_mentions": {"parse": []}}
     ),
+    # The photo fixtures (docs/media.md): the turn fetched the photo first, then replied as ever.
+    "telegram/update_message_photo_caption.json[secret token]": telegram_post(1111111, quoting=1366),
+    "slack/event_message_file_share.json[signed]": slack_post("D111"),
+    "discord/interaction_command_attachment.json[signed]": Post(
+        "edit",
+        f"/api/v10/webhooks/{DISCORD_APPLICATION}/aW50ZXJhY3Rpb246Nzg3MDUzMDgwNDc4NjEzNTcxOnRva2Vu/messages/@original",
+        {"allowed_mentions": {"parse": []}},
+    ),
+    "whatsapp/messages_image_notification.json[signed]": Post(
+        "messages", "/v23.0/106540352242922/messages", {"to": "16505551234", "type": "text"}
+    ),
     "whatsapp/messages_text_notification.json[signed]": Post(
         "messages",
         "/v23.0/106540352242922/messages",  # the business number the user wrote to
@@ -196,6 +210,8 @@ class Trace:
     outcomes: list[str]  # ... and the audited turn outcomes, oldest first
     model_calls_after: int  # model calls and platform requests once both redeliveries ran
     requests_after: int
+    # The files the turn fetched and stored (name, sniffed kind and type): docs/media.md.
+    media: list[tuple[str | None, str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def posts(self) -> int:
@@ -230,6 +246,7 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
         stack.enter_context(mock_aws())
         model = stack.enter_context(FakeOpenAI(lambda _body: reply))
         platforms = stack.enter_context(FakePlatforms(tokens=BOT_TOKENS))
+        serve_files(platforms)
         stack.callback(cloud.reset)
         aws = runtime(model, platforms)
         clock = FakeClock()
@@ -243,7 +260,7 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
         # When the platform delivers the event three times at once, and the agent takes the lane
         answers = deliver_at_once(case.event(), times=3)
         handed = run_agent(aws)
-        model_calls, requests = len(model.requests), list(platforms.requests)
+        model_calls, requests = len(model.requests), replies_of(platforms)
         message_ids, shown = platforms.shown_ids(case.channel), platforms.shown(case.channel)
 
         # And the platform delivers it again inside SQS's 5-minute deduplication window: Slack
@@ -272,8 +289,41 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
             late_queued=late_queued,
             outcomes=[r.outcome for r in reversed(audited)],  # listed newest first
             model_calls_after=len(model.requests),
-            requests_after=len(platforms.requests),
+            requests_after=len(replies_of(platforms)),
+            media=[(m.name, m.kind, m.mime_type) for m in stored_media(WS)],
         )
+
+
+# The files the fixtures attach, as their platforms serve them: the turn fetches them
+# (shared.media.fetch) into the stack's media bucket before the model call.
+FILES = {
+    ("telegram", "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", "Testfile.pdf"): b"%PDF-1.4\n%test file\n",
+    ("slack", "F111", "notes.txt"): b"Hello from the notes.\n",
+    # The photo fixtures' photos: the same PNG, whatever type each platform declares.
+    **{(platform, file_id, "plant.png"): PHOTO for platform, file_id in PHOTO_IDS.items()},
+}
+# What the turn's sniffing finds them to be, by file id.
+MEDIA_TYPES = {
+    "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX": ("document", "application/pdf"),
+    "F111": ("document", "text/plain"),
+    **{file_id: ("image", "image/png") for file_id in PHOTO_IDS.values()},
+}
+
+
+def serve_files(platforms: FakePlatforms) -> None:
+    for (platform, file_id, name), data in FILES.items():
+        platforms.add_file(platform, file_id, data, name=name)
+
+
+def replies_of(platforms: FakePlatforms) -> list[Recorded]:
+    """The platform requests that post or edit a reply (not the turn's file downloads)."""
+    return [r for r in platforms.requests if r.method != "GET"]
+
+
+def stored_media(workspace_id: str) -> list[MediaItem]:
+    media = cloud.turn_deps().backend.media
+    assert media is not None, "the stack has a media bucket"
+    return media.list_media(workspace_id)
 
 
 def runtime(model: FakeOpenAI, platforms: FakePlatforms) -> AwsResources:
@@ -427,13 +477,17 @@ def test_three_concurrent_deliveries_make_one_turn_and_one_reply(case: Case) -> 
     elif platform == "slack":
         assert all(e.op == "chat.update" and e.json["ts"] == message_id for e in edits)
     elif platform == "discord":
-        assert all(r.method == "PATCH" and r.path == DISCORD_ORIGINAL for r in trace.requests)
+        assert all(r.method == "PATCH" and r.path == expected.path for r in trace.requests)
     else:
         assert edits == []  # WhatsApp messages cannot be edited: the finished reply is posted once
 
     # And the message shows the model's reply in the platform's dialect, as the last request sent it
     assert trace.shown == [RENDERED[platform]]
     assert text_of(trace.requests[-1]) == RENDERED[platform]
+
+    # A file the message carries was fetched with the bot's credentials into the media bucket,
+    # its type read from its bytes; a redelivery stored nothing more (docs/media.md)
+    assert trace.media == [(a.name, *MEDIA_TYPES[a.id or ""]) for a in item.inbound.attachments]
 
     # A retry inside SQS's deduplication window is acknowledged and dropped by the queue
     assert (trace.retry_answer, trace.retry_queued) == (200, 0)

@@ -3,7 +3,8 @@
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
 (sessions, memory, outbox, workspaces, audit, identities, budget counters, delegated tasks,
 their scratchpad, durable steps), `index.db` (FTS5 + sqlite-vec) and `queue.db` (lanes and
-events), plus `secrets.json`; the directory is its owner's alone (0700, its files 0600:
+events), plus `secrets.json` and the files senders attached (`media/`); the directory is its
+owner's alone (0700, its files 0600:
 shared.adapters.embedded.owner_only).
 """
 
@@ -18,6 +19,8 @@ from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, Stor
 from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
+from shared.adapters.embedded.media import FileMediaStore
+from shared.adapters.embedded.media_usage import SqliteMediaUsage
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.owner_only import open_data_dir
@@ -41,6 +44,7 @@ __all__ = [
     "DatabaseClosed",
     "DeadLetter",
     "EmbeddedLaneRunner",
+    "FileMediaStore",
     "FileSecretStore",
     "FileSkillStore",
     "LocalScheduler",
@@ -52,6 +56,7 @@ __all__ = [
     "SqliteEventBus",
     "SqliteIdentityStore",
     "SqliteLanes",
+    "SqliteMediaUsage",
     "SqliteMemoryIndex",
     "SqliteMemoryStore",
     "SqliteOutbox",
@@ -105,6 +110,9 @@ def build_embedded_backend(settings: Settings) -> Backend:
             tasks=SqliteTaskStore(main),
             scratchpad=SqliteScratchpad(main),
             steps=SqliteStepLog(main),
+            # Bytes under <data_dir>/media, records beside the sessions.
+            media=FileMediaStore(main, data_dir),
+            media_usage=SqliteMediaUsage(main),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
