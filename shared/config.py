@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     opensearch_shards: int = Field(default=1, ge=1, le=1024)
     opensearch_routing_partitions: int = Field(default=1, ge=1, le=1023)
     skills_bucket: str | None = None  # the stack's SkillsBucket; unset: no skills in the cloud
+    # The stack's MediaBucket (docs/media.md): files senders attach. Unset: attachments are not
+    # fetched in the cloud (the turn says so to the sender).
+    media_bucket: str | None = None
     # The WebSocket API stage's management endpoint (https://{api}.execute-api.{region}.amazonaws.com/{stage}):
     # where the agent posts the web channel's deltas and replies. Unset: the outbox only.
     ws_endpoint: str | None = None

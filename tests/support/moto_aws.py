@@ -42,6 +42,7 @@ class AwsResources:
     event_bus_name: str
     secrets_prefix: str
     skills_bucket: str = ""
+    media_bucket: str = ""
     # The per-turn extraction's delay queue (infra/constructs/consolidation.py).
     extraction_queue_url: str = ""
 
@@ -56,6 +57,7 @@ class AwsResources:
             "opensearch_endpoint": "https://search.invalid",
             "secrets_prefix": self.secrets_prefix,
             "skills_bucket": self.skills_bucket or None,
+            "media_bucket": self.media_bucket or None,
             "extraction_queue_url": self.extraction_queue_url or None,
             "AWS_REGION": REGION,
         }
@@ -179,6 +181,8 @@ def provision(name: str) -> AwsResources:
     # CreateBucket of a bucket this account owns succeeds again in us-east-1.
     skills_bucket = f"{name.lower()}-skills"
     clients.s3(REGION).create_bucket(Bucket=skills_bucket)
+    media_bucket = f"{name.lower()}-media"
+    clients.s3(REGION).create_bucket(Bucket=media_bucket)
     return AwsResources(
         sessions_table=res.sessions_table,
         memory_table=res.memory_table,
@@ -186,6 +190,7 @@ def provision(name: str) -> AwsResources:
         event_bus_name=res.event_bus_name,
         secrets_prefix=res.secrets_prefix,
         skills_bucket=skills_bucket,
+        media_bucket=media_bucket,
         extraction_queue_url=extraction_queue_url,
     )
 

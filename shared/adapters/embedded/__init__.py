@@ -2,8 +2,9 @@
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
 (sessions, memory, outbox, workspaces, audit, identities, budget counters), `index.db` (FTS5 +
-sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json`; the directory is its
-owner's alone (0700, its files 0600: shared.adapters.embedded.owner_only).
+sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json` and the files senders
+attached (`media/`); the directory is its owner's alone (0700, its files 0600:
+shared.adapters.embedded.owner_only).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from shared.adapters.embedded.events import LocalScheduler, SqliteEventBus, Stor
 from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
+from shared.adapters.embedded.media import FileMediaStore
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.owner_only import open_data_dir
@@ -37,6 +39,7 @@ __all__ = [
     "DatabaseClosed",
     "DeadLetter",
     "EmbeddedLaneRunner",
+    "FileMediaStore",
     "FileSecretStore",
     "FileSkillStore",
     "LocalScheduler",
@@ -94,6 +97,8 @@ def build_embedded_backend(settings: Settings) -> Backend:
             skills=FileSkillStore(data_dir),
             # With the lanes it fires into (the local scheduler's `schedules` job).
             schedules=SqliteSchedules(queue),
+            # Bytes under <data_dir>/media, records beside the sessions.
+            media=FileMediaStore(main, data_dir),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
