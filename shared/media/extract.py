@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 PDF: Final = "application/pdf"
 DOCX: Final = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX: Final = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-TEXT_TYPES: Final = frozenset({"text/plain", "text/markdown", "text/csv", "text/x-markdown", "text/tab-separated-values"})
+TEXT_TYPES: Final = frozenset(
+    {"text/plain", "text/markdown", "text/csv", "text/x-markdown", "text/tab-separated-values"}
+)
 # Stop reading pages with less than this left before the turn's deadline: the model call and
 # the commit need the rest.
 RESERVE_S: Final = 30.0
@@ -66,7 +68,8 @@ def extract_text(data: bytes, mime_type: str, *, max_pages: int, max_chars: int)
         if kind == XLSX:
             return _bounded(_xlsx(data), max_pages, max_chars, "sheets")
         return _bounded(iter([data.decode("utf-8", errors="replace")]), None, max_chars, "")
-    except Exception as exc:  # any library's failure on a bad file: the turn goes on without it
+    # Any library's failure on a bad file (each raises its own types): the turn goes on without it.
+    except Exception as exc:  # noqa: BLE001
         log.warning("document not read", extra={"mime_type": kind, "error": type(exc).__name__})
         return Extracted("", None, f"the file could not be read ({type(exc).__name__})")
 
@@ -115,7 +118,7 @@ def _docx(data: bytes) -> Iterator[str]:
 
 
 def _xlsx(data: bytes) -> Iterator[str]:
-    from openpyxl import load_workbook
+    from openpyxl import load_workbook  # type: ignore[import-untyped]  # ships no type hints
 
     # read_only streams the rows; data_only reads the values Excel saved, not the formulas.
     workbook = load_workbook(io.BytesIO(data), read_only=True, data_only=True)

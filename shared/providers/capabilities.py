@@ -47,15 +47,30 @@ TEXT_ONLY: Final = Capabilities()
 
 # (provider, model-name regex, what it takes); the first match wins, so the exceptions of a
 # family come before the family.
+_IMAGE: Final[frozenset[Modality]] = frozenset({"image"})
+_IMAGE_PDF: Final[frozenset[Modality]] = frozenset({"image", "document"})
+_CLAUDE: Final = r"claude-(3|opus-4|sonnet-4|haiku-4|[a-z]+-[4-9])"
 _TABLE: Final[tuple[tuple[str, str, frozenset[Modality]], ...]] = (
     # OpenAI: text-only members of vision families first.
     ("openai", r"^(o1-mini|o3-mini|gpt-3\.5|gpt-4-(?!turbo|vision)|gpt-4$)", frozenset()),
     ("openai", r"^gpt-4o(-mini)?-(audio|realtime)", frozenset({"audio"})),
-    ("openai", r"^(gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-4-turbo|gpt-4-vision|o1|o3|o4)", frozenset({"image"})),
+    (
+        "openai",
+        r"^(gpt-4o|chatgpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-4-turbo|gpt-4-vision|o1|o3|o4)",
+        frozenset({"image"}),
+    ),
     # Anthropic: every Claude 3 and later model sees images and reads PDFs.
-    ("anthropic", r"^claude-(3|opus-4|sonnet-4|haiku-4|opus-5|sonnet-5|haiku-5|[a-z]+-[4-9])", frozenset({"image", "document"})),
+    (
+        "anthropic",
+        r"^claude-(3|opus-4|sonnet-4|haiku-4|opus-5|sonnet-5|haiku-5|[a-z]+-[4-9])",
+        frozenset({"image", "document"}),
+    ),
     # Bedrock Converse: by the model id (or the inference profile's, e.g. us.anthropic...).
-    ("bedrock", r"anthropic\.claude-(3|opus-4|sonnet-4|haiku-4|[a-z]+-[4-9])", frozenset({"image", "document"})),
+    (
+        "bedrock",
+        r"anthropic\.claude-(3|opus-4|sonnet-4|haiku-4|[a-z]+-[4-9])",
+        frozenset({"image", "document"}),
+    ),
     ("bedrock", r"amazon\.nova-micro", frozenset()),
     ("bedrock", r"amazon\.nova-(lite|pro|premier|2)", frozenset({"image", "document"})),
     ("bedrock", r"meta\.llama3-2-(11b|90b)|meta\.llama4", frozenset({"image"})),
@@ -66,15 +81,20 @@ _TABLE: Final[tuple[tuple[str, str, frozenset[Modality]], ...]] = (
 def capabilities(model_ref: str, overrides: Mapping[str, list[str]] | None = None) -> Capabilities:
     """What `model_ref` ("provider/model") takes: the operator's override (a ref or fnmatch
     pattern), else the table, else text only."""
-    for pattern, modalities in (overrides or {}).items():
+    for pattern, named in (overrides or {}).items():
         if pattern == model_ref or fnmatch.fnmatchcase(model_ref, pattern):
-            named = {m for m in modalities if m in MODALITIES}
-            return Capabilities(**{m: m in named for m in MODALITIES}, source="override")
+            return _of(set(named), "override")
     provider, _, model = model_ref.partition("/")
     for family, regex, modalities in _TABLE:
         if provider == family and re.search(regex, model):
-            return Capabilities(**{m: m in modalities for m in MODALITIES}, source="table")
+            return _of(set(modalities), "table")
     return TEXT_ONLY
+
+
+def _of(named: set[str], source: str) -> Capabilities:
+    return Capabilities(
+        image="image" in named, audio="audio" in named, document="document" in named, source=source
+    )
 
 
 # ---------------------------------------------------------------- image tokens
@@ -100,12 +120,11 @@ def image_tokens(model_ref: str, width: int | None, height: int | None) -> int:
     return _claude_tokens(w, h)
 
 
-def _tiles(w: int, h: int) -> int:
-    scale = min(1.0, 2048 / max(w, h))
-    w, h = w * scale, h * scale
-    scale = 768 / min(w, h)
-    w, h = w * scale, h * scale
-    return math.ceil(w / 512) * math.ceil(h / 512)
+def _tiles(width: int, height: int) -> int:
+    scale = min(1.0, 2048 / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, 768 / min(w, h))  # a small photo is not scaled up
+    return math.ceil(w * scale / 512) * math.ceil(h * scale / 512)
 
 
 def _patches(w: int, h: int) -> int:

@@ -105,9 +105,8 @@ class OpenAITranscriber:
 
 def _seconds(result: Any) -> float | None:
     usage = getattr(result, "usage", None)
-    if getattr(usage, "type", None) == "duration":
-        return float(usage.seconds)
-    return None
+    seconds = getattr(usage, "seconds", None) if getattr(usage, "type", None) == "duration" else None
+    return float(seconds) if seconds is not None else None
 
 
 def transcriber_from_settings(settings: Settings) -> OpenAITranscriber | None:
