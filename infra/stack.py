@@ -27,6 +27,7 @@ from infra.constructs.dashboard import Dashboard
 from infra.constructs.function import DependencyLayer
 from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
+from infra.constructs.media import Media
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.schedules import Schedules
@@ -113,7 +114,7 @@ class SigilStack(Stack):
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
-        self.skills = skills
+        self.skills, self.media = skills, self._attached_files(context, agent.function)
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -192,6 +193,14 @@ class SigilStack(Stack):
         observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
         observability.alarm_on_extraction_backlog(consolidation.extraction)
 
+    def _attached_files(self, context: AppContext, agent: lambda_.Function) -> Media:
+        """The media bucket (docs/media.md): the agent fetches what senders attach into it, and
+        alone reads and writes it, under media/ only (infra/constructs/media.py)."""
+        media = Media(self, "Media", retention_days=context.media_retention_days)
+        agent.add_environment("SIGIL_MEDIA_BUCKET", media.bucket.bucket_name)
+        media.grant_read_write(agent)
+        return media
+
     def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
         """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules
         aimed at the turns queue, and is told the group, the role they send as and their target."""
@@ -224,6 +233,8 @@ class SigilStack(Stack):
         CfnOutput(
             self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
         )
+        # `sigil` erasure removes a user's files from it (shared.cli._app.OPTIONAL_STACK_OUTPUTS).
+        CfnOutput(self, "MediaBucket", value=self.media.bucket.bucket_name, description="attached files")
 
     def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
         """The WebSocket API's settings, grants and URL."""

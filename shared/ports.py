@@ -840,8 +840,19 @@ class Transcriber(Protocol):
     """Speech to text for voice notes (docs/media.md, "Transcription"): an OpenAI-compatible
     `/audio/transcriptions` endpoint (shared.providers.transcription)."""
 
-    model_ref: str  # "provider/model", priced per minute (shared.budgets.transcription_usd_per_min)
+    model_ref: str  # "provider/model", priced per minute (shared.providers.transcription.USD_PER_MIN)
 
     def transcribe(self, audio: bytes, *, mime_type: str, filename: str) -> Transcript:
         """The audio's text; raise ProviderError (shared.errors) when the provider fails."""
         ...
+
+
+class MediaUsage(Protocol):
+    """Bytes of attached files a workspace fetched per UTC day (MediaLimits.max_bytes_per_day):
+    added atomically, so two turns fetching at once never lose an update. `day` is "YYYY-MM-DD"."""
+
+    def add(self, workspace_id: str, day: str, size: int) -> int:
+        """Add `size` to the day's total; the total after."""
+        ...
+
+    def total(self, workspace_id: str, day: str) -> int: ...
