@@ -71,6 +71,7 @@ def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     # Found by the sender's recall, not by another user's
     mine = RecallScope(session_id="web.other", users=("u-ada",), shared=True)
     theirs = RecallScope(session_id="web.other", users=("u-bob",), shared=True)
+
     def query(scope: RecallScope) -> IndexQuery:
         return IndexQuery(text="orchid sensors", k=5, tiers=["message"], scope=scope)
 
