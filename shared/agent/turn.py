@@ -80,6 +80,7 @@ from shared.agent.commit import commit, settle
 from shared.agent.context import AssembledContext, assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
+from shared.agent.media import fetch_media, noted
 from shared.agent.nudge import memory_nudge
 from shared.agent.pipeline import memory_searcher, select_context
 from shared.agent.preflight import (
@@ -108,7 +109,8 @@ from shared.config import Settings
 from shared.deadline import before, current, deadline, remaining
 from shared.errors import ProviderError
 from shared.identity import aliases_of
-from shared.media.content import MediaDeps, MediaInputs, media_inputs
+from shared.media.content import MediaDeps, MediaInputs, media_inputs, stored_items
+from shared.media.fetch import MediaFetcher
 from shared.memory.scope import is_group, owner_scope, recall_scope
 from shared.memory.writer import MemoryWriter
 from shared.models import (
@@ -167,6 +169,8 @@ class TurnDeps:
     workspace_tools: Callable[[WorkspaceConfig], Sequence[Tool[Any]]] | None = None
     # Voice notes to text (shared.providers.transcription); None: a voice note is a note saying so.
     transcriber: Transcriber | None = None
+    # Fetches a turn's attachments into backend.media (shared.media.fetch): one HTTP pool.
+    media_fetcher: MediaFetcher = field(default_factory=MediaFetcher)
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,8 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 case Stop():
                     end = _stop(deps, turn, step, started)
                 case Proceed():
+                    # The attachments, now that the sender is admitted (docs/media.md).
+                    step = fetch_media(deps, turn, step)
                     end = _answer(deps, turn, step, started)
                 case Command():
                     end = _command(deps, turn, step, started)
@@ -376,7 +382,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
     # the final text once.
-    shown = progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, ""))
+    # Led by what the user is told about files that were not opened (shared.agent.media).
+    shown = noted(
+        progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, "")), turn
+    )
     # A context overflow rolls more of the window into Tier 1 and calls again (10, 3, then 1
     # message kept): shared.agent.emergency. The session it saves is the one to commit.
     result, turn.session = with_emergency_compaction(
@@ -420,10 +429,13 @@ def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:
         capability_overrides=deps.settings.model_capabilities,
         transcription_usd_per_min=deps.settings.transcription_usd_per_min,
     )
+    # The files this turn fetched (shared.agent.media.fetch_media), or, for a redrive of a kept
+    # message that fetched nothing, those its attachments name.
+    items = turn.media or stored_items(backend.media, turn.workspace.id, turn.inbound.attachments)
     return media_inputs(
         media,
         turn.workspace,
-        turn.inbound.attachments,
+        items,
         step.user,
         model_ref=step.model_ref,
         user_id=user_id,

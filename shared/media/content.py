@@ -27,7 +27,7 @@ Nothing here raises for a bad file: a file that cannot be read is a note the mod
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final, Protocol
@@ -78,10 +78,21 @@ class MediaInputs:
     audio_seconds: float = 0.0
 
 
+def stored_items(
+    store: MediaStore | None, workspace_id: str, attachments: Sequence[Attachment]
+) -> list[MediaItem]:
+    """The stored files the attachments name (Attachment.media_id), in order, each once: for a
+    turn that did not fetch them itself (a redrive of a kept message)."""
+    if store is None:
+        return []
+    ids = dict.fromkeys(a.media_id for a in attachments if a.media_id)
+    return [item for media_id in ids if (item := store.get(workspace_id, media_id)) is not None]
+
+
 def media_inputs(
     deps: MediaDeps,
     workspace: WorkspaceConfig,
-    attachments: list[Attachment],
+    items: Sequence[MediaItem],
     user: UserMessage,
     *,
     model_ref: str,
@@ -91,21 +102,16 @@ def media_inputs(
     budget: TurnBudget | None = None,
     kept: bool = False,
 ) -> MediaInputs:
-    """The message `user` with its media, for the session and for this request. `kept`: `user`
-    is a stored message (a redrive) that already has its media's lines: only the request's parts
-    (images, documents' text) are added."""
+    """The message `user` with its stored files `items`, for the session and for this request.
+    `kept`: `user` is a stored message (a redrive) that already has its media's lines: only the
+    request's parts (images, documents' text) are added."""
     out = MediaInputs(user=user, shown=user)
-    ids = [a.media_id for a in attachments if a.media_id]
-    if not ids or deps.store is None:
+    if not items or deps.store is None:
         return out
     lines: list[str] = []  # added to the stored message
     shown: list[str] = []  # added to this request's message only
     refs: list[ImageRef] = []
-    for media_id in dict.fromkeys(ids):
-        item = deps.store.get(workspace.id, media_id)
-        if item is None:
-            lines.append("[The user attached a file that is no longer available.]")
-            continue
+    for item in items:
         if item.kind == "image":
             lines += _image(deps, item, model_ref, refs, out)
         elif item.kind == "audio":

@@ -6,7 +6,7 @@ reads it back; a voice note's transcript is stored on the item and never made tw
 from __future__ import annotations
 
 from shared.budgets import TurnBudget
-from shared.media.content import VOICE_PREFIX, MediaDeps, document_doc_id, media_inputs
+from shared.media.content import VOICE_PREFIX, MediaDeps, document_doc_id, media_inputs, stored_items
 from shared.memory.scope import owner_scope
 from shared.memory.writer import MemoryWriter
 from shared.models import IndexQuery, RecallScope, UserMessage, WorkspaceConfig
@@ -53,7 +53,7 @@ def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     out = media_inputs(
         deps,
         workspace,
-        [attached],
+        stored_items(backend.media, ws_a, [attached]),
         user,
         model_ref="openai/gpt-4.1-mini",
         user_id="u-ada",
@@ -83,7 +83,7 @@ def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     again = media_inputs(
         deps,
         workspace,
-        [attached],
+        stored_items(backend.media, ws_a, [attached]),
         user,
         model_ref="openai/gpt-4.1-mini",
         user_id="u-ada",
@@ -111,7 +111,7 @@ def test_a_voice_note_is_transcribed_once_and_charged_by_the_minute(
     first = media_inputs(
         deps,
         workspace,
-        [attached],
+        stored_items(backend.media, ws_a, [attached]),
         user,
         model_ref="openai/gpt-4.1-mini",
         user_id="u-ada",
@@ -122,7 +122,7 @@ def test_a_voice_note_is_transcribed_once_and_charged_by_the_minute(
     second = media_inputs(
         deps,
         workspace,
-        [attached],
+        stored_items(backend.media, ws_a, [attached]),
         user,
         model_ref="openai/gpt-4.1-mini",
         user_id="u-ada",
