@@ -36,6 +36,7 @@ from shared.budgets import TurnBudget
 from shared.errors import ProviderError
 from shared.media.extract import extract_text
 from shared.media.images import MODEL_IMAGE_TYPES, image_size
+from shared.memory.doc_keys import document_doc_id, document_text
 from shared.memory.writer import MemoryWriter
 from shared.models import Attachment, ImageRef, IndexDoc, MemoryScope, UserMessage, WorkspaceConfig
 from shared.models.media import MediaItem
@@ -244,12 +245,6 @@ def _noted(note: str | None) -> str:
     return f": {note}" if note else ""
 
 
-def document_doc_id(media_id: str) -> str:
-    """The index document of a file's text (its chunks follow MemoryWriter's ids): stable, so a
-    retried turn rewrites it in place."""
-    return f"{media_id}.text"
-
-
 def _index_doc(item: MediaItem, name: str, text: str, user_id: str, scope: MemoryScope) -> IndexDoc:
     return IndexDoc(
         id=document_doc_id(item.id),
@@ -257,7 +252,7 @@ def _index_doc(item: MediaItem, name: str, text: str, user_id: str, scope: Memor
         session_id=item.session_id,
         # A message-tier document, so memory_search (messages) finds it beside what was said.
         tier="message",
-        text=f"[document {name}]\n{text}",
+        text=document_text(name, text),
         created_at=item.created_at,
         metadata={"role": "user", "user_id": user_id, "media_id": item.id, "kind": DOCUMENT_SOURCE},
         scope=scope,

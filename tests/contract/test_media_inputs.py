@@ -6,7 +6,8 @@ reads it back; a voice note's transcript is stored on the item and never made tw
 from __future__ import annotations
 
 from shared.budgets import TurnBudget
-from shared.media.content import VOICE_PREFIX, MediaDeps, document_doc_id, media_inputs, stored_items
+from shared.media.content import VOICE_PREFIX, MediaDeps, media_inputs, stored_items
+from shared.memory.doc_keys import document_doc_id
 from shared.memory.scope import owner_scope
 from shared.memory.writer import MemoryWriter
 from shared.models import IndexQuery, RecallScope, UserMessage, WorkspaceConfig
@@ -138,3 +139,36 @@ def test_a_voice_note_is_transcribed_once_and_charged_by_the_minute(
     assert budget.spent.usd_nanos == 3_000_000
     item = backend.media.get(ws_a, attached.media_id or "")
     assert item is not None and item.text_source == "transcript"
+
+
+def test_erasing_the_sender_removes_their_documents_text_from_the_index(
+    contract: ContractBackend, ws_a: str
+) -> None:
+    from shared.memory.erasure import erase_user
+
+    backend = contract.backend
+    assert backend.media is not None
+    # A document long enough to be indexed as several chunks
+    pages = [f"Page {i}: the orchid greenhouse humidity log reads {i * 7} percent. " * 8 for i in range(12)]
+    attached = stored(
+        backend.media, ws_a, pdf(pages), kind="document", mime_type="application/pdf", name="log.pdf"
+    )
+    deps = MediaDeps(store=backend.media, writer=MemoryWriter(backend.index, backend.embedder))
+    media_inputs(
+        deps,
+        WorkspaceConfig(id=ws_a),
+        stored_items(backend.media, ws_a, [attached]),
+        UserMessage(id="t1.u", content=""),
+        model_ref="openai/gpt-4.1-mini",
+        user_id="u-ada",
+        scope=owner_scope("web.s1", ["u-ada"], group=False),
+        guard=_guard,
+    )
+    everyone = RecallScope(workspace_wide=True)
+    query = IndexQuery(text="orchid greenhouse humidity", k=50, tiers=["message"], scope=everyone)
+    assert len(backend.index.search(ws_a, query).text_hits) > 1
+
+    report = erase_user(backend, ws_a, "u-ada")
+
+    assert report.index_docs_deleted > 1
+    assert backend.index.search(ws_a, query).text_hits == []
