@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from shared.adapters.embedded import build_embedded_backend
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.budgets import PriceTable
@@ -26,6 +27,7 @@ from shared.providers import build_provider
 from shared.providers.bedrock import bedrock_client
 from shared.providers.capabilities import image_tokens
 from shared.providers.transcription import OpenAITranscriber
+from tests.support import moto_aws
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_bedrock import FakeBedrock
 from tests.support.fake_openai import FakeOpenAI, FakeReply
@@ -80,6 +82,21 @@ def _bedrock_images(body: Json) -> list[tuple[str, bytes]]:
         for b in _last_user(body)
         if "image" in b
     ]
+
+
+@pytest.fixture(params=["embedded", "aws"])
+def any_backend(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Backend]:
+    """Both adapter sets where the files are stored: the data dir, or S3 on moto (the memory
+    index is the embedded one on both: tests.support.moto_aws.contract_backend)."""
+    if request.param == "embedded":
+        backend = build_embedded_backend(settings)
+        try:
+            yield backend
+        finally:
+            backend.close()
+    else:
+        with moto_aws.contract_backend(settings.data_dir) as (backend, _drain):
+            yield backend
 
 
 @pytest.fixture(params=["openai", "anthropic", "bedrock"])
@@ -166,16 +183,20 @@ def test_a_photo_reaches_each_provider_in_its_own_format(
 
 
 def test_a_text_only_model_gets_a_note_instead_of_the_photo(
-    backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    any_backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a local model behind an OpenAI-compatible server, which the table does not know
-    assert backend.media is not None
+    assert any_backend.media is not None
     with FakeOpenAI(lambda body: "I can't see it") as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/llama3.2:3b"))
-        attached = stored(backend.media, WS, png(64, 64), kind="image", mime_type="image/png", name="cat.png")
+        any_backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/llama3.2:3b"))
+        attached = stored(
+            any_backend.media, WS, png(64, 64), kind="image", mime_type="image/png", name="cat.png"
+        )
         # When a photo comes
-        record = run_turn(deps_for(backend, Settings(data_dir=settings.data_dir)), item("e1", "", [attached]))
+        record = run_turn(
+            deps_for(any_backend, Settings(data_dir=settings.data_dir)), item("e1", "", [attached])
+        )
     # Then the model got text only, with the note, and the turn answered
     assert record.outcome == "ok"
     content = _last_user(fake.requests[-1])
@@ -184,33 +205,33 @@ def test_a_text_only_model_gets_a_note_instead_of_the_photo(
 
 
 def test_an_operator_override_lets_a_local_model_see_images(
-    backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    any_backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert backend.media is not None
+    assert any_backend.media is not None
     with FakeOpenAI(lambda body: "a cat") as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("SIGIL_MODEL_CAPABILITIES", json.dumps({"openai/llava*": ["image"]}))
-        backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/llava:13b"))
+        any_backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/llava:13b"))
         photo = png(64, 64)
-        attached = stored(backend.media, WS, photo, kind="image", mime_type="image/png", name="cat.png")
-        run_turn(deps_for(backend, Settings(data_dir=settings.data_dir)), item("e1", "", [attached]))
+        attached = stored(any_backend.media, WS, photo, kind="image", mime_type="image/png", name="cat.png")
+        run_turn(deps_for(any_backend, Settings(data_dir=settings.data_dir)), item("e1", "", [attached]))
     assert _openai_images(fake.requests[-1]) == [("image/png", photo)]
 
 
 def test_a_voice_note_reaches_the_model_as_its_transcript_made_once(
-    backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    any_backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert backend.media is not None
+    assert any_backend.media is not None
     audio = b"OggS" + b"\x00" * 2000
     with (
         FakeOpenAI(lambda body: "noted") as fake,
         FakeTranscription("buy oat milk on the way home") as speech,
     ):
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/gpt-4.1-mini"))
-        attached = stored(backend.media, WS, audio, kind="audio", mime_type="audio/ogg", name="voice.ogg")
+        any_backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/gpt-4.1-mini"))
+        attached = stored(any_backend.media, WS, audio, kind="audio", mime_type="audio/ogg", name="voice.ogg")
         deps = deps_for(
-            backend,
+            any_backend,
             Settings(data_dir=settings.data_dir),
             transcriber=OpenAITranscriber("whisper-1", "sk-test", speech.base_url),
         )
@@ -228,10 +249,10 @@ def test_a_voice_note_reaches_the_model_as_its_transcript_made_once(
     text = _openai_text(fake.requests[-1])
     assert text == f"{VOICE_PREFIX} buy oat milk on the way home"
     # And the session keeps it as the message's text (so memory gets it when it rolls out)
-    session = backend.sessions.get(WS, "web.s1")
+    session = any_backend.sessions.get(WS, "web.s1")
     assert session is not None and session.active_messages[0].content == text
     # And the stored item has it, for any later retry
-    media = backend.media.get(WS, attached.media_id or "")
+    media = any_backend.media.get(WS, attached.media_id or "")
     assert (
         media is not None
         and media.text_source == "transcript"
@@ -243,9 +264,9 @@ def test_a_voice_note_reaches_the_model_as_its_transcript_made_once(
 
 
 def test_a_pdf_is_quoted_in_its_turn_and_found_by_memory_search_a_turn_later(
-    backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    any_backend: Backend, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert backend.media is not None
+    assert any_backend.media is not None
     document = pdf(["Quarterly report.", "The Lisbon office spent 4200 euros on coffee machines."])
     replies: list[str | FakeReply] = [
         "Summary: coffee machines.",
@@ -254,11 +275,11 @@ def test_a_pdf_is_quoted_in_its_turn_and_found_by_memory_search_a_turn_later(
     ]
     with FakeOpenAI(lambda body: replies.pop(0)) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/gpt-4.1-mini"))
+        any_backend.workspaces.put(WorkspaceConfig(id=WS, model="openai/gpt-4.1-mini"))
         attached = stored(
-            backend.media, WS, document, kind="document", mime_type="application/pdf", name="q3.pdf"
+            any_backend.media, WS, document, kind="document", mime_type="application/pdf", name="q3.pdf"
         )
-        deps = deps_for(backend, Settings(data_dir=settings.data_dir))
+        deps = deps_for(any_backend, Settings(data_dir=settings.data_dir))
         # When the PDF is sent
         first = run_turn(deps, item("e1", "summarise this", [attached]))
         # Then its text reached the model quoted as untrusted data
@@ -266,7 +287,7 @@ def test_a_pdf_is_quoted_in_its_turn_and_found_by_memory_search_a_turn_later(
         assert "4200 euros on coffee machines" in text and "summarise this" in text
         assert "document q3.pdf" in first.quoted
         # And the session keeps one line naming it, not its text
-        session = backend.sessions.get(WS, "web.s1")
+        session = any_backend.sessions.get(WS, "web.s1")
         assert session is not None
         assert "q3.pdf" in session.active_messages[0].content
         assert "4200" not in session.active_messages[0].content
