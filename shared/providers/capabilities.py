@@ -75,6 +75,9 @@ _TABLE: Final[tuple[tuple[str, str, frozenset[Modality]], ...]] = (
     ("bedrock", r"amazon\.nova-(lite|pro|premier|2)", frozenset({"image", "document"})),
     ("bedrock", r"meta\.llama3-2-(11b|90b)|meta\.llama4", frozenset({"image"})),
     ("bedrock", r"mistral\.pixtral", frozenset({"image"})),
+    # The test and benchmark model (shared.providers.function) is handed the whole request,
+    # photos included.
+    ("function", r"", frozenset({"image"})),
 )
 
 

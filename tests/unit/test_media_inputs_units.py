@@ -28,6 +28,7 @@ from tests.support.media_files import docx, pdf, png, xlsx
         ("bedrock/amazon.nova-micro-v1:0", False),
         ("openai/llama3.2:3b", False),  # a local model: text only unless the operator says so
         ("ollama/llava", False),
+        ("function/test-model", True),  # the test model is handed the whole request
     ],
 )
 def test_the_capability_table(ref: str, sees: bool) -> None:
