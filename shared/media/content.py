@@ -188,9 +188,7 @@ def _transcribe(
     if audio is None:
         return None
     try:
-        transcript = transcriber.transcribe(
-            audio, mime_type=item.mime_type, filename=item.name or "voice.ogg"
-        )
+        transcript = transcriber.transcribe(audio, mime_type=item.mime_type, filename=_audio_filename(item))
     except ProviderError as exc:
         # The turn goes on: the model tells the user it could not hear the note.
         log.warning("transcription failed", extra={"media_id": item.id, "error": exc.message})
@@ -206,6 +204,30 @@ def _transcribe(
     text = redact(transcript.text, pii=pii).text
     store.update(item.model_copy(update={"text": text, "text_source": "transcript"}))
     return text
+
+
+# OpenAI's endpoint tells the audio's format by the file name's extension (flac, m4a, mp3, mp4,
+# mpeg, mpga, oga, ogg, wav, webm), so a note without a name, or a name without an extension,
+# is named by its sniffed type.
+_AUDIO_EXTENSIONS: Final = {
+    "audio/ogg": "ogg",
+    "audio/opus": "ogg",
+    "audio/mpeg": "mp3",
+    "audio/mp4": "m4a",
+    "audio/x-m4a": "m4a",
+    "audio/aac": "m4a",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/webm": "webm",
+    "audio/flac": "flac",
+    "audio/x-flac": "flac",
+}
+
+
+def _audio_filename(item: MediaItem) -> str:
+    extension = _AUDIO_EXTENSIONS.get(item.mime_type, "ogg")
+    name = item.name or "voice"
+    return name if name.lower().endswith(f".{extension}") else f"{name}.{extension}"
 
 
 def _document(

@@ -44,6 +44,9 @@ def readable(mime_type: str, data: bytes = b"") -> str | None:
     bare ZIP is told apart by the part it must contain."""
     if mime_type in (PDF, DOCX, XLSX) or mime_type in TEXT_TYPES:
         return mime_type
+    if mime_type.startswith("text/"):
+        # Any other text the sniffer kept as text (HTML, source code, logs): read as it is.
+        return "text/plain"
     if mime_type == "application/zip" and data:
         try:
             names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())

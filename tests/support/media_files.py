@@ -84,6 +84,25 @@ def xlsx(rows: list[list[object]]) -> bytes:
     return buffer.getvalue()
 
 
+def stored_item(
+    *, name: str | None, mime_type: str, kind: MediaKind, data: bytes = b"", workspace_id: str = "ws1"
+) -> MediaItem:
+    """A MediaItem as the fetch records one (not stored anywhere)."""
+    return MediaItem(
+        id=media_id(workspace_id, "web", name or "unnamed"),
+        workspace_id=workspace_id,
+        session_id="web.s1",
+        user_id="u-ada",
+        channel="web",
+        source_id=name or "unnamed",
+        kind=kind,
+        mime_type=mime_type,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        name=name,
+    )
+
+
 def stored(
     store: MediaStore,
     workspace_id: str,

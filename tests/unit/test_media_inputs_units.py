@@ -108,3 +108,27 @@ def test_transcription_is_on_by_default_with_an_openai_key_only(monkeypatch: pyt
     )
     assert named is not None and named.base_url == "http://speech/v1"
     assert transcriber_from_settings(Settings(openai_api_key="sk-test", transcription_model="none")) is None
+
+
+def test_any_text_the_sniffer_kept_is_read_as_text() -> None:
+    out = extract_text(b"<p>opening hours: 9 to 5</p>", "text/html", max_pages=5, max_chars=9999)
+    assert out.text == "<p>opening hours: 9 to 5</p>" and out.note is None
+    assert extract_text(b"\x00\x01", "application/octet-stream", max_pages=5, max_chars=9999).text == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "mime", "sent_as"),
+    [
+        (None, "audio/ogg", "voice.ogg"),
+        ("memo", "audio/mp4", "memo.m4a"),
+        ("note.webm", "audio/webm", "note.webm"),
+        ("recording.OGG", "audio/ogg", "recording.OGG"),
+    ],
+)
+def test_a_voice_note_is_named_by_its_type_for_the_transcription_api(
+    name: str | None, mime: str, sent_as: str
+) -> None:
+    from shared.media.content import _audio_filename
+    from tests.support.media_files import stored_item
+
+    assert _audio_filename(stored_item(name=name, mime_type=mime, kind="audio")) == sent_as
