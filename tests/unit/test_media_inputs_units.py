@@ -132,3 +132,12 @@ def test_a_voice_note_is_named_by_its_type_for_the_transcription_api(
     from tests.support.media_files import stored_item
 
     assert _audio_filename(stored_item(name=name, mime_type=mime, kind="audio")) == sent_as
+
+
+def test_extraction_stops_when_the_turns_deadline_draws_near() -> None:
+    from shared.deadline import deadline, within
+
+    # Less time left than the reserve the model call and the commit need: no page is read.
+    with deadline(within(5.0)):
+        out = extract_text(pdf(["one", "two"]), "application/pdf", max_pages=10, max_chars=9999)
+    assert out.text == "" and out.note == "cut after 0 pages: the turn's time ran short"
