@@ -280,20 +280,6 @@ def _redact_window(backend: Backend, session: Session, person: _Person) -> bool:
     raise ConcurrencyConflict(f"session {session.id} kept changing; run the erasure again")
 
 
-def _unindex_documents(backend: Backend, workspace_id: str, person: _Person) -> int:
-    """The index documents of the text extracted from the files they attached (shared.media):
-    found from the files' records, so this runs before the files themselves are erased."""
-    if backend.media is None:
-        return 0
-    ids: list[str] = []
-    for user_id in sorted(person.user_ids):
-        for item in backend.media.list_media(workspace_id, user_id=user_id):
-            if item.text_source == "extracted" and item.text:
-                indexed = document_text(item.name or "a document", item.text)
-                ids += record_doc_ids(document_doc_id(item.id), indexed)
-    return _unindex(backend, workspace_id, ids) if ids else 0
-
-
 def _unindex(backend: Backend, workspace_id: str, ids: Iterable[str]) -> int:
     unique = list(dict.fromkeys(ids))
     for lo in range(0, len(unique), _INDEX_CHUNK):
@@ -554,3 +540,17 @@ def _reindex(
         # carries the scrubbed one whatever the writer did.
         backend.index.stamp_scopes(workspace_id, scopes)
     return written
+
+
+def _unindex_documents(backend: Backend, workspace_id: str, person: _Person) -> int:
+    """The index documents of the text extracted from the files they attached (shared.media):
+    found from the files' records, so this runs before the files themselves are erased."""
+    if backend.media is None:
+        return 0
+    ids: list[str] = []
+    for user_id in sorted(person.user_ids):
+        for item in backend.media.list_media(workspace_id, user_id=user_id):
+            if item.text_source == "extracted" and item.text:
+                indexed = document_text(item.name or "a document", item.text)
+                ids += record_doc_ids(document_doc_id(item.id), indexed)
+    return _unindex(backend, workspace_id, ids) if ids else 0
