@@ -22,7 +22,9 @@ and:
   index documents of what changed, and of every message whose neighbour text (metadata
   "context") may have quoted them, are written again from the scrubbed records;
 - the index: the documents of all of the deleted messages, summaries and facts (ids are the
-  records'), every chunk document of a long message or summary (`record_doc_ids`), and the
+  records'), every chunk document of a long message or summary (`record_doc_ids`), the text
+  extracted from the documents they attached (shared.media.content; found from the files'
+  records, so before the files go), and the
   neighbour texts this process remembers for the workspace's next roll-out
   (`RECENT_TAILS.forget`), so none of their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
