@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -268,3 +269,66 @@ def test_a_slack_file_needs_the_bot_token_and_a_sign_in_page_is_refused(
     (note,) = fetch(fake, stores, inbound, secrets=wrong).notes
     assert "Slack answered with its sign-in page" in note
     assert stores.store.list_media("ws1") == []
+
+
+def test_one_fetched_file_makes_the_aws_calls_the_cost_bench_prices(
+    fake: FakePlatforms, tmp_path: Path
+) -> None:
+    from bench.cost import MEDIA_CALLS_PER_FILE
+    from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
+    from shared.adapters.aws.media import S3MediaStore
+
+    with BACKEND_FACTORIES["aws"](tmp_path / "backend") as contract:
+        store, usage = contract.backend.media, contract.backend.media_usage
+        assert isinstance(store, S3MediaStore) and isinstance(usage, DynamoMediaUsage)
+        calls: Counter[str] = Counter()
+        for service, client in (("s3", store.client), ("dynamodb", usage.client)):
+            client.meta.events.register(
+                "before-call", lambda model, service=service, **_: calls.update([f"{service} {model.name}"])
+            )
+        inbound = photo_message("telegram", fake, "ws1")
+        assert len(fetch(fake, Stores(store, usage), inbound).items) == 1
+        assert dict(calls) == MEDIA_CALLS_PER_FILE
+
+
+def test_the_local_sweep_deletes_files_past_each_workspaces_retention(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from shared.adapters.embedded import FileMediaStore, build_embedded_backend
+    from shared.config import Settings
+    from shared.models.media import MediaItem
+
+    backend = build_embedded_backend(Settings(data_dir=tmp_path))
+    try:
+        media = backend.media
+        assert isinstance(media, FileMediaStore)
+
+        def stored(ws: str, source: str, age_days: int) -> MediaItem:
+            item = MediaItem(
+                id=media_id(ws, "telegram", source),
+                workspace_id=ws,
+                session_id="s",
+                user_id="u",
+                channel="telegram",
+                source_id=source,
+                kind="image",
+                mime_type="image/png",
+                size=len(PHOTO),
+                sha256="0" * 64,
+                created_at=NOW - timedelta(days=age_days),
+            )
+            media.put(item, PHOTO)
+            return item
+
+        old, fresh = stored("ws1", "a", 31), stored("ws1", "b", 29)
+        kept_longer = stored("ws2", "c", 31)
+        workspaces = [
+            WorkspaceConfig(id="ws1"),
+            WorkspaceConfig(id="ws2", media=MediaLimits(retention_days=90)),
+        ]
+        assert media.sweep_expired(workspaces, NOW) == 1
+        assert media.get("ws1", old.id) is None
+        assert not (tmp_path / "media" / "ws1" / old.id).exists()
+        assert media.read("ws1", fresh.id) == PHOTO and media.read("ws2", kept_longer.id) == PHOTO
+    finally:
+        backend.close()
