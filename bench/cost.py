@@ -1733,9 +1733,17 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="print only the prompt-caching table (a 20-turn conversation per provider, ~30 s)",
     )
+    parser.add_argument(
+        "--media-only",
+        action="store_true",
+        help="print only the media table (photos, voice notes, documents per 1,000 messages; instant)",
+    )
     args = parser.parse_args(argv)
-    from bench import prompt_caching
+    from bench import media_cost, prompt_caching
 
+    if args.media_only:
+        print(media_cost.render())
+        return
     if args.prompt_caching_only:
         print(prompt_caching.render(prompt_caching.measure()))
         return
@@ -1748,6 +1756,9 @@ def main(argv: list[str] | None = None) -> None:
     # caching saves of them (docs/context.md, "Prompt caching").
     print()
     print(prompt_caching.render(prompt_caching.measure()))
+    # What photos, voice notes and documents add on the model's side (docs/media.md, "Costs").
+    print()
+    print(media_cost.render())
 
 
 if __name__ == "__main__":

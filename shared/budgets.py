@@ -632,6 +632,12 @@ class TurnBudget:
     def charge_tool_call(self, count: int = 1) -> BudgetDecision:
         return self._charge(BudgetUsage(tool_calls=count))
 
+    def charge_usd(self, usd: Decimal) -> BudgetDecision:
+        """A cost that is not a model's tokens (a voice note's transcription: docs/media.md),
+        rounded up to the nano-dollar like every estimate."""
+        nanos = (usd * NANOS_PER_USD).to_integral_value(rounding=ROUND_CEILING)
+        return self._charge(BudgetUsage(usd_nanos=int(nanos)))
+
     def pending(self) -> BudgetCharge | None:
         """What the commit adds to the counters; None with no budget, nothing spent, or once the
         spending is recorded."""

@@ -22,6 +22,7 @@ from shared.adapters.aws import clients
 from shared.config import KEY_PROVIDERS, PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
 from shared.ports import SecretStore
+from shared.providers.transcription import transcriber_from_settings
 
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
@@ -192,6 +193,8 @@ def turn_deps() -> TurnDeps:
         personality=LearnedPersonality(backend.memory),
         # The workspaces' remote MCP servers; no stdio connector: a Lambda starts no program.
         workspace_tools=McpToolbox(backend.secrets),
+        # Voice notes: the SDK is imported on the first one (docs/media.md, "Transcription").
+        transcriber=transcriber_from_settings(s),
     )
 
 

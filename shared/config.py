@@ -76,6 +76,17 @@ class Settings(BaseSettings):
     # {"openai/gpt-4.1-mini": {"input_per_mtok": 0.4, "output_per_mtok": 1.6}}; they override
     # shared.budgets.DEFAULT_PRICES, and "*" sets the price of models nobody listed.
     model_prices: dict[str, dict[str, Decimal]] = Field(default_factory=dict)
+    # What models take besides text (shared.providers.capabilities, docs/media.md): JSON in
+    # SIGIL_MODEL_CAPABILITIES, a model ref or fnmatch pattern -> ["image", "audio", "document"],
+    # over the built-in table; a model in neither is text only (a photo becomes a note).
+    model_capabilities: dict[str, list[str]] = Field(default_factory=dict)
+    # Voice notes (shared.providers.transcription): "auto" (OpenAI's gpt-4o-mini-transcribe when
+    # an OpenAI key and no OPENAI_BASE_URL are configured), "none", or "openai/<model>" against
+    # transcription_base_url (else OPENAI_BASE_URL); the price per minute of audio, when the
+    # built-in list prices do not know the model.
+    transcription_model: str = "auto"
+    transcription_base_url: str | None = None
+    transcription_usd_per_min: Decimal | None = Field(default=None, ge=0)
 
     # Local gateway
     host: str = "127.0.0.1"

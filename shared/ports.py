@@ -41,7 +41,7 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.models.budgets import BudgetCharge, BudgetDecision, BudgetUsage, Counters
-from shared.models.media import MediaItem
+from shared.models.media import MediaItem, Transcript
 from shared.models.tasks import Task
 
 
@@ -855,6 +855,17 @@ class MediaStore(Protocol):
 
     def delete_user(self, workspace_id: str, user_id: str) -> int:
         """Erase a user's files (record and bytes); how many."""
+        ...
+
+
+class Transcriber(Protocol):
+    """Speech to text for voice notes (docs/media.md, "Transcription"): an OpenAI-compatible
+    `/audio/transcriptions` endpoint (shared.providers.transcription)."""
+
+    model_ref: str  # "provider/model", priced per minute (shared.providers.transcription.USD_PER_MIN)
+
+    def transcribe(self, audio: bytes, *, mime_type: str, filename: str) -> Transcript:
+        """The audio's text; raise ProviderError (shared.errors) when the provider fails."""
         ...
 
 

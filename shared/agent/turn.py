@@ -64,6 +64,7 @@ Failure policy, decided once here:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -108,8 +109,10 @@ from shared.config import Settings
 from shared.deadline import before, current, deadline, remaining
 from shared.errors import ProviderError
 from shared.identity import aliases_of
+from shared.media.content import MediaDeps, MediaInputs, media_inputs, stored_items
 from shared.media.fetch import MediaFetcher
 from shared.memory.scope import is_group, owner_scope, recall_scope
+from shared.memory.writer import MemoryWriter
 from shared.models import (
     AuditRecord,
     InboundMessage,
@@ -121,6 +124,7 @@ from shared.models import (
     Triple,
     WorkspaceConfig,
 )
+from shared.ports import Transcriber
 from shared.providers.base import ChatRequest, ToolSpec
 from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import Tool, ToolContext, ToolRegistry
@@ -163,6 +167,8 @@ class TurnDeps:
     # Tools of the workspace's own, added to `tools` for its turns: its MCP servers' exposed tools
     # (shared.tools.mcp.McpToolbox). None: none.
     workspace_tools: Callable[[WorkspaceConfig], Sequence[Tool[Any]]] | None = None
+    # Voice notes to text (shared.providers.transcription); None: a voice note is a note saying so.
+    transcriber: Transcriber | None = None
     # Fetches a turn's attachments into backend.media (shared.media.fetch): one HTTP pool.
     media_fetcher: MediaFetcher = field(default_factory=MediaFetcher)
 
@@ -335,6 +341,9 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     # the cached prefix.
     tools = sorted(registry.specs(), key=lambda t: t.name)
     scope = recall_scope_for(deps.backend, turn.workspace, inbound, turn.sender.user_id)
+    # Photos, voice notes and documents (shared.media.content): what is kept, and what is shown.
+    media = _media(deps, turn, step)
+    step = dataclasses.replace(step, user=media.user)
     # The context pipeline (shared.agent.pipeline): no model call; nothing at all when it is off.
     selection = select_context(
         memory_searcher(deps.backend),
@@ -364,9 +373,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         model=step.model,
         system=prompt.text,
         cache_prefix=len(prompt.static),
-        messages=[*window, step.user],
+        messages=[*window, media.shown],
         tools=tools,
         cache_key=prompt_cache_key(inbound),
+        images=media.images,
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
@@ -400,8 +410,40 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     if selection.mode != "off":
         audited = {"context": selection.picks, "context_ms": selection.elapsed_ms}
         record = record.model_copy(update={"context_mode": selection.mode, **audited})
+    if media.image_tokens or media.audio_seconds:
+        record = record.model_copy(
+            update={"image_tokens": media.image_tokens, "audio_seconds": round(media.audio_seconds, 3)}
+        )
     kept = [] if step.kept else [step.user]
     return _Ending(record, [*kept, *result.messages], ctx.session_updates)
+
+
+def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:
+    """The message's media as the model reads it (shared.media.content, docs/media.md); a
+    document's text is indexed under the sender's scope in this conversation."""
+    backend, user_id = deps.backend, turn.sender.user_id
+    media = MediaDeps(
+        store=backend.media,
+        transcriber=deps.transcriber,
+        writer=MemoryWriter(backend.index, backend.embedder),
+        capability_overrides=deps.settings.model_capabilities,
+        transcription_usd_per_min=deps.settings.transcription_usd_per_min,
+    )
+    # The files this turn fetched (shared.agent.media.fetch_media), or, for a redrive of a kept
+    # message that fetched nothing, those its attachments name.
+    items = turn.media or stored_items(backend.media, turn.workspace.id, turn.inbound.attachments)
+    return media_inputs(
+        media,
+        turn.workspace,
+        items,
+        step.user,
+        model_ref=step.model_ref,
+        user_id=user_id,
+        scope=owner_for(turn.inbound, user_id),
+        guard=turn.safety.guard,
+        budget=turn.budget,
+        kept=step.kept,
+    )
 
 
 def tools_for(deps: TurnDeps, workspace: WorkspaceConfig) -> ToolRegistry:

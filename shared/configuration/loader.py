@@ -23,6 +23,7 @@ from shared.configuration.model import (
     EMBEDDING_PATTERN,
     MODEL_REF_PATTERN,
     PRICE_KEY_PATTERN,
+    TRANSCRIPTION_PATTERN,
     Loc,
     SigilFile,
     dotted,
@@ -252,6 +253,10 @@ PATTERN_RULES: dict[str, tuple[str, str]] = {
     HTTP_URL_PATTERN: (
         "a URL",
         "http:// or https:// and the rest, e.g. https://mcp.example.com/mcp or http://searxng.internal:8080/search",
+    ),
+    TRANSCRIPTION_PATTERN: (
+        "a transcription model",
+        "auto, none, or openai/<model> (an OpenAI-compatible /audio/transcriptions), e.g. openai/whisper-1",
     ),
     EMBEDDING_PATTERN: (
         "an embedding model",

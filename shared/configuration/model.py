@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Annotated, Any, Final
+from decimal import Decimal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -36,6 +37,7 @@ ModelRef = Annotated[str, Field(pattern=MODEL_REF_PATTERN)]
 EMBEDDING_PATTERN: Final = r"^(auto|none|local|[a-z0-9-]+/\S+)$"
 # A key of defaults.model_prices: a model ref, or "*" (every model nobody priced).
 PRICE_KEY_PATTERN: Final = r"^(\*|[a-z0-9-]+/\S+)$"
+TRANSCRIPTION_PATTERN: Final = r"^(auto|none|openai/\S+)$"
 
 Loc = tuple[str | int, ...]
 
@@ -67,6 +69,27 @@ class Defaults(_Strict):
         default=None,
         description="USD per 1M tokens by model ref, {input_per_mtok, output_per_mtok}, over the list "
         'prices; "*": every model nobody priced (SIGIL_MODEL_PRICES). docs/budgets.md#prices',
+    )
+
+    model_capabilities: dict[str, list[Literal["image", "audio", "document"]]] | None = Field(
+        default=None,
+        description='what models take besides text, by model ref or pattern: {"openai/llava*": ["image"]}; '
+        "over the built-in table, unknown models are text only (SIGIL_MODEL_CAPABILITIES). docs/media.md",
+    )
+    transcription_model: Annotated[str, Field(pattern=TRANSCRIPTION_PATTERN)] | None = Field(
+        default=None,
+        description="voice notes: auto (OpenAI's gpt-4o-mini-transcribe with an OpenAI key and no base URL), "
+        "none, or openai/<model> (SIGIL_TRANSCRIPTION_MODEL). docs/media.md",
+    )
+    transcription_base_url: str | None = Field(
+        default=None,
+        description="an OpenAI-compatible /audio/transcriptions server; else OPENAI_BASE_URL "
+        "(SIGIL_TRANSCRIPTION_BASE_URL)",
+    )
+    transcription_usd_per_min: Decimal | None = Field(
+        default=None,
+        ge=0,
+        description="the transcription price per minute of audio (SIGIL_TRANSCRIPTION_USD_PER_MIN)",
     )
 
     @field_validator("model", "fallback_model", "consolidation_model", mode="before")

@@ -54,6 +54,7 @@ from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, OutboxEntry, new_workspace
 from shared.providers import build_provider, cached_provider_factory
+from shared.providers.transcription import transcriber_from_settings
 from shared.tools.mcp import McpToolbox
 from shared.workspace_cache import with_workspace_cache
 
@@ -114,6 +115,7 @@ class LocalGateway:
             personality=LearnedPersonality(self.backend.memory),
             # The workspaces' MCP servers; stdio ones too, here only (shared.local.mcp_stdio).
             workspace_tools=McpToolbox(self.backend.secrets, stdio=stdio_transport),
+            transcriber=transcriber_from_settings(self.settings),
         )
         self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
         self.runner = EmbeddedLaneRunner(

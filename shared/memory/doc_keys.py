@@ -29,3 +29,15 @@ def message_doc(record: MemoryRecord) -> IndexDoc:
         metadata=metadata,
         scope=record.scope,
     )
+
+
+def document_doc_id(media_id: str) -> str:
+    """The index document of an attached file's extracted text (shared.media.content; its chunks
+    follow MemoryWriter's ids): stable, so a retried turn rewrites it in place, and erasure finds
+    it from the file's MediaItem."""
+    return f"{media_id}.text"
+
+
+def document_text(name: str, text: str) -> str:
+    """What is indexed of a document: its name, then its (redacted) text."""
+    return f"[document {name}]\n{text}"

@@ -22,7 +22,9 @@ and:
   index documents of what changed, and of every message whose neighbour text (metadata
   "context") may have quoted them, are written again from the scrubbed records;
 - the index: the documents of all of the deleted messages, summaries and facts (ids are the
-  records'), every chunk document of a long message or summary (`record_doc_ids`), and the
+  records'), every chunk document of a long message or summary (`record_doc_ids`), the text
+  extracted from the documents they attached (shared.media.content; found from the files'
+  records, so before the files go), and the
   neighbour texts this process remembers for the workspace's next roll-out
   (`RECENT_TAILS.forget`), so none of their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
@@ -72,6 +74,7 @@ from typing import TYPE_CHECKING, Final
 from pydantic import BaseModel
 
 from shared.errors import ConcurrencyConflict, StaleTask
+from shared.memory.doc_keys import document_doc_id, document_text
 from shared.memory.fact_keys import drop_fact_keys
 from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
@@ -558,6 +561,7 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
     # document whose record is gone for good, and a rerun finds what is left).
     found = _find(backend, workspace_id, person)
     report.index_docs_deleted = _unindex_found(backend, workspace_id, found)
+    report.index_docs_deleted += _unindex_documents(backend, workspace_id, person)
     RECENT_TAILS.forget(workspace_id)
     _write_memory(backend, workspace_id, found, report)
     # The index again: what was scrubbed, and the neighbours whose context may have quoted them.
@@ -640,3 +644,17 @@ def _reindex(
         # carries the scrubbed one whatever the writer did.
         backend.index.stamp_scopes(workspace_id, scopes)
     return written
+
+
+def _unindex_documents(backend: Backend, workspace_id: str, person: _Person) -> int:
+    """The index documents of the text extracted from the files they attached (shared.media):
+    found from the files' records, so this runs before the files themselves are erased."""
+    if backend.media is None:
+        return 0
+    ids: list[str] = []
+    for user_id in sorted(person.user_ids):
+        for item in backend.media.list_media(workspace_id, user_id=user_id):
+            if item.text_source == "extracted" and item.text:
+                indexed = document_text(item.name or "a document", item.text)
+                ids += record_doc_ids(document_doc_id(item.id), indexed)
+    return _unindex(backend, workspace_id, ids) if ids else 0

@@ -40,10 +40,23 @@ class ToolCall(Model):
     arguments: str = "{}"  # JSON text exactly as the model produced it
 
 
+class ImageRef(Model):
+    """A photo the sender attached, by its MediaItem id (shared.media.content): the bytes are read
+    from the MediaStore for the request that shows it, never kept in the session."""
+
+    media_id: Identifier
+    mime_type: str
+    width: int | None = Field(default=None, ge=1)
+    height: int | None = Field(default=None, ge=1)
+    name: str | None = None
+
+
 class UserMessage(Model):
     kind: Literal["user"] = "user"
     id: str = Field(default_factory=lambda: new_id("m_"))
     content: str
+    # The photos of this message (docs/media.md); a model that cannot see images gets a note.
+    images: list[ImageRef] = Field(default_factory=list)
     sender_id: str | None = None  # the channel's id of the sender
     # The Sigil user the sender resolved to: whose words these are when the message rolls into
     # Tier 1 (the right to erasure finds them by it, in group sessions too).
@@ -1043,6 +1056,10 @@ class AuditRecord(Model):
     context_ms: float | None = None
     # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
     correlation_id: str | None = None
+    # Media the turn read (docs/media.md): the photos' estimated prompt tokens (in tokens_in
+    # too, as the provider counted them), and the seconds of audio transcribed (in cost_usd).
+    image_tokens: int = 0
+    audio_seconds: float = 0.0
     created_at: datetime = Field(default_factory=utcnow)
     # What a replay needs of the turn (TurnTrace); None on records written before it existed.
     trace: TurnTrace | None = None

@@ -27,3 +27,13 @@ class MediaItem(Model):
     # A voice note's transcript or a document's extracted text (redacted), once made.
     text: str | None = None
     text_source: str | None = None  # "transcript" | "extracted"
+
+
+class Transcript(Model):
+    """What a transcription provider made of a voice note (shared.ports.Transcriber)."""
+
+    text: str
+    # The audio's length as the provider billed it; None when it reports tokens instead (then the
+    # cost is estimated from the file's size: shared.media.content).
+    seconds: float | None = Field(default=None, ge=0)
+    model: str

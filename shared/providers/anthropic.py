@@ -10,9 +10,10 @@ before it is passed on: a call cut off mid-argument never reaches a tool.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from shared.models import AssistantMessage, Message, ToolCall, UserMessage
 from shared.providers.base import (
     ChatRequest,
     Done,
+    ImageData,
     ProviderEvent,
     TextDelta,
     ToolCallEvent,
@@ -29,6 +31,7 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
     system_parts,
+    user_parts,
 )
 from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
@@ -127,7 +130,7 @@ class AnthropicProvider:
         params: Json = {
             "model": request.model,
             "max_tokens": request.max_tokens or self.default_max_tokens,
-            "messages": to_anthropic_messages(request.messages),
+            "messages": to_anthropic_messages(request.messages, request.images),
         }
         if request.system:
             params["system"] = system_blocks(request) if request.cache_prefix else request.system
@@ -193,21 +196,31 @@ def system_blocks(request: ChatRequest) -> list[Json]:
     return blocks
 
 
-def to_anthropic_messages(messages: Iterable[Message]) -> list[Json]:
+def to_anthropic_messages(
+    messages: Iterable[Message], images: Mapping[str, ImageData] | None = None
+) -> list[Json]:
     """Our messages as Anthropic turns: tool results become user `tool_result` blocks, and turns of
     the same role in a row are merged (tool results must share one user turn after the call)."""
-    return alternating_turns(messages, _turn)
+    return alternating_turns(messages, lambda m: _turn(m, images or {}))
 
 
-def _turn(m: Message) -> tuple[str, list[Json]]:
+def _turn(m: Message, images: Mapping[str, ImageData]) -> tuple[str, list[Json]]:
     if isinstance(m, UserMessage):
-        return "user", [{"type": "text", "text": m.content}]
+        return "user", [_user_block(part) for part in user_parts(m, images)]
     if isinstance(m, AssistantMessage):
         return "assistant", _assistant_blocks(m)
     block: Json = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
     if m.is_error:
         block["is_error"] = True
     return "user", [block]
+
+
+def _user_block(part: str | ImageData) -> Json:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    # The Messages API's base64 image source (its vision guide): JPEG, PNG, GIF or WebP.
+    data = base64.b64encode(part.data).decode()
+    return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type, "data": data}}
 
 
 def _assistant_blocks(m: AssistantMessage) -> list[Json]:

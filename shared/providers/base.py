@@ -6,12 +6,12 @@ and one final Done. The agent loop only ever sees these events, never an SDK's t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.models import Message, ToolCall
+from shared.models import ImageRef, Message, ToolCall, UserMessage
 
 
 class ToolSpec(BaseModel):
@@ -20,6 +20,13 @@ class ToolSpec(BaseModel):
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+class ImageData(BaseModel):
+    """A photo's bytes for one request (shared.media.content reads them from the MediaStore)."""
+
+    mime_type: str
+    data: bytes
 
 
 class ChatRequest(BaseModel):
@@ -39,6 +46,9 @@ class ChatRequest(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int | None = None
     temperature: float | None = None
+    # The bytes of the photos this request shows, by media id (UserMessage.images): resolved for
+    # the call, never stored. A photo of the window whose bytes are not here is shown as a note.
+    images: dict[str, ImageData] = Field(default_factory=dict)
 
 
 class TextDelta(BaseModel):
@@ -125,3 +135,22 @@ def alternating_turns(
         else:
             out.append({"role": role, "content": blocks})
     return out
+
+
+def photo_note(ref: ImageRef) -> str:
+    """What stands in for a photo the request does not show (one from an earlier turn)."""
+    named = f" ({ref.name})" if ref.name else ""
+    return f"[The user sent a photo earlier{named}; it is not shown again.]"
+
+
+def user_parts(m: UserMessage, images: Mapping[str, ImageData]) -> list[str | ImageData]:
+    """A user message as its photos (first: what follows is about them), then its text; a photo
+    whose bytes the request does not carry becomes a note. Empty text is left out (Anthropic and
+    Converse refuse an empty text block), unless there is nothing else."""
+    parts: list[str | ImageData] = []
+    for ref in m.images:
+        image = images.get(ref.media_id)
+        parts.append(image if image is not None else photo_note(ref))
+    if m.content or not parts:
+        parts.append(m.content)
+    return parts

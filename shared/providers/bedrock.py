@@ -23,6 +23,7 @@ from shared.providers.anthropic import tool_input  # cheap: that module imports 
 from shared.providers.base import (
     ChatRequest,
     Done,
+    ImageData,
     ProviderEvent,
     TextDelta,
     ToolCallEvent,
@@ -30,6 +31,7 @@ from shared.providers.base import (
     Usage,
     alternating_turns,
     system_parts,
+    user_parts,
 )
 from shared.providers.resilient import is_retryable_status, retry_after_s
 
@@ -191,7 +193,10 @@ def caches_prompts(model_id: str) -> bool:
 
 
 def converse_params(request: ChatRequest) -> Json:
-    params: Json = {"modelId": request.model, "messages": to_converse_messages(request.messages)}
+    params: Json = {
+        "modelId": request.model,
+        "messages": to_converse_messages(request.messages, request.images),
+    }
     static, context = system_parts(request)
     system: list[Json] = []
     if static:
@@ -214,15 +219,27 @@ def converse_params(request: ChatRequest) -> Json:
     return params
 
 
-def to_converse_messages(messages: Iterable[Message]) -> list[Json]:
+def to_converse_messages(
+    messages: Iterable[Message], images: Mapping[str, ImageData] | None = None
+) -> list[Json]:
     """Converse turns: tool results are user `toolResult` blocks, and turns of the same role in a
     row are merged, since Converse wants user and assistant to alternate."""
-    return alternating_turns(messages, _turn)
+    return alternating_turns(messages, lambda m: _turn(m, images or {}))
 
 
-def _turn(m: Message) -> tuple[str, list[Json]]:
+# Converse's ImageBlock names the format, not the MIME type; boto3 sends the bytes base64-encoded.
+IMAGE_FORMATS: Final = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
+
+
+def _user_block(part: str | ImageData) -> Json:
+    if isinstance(part, str):
+        return {"text": part}
+    return {"image": {"format": IMAGE_FORMATS.get(part.mime_type, "jpeg"), "source": {"bytes": part.data}}}
+
+
+def _turn(m: Message, images: Mapping[str, ImageData]) -> tuple[str, list[Json]]:
     if isinstance(m, UserMessage):
-        return "user", [{"text": m.content}]
+        return "user", [_user_block(part) for part in user_parts(m, images)]
     if isinstance(m, AssistantMessage):
         # Converse refuses blank text blocks, which an assistant turn that only called tools has.
         blocks: list[Json] = [{"text": m.content}] if m.content else []

@@ -7,16 +7,27 @@ loads it at all.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shared.deadline import bounded, check, cut_by, deadline, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from shared.providers.base import ChatRequest, Done, ProviderEvent, TextDelta, ToolCallEvent, ToolSpec, Usage
+from shared.providers.base import (
+    ChatRequest,
+    Done,
+    ImageData,
+    ProviderEvent,
+    TextDelta,
+    ToolCallEvent,
+    ToolSpec,
+    Usage,
+    user_parts,
+)
 from shared.providers.probe import connection_cause, probe_endpoint
 from shared.providers.resilient import http_error_retry
 
@@ -98,7 +109,7 @@ class OpenAIProvider:
             "model": request.model,
             # One system message, the static prefix first: OpenAI caches the longest prefix it has
             # seen (tools, then messages) automatically, so the prefix need only stay byte-stable.
-            "messages": to_openai_messages(request.system, request.messages),
+            "messages": to_openai_messages(request.system, request.messages, request.images),
             "stream_options": {"include_usage": True},
         }
         if request.cache_key:
@@ -151,18 +162,36 @@ def safe_error_message(exc: Exception, what: str, api_key: str | None) -> str:
 # ---------------------------------------------------------------- request translation
 
 
-def to_openai_messages(system: str, messages: Iterable[Message]) -> list[ChatCompletionMessageParam]:
+def to_openai_messages(
+    system: str, messages: Iterable[Message], images: Mapping[str, ImageData] | None = None
+) -> list[ChatCompletionMessageParam]:
     out: list[ChatCompletionMessageParam] = []
     if system:
         out.append({"role": "system", "content": system})
     for m in messages:
         if isinstance(m, UserMessage):
-            out.append({"role": "user", "content": m.content})
+            out.append({"role": "user", "content": _user_content(m, images or {})})
         elif isinstance(m, AssistantMessage):
             out.append(_assistant(m))
         elif isinstance(m, ToolResultMessage):
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
     return out
+
+
+def _user_content(m: UserMessage, images: Mapping[str, ImageData]) -> Any:
+    """A plain string for a message without photos (byte-identical to before, for the prompt
+    cache); content parts with each photo as an `image_url` data URL otherwise (OpenAI's vision
+    guide; compatible servers that see images take the same shape)."""
+    if not m.images:
+        return m.content
+    parts: list[dict[str, Any]] = []
+    for part in user_parts(m, images):
+        if isinstance(part, ImageData):
+            url = f"data:{part.mime_type};base64,{base64.b64encode(part.data).decode()}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            parts.append({"type": "text", "text": part})
+    return parts
 
 
 def _assistant(m: AssistantMessage) -> ChatCompletionMessageParam:

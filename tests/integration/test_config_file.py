@@ -226,6 +226,32 @@ def test_the_files_defaults_fill_what_the_environment_leaves_unset(
     assert file_settings(fallback_model="openai/gpt-4.1")[0].fallback_model == "openai/gpt-4.1"
 
 
+def test_the_files_defaults_configure_transcription_and_model_capabilities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        """
+        defaults:
+          transcription_model: openai/whisper-1
+          transcription_base_url: http://127.0.0.1:8000/v1
+          transcription_usd_per_min: 0.001
+          model_capabilities:
+            "openai/llava*": [image]
+        """,
+    )
+    monkeypatch.setenv("SIGIL_CONFIG", str(path))
+    settings, _ = file_settings()
+    assert settings.transcription_model == "openai/whisper-1"
+    assert settings.transcription_base_url == "http://127.0.0.1:8000/v1"
+    assert settings.transcription_usd_per_min == Decimal("0.001")
+    assert settings.model_capabilities == {"openai/llava*": ["image"]}
+    bad = write(tmp_path, "defaults:\n  model_capabilities:\n    openai/x: [smell]\n")
+    monkeypatch.setenv("SIGIL_CONFIG", str(bad))
+    with pytest.raises(ConfigFileError):
+        file_settings()
+
+
 def test_no_file_at_the_default_path_means_defaults_and_a_named_missing_file_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -157,6 +157,7 @@ def test_output_is_compact_deterministic_utf8_and_keeps_nones() -> None:
         "kind": "user",
         "id": "m1",
         "content": "Grüße 👋",
+        "images": [],  # the photos' ids (docs/media.md), never their bytes
         "sender_id": None,
         "user_id": None,
         "sender_name": None,
