@@ -41,7 +41,7 @@ from shared.agent.steps import DurableSteps
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, tools_for
 from shared.clock import utcnow
 from shared.deadline import before, current, deadline
-from shared.errors import DeadlineExceeded, SigilError, StaleTask
+from shared.errors import DeadlineExceeded, ModelNotConfigured, SigilError, StaleTask
 from shared.models import (
     AssistantMessage,
     AuditRecord,
@@ -182,6 +182,11 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         if _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}:
             with deadline(before(current(), SAVE_MARGIN_S)):
                 result = _loop(run)
+    except ModelNotConfigured as exc:
+        # No model for the role's class: retrying cannot help; the task fails and the user is told.
+        run.task = _save_usage(run)
+        _tell(deps, _end(deps, run.task, "failed", error=exc.message))
+        return _audit(run, None, "model_not_configured")
     except DeadlineExceeded:
         # Near the invocation's end (or a call cut by it): save, and continue in the next one.
         run.task = _save_usage(run)
@@ -196,7 +201,7 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
 
 def _loop(run: _Invocation) -> LoopResult:
     deps, task, role, workspace = run.deps, run.task, run.role, run.workspace
-    provider, model = deps.provider_factory(model_for(workspace, role))
+    provider, model = deps.provider_factory(_model_ref(workspace, task.role))
     run.model_ref = f"{provider.name}/{model}"
     scope = recall_scope_for(deps.backend, workspace, task.parent, run.user_id)
     safety = Safety(pii=workspace.pii_redaction)
@@ -240,6 +245,15 @@ def _loop(run: _Invocation) -> LoopResult:
         finished=lambda: _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task),
         check_first=True,
     )
+
+
+def _model_ref(workspace: WorkspaceConfig, role: str) -> str | None:
+    """The role's class's model, else the workspace's; None: the gateway's default, which the
+    provider factory resolves (as for a turn), or ModelNotConfigured."""
+    try:
+        return model_for(workspace, role)
+    except ModelNotConfigured:
+        return None
 
 
 def _cancel_asked(deps: TurnDeps, task: Task) -> bool:
