@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from shared.agent.audit import audit_record
 from shared.agent.commit import settle
 from shared.agent.loop import LoopResult, Safety, run_loop
@@ -165,7 +167,9 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     if task.answer is not None:  # the user's answer to its question, as the next step
         answer_id = f"{task.id}.answer{task.invocations}"
         if not any(m.id == answer_id for m in steps.saved):
-            steps.record(UserMessage(id=answer_id, content=task.answer))
+            # The user's words, relayed by the agent: scanned and redacted like any user message.
+            said = Safety(pii=workspace.pii_redaction).guard(task.answer, source="the user")
+            steps.record(UserMessage(id=answer_id, content=said))
         task = tasks.save(task.model_copy(update={"answer": None, "question": None}))
     budget = TaskBudget(
         backend.budgets,
@@ -301,8 +305,7 @@ def _finish(run: _Invocation, result: LoopResult | None) -> None:
         _tell(deps, _end(deps, task, "failed", error=result.stopped.message))
         return
     if last == FINISH_TASK:
-        args = FinishArgs.model_validate(_call_args(steps.saved, FINISH_TASK))
-        summary, findings, confidence = args.summary, args.findings, args.confidence
+        summary, findings, confidence = _finished(_call_args(steps.saved, FINISH_TASK))
     else:
         reply = steps.answered()
         text = reply.content if reply is not None else ""
@@ -318,6 +321,16 @@ def _finish(run: _Invocation, result: LoopResult | None) -> None:
         scratchpad_keys=[key] if pad is not None else [],
     )
     _tell(deps, _end(deps, task, "done", result=outcome))
+
+
+def _finished(arguments: dict[str, Any]) -> tuple[str, list[Finding], float]:
+    """finish_task's result from its saved arguments. The registry validated them as the model
+    wrote them; the saved copy is redacted, which may lengthen the text: then it is cut."""
+    try:
+        args = FinishArgs.model_validate(arguments)
+    except ValidationError:
+        return str(arguments.get("summary", ""))[:SUMMARY_MAX_CHARS] or "(no summary)", [], 0.5
+    return args.summary, args.findings, args.confidence
 
 
 def full_output(steps: list[Message], findings: list[Finding]) -> str:
