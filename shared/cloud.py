@@ -164,6 +164,9 @@ def turn_deps() -> TurnDeps:
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
+    from shared.tasks.runner import TaskRunner
+    from shared.tasks.tools import ORCHESTRATOR_TOOLS
+    from shared.tools.builtin import agent_registry
     from shared.tools.mcp import McpToolbox
     from shared.workspace_cache import with_workspace_cache
 
@@ -195,6 +198,9 @@ def turn_deps() -> TurnDeps:
         workspace_tools=McpToolbox(backend.secrets),
         # Voice notes: the SDK is imported on the first one (docs/media.md, "Transcription").
         transcriber=transcriber_from_settings(s),
+        # Delegation (shared.tasks): the delegate tool, and the runner of the tasks' steps.
+        tools=agent_registry().extended(*ORCHESTRATOR_TOOLS),
+        task_steps=TaskRunner(),
     )
 
 

@@ -72,7 +72,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
 from shared.agent.commands import answer_command
@@ -98,6 +98,7 @@ from shared.agent.preflight import (
     user_message,
 )
 from shared.agent.reply import outbound, redacted, send
+from shared.agent.steps import DurableSteps, first_delivery
 from shared.agent.window import origin_of, split_window
 from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
@@ -107,7 +108,7 @@ from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
 from shared.deadline import before, current, deadline, remaining
-from shared.errors import ProviderError
+from shared.errors import ProviderError, SigilError
 from shared.identity import aliases_of
 from shared.media.content import MediaDeps, MediaInputs, media_inputs, stored_items
 from shared.media.fetch import MediaFetcher
@@ -145,6 +146,27 @@ UNDELIVERED = "the apology could not be delivered"
 log = logging.getLogger("sigil.turn")
 
 
+class TaskSteps(Protocol):
+    """Delegated tasks' items (shared.tasks.runner): a composition root that offers the delegate
+    tool sets it, and the lanes' items for a task reach it through run_turn and give_up_turn."""
+
+    def run(self, deps: TurnDeps, item: LaneItem) -> AuditRecord:
+        """A task's step (TaskEvent kind "step"): the task's next model and tool calls."""
+        ...
+
+    def give_up(self, deps: TurnDeps, item: LaneItem, last_error: str | None) -> AuditRecord | None:
+        """A step dead-lettered on its last delivery: the task fails and its outcome is told."""
+        ...
+
+    def told(self, deps: TurnDeps, item: LaneItem) -> None:
+        """The parent's turn for a task's outcome has run: the outcome is delivered."""
+        ...
+
+    def note(self, deps: TurnDeps, workspace: WorkspaceConfig, inbound: InboundMessage) -> str:
+        """What the system prompt says of the session's tasks waiting for the user ("" for none)."""
+        ...
+
+
 @dataclass
 class TurnDeps:
     backend: Backend
@@ -171,6 +193,8 @@ class TurnDeps:
     transcriber: Transcriber | None = None
     # Fetches a turn's attachments into backend.media (shared.media.fetch): one HTTP pool.
     media_fetcher: MediaFetcher = field(default_factory=MediaFetcher)
+    # Delegated tasks (shared.tasks): None where the root offers no delegate tool.
+    task_steps: TaskSteps | None = None
 
 
 @dataclass(frozen=True)
@@ -181,9 +205,22 @@ class _Ending:
     new: list[Message] | None
     updates: dict[str, Any] = field(default_factory=dict)  # the tools' session changes
     fresh: bool = False  # roll the whole window into memory (the /new command)
+    resumed: bool = False  # it saved (or resumed from) durable steps, to clear after the commit
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
+    if item.task is not None and item.task.kind == "step":
+        # A task's step on its own lane: not a turn of the conversation (shared.tasks.runner).
+        if deps.task_steps is None:
+            raise SigilError("a task's step reached an agent that runs no tasks")
+        return deps.task_steps.run(deps, item)
+    record = _run_turn(deps, item)
+    if item.task is not None and item.task.kind == "outcome" and deps.task_steps is not None:
+        deps.task_steps.told(deps, item)
+    return record
+
+
+def _run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     started = time.monotonic()
     # The work ends a little before the deadline in scope (the caller's), so that an attempt it
     # cuts is still audited, and its spending settled, by that deadline.
@@ -218,6 +255,9 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 budget=turn.budget,
                 fresh=end.fresh,
             )
+            if isinstance(step, Proceed) and deps.backend.steps is not None and end.resumed:
+                # Committed: the steps that would have resumed it are done with.
+                deps.backend.steps.clear(turn.workspace.id, turn.id)
     except ProviderError as exc:
         # A failed model call (or an embedding for the commit's index) commits nothing: the
         # attempt is audited on its own and the lane retries the item.
@@ -254,6 +294,8 @@ def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = Non
     `last_error` (the lane's, when it has one) is noted on the audit record too: the SQS
     dead-letter queue keeps no reason, and `sigil dlq` finds it there (docs/dead-letters.md).
     """
+    if item.task is not None and item.task.kind == "step":
+        return deps.task_steps.give_up(deps, item, last_error) if deps.task_steps else None
     started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
     workspace, sender = resolve(deps.backend, inbound, deps.clock())
@@ -369,9 +411,16 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         recent=[*window, step.user],
         selection=selection.text,
     )
+    # A task waiting for the user's answer (shared.tasks): noted after the cached prefix. Looked
+    # up only while the session says one may wait (a question's turn sets it), so other turns
+    # read nothing; the first turn that finds none clears it.
+    waiting = ""
+    asked = turn.item.task is not None and turn.item.task.kind == "question"
+    if deps.task_steps is not None and (session.tasks_waiting or asked):
+        waiting = deps.task_steps.note(deps, turn.workspace, inbound)
     request = ChatRequest(
         model=step.model,
-        system=prompt.text,
+        system=f"{prompt.text}\n\n{waiting}" if waiting else prompt.text,
         cache_prefix=len(prompt.static),
         messages=[*window, media.shown],
         tools=tools,
@@ -379,6 +428,16 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         images=media.images,
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
+    if bool(waiting) != session.tasks_waiting:
+        ctx.session_updates["tasks_waiting"] = bool(waiting)
+    # Each tool step saved as it completes: a turn cut by the deadline continues after its last
+    # completed tool call on the next delivery (shared.agent.steps).
+    log = deps.backend.steps
+    steps = (
+        DurableSteps(log, turn.workspace.id, turn.id, replies=False, fresh=first_delivery.get())
+        if log is not None
+        else None
+    )
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
     # the final text once.
@@ -402,6 +461,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
             on_text=redacted(shown, turn.safety),
             safety=turn.safety,
             budget=turn.budget,
+            steps=steps,
         ),
         origin=origin_of(inbound),
     )
@@ -415,7 +475,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
             update={"image_tokens": media.image_tokens, "audio_seconds": round(media.audio_seconds, 3)}
         )
     kept = [] if step.kept else [step.user]
-    return _Ending(record, [*kept, *result.messages], ctx.session_updates)
+    resumed = steps is not None and bool(steps.saved)
+    return _Ending(record, [*kept, *result.messages], ctx.session_updates, resumed=resumed)
 
 
 def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:

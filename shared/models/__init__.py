@@ -115,6 +115,9 @@ class Session(Model):
     # What the conversation is working on, pinned by the model (the pin_task tool) and shown in
     # every later turn's system prompt until it is changed or cleared.
     active_task: str | None = Field(default=None, max_length=500)
+    # A delegated task of this session asked the user a question and may still wait for the
+    # answer (shared.tasks): the turns look its question up while this is set, and only then.
+    tasks_waiting: bool = False
     tool_budget: ToolBudget = Field(default_factory=ToolBudget)
     token_budget: TokenBudget = Field(default_factory=TokenBudget)
     status: Literal["active", "paused", "archived"] = "active"
@@ -962,10 +965,17 @@ class LaneItem(Model):
 
     @property
     def group_id(self) -> str:
+        # A task's steps run on the task's own lane, so the session and the task never wait for
+        # each other; its outcome and questions go on the session's (TaskEvent).
+        if self.task is not None and self.task.kind == "step":
+            return f"{self.inbound.workspace_id}.task.{self.task.task_id}"
         return self.inbound.lane_key
 
     @property
     def dedup_id(self) -> str:
+        if self.task is not None and self.task.kind == "step":
+            # One per continuation: a redelivered step is dropped, the next one is not.
+            return f"{self.inbound.workspace_id}.task.{self.task.task_id}.{self.task.seq}"
         return f"{self.inbound.workspace_id}.{self.inbound.channel}.{self.inbound.event_id}"
 
 
@@ -1060,6 +1070,10 @@ class AuditRecord(Model):
     # too, as the provider counted them), and the seconds of audio transcribed (in cost_usd).
     image_tokens: int = 0
     audio_seconds: float = 0.0
+    # A delegated task's invocation (shared.tasks): its task, and the turn that delegated it (the
+    # correlation id is that turn's too).
+    task_id: str | None = None
+    parent_turn_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     # What a replay needs of the turn (TurnTrace); None on records written before it existed.
     trace: TurnTrace | None = None
