@@ -22,7 +22,6 @@ from shared.adapters.aws import clients
 from shared.config import KEY_PROVIDERS, PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
 from shared.ports import SecretStore
-from shared.providers.transcription import transcriber_from_settings
 
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
@@ -163,6 +162,7 @@ def turn_deps() -> TurnDeps:
     from shared.memory.personality import LearnedPersonality
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
+    from shared.providers.transcription import transcriber_from_settings
     from shared.skills import with_skill_cache
     from shared.tasks.runner import TaskRunner
     from shared.tasks.tools import ORCHESTRATOR_TOOLS
