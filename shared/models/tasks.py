@@ -6,6 +6,7 @@ A task's conversation is not in its record: each model and tool call is a step i
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Final, Literal
@@ -13,6 +14,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from shared.clock import utcnow
+from shared.errors import BadRequest
 from shared.models import Identifier, InboundMessage, Model, WorkspaceId
 
 TaskStatus = Literal[
@@ -78,3 +80,29 @@ class Task(Model):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+
+# ---------------------------------------------------------------- storage bounds (both backends)
+
+# A step is kept this long after it is saved: a task or turn that finishes clears its steps, and
+# what a crash leaves behind expires (a DynamoDB TTL in the cloud, a sweep on append embedded).
+STEP_TTL_S: Final = 7 * 86_400
+# A scratchpad entry's text, in UTF-8 bytes: far under DynamoDB's 400 KB item limit with its key
+# and attributes, and more than any one task's output a tool then pages through.
+SCRATCHPAD_MAX_BYTES: Final = 256 * 1024
+SCRATCHPAD_KEY_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+
+
+def check_scratchpad_entry(key: str, text: str) -> None:
+    """Refuse a key or a text no backend can store the same way: BadRequest, saying which bound."""
+    if not re.match(SCRATCHPAD_KEY_PATTERN, key):
+        raise BadRequest(
+            f"scratchpad key {key[:60]!r} is not valid: 1-200 characters, letters, digits and . _ : / -,"
+            " starting with a letter or digit"
+        )
+    size = len(text.encode())
+    if size > SCRATCHPAD_MAX_BYTES:
+        raise BadRequest(
+            f"scratchpad entry {key!r} is {size} bytes; the limit is {SCRATCHPAD_MAX_BYTES} bytes "
+            "(store a summary, or split the output over several keys)"
+        )

@@ -18,6 +18,7 @@ from shared.models import (
     ToolResultMessage,
     UserMessage,
 )
+from shared.models.tasks import Task
 
 from .factories import CONTRACT_VECTOR_DIM
 
@@ -127,3 +128,28 @@ def lane_item(workspace_id: str, session_id: str, event_id: str | None = None, t
         reply_context={"message_id": "42"},
     )
     return LaneItem(inbound=inbound)
+
+
+def task(
+    workspace_id: str,
+    session_id: str = "s1",
+    task_id: str | None = None,
+    *,
+    created: float = 0,
+    **fields: object,
+) -> Task:
+    """A delegated task of `session_id`, created `created` minutes after T0."""
+    data: dict[str, object] = {
+        "id": task_id or new_id("task"),
+        "workspace_id": workspace_id,
+        "session_id": session_id,
+        "role": "researcher",
+        "brief": "Find what the user said about Zürich, with sources.",
+        "parent": lane_item(workspace_id, session_id, text="look into Zürich").inbound,
+        "parent_turn_id": "turn-1",
+        "created_at": at(created),
+        "updated_at": at(created),
+        "deadline_at": at(created + 15),
+    }
+    data.update(fields)
+    return Task.model_validate(data)

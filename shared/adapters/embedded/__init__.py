@@ -1,9 +1,10 @@
 """Embedded adapters: every port on SQLite files in settings.data_dir, for one machine.
 
 Three database files, so that the busiest writers do not queue behind each other: `sigil.db`
-(sessions, memory, outbox, workspaces, audit, identities, budget counters), `index.db` (FTS5 +
-sqlite-vec) and `queue.db` (lanes and events), plus `secrets.json`; the directory is its
-owner's alone (0700, its files 0600: shared.adapters.embedded.owner_only).
+(sessions, memory, outbox, workspaces, audit, identities, budget counters, delegated tasks,
+their scratchpad, durable steps), `index.db` (FTS5 + sqlite-vec) and `queue.db` (lanes and
+events), plus `secrets.json`; the directory is its owner's alone (0700, its files 0600:
+shared.adapters.embedded.owner_only).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.owner_only import open_data_dir
 from shared.adapters.embedded.routes import SqliteRouteStore
 from shared.adapters.embedded.schedules import SqliteSchedules
+from shared.adapters.embedded.scratchpad import SqliteScratchpad
 from shared.adapters.embedded.secrets import FileSecretStore
 from shared.adapters.embedded.send_ledger import SqliteSendLedger
 from shared.adapters.embedded.sessions import SqliteSessionStore
 from shared.adapters.embedded.skills import FileSkillStore
+from shared.adapters.embedded.steps import SqliteStepLog
+from shared.adapters.embedded.tasks import SqliteTaskStore
 from shared.adapters.embedded.workspaces import SqliteAuditLog, SqliteWorkspaceStore
 from shared.backend import Backend
 from shared.config import Settings
@@ -53,8 +57,11 @@ __all__ = [
     "SqliteOutbox",
     "SqliteRouteStore",
     "SqliteSchedules",
+    "SqliteScratchpad",
     "SqliteSendLedger",
     "SqliteSessionStore",
+    "SqliteStepLog",
+    "SqliteTaskStore",
     "SqliteWorkspaceStore",
     "StoredEvent",
     "build_embedded_backend",
@@ -94,6 +101,10 @@ def build_embedded_backend(settings: Settings) -> Backend:
             skills=FileSkillStore(data_dir),
             # With the lanes it fires into (the local scheduler's `schedules` job).
             schedules=SqliteSchedules(queue),
+            # Delegated tasks, their scratchpad and the durable steps of turns and tasks.
+            tasks=SqliteTaskStore(main),
+            scratchpad=SqliteScratchpad(main),
+            steps=SqliteStepLog(main),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
