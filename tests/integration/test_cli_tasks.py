@@ -27,16 +27,18 @@ runner = CliRunner()
 WS = "team"
 
 
-def a_task(task_id: str, session: str, *, turn: str = "turn-parent", **fields: object) -> Task:
+def a_task(
+    task_id: str, session: str, *, turn: str = "turn-parent", workspace: str = WS, **fields: object
+) -> Task:
     """A delegated task as the delegate tool stores it: the parent's inbound, turn and correlation id."""
     now = datetime.now(UTC)
     data: dict[str, object] = {
         "id": task_id,
-        "workspace_id": WS,
+        "workspace_id": workspace,
         "session_id": session,
         "role": "researcher",
         "brief": "Find what the team decided about the Lisbon offsite, with sources.",
-        "parent": lane_item(WS, session, f"ev-{task_id}", text="research it").inbound,
+        "parent": lane_item(workspace, session, f"ev-{task_id}", text="research it").inbound,
         "parent_turn_id": turn,
         "correlation_id": f"corr-{turn}",
         # 6.5 min ago: shown as "7 min" (rounded up to the minute), with half a minute to spare
@@ -93,7 +95,10 @@ def list_show_cancel(args: list[str], backend_of: Opened) -> None:
     mine = runner.invoke(app, ["tasks", "list", "-w", WS, "--session", "s1", "--active", *args])
     assert [line.split()[1] for line in mine.output.splitlines()] == ["tsk-running"]
     as_json = runner.invoke(app, ["tasks", "list", "-w", WS, "--session", "s1", "--json", *args])
-    assert sorted(json.loads(line)["id"] for line in as_json.output.splitlines()) == ["tsk-done", "tsk-running"]
+    assert sorted(json.loads(line)["id"] for line in as_json.output.splitlines()) == [
+        "tsk-done",
+        "tsk-running",
+    ]
 
     # show: the task's spend beside its parent turn's (that turn's audit record, not the other's)
     shown = runner.invoke(app, ["tasks", "show", "tsk-running", "-w", WS, *args])
@@ -101,9 +106,12 @@ def list_show_cancel(args: list[str], backend_of: Opened) -> None:
     assert "Task tsk-running: researcher, running" in shown.output
     assert "4 model calls, 6 tool calls, 12,000 tokens in, 900 out, est. $0.0123" in shown.output
     assert (
-        "Spend: task est. $0.0123, parent turn turn-parent est. $0.0031, together est. $0.0154" in shown.output
+        "Spend: task est. $0.0123, parent turn turn-parent est. $0.0031, together est. $0.0154"
+        in shown.output
     )
-    detail = json.loads(runner.invoke(app, ["tasks", "show", "tsk-running", "-w", WS, "--json", *args]).output)
+    detail = json.loads(
+        runner.invoke(app, ["tasks", "show", "tsk-running", "-w", WS, "--json", *args]).output
+    )
     assert detail["spend"] == {"task_usd": "0.0123", "parent_usd": "0.0031", "parent_records": 1}
     assert detail["parent_turn_id"] == "turn-parent" and detail["correlation_id"] == "corr-turn-parent"
     done = runner.invoke(app, ["tasks", "show", "tsk-done", "-w", WS, *args])
