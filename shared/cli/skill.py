@@ -376,9 +376,8 @@ def skill_drafts(
     description (docs/delegation.md)."""
     from shared.skills import drafts
 
-    settings, _ = _target(data_dir, stack, region)
-    ws = workspace or settings.default_workspace
-    with _errors(), _backend(settings) as backend:
+    _, ws = _open(data_dir, workspace, stack, region)
+    with _errors(), _backend(skill_settings(data_dir, stack, region)) as backend:
         found = _drafts(backend, ws, session)
         if not found:
             typer.echo(f"no skill drafts in {ws}" + (f" session {session}" if session else ""))
@@ -403,9 +402,8 @@ def skill_install_draft(
     the draft is then marked installed in the session's scratchpad and no longer listed."""
     from shared.skills import drafts
 
-    settings, _ = _target(data_dir, stack, region)
-    ws = workspace or settings.default_workspace
-    with _errors(), _backend(settings) as backend:
+    store, ws = _open(data_dir, workspace, stack, region)
+    with _errors(), _backend(skill_settings(data_dir, stack, region)) as backend:
         found = [sid for sid, n in _drafts(backend, ws, session) if n == name]
         if not found:
             _fail(f"no skill draft {name!r} in {ws}" + (f" session {session}" if session else ""))
@@ -413,8 +411,8 @@ def skill_install_draft(
             _fail(f"sessions {', '.join(found)} each hold a draft {name!r}: name one with --session")
         assert backend.scratchpad is not None
         draft = drafts.load(backend.scratchpad, ws, found[0], name)
-        skill = drafts.install(skill_store(settings), ws, draft, force=force)
-        drafts.mark_installed(backend.scratchpad, ws, found[0], name)
+        skill = drafts.install(store, ws, draft, force=force)
+        drafts.mark_installed(backend.scratchpad, ws, found[0], draft)
         typer.echo(
             f"installed {skill.name} in {ws} ({len(draft.files)} files) from session {found[0]}'s draft"
         )
