@@ -73,6 +73,8 @@ def merged_event_id(event_ids: Sequence[str]) -> str:
 def _joinable(previous: LaneItem, item: LaneItem) -> bool:
     if previous.redrive_of is not None or item.redrive_of is not None:
         return False  # a redrive answers each given-up message where it stands (shared.agent.redrive)
+    if previous.task is not None or item.task is not None:
+        return False  # a task's outcome or question is the gateway's message, told on its own
     if previous.fired is not None or item.fired is not None:
         return False  # a schedule's occurrence is its own turn (a reminder is sent as it was set)
     a, b = previous.inbound, item.inbound

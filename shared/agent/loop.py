@@ -30,11 +30,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from shared.agent.steps import DurableSteps
 from shared.budgets import TurnBudget
-from shared.errors import BudgetExceeded, ToolCallLimitExceeded
+from shared.deadline import current, passed
+from shared.errors import BudgetExceeded, DeadlineExceeded, ToolCallLimitExceeded
 from shared.models import (
     AssistantMessage,
     Message,
@@ -136,79 +138,120 @@ def run_loop(
     on_text: Callable[[str], None] | None = None,
     safety: Safety | None = None,
     budget: TurnBudget | None = None,
+    steps: DurableSteps | None = None,
+    finished: Callable[[], bool] | None = None,
+    check_first: bool = False,
 ) -> LoopResult:
     """Run the model and the tools it calls until it answers, or the tool-call limit stops it.
 
     `on_text` gets the model's raw text: the caller redacts what it shows (a StreamRedactor).
     `safety` collects what the filters found (a new one, for the workspace, if not given).
     `budget` is checked before every model call but the first (the turn checks that one before it
-    starts) and before every tool call; a model call is charged after it (its tokens are known
-    then), a tool call before it runs. Both are local to the turn
-    (TurnBudget): its spending reaches the store with the turn's commit.
+    starts; `check_first` checks it too, for a task) and before every tool call; a model call is
+    charged after it (its tokens are known then), a tool call before it runs. Both are local to the
+    turn (TurnBudget): its spending reaches the store with the turn's commit.
+    `steps` (shared.agent.steps) saves each message as it completes and resumes after those saved
+    before: no saved model call is made again, no tool call with a saved result runs again.
+    `finished` is asked after each step's tool calls: True ends the run there (a task's
+    finish_task), with no reply. The deadline in scope is checked before each tool call too.
     """
     model_ref, limit = f"{provider.name}/{request.model}", workspace.max_tool_calls_per_turn
     safety = safety if safety is not None else Safety(pii=workspace.pii_redaction)
-    result, calls, step = LoopResult(safety=safety, sandbox=ctx.sandbox_usage), 0, 0
+    result = LoopResult(safety=safety, sandbox=ctx.sandbox_usage, messages=list(steps.saved) if steps else [])
+    step = sum(isinstance(m, AssistantMessage) for m in result.messages)
+    calls = sum(isinstance(m, ToolResultMessage) for m in result.messages)
+    add = steps.record if steps is not None else lambda message: None
+    pending = steps.pending() if steps is not None else []
 
     def reply(text: str) -> LoopResult:
         content = safety.redact(text)
         result.messages.append(AssistantMessage(id=f"{ctx.turn_id}.a", content=content, model=model_ref))
+        add(result.messages[-1])
         return result
 
+    if steps is not None and steps.answered() is not None:
+        return result  # the reply was saved: only the commit was left to do
     while True:
-        step += 1
-        if budget is not None and step > 1:
-            decision = budget.check()
-            if decision.exhausted is not None:
-                result.budget_denied = decision.exhausted.summary
-                return reply(decision.exhausted.message(decision.at))
-        sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
-        tools.warm(ctx, workspace)  # e.g. a sandbox instance starts while the model thinks
-        answer = call_model(provider, sent, on_text=on_text)
-        result.usage = _sum(result.usage, answer.usage)
-        if budget is not None:
-            budget.charge_model_call(
-                model_ref,
-                tokens_in=answer.usage.input_tokens,
-                tokens_out=answer.usage.output_tokens,
-                cache_read=answer.usage.cache_read_tokens,
-                cache_write=answer.usage.cache_write_tokens,
+        if not pending:
+            step += 1
+            if budget is not None and (step > 1 or check_first):
+                decision = budget.check()
+                if decision.exhausted is not None:
+                    result.budget_denied = decision.exhausted.summary
+                    return reply(decision.exhausted.message(decision.at))
+            sent = request.model_copy(update={"messages": [*request.messages, *result.messages]})
+            tools.warm(ctx, workspace)  # e.g. a sandbox instance starts while the model thinks
+            answer = call_model(provider, sent, on_text=on_text)
+            result.usage = _sum(result.usage, answer.usage)
+            if budget is not None:
+                budget.charge_model_call(
+                    model_ref,
+                    tokens_in=answer.usage.input_tokens,
+                    tokens_out=answer.usage.output_tokens,
+                    cache_read=answer.usage.cache_read_tokens,
+                    cache_write=answer.usage.cache_write_tokens,
+                )
+            if not answer.tool_calls:
+                result.refused = answer.done.refused
+                return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
+            stored_calls = [safety.redact_call(call) for call in answer.tool_calls]
+            result.messages.append(
+                AssistantMessage(
+                    id=f"{ctx.turn_id}.a{step}",
+                    content=safety.redact(answer.text),
+                    tool_calls=stored_calls,
+                    model=model_ref,
+                )
             )
-        if not answer.tool_calls:
-            result.refused = answer.done.refused
-            return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
-        step_id = f"{ctx.turn_id}.a{step}"
-        stored_calls = [safety.redact_call(call) for call in answer.tool_calls]
-        result.messages.append(
-            AssistantMessage(
-                id=step_id, content=safety.redact(answer.text), tool_calls=stored_calls, model=model_ref
-            )
-        )
+            add(result.messages[-1])
+            pending = list(enumerate(answer.tool_calls))  # run with the arguments as the model wrote them
         refused = 0
-        for i, call in enumerate(answer.tool_calls):  # parallel calls too: one after the other, in order
+        for i, call in pending:  # parallel calls too: one after the other, in order
+            if passed(current()):
+                raise DeadlineExceeded("the deadline passed between tool calls; the next delivery continues")
             denied = _budget_denial(budget, call)
             if denied is not None:
                 outcome = denied  # charged before it starts: a spent budget runs no tool either
             elif calls < limit:
                 calls += 1
-                if budget is not None:
-                    budget.charge_tool_call()
-                outcome = tools.execute(call, ctx, workspace)  # the arguments as the model wrote them
-                # Third-party text (memory, a web page) is quoted always; the scan still runs,
-                # for the flag and the audit.
-                content = safety.guard(
-                    outcome.content, source=f"tool {call.name}", quote_all=tools.untrusted_output(call.name)
+                outcome = _run_tool(
+                    call, tools=tools, ctx=ctx, workspace=workspace, budget=budget, result=result
                 )
-                outcome = outcome.model_copy(update={"content": content})
-                if tools.permits(call.name, workspace):
-                    result.tools_used.append(call.name)
             else:
                 refused += 1
                 outcome = _refused(call, limit)
-            result.messages.append(outcome.model_copy(update={"id": f"{step_id}.r{i}"}))
+            result.messages.append(outcome.model_copy(update={"id": f"{ctx.turn_id}.a{step}.r{i}"}))
+            add(result.messages[-1])
+        pending = []
         if refused:
             result.stopped = ToolCallLimitExceeded(LIMIT_REPLY.format(limit=limit))
             return reply(result.stopped.message)
+        if finished is not None and finished():
+            return result
+
+
+def _run_tool(
+    call: ToolCall,
+    *,
+    tools: ToolRegistry,
+    ctx: ToolContext,
+    workspace: WorkspaceConfig,
+    budget: TurnBudget | None,
+    result: LoopResult,
+) -> ToolResultMessage:
+    if budget is not None:
+        budget.charge_tool_call()
+    # The arguments as the model wrote them; the call's id on the context, for a tool that keys
+    # its side effects on it (shared.agent.steps).
+    outcome = tools.execute(call, replace(ctx, call_id=call.id), workspace)
+    # Third-party text (memory, a web page) is quoted always; the scan still runs, for the flag
+    # and the audit.
+    content = result.safety.guard(
+        outcome.content, source=f"tool {call.name}", quote_all=tools.untrusted_output(call.name)
+    )
+    if tools.permits(call.name, workspace):
+        result.tools_used.append(call.name)
+    return outcome.model_copy(update={"content": content})
 
 
 def call_model(

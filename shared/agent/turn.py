@@ -71,7 +71,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
 from shared.agent.commands import answer_command
@@ -96,6 +96,7 @@ from shared.agent.preflight import (
     user_message,
 )
 from shared.agent.reply import outbound, redacted, send
+from shared.agent.steps import DurableSteps
 from shared.agent.window import origin_of, split_window
 from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
@@ -105,7 +106,7 @@ from shared.channels.senders import SenderRegistry
 from shared.clock import utcnow
 from shared.config import Settings
 from shared.deadline import before, current, deadline, remaining
-from shared.errors import ProviderError
+from shared.errors import ProviderError, SigilError
 from shared.identity import aliases_of
 from shared.memory.scope import is_group, owner_scope, recall_scope
 from shared.models import (
@@ -139,6 +140,27 @@ UNDELIVERED = "the apology could not be delivered"
 log = logging.getLogger("sigil.turn")
 
 
+class TaskSteps(Protocol):
+    """Delegated tasks' items (shared.tasks.runner): a composition root that offers the delegate
+    tool sets it, and the lanes' items for a task reach it through run_turn and give_up_turn."""
+
+    def run(self, deps: TurnDeps, item: LaneItem) -> AuditRecord:
+        """A task's step (TaskEvent kind "step"): the task's next model and tool calls."""
+        ...
+
+    def give_up(self, deps: TurnDeps, item: LaneItem, last_error: str | None) -> AuditRecord | None:
+        """A step dead-lettered on its last delivery: the task fails and its outcome is told."""
+        ...
+
+    def told(self, deps: TurnDeps, item: LaneItem) -> None:
+        """The parent's turn for a task's outcome has run: the outcome is delivered."""
+        ...
+
+    def note(self, deps: TurnDeps, workspace: WorkspaceConfig, inbound: InboundMessage) -> str:
+        """What the system prompt says of the session's tasks waiting for the user ("" for none)."""
+        ...
+
+
 @dataclass
 class TurnDeps:
     backend: Backend
@@ -161,6 +183,8 @@ class TurnDeps:
     # Tools of the workspace's own, added to `tools` for its turns: its MCP servers' exposed tools
     # (shared.tools.mcp.McpToolbox). None: none.
     workspace_tools: Callable[[WorkspaceConfig], Sequence[Tool[Any]]] | None = None
+    # Delegated tasks (shared.tasks): None where the root offers no delegate tool.
+    task_steps: TaskSteps | None = None
 
 
 @dataclass(frozen=True)
@@ -171,9 +195,22 @@ class _Ending:
     new: list[Message] | None
     updates: dict[str, Any] = field(default_factory=dict)  # the tools' session changes
     fresh: bool = False  # roll the whole window into memory (the /new command)
+    resumed: bool = False  # it saved (or resumed from) durable steps, to clear after the commit
 
 
 def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
+    if item.task is not None and item.task.kind == "step":
+        # A task's step on its own lane: not a turn of the conversation (shared.tasks.runner).
+        if deps.task_steps is None:
+            raise SigilError("a task's step reached an agent that runs no tasks")
+        return deps.task_steps.run(deps, item)
+    record = _run_turn(deps, item)
+    if item.task is not None and item.task.kind == "outcome" and deps.task_steps is not None:
+        deps.task_steps.told(deps, item)
+    return record
+
+
+def _run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     started = time.monotonic()
     # The work ends a little before the deadline in scope (the caller's), so that an attempt it
     # cuts is still audited, and its spending settled, by that deadline.
@@ -206,6 +243,9 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 budget=turn.budget,
                 fresh=end.fresh,
             )
+            if isinstance(step, Proceed) and deps.backend.steps is not None and end.resumed:
+                # Committed: the steps that would have resumed it are done with.
+                deps.backend.steps.clear(turn.workspace.id, turn.id)
     except ProviderError as exc:
         # A failed model call (or an embedding for the commit's index) commits nothing: the
         # attempt is audited on its own and the lane retries the item.
@@ -242,6 +282,8 @@ def give_up_turn(deps: TurnDeps, item: LaneItem, *, last_error: str | None = Non
     `last_error` (the lane's, when it has one) is noted on the audit record too: the SQS
     dead-letter queue keeps no reason, and `sigil dlq` finds it there (docs/dead-letters.md).
     """
+    if item.task is not None and item.task.kind == "step":
+        return deps.task_steps.give_up(deps, item, last_error) if deps.task_steps else None
     started = time.monotonic()
     inbound, turn = item.inbound, turn_id_for(item)
     workspace, sender = resolve(deps.backend, inbound, deps.clock())
@@ -356,15 +398,21 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         recent=[*window, step.user],
         selection=selection.text,
     )
+    # A task waiting for the user's answer (shared.tasks): noted after the cached prefix.
+    waiting = deps.task_steps.note(deps, turn.workspace, inbound) if deps.task_steps else ""
     request = ChatRequest(
         model=step.model,
-        system=prompt.text,
+        system=f"{prompt.text}\n\n{waiting}" if waiting else prompt.text,
         cache_prefix=len(prompt.static),
         messages=[*window, step.user],
         tools=tools,
         cache_key=prompt_cache_key(inbound),
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
+    # Each tool step saved as it completes: a turn cut by the deadline continues after its last
+    # completed tool call on the next delivery (shared.agent.steps).
+    log = deps.backend.steps
+    steps = DurableSteps(log, turn.workspace.id, turn.id, replies=False) if log is not None else None
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
     # the final text once.
@@ -385,6 +433,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
             on_text=redacted(shown, turn.safety),
             safety=turn.safety,
             budget=turn.budget,
+            steps=steps,
         ),
         origin=origin_of(inbound),
     )
@@ -394,7 +443,8 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         audited = {"context": selection.picks, "context_ms": selection.elapsed_ms}
         record = record.model_copy(update={"context_mode": selection.mode, **audited})
     kept = [] if step.kept else [step.user]
-    return _Ending(record, [*kept, *result.messages], ctx.session_updates)
+    resumed = steps is not None and bool(steps.saved)
+    return _Ending(record, [*kept, *result.messages], ctx.session_updates, resumed=resumed)
 
 
 def tools_for(deps: TurnDeps, workspace: WorkspaceConfig) -> ToolRegistry:

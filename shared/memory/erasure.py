@@ -26,6 +26,12 @@ and:
   neighbour texts this process remembers for the workspace's next roll-out
   (`RECENT_TAILS.forget`), so none of their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
+- delegated tasks (docs/delegation.md): those of their sessions are deleted with their steps and
+  their sessions' scratchpads; in others' sessions, a task they delegated loses its brief, its
+  parent message, their answer and their sender id (and is cancelled if it still runs), and its
+  steps are deleted; others' tasks and scratchpad entries are scrubbed of their names, and a
+  finished task's steps that name them are deleted (a running one's stay until it ends or they
+  expire, STEP_TTL_S). The steps of a turn (keyed by its turn id) expire the same way;
 - the audit log is anonymised, not deleted: records keep the workspace's accounting (time,
   model, tools, tokens, cost, outcome) and lose user, session, event id and error text
   (AuditLog.anonymise);
@@ -62,7 +68,7 @@ from typing import TYPE_CHECKING, Final
 
 from pydantic import BaseModel
 
-from shared.errors import ConcurrencyConflict
+from shared.errors import ConcurrencyConflict, StaleTask
 from shared.memory.fact_keys import drop_fact_keys
 from shared.memory.facts import fact_index_doc
 from shared.memory.keys import normalize_key
@@ -81,9 +87,11 @@ from shared.models import (
     Triple,
     UserMessage,
 )
+from shared.models.tasks import Task
 
 if TYPE_CHECKING:
     from shared.backend import Backend
+    from shared.ports import StepLog, TaskStore
 
 log = logging.getLogger("sigil.memory.erasure")
 
@@ -113,6 +121,14 @@ class ErasureReport(BaseModel):
     identities_deleted: int = 0
     # Their reminders and scheduled tasks (shared.schedules): each carries their words.
     schedules_cancelled: int = 0
+    # Delegated tasks (docs/delegation.md): those of their sessions, with their steps and their
+    # sessions' scratchpads, deleted; in others' sessions, the ones they asked for or that name
+    # them rewritten (and cancelled when theirs and still running).
+    tasks_deleted: int = 0
+    tasks_redacted: int = 0
+    task_steps_deleted: int = 0
+    scratchpad_entries_deleted: int = 0
+    scratchpad_entries_scrubbed: int = 0
     # Others' data that named them, rewritten without it.
     messages_scrubbed: int = 0
     summaries_scrubbed: int = 0
@@ -272,6 +288,91 @@ def _redact_window(backend: Backend, session: Session, person: _Person) -> bool:
                 return False
             session = fresh
     raise ConcurrencyConflict(f"session {session.id} kept changing; run the erasure again")
+
+
+def _erase_tasks(
+    backend: Backend, workspace_id: str, person: _Person, owned: set[str], report: ErasureReport
+) -> None:
+    """Delegated tasks, their steps and the scratchpads: deleted for their own sessions; in
+    others' sessions, the tasks they delegated lose their words (and are cancelled if running),
+    the others' tasks and scratchpad entries lose their names."""
+    tasks, steps, scratchpad = backend.tasks, backend.steps, backend.scratchpad
+    if tasks is None:
+        return
+    for task in tasks.list_tasks(workspace_id, limit=_ALL):
+        if task.session_id in owned:
+            if steps is not None:
+                report.task_steps_deleted += steps.clear(workspace_id, task.id)
+            continue
+        theirs = task.parent.sender.id in person.sender_ids
+        if steps is not None and (theirs or (task.terminal and _steps_name(steps, task, person))):
+            # A step log is append-only: what names them goes whole. A running task delegated by
+            # someone else keeps its steps until it ends and clears them (or they expire).
+            report.task_steps_deleted += steps.clear(workspace_id, task.id)
+        if _redact_task(tasks, task, person, theirs=theirs):
+            report.tasks_redacted += 1
+    for session_id in sorted(owned):
+        report.tasks_deleted += tasks.delete_session(workspace_id, session_id)
+        if scratchpad is not None:
+            report.scratchpad_entries_deleted += scratchpad.delete_session(workspace_id, session_id)
+    if scratchpad is None:
+        return
+    others = {t.session_id for t in tasks.list_tasks(workspace_id, limit=_ALL)} - owned
+    for session_id in sorted(others):
+        for key in scratchpad.list_keys(workspace_id, session_id):
+            text = scratchpad.get(workspace_id, session_id, key)
+            if text is not None and (scrubbed := person.scrub(text)) != text:
+                scratchpad.put(workspace_id, session_id, key, scrubbed)
+                report.scratchpad_entries_scrubbed += 1
+
+
+def _steps_name(steps: StepLog, task: Task, person: _Person) -> bool:
+    return any(person.scrub_message(m) != m for m in steps.load(task.workspace_id, task.id))
+
+
+def _scrub_task(task: Task, person: _Person, *, theirs: bool) -> Task:
+    scrub = person.scrub
+    result = task.result
+    if result is not None:
+        result = result.model_copy(
+            update={
+                "summary": scrub(result.summary),
+                "findings": [f.model_copy(update={"text": scrub(f.text)}) for f in result.findings],
+            }
+        )
+    update: dict[str, object] = {
+        "brief": ERASED_TEXT if theirs else scrub(task.brief),
+        "question": person.scrub_opt(task.question),
+        "answer": ERASED_TEXT if theirs and task.answer is not None else person.scrub_opt(task.answer),
+        "error": person.scrub_opt(task.error),
+        "result": result,
+    }
+    if theirs:
+        parent = task.parent
+        sender = parent.sender.model_copy(update={"id": ERASED_TEXT, "name": None})
+        update["parent"] = parent.model_copy(update={"text": ERASED_TEXT, "sender": sender})
+        # A running task of theirs stops: it would go on under an identity that no longer exists.
+        update["cancel_requested"] = task.cancel_requested or not task.terminal
+    else:
+        update["parent"] = task.parent.model_copy(update={"text": scrub(task.parent.text)})
+    return task.model_copy(update=update)
+
+
+def _redact_task(tasks: TaskStore, task: Task, person: _Person, *, theirs: bool) -> bool:
+    for _ in range(_SAVE_ATTEMPTS):
+        scrubbed = _scrub_task(task, person, theirs=theirs)
+        if scrubbed == task:
+            return False
+        try:
+            tasks.save(scrubbed)
+            return True
+        except StaleTask:
+            # Its runner saved meanwhile: redo it on the task as it now is.
+            fresh = tasks.get(task.workspace_id, task.id)
+            if fresh is None:
+                return False
+            task = fresh
+    raise StaleTask(f"task {task.id} kept changing; run the erasure again")
 
 
 def _unindex(backend: Backend, workspace_id: str, ids: Iterable[str]) -> int:
@@ -476,6 +577,7 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
             report.sessions_deleted += 1
         elif _redact_window(backend, session, person):
             report.windows_redacted += 1
+    _erase_tasks(backend, workspace_id, person, found.owned, report)
 
     report.audit_records_anonymised = backend.audit.anonymise(
         workspace_id, user_id=user_id, session_ids=sorted(found.owned)

@@ -947,10 +947,17 @@ class LaneItem(Model):
 
     @property
     def group_id(self) -> str:
+        # A task's steps run on the task's own lane, so the session and the task never wait for
+        # each other; its outcome and questions go on the session's (TaskEvent).
+        if self.task is not None and self.task.kind == "step":
+            return f"{self.inbound.workspace_id}.task.{self.task.task_id}"
         return self.inbound.lane_key
 
     @property
     def dedup_id(self) -> str:
+        if self.task is not None and self.task.kind == "step":
+            # One per continuation: a redelivered step is dropped, the next one is not.
+            return f"{self.inbound.workspace_id}.task.{self.task.task_id}.{self.task.seq}"
         return f"{self.inbound.workspace_id}.{self.inbound.channel}.{self.inbound.event_id}"
 
 
@@ -1041,6 +1048,10 @@ class AuditRecord(Model):
     context_ms: float | None = None
     # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
     correlation_id: str | None = None
+    # A delegated task's invocation (shared.tasks): its task, and the turn that delegated it (the
+    # correlation id is that turn's too).
+    task_id: str | None = None
+    parent_turn_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     # What a replay needs of the turn (TurnTrace); None on records written before it existed.
     trace: TurnTrace | None = None

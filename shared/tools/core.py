@@ -57,6 +57,9 @@ class ToolContext:
     # What a tool asks the turn's audit record to carry (run_python's resource use): the loop
     # hands it to the record (LoopResult.sandbox).
     sandbox_usage: list[SandboxUsage] = field(default_factory=list)
+    # The call being run (the model's id for it, the same on every delivery of a turn or a task's
+    # step: shared.agent.steps): with turn_id, the key of a tool's side effects.
+    call_id: str | None = None
 
 
 ToolFunction = Callable[[A, ToolContext], ToolOutput]
