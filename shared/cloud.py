@@ -163,6 +163,9 @@ def turn_deps() -> TurnDeps:
     from shared.memory.tacit import TacitFacts
     from shared.providers import cached_provider_factory
     from shared.skills import with_skill_cache
+    from shared.tasks.runner import TaskRunner
+    from shared.tasks.tools import ORCHESTRATOR_TOOLS
+    from shared.tools.builtin import agent_registry
     from shared.tools.mcp import McpToolbox
     from shared.workspace_cache import with_workspace_cache
 
@@ -191,6 +194,9 @@ def turn_deps() -> TurnDeps:
         personality=LearnedPersonality(backend.memory),
         # The workspaces' remote MCP servers; no stdio connector: a Lambda starts no program.
         workspace_tools=McpToolbox(backend.secrets),
+        # Delegation (shared.tasks): the delegate tool, and the runner of the tasks' steps.
+        tools=agent_registry().extended(*ORCHESTRATOR_TOOLS),
+        task_steps=TaskRunner(),
     )
 
 

@@ -52,6 +52,9 @@ from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, OutboxEntry, new_workspace
 from shared.providers import build_provider, cached_provider_factory
+from shared.tasks.runner import TaskRunner
+from shared.tasks.tools import ORCHESTRATOR_TOOLS
+from shared.tools.builtin import agent_registry
 from shared.tools.mcp import McpToolbox
 from shared.workspace_cache import with_workspace_cache
 
@@ -109,6 +112,9 @@ class LocalGateway:
             personality=LearnedPersonality(self.backend.memory),
             # The workspaces' MCP servers; stdio ones too, here only (shared.local.mcp_stdio).
             workspace_tools=McpToolbox(self.backend.secrets, stdio=stdio_transport),
+            # Delegation (shared.tasks): the delegate tool, and the runner of the tasks' steps.
+            tools=agent_registry().extended(*ORCHESTRATOR_TOOLS),
+            task_steps=TaskRunner(),
         )
         self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
         self.runner = EmbeddedLaneRunner(

@@ -31,7 +31,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from shared.agent.audit import audit_record
@@ -90,7 +89,9 @@ class TaskRunner:
         if task is None:
             return None
         if not task.terminal:
-            task = _end(deps, task, "failed", error=f"its step failed on every delivery: {last_error or ''}"[:500])
+            task = _end(
+                deps, task, "failed", error=f"its step failed on every delivery: {last_error or ''}"[:500]
+            )
         _tell(deps, task)
         return None
 
@@ -115,12 +116,29 @@ class TaskRunner:
             for t in tasks.list_tasks(workspace.id, session_id=inbound.session_id, active=True)
             if t.status == "waiting_user"
         ]
+        safety = Safety(pii=workspace.pii_redaction)
         return "".join(
             f"Task {t.id} ({t.role}) is waiting for the user's answer to its question: "
-            f"{Safety(pii=workspace.pii_redaction).guard(t.question or '', source=f'task {t.id}', quote_all=True)}\n"
+            f"{safety.guard(t.question or '', source=f'task {t.id}', quote_all=True)}\n"
             "If the user's message answers it, call answer_task with the task's id and the answer.\n"
             for t in waiting
         )
+
+
+@dataclass
+class _Invocation:
+    """One invocation of a task: what its loop, its end and its audit record share."""
+
+    deps: TurnDeps
+    item: LaneItem
+    task: Task
+    role: RoleConfig
+    workspace: WorkspaceConfig
+    user_id: str
+    steps: DurableSteps
+    budget: TurnBudget
+    started: float
+    model_ref: str = ""
 
 
 def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
@@ -145,39 +163,36 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     task = tasks.save(task.model_copy(update={"status": "running", "updated_at": utcnow()}))
     steps = DurableSteps(steps_log, task.workspace_id, task.id)
     if task.answer is not None:  # the user's answer to its question, as the next step
-        steps.record(UserMessage(id=f"{task.id}.answer{task.invocations}", content=task.answer))
+        answer_id = f"{task.id}.answer{task.invocations}"
+        if not any(m.id == answer_id for m in steps.saved):
+            steps.record(UserMessage(id=answer_id, content=task.answer))
         task = tasks.save(task.model_copy(update={"answer": None, "question": None}))
-    budget = TurnBudget(backend.budgets, task.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock)
-    provider, model = deps.provider_factory(model_for(workspace, role))
+    budget = TurnBudget(
+        backend.budgets, task.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock
+    )
+    run = _Invocation(deps, item, task, role, workspace, sender.user_id, steps, budget, started)
     result: LoopResult | None = None
     try:
         if _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}:
             with deadline(before(current(), SAVE_MARGIN_S)):
-                result = _loop(deps, task, role, workspace, sender.user_id, steps, budget, provider, model)
+                result = _loop(run)
     except DeadlineExceeded:
         # Near the invocation's end (or a call cut by it): save, and continue in the next one.
-        task = _save_usage(deps, task, steps, budget, None, invocations=1)
-        backend.lanes.submit(_next(task))
-        return _audit(deps, task, item, started, sender.user_id, f"{provider.name}/{model}", None, budget, "ok")
+        run.task = _save_usage(run)
+        backend.lanes.submit(step_item(run.task, run.task.invocations))
+        return _audit(run, None, "ok")
     finally:
         settle(budget)
-    task = _save_usage(deps, task, steps, budget, result, invocations=1)
-    _finish(deps, task, workspace, role, steps, result)
-    return _audit(deps, task, item, started, sender.user_id, f"{provider.name}/{model}", result, budget, None)
+    run.task = _save_usage(run)
+    _finish(run, result)
+    return _audit(run, result, None)
 
 
-def _loop(
-    deps: TurnDeps,
-    task: Task,
-    role: RoleConfig,
-    workspace: WorkspaceConfig,
-    user_id: str,
-    steps: DurableSteps,
-    budget: TurnBudget,
-    provider: Any,
-    model: str,
-) -> LoopResult:
-    scope = recall_scope_for(deps.backend, workspace, task.parent, user_id)
+def _loop(run: _Invocation) -> LoopResult:
+    deps, task, role, workspace = run.deps, run.task, run.role, run.workspace
+    provider, model = deps.provider_factory(model_for(workspace, role))
+    run.model_ref = f"{provider.name}/{model}"
+    scope = recall_scope_for(deps.backend, workspace, task.parent, run.user_id)
     safety = Safety(pii=workspace.pii_redaction)
     allowed = [t for t in role.tools if t not in NEVER and permitted(workspace, t)]
     allowed += [FINISH_TASK, *([ASK_USER] if role.interactive else [])]
@@ -197,14 +212,15 @@ def _loop(
     ctx = ToolContext(
         workspace_id=task.workspace_id,
         session_id=task.session_id,
-        user_id=user_id,
+        user_id=run.user_id,
         turn_id=task.id,
         backend=deps.backend,
         scope=scope,
-        owner=owner_for(task.parent, user_id),
+        owner=owner_for(task.parent, run.user_id),
         now=deps.clock,
         inbound=task.parent,
     )
+    steps = run.steps
     return run_loop(
         provider,
         request,
@@ -212,7 +228,7 @@ def _loop(
         ctx,
         as_role,
         safety=safety,
-        budget=budget,
+        budget=run.budget,
         steps=steps,
         # A cancel asked meanwhile ends it between steps, not only at the next invocation.
         finished=lambda: _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task),
@@ -239,26 +255,24 @@ def _stopped(task: Task, role: RoleConfig | None) -> tuple[str, str] | None:
     return None
 
 
-def _finish(
-    deps: TurnDeps,
-    task: Task,
-    workspace: WorkspaceConfig,
-    role: RoleConfig,
-    steps: DurableSteps,
-    result: LoopResult | None,
-) -> None:
+def _finish(run: _Invocation, result: LoopResult | None) -> None:
     """After a loop that ended: the task's end (or its question), told on the parent's lane."""
+    deps, task, steps = run.deps, run.task, run.steps
+    tasks = deps.backend.tasks
+    assert tasks is not None
     if _cancel_asked(deps, task):
-        fresh = deps.backend.tasks.get(task.workspace_id, task.id)  # type: ignore[union-attr]
-        _tell(deps, _end(deps, fresh or task, "cancelled", error="cancelled on request"))
+        _tell(
+            deps,
+            _end(
+                deps, tasks.get(task.workspace_id, task.id) or task, "cancelled", error="cancelled on request"
+            ),
+        )
         return
     last = _last_tool(steps.saved)
     if last == ASK_USER:
-        question = _call_args(steps.saved, ASK_USER).get("question", "")
-        task = deps.backend.tasks.save(  # type: ignore[union-attr]
-            task.model_copy(update={"status": "waiting_user", "question": str(question)[:1000]})
-        )
-        deps.backend.lanes.submit(question_item(task, pii=workspace.pii_redaction))
+        question = str(_call_args(steps.saved, ASK_USER).get("question", ""))[:1000]
+        task = tasks.save(task.model_copy(update={"status": "waiting_user", "question": question}))
+        deps.backend.lanes.submit(question_item(task, pii=run.workspace.pii_redaction))
         return
     if result is not None and result.budget_denied is not None:
         _tell(deps, _end(deps, task, "budget_exhausted", error=result.budget_denied))
@@ -273,15 +287,15 @@ def _finish(
         reply = steps.answered()
         text = reply.content if reply is not None else ""
         summary, findings, confidence = (text or "(no answer)")[:SUMMARY_MAX_CHARS], [], 0.5
-    key = f"task/{task.id}"
-    if deps.backend.scratchpad is not None:
-        deps.backend.scratchpad.put(task.workspace_id, task.session_id, key, full_output(steps.saved, findings))
+    key, pad = f"task/{task.id}", deps.backend.scratchpad
+    if pad is not None:
+        pad.put(task.workspace_id, task.session_id, key, full_output(steps.saved, findings))
     outcome = TaskResult(
         summary=summary,
         findings=findings,
         confidence=confidence,
         usage=task.usage,
-        scratchpad_keys=[key] if deps.backend.scratchpad is not None else [],
+        scratchpad_keys=[key] if pad is not None else [],
     )
     _tell(deps, _end(deps, task, "done", result=outcome))
 
@@ -299,14 +313,18 @@ def full_output(steps: list[Message], findings: list[Finding]) -> str:
     return "\n\n".join(parts)
 
 
-def _end(deps: TurnDeps, task: Task, status: str, *, error: str | None = None, result: TaskResult | None = None) -> Task:
+def _end(
+    deps: TurnDeps, task: Task, status: str, *, error: str | None = None, result: TaskResult | None = None
+) -> Task:
     """Set `task` terminal (whatever another writer did first: a cancel is the one that races)."""
     tasks = deps.backend.tasks
     assert tasks is not None
     for _ in range(3):
         try:
             return tasks.save(
-                task.model_copy(update={"status": status, "error": error, "result": result, "updated_at": utcnow()})
+                task.model_copy(
+                    update={"status": status, "error": error, "result": result, "updated_at": utcnow()}
+                )
             )
         except StaleTask:
             fresh = tasks.get(task.workspace_id, task.id)
@@ -323,33 +341,29 @@ def _tell(deps: TurnDeps, task: Task) -> None:
         deps.backend.lanes.submit(outcome_item(task, pii=workspace.pii_redaction))
 
 
-def _save_usage(
-    deps: TurnDeps, task: Task, steps: DurableSteps, budget: TurnBudget, result: LoopResult | None, *, invocations: int
-) -> Task:
+def _save_usage(run: _Invocation) -> Task:
     """The task with this invocation counted: its steps, its usage (what the budget charged)."""
-    spent = budget.spent
+    task, saved, spent = run.task, run.steps.saved, run.budget.spent
     usage = TaskUsage(
-        model_calls=sum(isinstance(m, AssistantMessage) for m in steps.saved),
-        tool_calls=sum(isinstance(m, ToolResultMessage) for m in steps.saved),
+        model_calls=sum(isinstance(m, AssistantMessage) for m in saved),
+        tool_calls=sum(isinstance(m, ToolResultMessage) for m in saved),
         tokens_in=task.usage.tokens_in + spent.tokens_in,
         tokens_out=task.usage.tokens_out + spent.tokens_out,
         usd=task.usage.usd + spent.usd,
     )
-    update = {"steps": len(steps.saved), "invocations": task.invocations + invocations, "usage": usage}
+    update = {"steps": len(saved), "invocations": task.invocations + 1, "usage": usage}
+    tasks = run.deps.backend.tasks
+    assert tasks is not None
     for _ in range(3):
         try:
-            return deps.backend.tasks.save(task.model_copy(update={**update, "updated_at": utcnow()}))  # type: ignore[union-attr]
+            return tasks.save(task.model_copy(update={**update, "updated_at": utcnow()}))
         except StaleTask:
-            fresh = deps.backend.tasks.get(task.workspace_id, task.id)  # type: ignore[union-attr]
+            fresh = tasks.get(task.workspace_id, task.id)
             if fresh is None:
                 raise
-            # A cancel asked meanwhile: kept, and the next step stops on it.
-            task = fresh.model_copy(update={"invocations": task.invocations})
+            # A cancel asked meanwhile is kept (the next step stops on it); the rest is this run's.
+            task = fresh
     raise StaleTask(f"task {task.id} kept changing while it was saved")
-
-
-def _next(task: Task) -> LaneItem:
-    return step_item(task, task.invocations)
 
 
 def _last_tool(steps: list[Message]) -> str | None:
@@ -387,28 +401,19 @@ def _skipped(task: Task | None, item: LaneItem, started: float) -> AuditRecord:
     )
 
 
-def _audit(
-    deps: TurnDeps,
-    task: Task,
-    item: LaneItem,
-    started: float,
-    user_id: str,
-    model: str,
-    result: LoopResult | None,
-    budget: TurnBudget,
-    outcome: str | None,
-) -> AuditRecord:
+def _audit(run: _Invocation, result: LoopResult | None, outcome: str | None) -> AuditRecord:
     """This invocation's own record, linked to the parent turn (its id, the correlation id)."""
+    task, item = run.task, run.item
     assert item.task is not None
     record = audit_record(
         item.inbound,
         f"{task.id}.{item.task.seq}",
-        started,
+        run.started,
         outcome or (result.outcome if result is not None else "ok"),  # type: ignore[arg-type]
-        user_id=user_id,
-        model=model,
+        user_id=run.user_id,
+        model=run.model_ref or None,
         loop=result,
-        budget=budget,
+        budget=run.budget,
     )
     record = record.model_copy(
         update={
@@ -418,5 +423,5 @@ def _audit(
             "parent_turn_id": task.parent_turn_id,
         }
     )
-    deps.backend.audit.append(record)
+    run.deps.backend.audit.append(record)
     return record
