@@ -14,7 +14,9 @@ from decimal import Decimal
 
 import pytest
 
-from shared.models import AuditRecord
+from shared.channels.commands import from_text
+from shared.local.gateway import LocalGateway
+from shared.models import AuditRecord, InboundMessage, LaneItem, Sender
 from shared.models.tasks import Task, TaskUsage
 from tests.integration.test_chat_commands import (  # noqa: F401 - the fixtures `stack` draws on
     WS,
@@ -24,7 +26,9 @@ from tests.integration.test_chat_commands import (  # noqa: F401 - the fixtures 
     local_gateway,
     on_lambda,
 )
+from tests.integration import test_delegation as delegation
 from tests.integration.test_cli_tasks import a_task
+from tests.integration.test_delegation import gateway, script  # noqa: F401 - their fixtures
 
 
 @pytest.fixture(params=["local", "lambda"])
@@ -100,3 +104,56 @@ def test_tasks_says_when_the_conversation_has_none(stack: Deployment) -> None:
     chat = WebChat(stack)
     assert answer(chat, lambda: chat.command("tasks")) == "No delegated tasks in this conversation."
     assert "/tasks [show|cancel <id>]" in answer(chat, lambda: chat.command("help"))
+
+
+# ---------------------------------------------------------------- against a running task
+
+
+def command(gw: LocalGateway, event_id: str, text: str) -> None:
+    """`text` typed on the web channel: a command, as the webhook recognises it."""
+    found = from_text(text)
+    assert found is not None
+    inbound = InboundMessage(
+        event_id=event_id,
+        channel="web",
+        workspace_id=delegation.WS,
+        session_id=delegation.SESSION,
+        sender=Sender(id="alice"),
+        chat_id="demo",
+        text=text,
+        command=found,
+    )
+    gw.backend.lanes.submit(LaneItem(inbound=inbound, correlation_id=f"req-{event_id}"))
+
+
+def test_tasks_cancel_stops_a_running_task_before_its_next_step_and_the_user_is_told(
+    gateway: LocalGateway, script: delegation.Script
+) -> None:
+    gw = gateway
+    replies = delegation.replies
+    # Given a researcher that has made its first lookup and is held in its second model call
+    delegation.say(gw, "e1", "Please research the tides, I may cancel")
+    delegation.wait_for(lambda: len(replies(gw)) == 1 and delegation.LOOKUPS, lambda: replies(gw))
+    task = delegation.only_task(gw)
+    # When the user lists their tasks and cancels it
+    command(gw, "e2", "/tasks")
+    delegation.wait_for(lambda: len(replies(gw)) == 2, lambda: replies(gw))
+    assert f"- {task.id}  researcher  running" in replies(gw)[1]
+    command(gw, "e3", f"/tasks cancel {task.id}")
+    delegation.wait_for(lambda: len(replies(gw)) == 3, lambda: replies(gw))
+    assert (
+        replies(gw)[2] == f"Cancelling {task.id}: it stops before its next step, and you will be told here."
+    )
+    script.release.set()
+    # Then the task stops after the step in flight: no lookup after the cancel
+    delegation.wait_for(lambda: delegation.only_task(gw).outcome_delivered, lambda: delegation.only_task(gw))
+    ended = delegation.only_task(gw)
+    assert ended.status == "cancelled" and delegation.LOOKUPS == ["tides 1", "tides 2"]
+    # And the user is told once, in the same conversation
+    delegation.wait_for(lambda: len(replies(gw)) == 4, lambda: replies(gw))
+    assert replies(gw)[3].startswith(f"Update on your task: [Task {task.id} (researcher) was cancelled")
+    # And /tasks then shows it ended, and a second cancel says so
+    command(gw, "e4", f"/tasks cancel {task.id}")
+    delegation.wait_for(lambda: len(replies(gw)) == 5, lambda: replies(gw))
+    assert replies(gw)[4] == f"Task {task.id} has already ended (cancelled)."
+    assert len([r for r in replies(gw) if task.id in r and "was cancelled" in r]) == 1
