@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 import pytest
+from moto import mock_aws
 
+from shared.adapters.aws.dynamodb import DynamoScratchpad, DynamoStepLog, DynamoTaskStore, create_tables
 from shared.adapters.embedded import build_embedded_backend
 from shared.adapters.embedded.db import Database
 from shared.adapters.embedded.scratchpad import SqliteScratchpad
@@ -22,6 +25,7 @@ from shared.errors import BadRequest, StaleTask, TaskCapReached
 from shared.models import AssistantMessage
 from shared.models.tasks import SCRATCHPAD_MAX_BYTES, STEP_TTL_S, TaskResult, TaskUsage
 from shared.ports import Scratchpad, StepLog, TaskStore
+from tests.support import moto_aws
 
 from .builders import conversation, task
 
@@ -57,8 +61,24 @@ def sqlite_stores(tmp_path: Path) -> Iterator[Stores]:
         db.close()
 
 
+@contextlib.contextmanager
+def dynamo_stores(tmp_path: Path) -> Iterator[Stores]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        # The tables exactly as the stack and the other adapters define them.
+        create_tables(client, sessions_table="sigil-sessions", memory_table="sigil-memory")
+        now = Now()
+        yield Stores(
+            DynamoTaskStore("sigil-sessions", client=client),
+            DynamoStepLog("sigil-sessions", client=client, now=now),
+            DynamoScratchpad("sigil-sessions", client=client),
+            now,
+        )
+
+
 FACTORIES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Stores]]] = {
     "embedded": sqlite_stores,
+    "aws": dynamo_stores,
 }
 
 
@@ -247,6 +267,29 @@ def test_a_cap_of_zero_refuses_every_task(stores: Stores, ws_a: str) -> None:
     assert stores.tasks.list_tasks(ws_a) == []
 
 
+def test_an_ended_task_is_never_live_again(stores: Stores, ws_a: str) -> None:
+    created = stores.tasks.create(
+        task(ws_a, task_id="t1"), max_per_session=SESSION_CAP, max_per_workspace=WORKSPACE_CAP
+    )
+    ended = stores.tasks.save(created.model_copy(update={"status": "failed", "error": "boom"}))
+    with pytest.raises(ValueError, match="has ended"):
+        stores.tasks.save(ended.model_copy(update={"status": "running"}))
+    stored = stores.tasks.get(ws_a, "t1")
+    assert stored == ended
+    # It holds no slot: the session's three are free.
+    for _ in range(SESSION_CAP):
+        _create(stores.tasks, ws_a, "s1")
+
+
+def test_a_task_cannot_move_to_another_session(stores: Stores, ws_a: str) -> None:
+    created = stores.tasks.create(
+        task(ws_a, "s1", "t1"), max_per_session=SESSION_CAP, max_per_workspace=WORKSPACE_CAP
+    )
+    with pytest.raises(ValueError, match="belongs to session s1"):
+        stores.tasks.save(created.model_copy(update={"session_id": "s2", "status": "done"}))
+    assert stores.tasks.get(ws_a, "t1") == created
+
+
 def test_list_is_newest_first_and_filters(stores: Stores, ws_a: str) -> None:
     for minute, (tid, sid) in enumerate([("t0", "s1"), ("t1", "s2"), ("t2", "s1"), ("t3", "s1")]):
         _create(stores.tasks, ws_a, sid, task_id=tid, created=minute)
@@ -428,3 +471,13 @@ def test_the_embedded_backend_provides_the_three_stores(tmp_path: Path) -> None:
         assert isinstance(backend.scratchpad, SqliteScratchpad)
     finally:
         backend.close()
+
+
+def test_the_aws_backend_provides_the_three_stores(tmp_path: Path) -> None:
+    with moto_aws.contract_backend(tmp_path / "aws") as (backend, _drain):
+        assert isinstance(backend.tasks, DynamoTaskStore)
+        assert isinstance(backend.steps, DynamoStepLog)
+        assert isinstance(backend.scratchpad, DynamoScratchpad)
+        # In the sessions table the stack declares, reached with the functions' settings.
+        made = backend.tasks.create(task("ws1"), max_per_session=1, max_per_workspace=1)
+        assert backend.tasks.get("ws1", made.id) == made

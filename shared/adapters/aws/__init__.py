@@ -38,8 +38,11 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         DynamoMemoryStore,
         DynamoOutbox,
         DynamoRouteStore,
+        DynamoScratchpad,
         DynamoSendLedger,
         DynamoSessionStore,
+        DynamoStepLog,
+        DynamoTaskStore,
         DynamoWorkspaceStore,
     )
     from shared.adapters.aws.events import EventBridgeBus
@@ -96,6 +99,11 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
         consolidation=DynamoConsolidationState(settings.sessions_table, region=region),
         # The sessions table: the webhook reads a route per request and already reaches it.
         routes=DynamoRouteStore(settings.sessions_table, region=region),
+        # Delegation in the sessions table too: the caps are counters moved in a task's
+        # transaction, and steps and scratchpads are per turn, task or session, like the outbox.
+        tasks=DynamoTaskStore(settings.sessions_table, region=region),
+        scratchpad=DynamoScratchpad(settings.sessions_table, region=region),
+        steps=DynamoStepLog(settings.sessions_table, region=region),
         skills=S3SkillStore(settings.skills_bucket, region=region)
         if settings.skills_bucket
         else NoSkillsBucket(),

@@ -3,7 +3,8 @@
 The row carries what the store filters on (session, status, whether the task is still active)
 beside the document. The caps are checked inside the create's write transaction (BEGIN
 IMMEDIATE): two delegations racing for the last slot of a session queue on the write lock, and
-the second counts the first. `save` is optimistic on `version`, like sessions.
+the second counts the first. `save` is optimistic on `version`, like sessions; a task that has
+ended is never live again (it freed its slot), as on DynamoDB.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class SqliteTaskStore:
         with self._db.transaction() as conn:
             row = first(
                 conn,
-                "SELECT version, session_id FROM tasks WHERE workspace_id = ? AND task_id = ?",
+                "SELECT version, session_id, active FROM tasks WHERE workspace_id = ? AND task_id = ?",
                 (task.workspace_id, task.id),
             )
             if row is None:
@@ -109,6 +110,9 @@ class SqliteTaskStore:
                 raise StaleTask(f"task {task.id} is at version {row[0]}, not {task.version}")
             if row[1] != task.session_id:
                 raise ValueError(f"task {task.id} belongs to session {row[1]}, not {task.session_id}")
+            if not row[2] and not stored.terminal:
+                # It freed its slot when it ended; live again, it would run uncounted.
+                raise ValueError(f"task {task.id} has ended; it cannot be {stored.status} again")
             conn.execute(
                 "UPDATE tasks SET status = ?, active = ?, version = ?, doc = ? "
                 "WHERE workspace_id = ? AND task_id = ?",

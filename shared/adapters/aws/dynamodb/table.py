@@ -63,7 +63,9 @@ TABLE_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
         "BillingMode": "PAY_PER_REQUEST",
     },
 }
-TABLE_TTL: Final[dict[str, str | None]] = {"sessions": None, "memory": TTL_ATTRIBUTE}
+# Both tables expire items by `ttl`, as the stack declares them: the sessions table's send
+# ledger and durable steps set it (their reads skip what is past it either way).
+TABLE_TTL: Final[dict[str, str | None]] = {"sessions": TTL_ATTRIBUTE, "memory": TTL_ATTRIBUTE}
 
 # DynamoDB's item limit is 400 KB including attribute names and key values. A session's active
 # window (20 messages by default) is far below it unless tool results are huge; keep headroom for
