@@ -617,6 +617,11 @@ class TurnBudget:
     def check(self) -> BudgetDecision:
         return self._decide()
 
+    def check_model_call(self) -> BudgetDecision:
+        """Before a model call (shared.agent.loop): the check, here; a task's budget
+        (shared.tasks.budget) counts the call's expected spending too."""
+        return self.check()
+
     def charge_model_call(
         self, model_ref: str, *, tokens_in: int, tokens_out: int, cache_read: int = 0, cache_write: int = 0
     ) -> BudgetDecision:

@@ -175,7 +175,7 @@ def run_loop(
         if not pending:
             step += 1
             if budget is not None and (step > 1 or check_first):
-                decision = budget.check()
+                decision = budget.check_model_call()
                 if decision.exhausted is not None:
                     result.budget_denied = decision.exhausted.summary
                     return reply(decision.exhausted.message(decision.at))

@@ -171,9 +171,12 @@ def admit(turn: Turn, provider_factory: ProviderFactory) -> Proceed | Stop | Com
         return Stop(reply=exc.message, outcome="model_not_configured", keep_user=keep_user, error=exc.message)
     if (denied := turn.budget.check()).exhausted is not None:
         spent = denied.exhausted
-        return Stop(
-            reply=spent.message(denied.at), outcome="budget_denied", keep_user=keep_user, error=spent.summary
-        )
+        reply = spent.message(denied.at)
+        if (event := turn.item.task) is not None:
+            # A task's outcome or question (shared.tasks) that the model cannot relay: said plainly.
+            ended = "has a question for you" if event.kind == "question" else "has ended"
+            reply = f"Task {event.task_id} {ended} (see /tasks). {reply}"
+        return Stop(reply=reply, outcome="budget_denied", keep_user=keep_user, error=spent.summary)
     return Proceed(provider=provider, model=model, user=user, kept=kept is not None)
 
 

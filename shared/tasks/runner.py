@@ -39,7 +39,6 @@ from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.preflight import resolve
 from shared.agent.steps import DurableSteps
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, tools_for
-from shared.budgets import TurnBudget
 from shared.clock import utcnow
 from shared.deadline import before, current, deadline
 from shared.errors import DeadlineExceeded, SigilError, StaleTask
@@ -57,6 +56,7 @@ from shared.models import (
 from shared.models.tasks import SUMMARY_MAX_CHARS, Finding, Task, TaskResult, TaskUsage
 from shared.providers.base import ChatRequest
 from shared.safety.injection import SYSTEM_PROMPT_NOTE
+from shared.tasks.budget import TaskBudget, expected_call
 from shared.tasks.items import outcome_item, question_item, step_item
 from shared.tasks.roles import model_for, roles_for
 from shared.tasks.tools import ASK_USER, FINISH_TASK, TASK_TOOLS, FinishArgs
@@ -136,7 +136,7 @@ class _Invocation:
     workspace: WorkspaceConfig
     user_id: str
     steps: DurableSteps
-    budget: TurnBudget
+    budget: TaskBudget
     started: float
     model_ref: str = ""
 
@@ -167,8 +167,14 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         if not any(m.id == answer_id for m in steps.saved):
             steps.record(UserMessage(id=answer_id, content=task.answer))
         task = tasks.save(task.model_copy(update={"answer": None, "question": None}))
-    budget = TurnBudget(
-        backend.budgets, task.workspace_id, sender.user_id, workspace.budget, deps.prices, deps.clock
+    budget = TaskBudget(
+        backend.budgets,
+        task.workspace_id,
+        sender.user_id,
+        workspace.budget,
+        deps.prices,
+        deps.clock,
+        expected=expected_call(task.usage),
     )
     run = _Invocation(deps, item, task, role, workspace, sender.user_id, steps, budget, started)
     result: LoopResult | None = None
@@ -345,7 +351,7 @@ def _save_usage(run: _Invocation) -> Task:
     """The task with this invocation counted: its steps, its usage (what the budget charged)."""
     task, saved, spent = run.task, run.steps.saved, run.budget.spent
     usage = TaskUsage(
-        model_calls=sum(isinstance(m, AssistantMessage) for m in saved),
+        model_calls=task.usage.model_calls + run.budget.model_calls,
         tool_calls=sum(isinstance(m, ToolResultMessage) for m in saved),
         tokens_in=task.usage.tokens_in + spent.tokens_in,
         tokens_out=task.usage.tokens_out + spent.tokens_out,

@@ -209,7 +209,7 @@ def test_research_is_delegated_and_reported_once_after_what_the_user_said_meanwh
     said = replies(gw)
     assert said[1] == "echo: And what about the weather?"
     assert said[2].startswith(f"Update on your task: [Task {task.id} (researcher) finished:")
-    assert "High tide is at 06:12." in said[2] and "Untrusted data from \"task" in said[2]
+    assert "High tide is at 06:12." in said[2] and 'Untrusted data from "task' in said[2]
     # And the researcher made its five lookups across two invocations, none repeated
     assert [f"tides {n}" for n in range(1, 6)] == LOOKUPS
     done = only_task(gw)
