@@ -21,7 +21,7 @@ from tests.integration.test_cli_tasks import a_task
 from tests.support.console_seed import ALICE_SESSION, WS
 
 
-def seed(console: Console) -> str:
+def seed(console: Console) -> str:  # noqa: F811
     """A running and a finished task of Alice's session, delegated by her first model turn; that
     turn's id."""
     store = console.backend.tasks
@@ -52,7 +52,8 @@ def seed(console: Console) -> str:
 
 
 def test_the_tasks_page_lists_them_and_a_task_shows_its_spend_and_parent_turn_and_cancels(
-    context: BrowserContext, console: Console
+    context: BrowserContext,
+    console: Console,  # noqa: F811
 ) -> None:
     parent_turn = seed(console)
     page = console.open(context, f"/workspaces/{WS}")
@@ -100,7 +101,10 @@ def test_the_tasks_page_lists_them_and_a_task_shows_its_spend_and_parent_turn_an
     expect(missing.locator(".error")).to_have_text(f"no task 'tsk-nope' in workspace '{WS}'")
 
 
-def test_a_cancel_without_the_csrf_token_changes_nothing(context: BrowserContext, console: Console) -> None:
+def test_a_cancel_without_the_csrf_token_changes_nothing(
+    context: BrowserContext,
+    console: Console,  # noqa: F811
+) -> None:
     seed(console)
     page = console.open(context, f"/workspaces/{WS}/tasks/tsk-research/cancel")
     page.locator("input[name=csrf]").evaluate("el => el.value = 'forged'")

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shared.adapters import build_backend
+from shared.agent.turn import run_turn
 from shared.backend import Backend
 from shared.cli import app
 from shared.config import Settings
@@ -21,14 +22,20 @@ from shared.memory.scope import owner_scope
 from shared.models import (
     WORKSPACE_WIDE,
     DelegationConfig,
+    RoleConfig,
     Session,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
     WorkspaceConfig,
 )
-from shared.skills import read_skill
+from shared.providers.base import ChatRequest, ProviderEvent, TextDelta
+from shared.skills import drafts, read_skill
+from shared.tasks.items import outcome_item
+from shared.tasks.runner import TASK_NOTE
 from shared.tools import ToolContext, ToolRegistry
 from shared.tools.skill_draft import SKILL_DRAFT_TOOLS
+from tests.integration import test_delegation_crash as crash
 from tests.support import moto_aws
 from tests.support.moto_stack import REGION, create_stack, outputs
 
@@ -159,3 +166,61 @@ def test_a_workspace_may_let_the_composer_install_but_never_over_a_skill(
     forced = runner.invoke(app, ["skill", "install-draft", "standup-notes", "-w", WS, "--force", *cli])
     assert forced.exit_code == 0, forced.output
     assert "four lists" in read_skill(backend.skills, WS, "standup-notes").body
+
+
+# ---------------------------------------------------------------- in a Skill Composer task
+
+
+class Composer:
+    """The scripted model: the agent delegates to the composer; the composer drafts a broken skill,
+    reads the rules it broke, drafts a valid one, and finishes."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def __call__(self, request: ChatRequest) -> list[ProviderEvent]:
+        last = request.messages[-1]
+        if TASK_NOTE not in request.system:
+            if isinstance(last, UserMessage) and last.content.startswith("[Task "):
+                return [TextDelta(text=f"Told: {last.content.splitlines()[0][:120]}")]
+            if isinstance(last, ToolResultMessage):
+                return [TextDelta(text="Started.")]
+            return crash.call("delegate", {"role": "skill_composer", "brief": last.content}, "d1")
+        results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+        if not results:
+            return crash.call("skill_draft", {"skill_md": BROKEN}, "k1")
+        if len(results) == 1:
+            self.errors.append(results[0].content)
+            return crash.call(
+                "skill_draft", {"skill_md": SKILL_MD, "files": {"references/format.md": FORMAT}}, "k2"
+            )
+        return crash.call("finish_task", {"summary": "Drafted standup-notes.", "confidence": 0.9}, "fin")
+
+
+def test_a_skill_composer_task_fixes_what_validation_found_and_leaves_a_draft_in_the_session(
+    target: tuple[Backend, list[str]], tmp_path: Path
+) -> None:
+    backend, _ = target
+    roles = {"skill_composer": RoleConfig(instructions="Compose skills.", tools=["skill_draft"])}
+    config = WorkspaceConfig(id=crash.WS)
+    backend.workspaces.put(
+        config.model_copy(update={"delegation": config.delegation.model_copy(update={"roles": roles})})
+    )
+    composer = Composer()
+    deps = crash.deps_for(backend, tmp_path, composer)  # type: ignore[arg-type]
+    run_turn(deps, crash.user_item("e1", "Write me a skill for stand-up notes"))
+    crash.deliver_until_done(deps, backend)
+    task = crash.the_task(backend)
+    # Then the composer was shown every rule its first draft broke, and its second was kept
+    assert task.status == "done", task
+    [error] = composer.errors
+    assert "is not a SKILL.md field" in error and "description is required" in error
+    assert backend.scratchpad is not None
+    assert drafts.names(backend.scratchpad, crash.WS, crash.SESSION) == ["standup-notes"]
+    draft = drafts.load(backend.scratchpad, crash.WS, crash.SESSION, "standup-notes")
+    assert draft.files["references/format.md"] == FORMAT and draft.turn_id == task.id
+    # in the parent's session, not installed: a draft waits for the operator
+    assert backend.skills.list_skills(crash.WS) == []
+    # And the user is told the task's outcome
+    run_turn(deps, outcome_item(task, pii=False))
+    assert crash.replies(backend)[-1].startswith(f"Told: [Task {task.id} (skill_composer) finished:")

@@ -40,7 +40,8 @@ def command(args: str, event_id: str) -> LaneItem:
 
 
 def test_a_task_past_the_users_budget_stops_and_the_user_and_operator_see_why_and_what_it_cost(
-    backend: Backend, tmp_path: Path
+    backend: Backend,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     backend.workspaces.put(crash.workspace(BudgetLimits(user=ScopeLimits(usd_per_day=LIMIT))))
     deps = crash.deps_for(backend, tmp_path, crash.Script())
@@ -86,17 +87,17 @@ def test_sigil_tasks_show_gives_the_operator_the_same_spend(tmp_path: Path) -> N
     from shared.config import Settings
 
     data_dir = tmp_path / "state"
-    backend = build_embedded_backend(Settings(data_dir=data_dir))
+    embedded = build_embedded_backend(Settings(data_dir=data_dir))
     try:
         crash.Ledger.runs, crash.Ledger.effects, crash.Ledger.kill_in_tool = [], {}, set()
-        backend.workspaces.put(crash.workspace(BudgetLimits(user=ScopeLimits(usd_per_day=LIMIT))))
-        deps = crash.deps_for(backend, data_dir, crash.Script())
+        embedded.workspaces.put(crash.workspace(BudgetLimits(user=ScopeLimits(usd_per_day=LIMIT))))
+        deps = crash.deps_for(embedded, data_dir, crash.Script())
         deps.prices = PriceTable({"function/test-model": PRICE})
         crash.run_turn(deps, crash.user_item("e1", "Pay my three bills"))
-        crash.deliver_until_done(deps, backend)
-        task = crash.the_task(backend)
+        crash.deliver_until_done(deps, embedded)
+        task = crash.the_task(embedded)
     finally:
-        backend.close()
+        embedded.close()
     assert task.status == "budget_exhausted"
     shown = CliRunner().invoke(app, ["tasks", "show", task.id, "-w", crash.WS, "--data-dir", str(data_dir)])
     assert shown.exit_code == 0, shown.output

@@ -18,6 +18,7 @@ from shared.channels.commands import from_text
 from shared.local.gateway import LocalGateway
 from shared.models import AuditRecord, InboundMessage, LaneItem, Sender
 from shared.models.tasks import Task, TaskUsage
+from tests.integration import test_delegation as delegation
 from tests.integration.test_chat_commands import (  # noqa: F401 - the fixtures `stack` draws on
     WS,
     Deployment,
@@ -26,7 +27,6 @@ from tests.integration.test_chat_commands import (  # noqa: F401 - the fixtures 
     local_gateway,
     on_lambda,
 )
-from tests.integration import test_delegation as delegation
 from tests.integration.test_cli_tasks import a_task
 from tests.integration.test_delegation import gateway, script  # noqa: F401 - their fixtures
 
@@ -127,7 +127,8 @@ def command(gw: LocalGateway, event_id: str, text: str) -> None:
 
 
 def test_tasks_cancel_stops_a_running_task_before_its_next_step_and_the_user_is_told(
-    gateway: LocalGateway, script: delegation.Script
+    gateway: LocalGateway,  # noqa: F811
+    script: delegation.Script,  # noqa: F811
 ) -> None:
     gw = gateway
     replies = delegation.replies
