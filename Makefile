@@ -112,3 +112,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/cost.py
 	$(BIN)/python bench/turn_deadline.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/delegation_tokens.py

@@ -1,0 +1,155 @@
+"""What a delegated task costs the conversation (docs/delegation.md). Run by `make bench`.
+
+A research task of 20 tool calls (each result ~1 KB, as a search hit or a page extract is) runs
+through the real turn and task runner on the embedded backend, with a function-backed model for
+the agent and the Researcher. Printed, in characters and tokens:
+
+- the task's transcript: its brief, every model step and every tool result (what the task's own
+  context grew to, and what a design that hands the sub-agent's transcript back would carry);
+- what the agent's next request carries of the task: the outcome message (the summary, fenced);
+- the whole of that next request's messages, for scale.
+
+Tokens are the repo's own estimate (shared.agent.context.estimate: characters / 4, rounded up).
+A benchmark, not a test: it prints a table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pydantic import BaseModel  # noqa: E402
+
+from shared.adapters.embedded import build_embedded_backend  # noqa: E402
+from shared.agent.context import estimate  # noqa: E402
+from shared.agent.turn import TurnDeps, run_turn  # noqa: E402
+from shared.channels.senders import OutboxSender, SenderRegistry  # noqa: E402
+from shared.config import Settings  # noqa: E402
+from shared.models import (  # noqa: E402
+    AssistantMessage,
+    InboundMessage,
+    LaneItem,
+    Message,
+    RoleConfig,
+    Sender,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    WorkspaceConfig,
+)
+from shared.providers.base import ChatRequest, ProviderEvent, ToolCallEvent  # noqa: E402
+from shared.providers.function import FunctionProvider  # noqa: E402
+from shared.tasks.items import outcome_item, step_item  # noqa: E402
+from shared.tasks.runner import TASK_NOTE, TaskRunner  # noqa: E402
+from shared.tasks.tools import ORCHESTRATOR_TOOLS  # noqa: E402
+from shared.tools import ToolContext, default_registry, tool  # noqa: E402
+
+WS, SESSION = "bench", "web.bench"
+CALLS = 20
+
+
+class Query(BaseModel):
+    query: str
+
+
+@tool
+def search_notes(args: Query, ctx: ToolContext) -> str:
+    """Searches the notes (read-only)."""
+    line = f"Note on {args.query}: the tide tables, moon phases and harbour depths for the week. "
+    return (line * 12)[:1000]
+
+
+def call(name: str, args: dict[str, object], call_id: str) -> list[ProviderEvent]:
+    return [ToolCallEvent(call=ToolCall(id=call_id, name=name, arguments=json.dumps(args)))]
+
+
+def model(request: ChatRequest) -> str | list[ProviderEvent]:
+    last = request.messages[-1]
+    if TASK_NOTE in request.system:
+        done = sum(isinstance(m, ToolResultMessage) for m in request.messages)
+        if done < CALLS:
+            return call("search_notes", {"query": f"harbour {done + 1}"}, f"s{done + 1}")
+        summary = "High tide is 06:12 and 18:40 all week; the harbour keeps 4 m at low water."
+        findings = [{"text": "Spring tides on Thursday", "sources": ["s3", "s17"]}]
+        return call("finish_task", {"summary": summary, "findings": findings, "confidence": 0.8}, "fin")
+    if isinstance(last, ToolResultMessage):
+        return "Started; I'll tell you what it finds."
+    if isinstance(last, UserMessage) and last.content.startswith("[Task "):
+        return "The research is in: high tide 06:12 and 18:40."
+    return call(
+        "delegate", {"role": "researcher", "brief": "Research this week's tides at the harbour."}, "d1"
+    )
+
+
+def size(text: str) -> tuple[int, int]:
+    return len(text), estimate(text)
+
+
+def render(messages: list[Message]) -> str:
+    parts = []
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            parts.append(m.content + "".join(f"{c.name}({c.arguments})" for c in m.tool_calls))
+        else:
+            parts.append(m.content)
+    return "\n".join(parts)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = build_embedded_backend(Settings(data_dir=Path(tmp)))
+        config = WorkspaceConfig(id=WS)
+        roles = {"researcher": RoleConfig(instructions="Research.", tools=["search_notes"])}
+        backend.workspaces.put(
+            config.model_copy(update={"delegation": config.delegation.model_copy(update={"roles": roles})})
+        )
+        provider = FunctionProvider(model)
+        deps = TurnDeps(
+            backend=backend,
+            settings=Settings(data_dir=Path(tmp)),
+            senders=SenderRegistry({"web": OutboxSender(backend.outbox)}),
+            provider_factory=lambda ref: (provider, "scripted"),
+            tools=default_registry().extended(search_notes, *ORCHESTRATOR_TOOLS),
+            task_steps=TaskRunner(),
+        )
+        inbound = InboundMessage(
+            event_id="e1",
+            channel="web",
+            workspace_id=WS,
+            session_id=SESSION,
+            sender=Sender(id="u1"),
+            chat_id="bench",
+            text="What are the tides this week?",
+        )
+        run_turn(deps, LaneItem(inbound=inbound))
+        assert backend.tasks is not None and backend.steps is not None
+        (task,) = backend.tasks.list_tasks(WS)
+        while not task.terminal:
+            run_turn(deps, step_item(task, task.invocations))
+            found = backend.tasks.get(WS, task.id)
+            assert found is not None
+            task = found
+        run_turn(deps, outcome_item(task, pii=False))
+        transcript = f"{task.brief}\n{render(backend.steps.load(WS, task.id))}"
+        next_request = provider.requests[-1]
+        carried = next_request.messages[-1].content
+        rows = [
+            (f"task transcript ({task.usage.tool_calls - 1} searches and finish_task)", *size(transcript)),
+            ("task summary carried by the agent's next request", *size(carried)),
+            ("the agent's whole next request (its messages)", *size(render(next_request.messages))),
+        ]
+        backend.close()
+    print(f"Delegation: a {CALLS}-tool-call research task, what the conversation carries")
+    print(f"{'':52} {'chars':>8} {'tokens':>8}")
+    for name, chars, tokens in rows:
+        print(f"{name:52} {chars:>8} {tokens:>8}")
+    print(f"ratio transcript / summary: {rows[0][2] / max(rows[1][2], 1):.1f}x (tokens)")
+
+
+if __name__ == "__main__":
+    main()
