@@ -50,6 +50,7 @@ from typing import Any
 
 from bench import chaos
 from shared.tasks.runner import TASK_NOTE
+from tests.e2e.conftest import gateway_env
 from tests.support.fake_openai import FakeReply, Json, echo_last_user
 from tests.support.fault_model import FaultModel
 
@@ -185,7 +186,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> TaskRun:
         with model:
             config = work / "sigil.yaml"
             config.write_text(CONFIG)
-            env = chaos.gateway_env(model) | {
+            env = gateway_env(model) | {
                 "SIGIL_CONFIG": str(config),
                 "SIGIL_MODEL_PRICES": json.dumps(chaos.PRICES),
                 "SIGIL_PROVIDER_TIMEOUT_S": str(args.client_timeout_s),
