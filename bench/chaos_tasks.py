@@ -176,6 +176,8 @@ class TaskRun:
     stored_budget: str = ""
     retries: int = 0
     answers: Counter[str] = field(default_factory=Counter)
+    records: dict[str, str] = field(default_factory=dict)  # key -> the task's record, in one line
+    dead_letters: int = 0
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> TaskRun:
@@ -251,6 +253,7 @@ def _drive(run: TaskRun, target: chaos.Target, args: argparse.Namespace) -> None
         run.replies[s] = clients.outbox(s)
     run.elapsed_s = time.monotonic() - started
     run.answers, run.retries = clients.answers, clients.retries
+    run.dead_letters = target.dead_letters()
     _read_stores(run, target)
     text = target.gw.log_text()
     in_flight = r"(\d+) item\(s\) were in flight|records=(\d+) error=Runtime.ExitError"
@@ -274,6 +277,10 @@ def _read_stores(run: TaskRun, target: chaos.Target) -> None:
             found = _KEY.search(task.brief)
             if found:
                 run.statuses[found.group(0)] = task.status
+                run.records[found.group(0)] = (
+                    f"{task.id} {task.status} invocations={task.invocations} steps={task.steps} "
+                    f"told={task.outcome_delivered} cancel={task.cancel_requested} error={task.error!r}"
+                )
         wanted = {
             normalize_key(f"{key_for(s, k)} step {i}"): key_for(s, k)
             for s in range(run.sessions)
@@ -374,6 +381,18 @@ def score(run: TaskRun) -> list[Row]:
     return list(rows.values())
 
 
+def _unfinished(run: TaskRun) -> list[str]:
+    """The tasks not done, or done and not told once: each named, with its record."""
+    found = []
+    for s in range(run.sessions):
+        told = Counter(str(e["text"]) for e in run.replies.get(s, []))
+        for k in range(run.tasks):
+            key = key_for(s, k)
+            if run.statuses.get(key) != "done" or told[f"outcome {key}"] != 1:
+                found.append(key)
+    return found
+
+
 def failures(run: TaskRun, rows: list[Row]) -> list[str]:
     found = [] if run.finished else ["the run did not finish"]
     if run.stored_budget != "null":
@@ -459,8 +478,11 @@ def print_table(run: TaskRun) -> None:
         f"  the whole run {run.elapsed_s:.0f} s"
         + ("" if run.finished else " (TIMED OUT: the counts are as of then)")
     )
+    print(f"  dead letters in the queue: {run.dead_letters}.")
     if run.problems:
         print("  problems:", "; ".join(sorted(set(run.problems))[:10]))
+    for key in _unfinished(run):
+        print(f"  {key}: {run.records.get(key, 'no task stored')}")
     for failure in failures(run, rows):
         print(f"  FAILED: {failure}")
 
