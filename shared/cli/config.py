@@ -29,13 +29,23 @@ def _where(stack: str | None, data_dir: Path) -> str:
 @config_app.command("validate")
 def config_validate(file: ConfigFile = None) -> None:
     """Check the file: YAML, every field, and the rules across them (each route's workspace is
-    one of the file's, no route or account twice). Errors name the file, line and field."""
+    one of the file's, no route or account twice). Errors name the file, line and field; a
+    delegation role's tool that no registry offers is a warning (an MCP tool may be meant)."""
+    from shared.configuration import effective_configs
+    from shared.tasks.roles import role_warnings
+    from shared.tools.builtin import agent_registry
+
     settings, loaded = target_config(None, None, None, file)
     workspaces = ", ".join(loaded.workspace_ids()) or "none"
     routes = ", ".join(r.key for r in loaded.channels) or "none"
     typer.echo(
         f"{settings.config_file}: valid; workspaces: {workspaces}; routes: {routes}",
     )
+    # Allowed but worth a look: a delegation role's tool no built-in registry has.
+    tools = [t.name for t in agent_registry()]
+    for config in effective_configs(loaded).values():
+        for line in role_warnings(config, tools):
+            typer.echo(f"warning: {line}", err=True)
 
 
 @config_app.command("diff")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
@@ -71,7 +71,8 @@ def workspace_show(
 ) -> None:
     """A workspace's effective configuration: as stored, with the gateway's default model when it
     sets none; for a known workspace with none stored (one the cloud's agent serves on the
-    defaults), the defaults its turns use."""
+    defaults), the defaults its turns use. Delegation shows every role (built-in ones merged with
+    the workspace's) and the model each model class resolves to."""
     import yaml
 
     from shared.adapters import build_backend
@@ -98,13 +99,52 @@ def workspace_show(
     if config.model is None:
         config = config.model_copy(update={"model": settings.resolved_model()})
     data = config.model_dump(mode="json")
+    data["delegation"] = _effective_delegation(config)
     if output is Format.json:
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
         # Comments, so the output stays YAML: the budget in words, and what its $ are.
-        for line in _spend_notes(config, settings, priced_here=stack is None):
+        # The roles first: the budget and price notes end the output, as they always have.
+        for line in [*_role_notes(config), *_spend_notes(config, settings, priced_here=stack is None)]:
             typer.echo(f"# {line}")
+
+
+def _effective_delegation(config: WorkspaceConfig) -> dict[str, Any]:
+    """The delegation section as tasks see it: every role (built-in ones with the workspace's merged
+    over them) and the model of every class (its own mapping, else the workspace's model)."""
+    from shared.errors import ModelNotConfigured
+    from shared.models import ModelClass
+    from shared.tasks.roles import model_for_class, roles_for
+
+    section: dict[str, Any] = config.delegation.model_dump(mode="json")
+    section["roles"] = {name: role.model_dump(mode="json") for name, role in roles_for(config).items()}
+    models: dict[str, str | None] = {}
+    for model_class in get_args(ModelClass):
+        try:
+            models[model_class] = model_for_class(config, model_class)
+        except ModelNotConfigured:
+            models[model_class] = None
+    section["models"] = models
+    return section
+
+
+def _role_notes(config: WorkspaceConfig) -> list[str]:
+    """Each role's model class and the model it runs on, in words."""
+    from shared.errors import ModelNotConfigured
+    from shared.tasks.roles import model_for, roles_for
+
+    if not config.delegation.enabled:
+        return ["delegation: off (the delegate tool refuses)"]
+    lines = []
+    for name, role in roles_for(config).items():
+        try:
+            model = model_for(config, name)
+        except ModelNotConfigured:
+            model = "no model configured"
+        mode = "interactive" if role.interactive else "fire and forget"
+        lines.append(f"role {name}: {role.model_class} -> {model}; {len(role.tools)} tools; {mode}")
+    return lines
 
 
 def _spend_notes(config: WorkspaceConfig, settings: Settings, *, priced_here: bool) -> list[str]:

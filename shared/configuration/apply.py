@@ -19,6 +19,7 @@ from shared.budgets import describe_limits
 from shared.configuration.model import Defaults, SigilFile, _WorkspaceSpecBase
 from shared.models import DEFAULT_BUDGET, ChannelRoute, WorkspaceConfig
 from shared.ports import RouteStore, SkillStore, WorkspaceStore
+from shared.tasks.roles import expand_roles
 
 
 def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -> WorkspaceConfig:
@@ -27,7 +28,8 @@ def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -
     The model: its own, else `defaults.model` (else None: the gateway's SIGIL_MODEL at turn time).
     The budget: DEFAULT_BUDGET, as for a workspace Sigil creates itself (shared.models.new_workspace),
     with each limit the section gives in its place (`BudgetLimits.over`: a limit given as null is
-    off); `budget: null` turns budgets off.
+    off); `budget: null` turns budgets off. Delegation roles: the built-in ones with the section's
+    merged over them by name, field by field (shared.tasks.roles.expand_roles).
     """
     values: dict[str, Any] = {name: getattr(spec, name) for name in spec.model_fields_set}
     personality = values.pop("personality", None)
@@ -39,6 +41,10 @@ def effective(workspace_id: str, spec: _WorkspaceSpecBase, defaults: Defaults) -
         values["budget"] = DEFAULT_BUDGET.model_copy(deep=True)
     elif values["budget"] is not None:
         values["budget"] = values["budget"].over(DEFAULT_BUDGET)
+    if "delegation" in values:
+        # Each role whole, the built-in ones with what the file sets merged over them: stored that
+        # way, a role reads back the same wherever it is read (shared.tasks.roles).
+        values["delegation"] = expand_roles(values["delegation"])
     return WorkspaceConfig.model_validate({"id": workspace_id, **{k: _plain(v) for k, v in values.items()}})
 
 

@@ -24,7 +24,9 @@ from pydantic import (
 )
 
 from shared.budgets import ModelPrice
-from shared.models import ChannelRoute, WorkspaceConfig, WorkspaceId
+from shared.errors import BadRequest
+from shared.models import ChannelRoute, DelegationConfig, WorkspaceConfig, WorkspaceId
+from shared.tasks.roles import check_delegation
 
 # The workspace a file need not declare: Settings.default_workspace when the loader is not told.
 DEFAULT_WORKSPACE: Final = "default"
@@ -109,6 +111,16 @@ class _WorkspaceSpecBase(_Strict):
         for ref in [value] if isinstance(value, str) else value or []:
             if not re.match(MODEL_REF_PATTERN, ref):
                 raise ValueError(_not_a_ref(ref))
+        return value
+
+    @field_validator("delegation", check_fields=False)
+    @classmethod
+    def _delegation(cls, value: DelegationConfig) -> DelegationConfig:
+        # Said at the section's line: a role name no task can carry, a role that could delegate.
+        try:
+            check_delegation(value)
+        except BadRequest as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @model_validator(mode="after")

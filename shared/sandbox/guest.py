@@ -82,8 +82,11 @@ class _Sigil:
         """The best matching messages and facts for `query`: dicts with text, tier, created_at."""
         return _call("search", query=query, k=k)
     def scratchpad(self, key):
-        """The session's scratchpad entry `key` (a seam: None until delegation lands)."""
+        """The text of this conversation's scratchpad entry `key` (None: no such entry)."""
         return _call("scratchpad", key=key)
+    def scratchpad_keys(self, prefix=""):
+        """The keys of this conversation's scratchpad entries (delegated tasks' output), sorted."""
+        return _call("scratchpad_keys", prefix=prefix)
 
 _real_import = _b.__import__
 def _import(name, globals=None, locals=None, fromlist=(), level=0):

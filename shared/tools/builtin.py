@@ -119,15 +119,16 @@ def default_registry() -> ToolRegistry:
 def agent_registry() -> ToolRegistry:
     """The built-ins, the memory tools (shared.tools.memory), the skill tool (shared.tools.skill)
     the web tools (shared.tools.web) and run_python (shared.tools.python), both off unless the
-    workspace's config turns them on: what a
+    workspace's config turns them on, and scratchpad_read (shared.tools.scratchpad): what a
     turn offers by default."""
     # Imported here: shared.tools.memory imports shared.tools, so a top-level import would be a cycle.
     from shared.tools.memory import MEMORY_TOOLS
     from shared.tools.python import PYTHON_TOOLS
     from shared.tools.schedule import SCHEDULE_TOOLS
+    from shared.tools.scratchpad import SCRATCHPAD_TOOLS
     from shared.tools.skill import SKILL_TOOLS
     from shared.tools.web import WEB_TOOLS
 
     return default_registry().extended(
-        *MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS, *SCHEDULE_TOOLS, *PYTHON_TOOLS
+        *MEMORY_TOOLS, *SKILL_TOOLS, *WEB_TOOLS, *SCHEDULE_TOOLS, *PYTHON_TOOLS, *SCRATCHPAD_TOOLS
     )

@@ -41,6 +41,7 @@ from shared.models import (
     WorkspaceConfig,
     new_workspace,
 )
+from shared.tasks.roles import roles_for
 from tests.support.moto_stack import REGION, moto_stack
 
 runner = CliRunner()
@@ -260,7 +261,12 @@ def test_workspace_show_refuses_an_unknown_one_and_shows_a_known_one_without_sto
     # chat has sessions and no stored configuration: its turns run on the defaults, shown as such
     shown = target.sigil("workspace", "show", "chat", "-o", "json")
     assert shown.exit_code == 0, shown.output
-    assert json.loads(shown.stdout) == new_workspace("chat").model_dump(mode="json")
+    defaults = new_workspace("chat")
+    expected = defaults.model_dump(mode="json")
+    # Delegation as tasks see it: every built-in role, and no model for any class (none is set).
+    expected["delegation"]["roles"] = {n: r.model_dump(mode="json") for n, r in roles_for(defaults).items()}
+    expected["delegation"]["models"] = {"frontier": None, "fast": None, "cheap": None}
+    assert json.loads(shown.stdout) == expected
     assert "workspace 'chat' has no stored configuration" in shown.stderr
     stored = target.sigil("workspace", "show", "team", "-o", "json")
     assert json.loads(stored.stdout)["id"] == "team" and stored.stderr == ""
