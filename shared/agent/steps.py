@@ -19,10 +19,16 @@ the log); a resumed call runs with those.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage
 from shared.ports import StepLog
+
+# True while the lane delivers an item for the first time (the agent's batch sets it from SQS's
+# ApproximateReceiveCount): a turn's steps are keyed by its event, so a first delivery has none
+# saved and a warm turn skips the read. Unknown (the default): read.
+first_delivery: ContextVar[bool] = ContextVar("sigil_first_delivery", default=False)
 
 
 @dataclass
@@ -35,10 +41,12 @@ class DurableSteps:
     # Whether the final reply is a step too. A task's is its answer, kept; a turn's is not, since
     # the turn's commit follows at once (a turn with no tool calls then writes nothing here).
     replies: bool = True
+    # Known to have none saved (a turn's first delivery): no read.
+    fresh: bool = False
     saved: list[Message] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.saved = self.log.load(self.workspace_id, self.key)
+        self.saved = [] if self.fresh else self.log.load(self.workspace_id, self.key)
 
     def record(self, message: Message) -> None:
         """Append the next step; a step another delivery saved first is left as it was."""

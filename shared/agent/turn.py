@@ -96,7 +96,7 @@ from shared.agent.preflight import (
     user_message,
 )
 from shared.agent.reply import outbound, redacted, send
-from shared.agent.steps import DurableSteps
+from shared.agent.steps import DurableSteps, first_delivery
 from shared.agent.window import origin_of, split_window
 from shared.backend import Backend
 from shared.budgets import PriceTable, TurnBudget
@@ -398,8 +398,13 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         recent=[*window, step.user],
         selection=selection.text,
     )
-    # A task waiting for the user's answer (shared.tasks): noted after the cached prefix.
-    waiting = deps.task_steps.note(deps, turn.workspace, inbound) if deps.task_steps else ""
+    # A task waiting for the user's answer (shared.tasks): noted after the cached prefix. Looked
+    # up only while the session says one may wait (a question's turn sets it), so other turns
+    # read nothing; the first turn that finds none clears it.
+    waiting = ""
+    asked = turn.item.task is not None and turn.item.task.kind == "question"
+    if deps.task_steps is not None and (session.tasks_waiting or asked):
+        waiting = deps.task_steps.note(deps, turn.workspace, inbound)
     request = ChatRequest(
         model=step.model,
         system=f"{prompt.text}\n\n{waiting}" if waiting else prompt.text,
@@ -409,10 +414,16 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         cache_key=prompt_cache_key(inbound),
     )
     ctx = _tool_context(deps, inbound, turn.sender.user_id, turn.id, scope)
+    if bool(waiting) != session.tasks_waiting:
+        ctx.session_updates["tasks_waiting"] = bool(waiting)
     # Each tool step saved as it completes: a turn cut by the deadline continues after its last
     # completed tool call on the next delivery (shared.agent.steps).
     log = deps.backend.steps
-    steps = DurableSteps(log, turn.workspace.id, turn.id, replies=False) if log is not None else None
+    steps = (
+        DurableSteps(log, turn.workspace.id, turn.id, replies=False, fresh=first_delivery.get())
+        if log is not None
+        else None
+    )
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
     # the final text once.

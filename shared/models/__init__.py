@@ -102,6 +102,9 @@ class Session(Model):
     # What the conversation is working on, pinned by the model (the pin_task tool) and shown in
     # every later turn's system prompt until it is changed or cleared.
     active_task: str | None = Field(default=None, max_length=500)
+    # A delegated task of this session asked the user a question and may still wait for the
+    # answer (shared.tasks): the turns look its question up while this is set, and only then.
+    tasks_waiting: bool = False
     tool_budget: ToolBudget = Field(default_factory=ToolBudget)
     token_budget: TokenBudget = Field(default_factory=TokenBudget)
     status: Literal["active", "paused", "archived"] = "active"
