@@ -14,7 +14,7 @@ the parent user's and workspace's counters, and settled in the store when the in
 
 The task runs as its role: the role's instructions and the brief; the role's tool allow-list as
 the workspace's tools_allow (so the registry's permission check enforces it, within the
-workspace's own allow / deny lists); the model its class maps to (roles.model_for); memory read
+workspace's own allow / deny lists); the model its class maps to (roles.model_for_class); memory read
 under the parent turn's recall scope, never a wider one. It never gets delegate (depth 1).
 
 It ends with finish_task (the validated TaskResult) or a final text (the summary is that text,
@@ -41,7 +41,7 @@ from shared.agent.steps import DurableSteps
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, tools_for
 from shared.clock import utcnow
 from shared.deadline import before, current, deadline
-from shared.errors import DeadlineExceeded, SigilError, StaleTask
+from shared.errors import DeadlineExceeded, ModelNotConfigured, SigilError, StaleTask
 from shared.models import (
     AssistantMessage,
     AuditRecord,
@@ -58,7 +58,7 @@ from shared.providers.base import ChatRequest
 from shared.safety.injection import SYSTEM_PROMPT_NOTE
 from shared.tasks.budget import TaskBudget, expected_call
 from shared.tasks.items import outcome_item, question_item, step_item
-from shared.tasks.roles import model_for, roles_for
+from shared.tasks.roles import model_for_class, roles_for
 from shared.tasks.tools import ASK_USER, FINISH_TASK, TASK_TOOLS, FinishArgs
 from shared.tools import ToolContext, permitted
 
@@ -194,9 +194,18 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     return _audit(run, result, None)
 
 
+def _model_ref(workspace: WorkspaceConfig, role: RoleConfig, deps: TurnDeps) -> str | None:
+    """The role's class through the workspace's models (shared.tasks.roles); None when nothing
+    names a model, for the provider factory to say so as it does for a turn."""
+    try:
+        return model_for_class(workspace, role.model_class, deps.settings.resolved_model())
+    except ModelNotConfigured:
+        return None
+
+
 def _loop(run: _Invocation) -> LoopResult:
     deps, task, role, workspace = run.deps, run.task, run.role, run.workspace
-    provider, model = deps.provider_factory(model_for(workspace, role))
+    provider, model = deps.provider_factory(_model_ref(workspace, role, deps))
     run.model_ref = f"{provider.name}/{model}"
     scope = recall_scope_for(deps.backend, workspace, task.parent, run.user_id)
     safety = Safety(pii=workspace.pii_redaction)
