@@ -27,7 +27,7 @@ from shared.models.tasks import SCRATCHPAD_MAX_BYTES, STEP_TTL_S, TaskResult, Ta
 from shared.ports import Scratchpad, StepLog, TaskStore
 from tests.support import moto_aws
 
-from .builders import conversation, task
+from .builders import at, conversation, task
 
 SESSION_CAP = 3
 WORKSPACE_CAP = 20
@@ -287,7 +287,12 @@ def test_a_task_cannot_move_to_another_session(stores: Stores, ws_a: str) -> Non
     )
     with pytest.raises(ValueError, match="belongs to session s1"):
         stores.tasks.save(created.model_copy(update={"session_id": "s2", "status": "done"}))
+    # Nor its creation time, which orders the list.
+    for status in ("running", "done"):
+        with pytest.raises(ValueError, match="created_at changed"):
+            stores.tasks.save(created.model_copy(update={"created_at": at(30), "status": status}))
     assert stores.tasks.get(ws_a, "t1") == created
+    assert [t.id for t in stores.tasks.list_tasks(ws_a, active=True)] == ["t1"]
 
 
 def test_list_is_newest_first_and_filters(stores: Stores, ws_a: str) -> None:

@@ -101,7 +101,8 @@ class SqliteTaskStore:
         with self._db.transaction() as conn:
             row = first(
                 conn,
-                "SELECT version, session_id, active FROM tasks WHERE workspace_id = ? AND task_id = ?",
+                "SELECT version, session_id, active, created_us FROM tasks "
+                "WHERE workspace_id = ? AND task_id = ?",
                 (task.workspace_id, task.id),
             )
             if row is None:
@@ -110,6 +111,9 @@ class SqliteTaskStore:
                 raise StaleTask(f"task {task.id} is at version {row[0]}, not {task.version}")
             if row[1] != task.session_id:
                 raise ValueError(f"task {task.id} belongs to session {row[1]}, not {task.session_id}")
+            if int(row[3]) != to_us(task.created_at):
+                # The list's order is by it, on both backends (DynamoDB keys it).
+                raise ValueError(f"task {task.id}: created_at changed since it was created")
             if not row[2] and not stored.terminal:
                 # It freed its slot when it ended; live again, it would run uncounted.
                 raise ValueError(f"task {task.id} has ended; it cannot be {stored.status} again")

@@ -35,6 +35,7 @@ from shared.adapters.aws.dynamodb.table import (
     newest_first,
     number,
     string,
+    ts,
     ws_prefix,
 )
 from shared.clock import utcnow
@@ -76,6 +77,7 @@ class DynamoTaskStore(Table):
             "version": number(task.version),
             "active": number(int(not task.terminal)),
             "session_id": string(task.session_id),
+            "created": string(ts(task.created_at)),
         }
 
     def _counter_update(self, key: Item, delta: int, cap: int | None = None) -> TransactWriteItemTypeDef:
@@ -181,12 +183,15 @@ class DynamoTaskStore(Table):
         put: dict[str, Any] = {
             "TableName": self.table,
             "Item": self._task_item(stored),
-            # Its session is part of the condition: the counters it moves are that session's.
-            "ConditionExpression": "version = :version AND active = :active AND session_id = :session",
+            # Its session and creation time are part of the condition: the counters it moves are
+            # that session's, and its list pointer is keyed by that time.
+            "ConditionExpression": "version = :version AND active = :active AND session_id = :session "
+            "AND created = :created",
             "ExpressionAttributeValues": {
                 ":version": number(task.version),
                 ":active": number(1),
                 ":session": string(task.session_id),
+                ":created": string(ts(task.created_at)),
             },
         }
         ended = False
@@ -255,6 +260,8 @@ class DynamoTaskStore(Table):
             raise ValueError(
                 f"task {task.id} belongs to session {item['session_id']['S']}, not {task.session_id}"
             )
+        if item["created"]["S"] != ts(task.created_at):
+            raise ValueError(f"task {task.id}: created_at changed since it was created")
         if not stored.terminal:
             raise ValueError(f"task {task.id} has ended; it cannot be {stored.status} again")
         # An ended task saved again (its outcome delivered, say): no counter moves.
