@@ -14,7 +14,7 @@ the parent user's and workspace's counters, and settled in the store when the in
 
 The task runs as its role: the role's instructions and the brief; the role's tool allow-list as
 the workspace's tools_allow (so the registry's permission check enforces it, within the
-workspace's own allow / deny lists); the model its class maps to (roles.model_for_class); memory read
+workspace's own allow / deny lists); the model its class maps to (roles.model_for); memory read
 under the parent turn's recall scope, never a wider one. It never gets delegate (depth 1).
 
 It ends with finish_task (the validated TaskResult) or a final text (the summary is that text,
@@ -32,6 +32,8 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
 
 from shared.agent.audit import audit_record
 from shared.agent.commit import settle
@@ -58,7 +60,7 @@ from shared.providers.base import ChatRequest
 from shared.safety.injection import SYSTEM_PROMPT_NOTE
 from shared.tasks.budget import TaskBudget, expected_call
 from shared.tasks.items import outcome_item, question_item, step_item
-from shared.tasks.roles import model_for_class, roles_for
+from shared.tasks.roles import model_for, roles_for
 from shared.tasks.tools import ASK_USER, FINISH_TASK, TASK_TOOLS, FinishArgs
 from shared.tools import ToolContext, permitted
 
@@ -172,7 +174,9 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     if task.answer is not None:  # the user's answer to its question, as the next step
         answer_id = f"{task.id}.answer{task.invocations}"
         if not any(m.id == answer_id for m in steps.saved):
-            steps.record(UserMessage(id=answer_id, content=task.answer))
+            # The user's words, relayed by the agent: scanned and redacted like any user message.
+            said = Safety(pii=workspace.pii_redaction).guard(task.answer, source="the user")
+            steps.record(UserMessage(id=answer_id, content=said))
         task = tasks.save(task.model_copy(update={"answer": None, "question": None}))
     budget = TaskBudget(
         backend.budgets,
@@ -189,6 +193,11 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         if _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}:
             with deadline(before(current(), SAVE_MARGIN_S)):
                 result = _loop(run)
+    except ModelNotConfigured as exc:
+        # No model for the role's class: retrying cannot help; the task fails and the user is told.
+        run.task = _save_usage(run)
+        _tell(deps, _end(deps, run.task, "failed", error=exc.message))
+        return _audit(run, None, "model_not_configured")
     except DeadlineExceeded:
         # Near the invocation's end (or a call cut by it): save, and continue in the next one.
         run.task = _save_usage(run)
@@ -201,18 +210,9 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     return _audit(run, result, None)
 
 
-def _model_ref(workspace: WorkspaceConfig, role: RoleConfig, deps: TurnDeps) -> str | None:
-    """The role's class through the workspace's models (shared.tasks.roles); None when nothing
-    names a model, for the provider factory to say so as it does for a turn."""
-    try:
-        return model_for_class(workspace, role.model_class, deps.settings.resolved_model())
-    except ModelNotConfigured:
-        return None
-
-
 def _loop(run: _Invocation) -> LoopResult:
     deps, task, role, workspace = run.deps, run.task, run.role, run.workspace
-    provider, model = deps.provider_factory(_model_ref(workspace, role, deps))
+    provider, model = deps.provider_factory(_model_ref(workspace, task.role))
     run.model_ref = f"{provider.name}/{model}"
     scope = recall_scope_for(deps.backend, workspace, task.parent, run.user_id)
     safety = Safety(pii=workspace.pii_redaction)
@@ -256,6 +256,15 @@ def _loop(run: _Invocation) -> LoopResult:
         finished=lambda: _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task),
         check_first=True,
     )
+
+
+def _model_ref(workspace: WorkspaceConfig, role: str) -> str | None:
+    """The role's class's model, else the workspace's; None: the gateway's default, which the
+    provider factory resolves (as for a turn), or ModelNotConfigured."""
+    try:
+        return model_for(workspace, role)
+    except ModelNotConfigured:
+        return None
 
 
 def _cancel_asked(deps: TurnDeps, task: Task) -> bool:
@@ -303,8 +312,7 @@ def _finish(run: _Invocation, result: LoopResult | None) -> None:
         _tell(deps, _end(deps, task, "failed", error=result.stopped.message))
         return
     if last == FINISH_TASK:
-        args = FinishArgs.model_validate(_call_args(steps.saved, FINISH_TASK))
-        summary, findings, confidence = args.summary, args.findings, args.confidence
+        summary, findings, confidence = _finished(_call_args(steps.saved, FINISH_TASK))
     else:
         reply = steps.answered()
         text = reply.content if reply is not None else ""
@@ -320,6 +328,16 @@ def _finish(run: _Invocation, result: LoopResult | None) -> None:
         scratchpad_keys=[key] if pad is not None else [],
     )
     _tell(deps, _end(deps, task, "done", result=outcome))
+
+
+def _finished(arguments: dict[str, Any]) -> tuple[str, list[Finding], float]:
+    """finish_task's result from its saved arguments. The registry validated them as the model
+    wrote them; the saved copy is redacted, which may lengthen the text: then it is cut."""
+    try:
+        args = FinishArgs.model_validate(arguments)
+    except ValidationError:
+        return str(arguments.get("summary", ""))[:SUMMARY_MAX_CHARS] or "(no summary)", [], 0.5
+    return args.summary, args.findings, args.confidence
 
 
 def full_output(steps: list[Message], findings: list[Finding]) -> str:

@@ -22,7 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from shared.adapters.embedded import build_embedded_backend
-from shared.agent.turn import TurnDeps, run_turn
+from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
@@ -247,3 +247,22 @@ def test_a_task_stops_before_the_model_call_that_would_pass_the_budget_and_the_u
     again.inbound.event_id = f"task.{task.id}.outcome2"
     assert run_turn(deps, again).outcome == "budget_denied"
     assert replies(backend)[-1].startswith(f"Task {task.id} has ended (see /tasks).")
+
+
+def test_a_step_dead_lettered_on_its_last_delivery_fails_the_task_and_the_user_is_told(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backend.workspaces.put(workspace())
+    deps = deps_for(backend, tmp_path, Script())
+    run_turn(deps, user_item("e1", "Pay my three bills"))
+    task = the_task(backend)
+    # When the lane gives up on the task's step (every delivery failed)
+    assert give_up_turn(deps, step_item(task, 0), last_error="ProviderError: the model is down") is None
+    # Then the task failed with the reason, no apology went out in the task's place, and its
+    # outcome's turn tells the user
+    failed = the_task(backend)
+    assert failed.status == "failed" and failed.error is not None and "the model is down" in failed.error
+    assert replies(backend) == ["Started."]
+    run_turn(deps, outcome_item(failed, pii=False))
+    assert replies(backend)[-1].startswith(f"Told: [Task {task.id} (payer) failed:")
+    assert the_task(backend).outcome_delivered
