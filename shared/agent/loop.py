@@ -160,13 +160,15 @@ def run_loop(
     result = LoopResult(safety=safety, sandbox=ctx.sandbox_usage, messages=list(steps.saved) if steps else [])
     step = sum(isinstance(m, AssistantMessage) for m in result.messages)
     calls = sum(isinstance(m, ToolResultMessage) for m in result.messages)
-    add = steps.record if steps is not None else lambda message: None
     pending = steps.pending() if steps is not None else []
 
+    def keep(message: Message) -> None:
+        result.messages.append(message)
+        if steps is not None:
+            steps.record(message)
+
     def reply(text: str) -> LoopResult:
-        content = safety.redact(text)
-        result.messages.append(AssistantMessage(id=f"{ctx.turn_id}.a", content=content, model=model_ref))
-        add(result.messages[-1])
+        keep(AssistantMessage(id=f"{ctx.turn_id}.a", content=safety.redact(text), model=model_ref))
         return result
 
     if steps is not None and steps.answered() is not None:
@@ -183,27 +185,17 @@ def run_loop(
             tools.warm(ctx, workspace)  # e.g. a sandbox instance starts while the model thinks
             answer = call_model(provider, sent, on_text=on_text)
             result.usage = _sum(result.usage, answer.usage)
-            if budget is not None:
-                budget.charge_model_call(
-                    model_ref,
-                    tokens_in=answer.usage.input_tokens,
-                    tokens_out=answer.usage.output_tokens,
-                    cache_read=answer.usage.cache_read_tokens,
-                    cache_write=answer.usage.cache_write_tokens,
-                )
+            _charge(budget, model_ref, answer.usage)
             if not answer.tool_calls:
                 result.refused = answer.done.refused
                 return reply(answer.text or answer.done.refusal or EMPTY_REPLY)
             stored_calls = [safety.redact_call(call) for call in answer.tool_calls]
-            result.messages.append(
+            text = safety.redact(answer.text)
+            keep(
                 AssistantMessage(
-                    id=f"{ctx.turn_id}.a{step}",
-                    content=safety.redact(answer.text),
-                    tool_calls=stored_calls,
-                    model=model_ref,
+                    id=f"{ctx.turn_id}.a{step}", content=text, tool_calls=stored_calls, model=model_ref
                 )
             )
-            add(result.messages[-1])
             pending = list(enumerate(answer.tool_calls))  # run with the arguments as the model wrote them
         refused = 0
         for i, call in pending:  # parallel calls too: one after the other, in order
@@ -220,14 +212,25 @@ def run_loop(
             else:
                 refused += 1
                 outcome = _refused(call, limit)
-            result.messages.append(outcome.model_copy(update={"id": f"{ctx.turn_id}.a{step}.r{i}"}))
-            add(result.messages[-1])
+            keep(outcome.model_copy(update={"id": f"{ctx.turn_id}.a{step}.r{i}"}))
         pending = []
         if refused:
             result.stopped = ToolCallLimitExceeded(LIMIT_REPLY.format(limit=limit))
             return reply(result.stopped.message)
         if finished is not None and finished():
             return result
+
+
+def _charge(budget: TurnBudget | None, model_ref: str, usage: Usage) -> None:
+    """A model call's tokens, charged once they are known."""
+    if budget is not None:
+        budget.charge_model_call(
+            model_ref,
+            tokens_in=usage.input_tokens,
+            tokens_out=usage.output_tokens,
+            cache_read=usage.cache_read_tokens,
+            cache_write=usage.cache_write_tokens,
+        )
 
 
 def _run_tool(
