@@ -95,6 +95,8 @@ deploy: $(LAYER_MANIFEST) $(CDK) $(STAMP)
 # Fact extraction scored against gold facts on 19 conversations written for it, the recorded answers
 # replayed (docs/consolidation.md, seconds; `--model provider/name` for a real model). Each outbound
 # call of a turn inside a 1 s deadline against servers that answer after 6 s (docs/providers.md, ~10 s).
+# Chaos with delegation: 20 sessions x 3 tasks under kills, hangs, 500s and cut streams, on both
+# backends (docs/delegation.md, ~5 min).
 bench: $(STAMP)
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/turn_overhead.py
@@ -107,6 +109,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/redaction.py
 	$(BIN)/python bench/skills_prompt.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/chaos.py --tasks 3
 	$(BIN)/python bench/lane_wait.py
 	$(BIN)/python bench/stream_bytes.py
 	$(BIN)/python bench/cost.py

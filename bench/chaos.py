@@ -7,6 +7,11 @@ DevGateway, its own process group) and spoken to over HTTP with signed web-chann
 
     .venv/bin/python bench/chaos.py                       # 50 sessions x 20 messages, both backends
     .venv/bin/python bench/chaos.py --sessions 10 --messages 8 --backend embedded
+    .venv/bin/python bench/chaos.py --tasks 3                  # delegation: 20 sessions x 3 tasks
+
+With --tasks N the run is bench/chaos_tasks.py's instead: each session's agent delegates N tasks
+while processes are killed and model calls time out or fail under them, and the table counts
+each task's outcome delivered (exactly once) and its side effects (none repeated).
 
 What happens. Every session is a client sending its messages in order, each one posted three
 times at once (the same event id: a platform delivering a webhook three times), without waiting
@@ -716,7 +721,7 @@ def failures(run: Run, rows: list[Row]) -> list[str]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
-    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--sessions", type=int, default=None, help="50; with --tasks, 20")
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--backend", choices=("both", "embedded", "aws"), default="both")
     parser.add_argument("--client-timeout-s", type=float, default=2.0, help="SIGIL_PROVIDER_TIMEOUT_S")
@@ -733,11 +738,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="more gateway settings"
     )
     parser.add_argument("--keep-logs", metavar="DIR", help="copy each gateway's log here")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--tasks", type=int, default=0, help="delegation: each session's agent delegates this many tasks"
+    )
+    args = parser.parse_args(argv)
+    if args.sessions is None:
+        args.sessions = 20 if args.tasks else 50
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.tasks:
+        from bench import chaos_tasks
+
+        return chaos_tasks.main(args)
     ok = True
     for backend in ("embedded", "aws") if args.backend == "both" else (args.backend,):
         run = run_backend(backend, args)

@@ -1718,6 +1718,72 @@ def measure(
     return report
 
 
+# ---------------------------------------------------------------- delegation (docs/delegation.md#costs)
+
+# A workspace maps each model class to a model (delegation.models); these are the example's, at
+# their list prices (shared.budgets.DEFAULT_PRICES, the prices the budgets charge).
+CLASS_MODELS = {
+    "frontier": "anthropic/claude-sonnet-4-5",
+    "fast": "openai/gpt-4.1-mini",
+    "cheap": "openai/gpt-4.1-nano",
+}
+
+
+def delegation_cost() -> str:
+    """(f) A delegated task's model calls at its model class's prices: a 20-tool-call research task
+    run through the real turn and task runner (bench/delegation_tokens.py), its tokens as the
+    runtime counted them for the budget (Task.usage), priced at each class's model; and the
+    outcome's turn, one call of the agent's own model (MODEL) carrying the summary."""
+    from bench import delegation_tokens
+    from shared.agent.context import estimate
+    from shared.budgets import PriceTable
+
+    found = delegation_tokens.measure()
+    usage, prices = found.task.usage, PriceTable()
+    rows = []
+    for model_class, ref in CLASS_MODELS.items():
+        usd = prices.usage(ref, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out).usd_nanos / 1e9
+        tokens = f"{usage.tokens_in:,} in / {usage.tokens_out:,} out"
+        rows.append(
+            [
+                f"the task, {model_class} class",
+                ref,
+                str(usage.model_calls),
+                tokens,
+                money(usd),
+                money(usd * 1000),
+            ]
+        )
+    request = found.next_request
+    told_in = estimate(request.system + "\n" + delegation_tokens.render(request.messages))
+    told_out = 20  # a short "here is what the task found" (the script's answer is ~12 words)
+    told = prices.usage(MODEL, tokens_in=told_in, tokens_out=told_out).usd_nanos / 1e9
+    rows.append(
+        [
+            "the outcome's turn (the agent's model)",
+            MODEL,
+            "1",
+            f"{told_in:,} in / {told_out} out",
+            money(told),
+            money(told * 1000),
+        ]
+    )
+    head = [
+        "",
+        "(f) a delegated task's model calls at its model class's list price: a "
+        f"{delegation_tokens.CALLS}-tool-call research task (bench/delegation_tokens.py), tokens as its "
+        "budget counted them",
+    ]
+    table = text_table(["model calls of", "model", "calls", "tokens", "$ a task", "$ per 1,000 tasks"], rows)
+    note = (
+        f"  each step invocation is also an agent invocation (here {found.task.invocations}: AWS cost as a "
+        "turn's in (a)); no prompt caching counted (it would cut the growing prompt's price); the parent "
+        "user's and workspace's budgets are charged all of it "
+        "(docs/delegation.md#costs)"
+    )
+    return "\n".join([*head, table, note])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=500, help="turns measured (the table is per 1,000)")
@@ -1738,6 +1804,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="print only the media table (photos, voice notes, documents per 1,000 messages; instant)",
     )
+    parser.add_argument(
+        "--delegation-only",
+        action="store_true",
+        help="print only the delegation table (f): a 20-tool-call task at each model class's price (~5 s)",
+    )
     args = parser.parse_args(argv)
     from bench import media_cost, prompt_caching
 
@@ -1747,11 +1818,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.prompt_caching_only:
         print(prompt_caching.render(prompt_caching.measure()))
         return
+    if args.delegation_only:
+        print(delegation_cost())
+        return
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:
         parser.error("--turns must be at least 1 and --sessions between 1 and --turns")
     if not 0 <= args.quiet_share <= 1:
         parser.error("--quiet-share must be between 0 and 1")
     print(measure(args.turns, args.sessions, quiet_share=args.quiet_share).render())
+    print(delegation_cost())
     # The model's input tokens, which the AWS tables above leave to the model's bill: what prompt
     # caching saves of them (docs/context.md, "Prompt caching").
     print()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,17 +33,20 @@ from shared.channels.senders import OutboxSender, SenderRegistry  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.models import (  # noqa: E402
     AssistantMessage,
+    BudgetLimits,
     InboundMessage,
     LaneItem,
     Message,
     RoleConfig,
+    ScopeLimits,
     Sender,
     ToolCall,
     ToolResultMessage,
     UserMessage,
     WorkspaceConfig,
 )
-from shared.providers.base import ChatRequest, ProviderEvent, ToolCallEvent  # noqa: E402
+from shared.models.tasks import Task  # noqa: E402
+from shared.providers.base import ChatRequest, ProviderEvent, ToolCallEvent, Usage  # noqa: E402
 from shared.providers.function import FunctionProvider  # noqa: E402
 from shared.tasks.items import outcome_item, step_item  # noqa: E402
 from shared.tasks.runner import TASK_NOTE, TaskRunner  # noqa: E402
@@ -86,6 +90,18 @@ def model(request: ChatRequest) -> str | list[ProviderEvent]:
     )
 
 
+def charged(request: ChatRequest) -> str | list[ProviderEvent]:
+    """`model`'s answer, with the usage a provider reports for it (the repo's estimate: the prompt
+    and the calls' arguments at 4 characters a token), so the budget counts each call's tokens as
+    it counts a real provider's (Task.usage, which bench/cost.py prices)."""
+    answer = model(request)
+    if isinstance(answer, str):
+        return answer  # FunctionProvider reports a text answer's usage itself
+    prompt = estimate(request.system + "\n" + render(request.messages))
+    out = sum(estimate(e.call.arguments) for e in answer if isinstance(e, ToolCallEvent))
+    return [*answer, Usage(input_tokens=prompt, output_tokens=out)]
+
+
 def size(text: str) -> tuple[int, int]:
     return len(text), estimate(text)
 
@@ -100,15 +116,27 @@ def render(messages: list[Message]) -> str:
     return "\n".join(parts)
 
 
-def main() -> None:
+@dataclass
+class Measured:
+    """One research task run through the real turn and runner: the task as it ended, its
+    transcript (brief, steps), and the agent's request for the outcome's turn."""
+
+    task: Task
+    transcript: str
+    next_request: ChatRequest
+
+
+def measure() -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         backend = build_embedded_backend(Settings(data_dir=Path(tmp)))
-        config = WorkspaceConfig(id=WS)
+        # A budget far above the run: the runtime counts a task's tokens (Task.usage) as it charges
+        # them to the budget, and bench/cost.py prices those.
+        config = WorkspaceConfig(id=WS, budget=BudgetLimits(workspace=ScopeLimits(tokens_per_day=10**9)))
         roles = {"researcher": RoleConfig(instructions="Research.", tools=["search_notes"])}
         backend.workspaces.put(
             config.model_copy(update={"delegation": config.delegation.model_copy(update={"roles": roles})})
         )
-        provider = FunctionProvider(model)
+        provider = FunctionProvider(charged)
         deps = TurnDeps(
             backend=backend,
             settings=Settings(data_dir=Path(tmp)),
@@ -136,14 +164,19 @@ def main() -> None:
             task = found
         run_turn(deps, outcome_item(task, pii=False))
         transcript = f"{task.brief}\n{render(backend.steps.load(WS, task.id))}"
-        next_request = provider.requests[-1]
-        carried = next_request.messages[-1].content
-        rows = [
-            (f"task transcript ({task.usage.tool_calls - 1} searches and finish_task)", *size(transcript)),
-            ("task summary carried by the agent's next request", *size(carried)),
-            ("the agent's whole next request (its messages)", *size(render(next_request.messages))),
-        ]
         backend.close()
+    return Measured(task, transcript, provider.requests[-1])
+
+
+def main() -> None:
+    found = measure()
+    task, transcript, next_request = found.task, found.transcript, found.next_request
+    carried = next_request.messages[-1].content
+    rows = [
+        (f"task transcript ({task.usage.tool_calls - 1} searches and finish_task)", *size(transcript)),
+        ("task summary carried by the agent's next request", *size(carried)),
+        ("the agent's whole next request (its messages)", *size(render(next_request.messages))),
+    ]
     print(f"Delegation: a {CALLS}-tool-call research task, what the conversation carries")
     print(f"{'':52} {'chars':>8} {'tokens':>8}")
     for name, chars, tokens in rows:

@@ -22,6 +22,9 @@ so a redelivered command is skipped, and carries what the command changes in the
 - `/skills`: the skills available to the workspace, name and description;
 - `/schedules`: the sender's reminders and scheduled tasks; `/schedules cancel <id>` stops one
   (shared.schedules, docs/schedules.md);
+- `/tasks`: the session's delegated tasks (id, role, status, age, spend); `/tasks show <id>`,
+  `/tasks cancel <id>` (shared.agent.task_control, docs/delegation.md#control); only this
+  session's own tasks;
 - `/heartbeat [on|off]`: the workspace's heartbeat (spec 003: a recurring check of its proactive
   tasks, WorkspaceConfig.heartbeat, off unless the config enables it), answered in this
   conversation once on;
@@ -34,12 +37,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from shared.agent import task_control
 from shared.agent.preflight import Turn
 from shared.budgets import Bucket, Counters, Metric, Period, as_utc
 from shared.errors import SigilError
 from shared.models import ChatCommand, RecallPolicy
 from shared.models.budgets import format_amount, format_date, format_duration
-from shared.ports import Schedules
+from shared.ports import AuditLog, Schedules, TaskStore
 from shared.schedules import cancel, heartbeat_off, heartbeat_on, heartbeat_schedules, listing
 from shared.schedules.timing import describe
 from shared.skills import Skill
@@ -47,7 +51,8 @@ from shared.skills import Skill
 HELP: Final = (
     "Commands: /status (model, budget, skills, memory), /new (start a fresh conversation), "
     "/model [name|default] (switch model), /skills (list skills), "
-    "/schedules [cancel <id>] (your reminders), /heartbeat [on|off], /help."
+    "/schedules [cancel <id>] (your reminders), /tasks [show|cancel <id>] (delegated tasks), "
+    "/heartbeat [on|off], /help."
 )
 # What each memory policy lets a turn recall (docs/privacy.md), as /status tells the user.
 RECALL: Final[dict[RecallPolicy, str]] = {
@@ -79,6 +84,8 @@ def answer_command(
     default_model: str | None,
     now: datetime,
     schedules: Schedules | None = None,
+    tasks: TaskStore | None = None,
+    audit: AuditLog | None = None,
 ) -> Answer:
     """The answer to `command` in `turn`; `skills` are the workspace's (shared.agent.turn.skills_of),
     `default_model` the gateway's, used when neither the session nor the workspace names one."""
@@ -92,6 +99,8 @@ def answer_command(
         return Answer(_skills(skills))
     if command.name == "schedules":
         return _schedules(turn, command.args, schedules)
+    if command.name == "tasks":
+        return _tasks(turn, command.args, tasks, audit, now)
     if command.name == "heartbeat":
         return _heartbeat(turn, command.args, schedules, now)
     if command.name == "help":
@@ -159,6 +168,36 @@ def _schedules(turn: Turn, args: str, store: Schedules | None) -> Answer:
             return Answer(f"Cancelled {words[1]}.")
         return Answer(f"You have no schedule {words[1][:40]}.", error="no such schedule")
     return Answer("Use /schedules, or /schedules cancel <id>.", error="bad /schedules arguments")
+
+
+def _tasks(turn: Turn, args: str, store: TaskStore | None, audit: AuditLog | None, now: datetime) -> Answer:
+    """This session's delegated tasks only: another session's id is answered as unknown."""
+    if store is None:
+        return Answer("Delegated tasks are not set up on this gateway.", error="no task store")
+    ws, session_id = turn.inbound.workspace_id, turn.session.id
+    words = args.split()
+    if not words:
+        found = task_control.session_tasks(store, ws, session_id)
+        if not found:
+            return Answer("No delegated tasks in this conversation.")
+        return Answer(
+            "Tasks (id, role, status, age, spend):\n"
+            + "\n".join(f"- {task_control.line(t, now)}" for t in found)
+        )
+    if len(words) != 2 or words[0] not in ("show", "cancel"):
+        return Answer("Use /tasks, /tasks show <id> or /tasks cancel <id>.", error="bad /tasks arguments")
+    action, task_id = words
+    try:
+        if action == "show":
+            task = task_control.find_task(store, ws, task_id, session_id=session_id)
+            spent = task_control.spend(audit, task) if audit is not None else None
+            return Answer("\n".join(task_control.detail(task, now, spent)))
+        task, asked = task_control.request_cancel(store, ws, task_id, session_id=session_id)
+    except SigilError as exc:
+        return Answer(f"{exc.message}.", error=exc.code)
+    if not asked:
+        return Answer(f"Task {task.id} has already ended ({task.status}).")
+    return Answer(f"Cancelling {task.id}: it stops before its next step, and you will be told here.")
 
 
 def _heartbeat(turn: Turn, args: str, store: Schedules | None, now: datetime) -> Answer:

@@ -364,6 +364,8 @@ def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Endi
         default_model=deps.settings.resolved_model(),
         now=deps.clock(),
         schedules=deps.backend.schedules,
+        tasks=deps.backend.tasks,
+        audit=deps.backend.audit,
     )
     send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
     record = _record(turn, started, "command", error=answer.error)

@@ -21,7 +21,7 @@ from typing import Final
 from shared.models import ChatCommand
 
 # Sigil's commands (docs/commands.md), in the order the help line lists them.
-KNOWN: Final = ("status", "new", "model", "skills", "schedules", "heartbeat", "help")
+KNOWN: Final = ("status", "new", "model", "skills", "schedules", "tasks", "heartbeat", "help")
 # Telegram sends /start when a person opens a chat with the bot: it is a greeting, and the model
 # answers it as one rather than the user being handed a list of commands.
 GREETINGS: Final = frozenset({"start"})

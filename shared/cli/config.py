@@ -33,6 +33,7 @@ def config_validate(file: ConfigFile = None) -> None:
     delegation role's tool that no registry offers is a warning (an MCP tool may be meant)."""
     from shared.configuration import effective_configs
     from shared.tasks.roles import role_warnings
+    from shared.tasks.tools import TASK_TOOLS
     from shared.tools.builtin import agent_registry
 
     settings, loaded = target_config(None, None, None, file)
@@ -42,7 +43,8 @@ def config_validate(file: ConfigFile = None) -> None:
         f"{settings.config_file}: valid; workspaces: {workspaces}; routes: {routes}",
     )
     # Allowed but worth a look: a delegation role's tool no built-in registry has.
-    tools = [t.name for t in agent_registry()]
+    # (The task agents' own tools, skill_draft among them, are known too.)
+    tools = [t.name for t in agent_registry()] + [t.name for t in TASK_TOOLS]
     for config in effective_configs(loaded).values():
         for line in role_warnings(config, tools):
             typer.echo(f"warning: {line}", err=True)

@@ -9,6 +9,8 @@ skills bucket, as SIGIL_BACKEND says.
     sigil skill remove NAME [-w WS]
     sigil skill validate PATH|NAME [-w WS]
     sigil skill search QUERY --index URL [--allow-http]
+    sigil skill drafts [-w WS] [--session SID]
+    sigil skill install-draft NAME [-w WS] [--session SID] [--force]
 
 Every command reads its settings from `skill_settings` alone, so pointing the group at another
 target (a deployed stack) is one change there.
@@ -339,6 +341,81 @@ def skill_validate(
             files = {p: store.read_file(ws, target, p) or b"" for p in paths}
             found = install.validate_files(files, target, f"{ws}/{target}")
         typer.echo(f"ok: {found.name} [{found.trigger}] {found.description}")
+
+
+Session = Annotated[
+    str | None,
+    typer.Option(
+        "--session", "-s", help="the session whose scratchpad holds the draft (default: look in each)"
+    ),
+]
+
+
+def _drafts(backend: Backend, ws: str, session: str | None) -> list[tuple[str, str]]:
+    """(session, draft name) of the workspace's skill drafts (shared.skills.drafts): in one
+    session's scratchpad, or in each of its sessions' (at most 1,000 sessions read)."""
+    from shared.skills import drafts
+
+    pad = backend.scratchpad
+    if pad is None:
+        _fail("this backend has no scratchpad, so no skill drafts")
+    assert pad is not None
+    sessions = [session] if session else [s.id for s in backend.sessions.list_sessions(ws, limit=1000)]
+    return [(sid, name) for sid in sessions for name in drafts.names(pad, ws, sid)]
+
+
+@skill_app.command("drafts")
+def skill_drafts(
+    workspace: SkillWorkspace = None,
+    session: Session = None,
+    data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
+) -> None:
+    """The skills the Skill Composer drafted and an operator has not installed: session, name,
+    description (docs/delegation.md)."""
+    from shared.skills import drafts
+
+    _, ws = _open(data_dir, workspace, stack, region)
+    with _errors(), _backend(skill_settings(data_dir, stack, region)) as backend:
+        found = _drafts(backend, ws, session)
+        if not found:
+            typer.echo(f"no skill drafts in {ws}" + (f" session {session}" if session else ""))
+            return
+        assert backend.scratchpad is not None
+        for sid, name in found:
+            draft = drafts.load(backend.scratchpad, ws, sid, name)
+            typer.echo(f"{sid}  {name}  ({len(draft.files)} files)  {draft.description}")
+
+
+@skill_app.command("install-draft")
+def skill_install_draft(
+    name: Annotated[str, typer.Argument(help="the draft's skill name, as `sigil skill drafts` shows it")],
+    workspace: SkillWorkspace = None,
+    session: Session = None,
+    force: Force = False,
+    data_dir: DataDir = None,
+    stack: Stack = None,
+    region: Region = None,
+) -> None:
+    """Install a skill the Skill Composer drafted, checked again against the agentskills.io rules;
+    the draft is then marked installed in the session's scratchpad and no longer listed."""
+    from shared.skills import drafts
+
+    store, ws = _open(data_dir, workspace, stack, region)
+    with _errors(), _backend(skill_settings(data_dir, stack, region)) as backend:
+        found = [sid for sid, n in _drafts(backend, ws, session) if n == name]
+        if not found:
+            _fail(f"no skill draft {name!r} in {ws}" + (f" session {session}" if session else ""))
+        if len(found) > 1:
+            _fail(f"sessions {', '.join(found)} each hold a draft {name!r}: name one with --session")
+        assert backend.scratchpad is not None
+        draft = drafts.load(backend.scratchpad, ws, found[0], name)
+        skill = drafts.install(store, ws, draft, force=force)
+        drafts.mark_installed(backend.scratchpad, ws, found[0], draft)
+        typer.echo(
+            f"installed {skill.name} in {ws} ({len(draft.files)} files) from session {found[0]}'s draft"
+        )
 
 
 @skill_app.command("search")

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from shared.backend import Backend
 from shared.config import Settings
-from shared.console import replays, views
+from shared.console import replays, tasks, views
 from shared.console.guard import ConsoleGuard, refusal
 from shared.console.html import seg
 from shared.console.views import Ctx, Html
@@ -167,6 +167,7 @@ def create_app(
         Route("/workspaces/{ws}/facts/{fid}", fact),
         Route("/workspaces/{ws}/runs/{run}/rollback", rollback, methods=["GET", "POST"]),
         Route("/workspaces/{ws}/users/{user}/erase", erase, methods=["GET", "POST"]),
+        *_task_routes(render, checked),
         Route("/sessions", sessions_all),
         Route("/memory", memory_home),
         Route("/dead-letters", dead_letters),
@@ -216,6 +217,35 @@ def _replay_routes(render: Render, posted: Posted) -> list[Route]:
         Route("/replay", replay, methods=["GET", "POST"]),
         Route("/replay/{key}.{kind}", report),
         Route("/replay/{key}", report),
+    ]
+
+
+Checked = Callable[[Request, str], Awaitable[Response | None]]
+
+
+def _task_routes(render: Render, checked: Checked) -> list[Route]:
+    """A workspace's delegated tasks, one task, and its cancel (shared.console.tasks)."""
+
+    def p(request: Request, name: str) -> str:
+        value: str = request.path_params[name]
+        return value
+
+    async def task_list(request: Request) -> Response:
+        return await render(tasks.tasks, p(request, "ws"))
+
+    async def task(request: Request) -> Response:
+        return await render(tasks.task, p(request, "ws"), p(request, "tid"))
+
+    async def task_cancel(request: Request) -> Response:
+        ws, tid = p(request, "ws"), p(request, "tid")
+        if request.method == "GET":
+            return await render(_confirming(tasks.task), ws, tid)
+        return await checked(request, tid) or await render(tasks.cancel, ws, tid)
+
+    return [
+        Route("/workspaces/{ws}/tasks", task_list),
+        Route("/workspaces/{ws}/tasks/{tid}", task),
+        Route("/workspaces/{ws}/tasks/{tid}/cancel", task_cancel, methods=["GET", "POST"]),
     ]
 
 

@@ -80,12 +80,16 @@ def _ws_nav(workspace_id: str, current: str) -> str:
         ("overview", "Overview", f"/workspaces/{seg(workspace_id)}"),
         ("sessions", "Sessions", f"/workspaces/{seg(workspace_id)}/sessions"),
         ("memory", "Memory", f"/workspaces/{seg(workspace_id)}/memory"),
+        ("tasks", "Tasks", f"/workspaces/{seg(workspace_id)}/tasks"),
     )
     links = "".join(
         f'<a href="{esc(h)}"{" aria-current=page" if k == current else ""}>{esc(label)}</a>'
         for k, label, h in tabs
     )
     return f'<nav class="tabs">{links}</nav>'
+
+
+ws_nav = _ws_nav  # for the pages of other modules (shared.console.tasks)
 
 
 def triples(backend: Backend, workspace_id: str) -> Iterator[Triple]:

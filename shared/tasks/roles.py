@@ -72,10 +72,20 @@ BUILTIN_ROLES: Final[Mapping[str, RoleConfig]] = {
         instructions=(
             "You compose a skill with the user, in the agentskills.io format: a SKILL.md with its "
             "name, description and instructions, and any scripts or references it needs. Ask the "
-            "user what the skill must do, draft it, refine it with their answers, and save the draft."
+            "user what the skill must do, draft it, refine it with their answers, and save the draft "
+            "with skill_draft, which checks it as `sigil skill validate` does: fix what it reports."
         ),
         model_class="frontier",
-        tools=["current_time", "skill", "memory_search", "web_fetch", "run_python", "scratchpad_read"],
+        # skill_draft (shared.tools.skill_draft): saves the draft, or installs it where allowed.
+        tools=[
+            "current_time",
+            "skill",
+            "memory_search",
+            "web_fetch",
+            "run_python",
+            "scratchpad_read",
+            "skill_draft",
+        ],
         interactive=True,
     ),
 }

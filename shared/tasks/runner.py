@@ -151,11 +151,18 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     if tasks is None or steps_log is None:
         raise SigilError("a task's step reached a backend with no task store")
     task = tasks.get(item.inbound.workspace_id, event.task_id)
-    if task is None or event.seq < task.invocations or task.status == "waiting_user":
-        return _skipped(task, item, started)  # gone, a redelivered older step, or waiting for the user
+    if task is None or task.status == "waiting_user":
+        return _skipped(task, item, started)  # gone, or waiting for the user
     if task.terminal:
-        _tell(deps, task)  # a crash between the end and the outcome's submit
+        _tell(deps, task)  # a crash between the end and the outcome's submit, whatever the step
         return _skipped(task, item, started)
+    if event.seq < task.invocations:
+        if event.seq == task.invocations - 1:
+            # This step's invocation was counted (_save_usage) and its process died before the
+            # task ended or its next step was submitted: submit that step (the lane drops it when
+            # it was submitted); it ends the task from its saved steps, or continues it.
+            backend.lanes.submit(step_item(task, task.invocations))
+        return _skipped(task, item, started)  # a redelivered older step
     workspace, sender = resolve(backend, task.parent, deps.clock())
     role = roles_for(workspace).get(task.role)
     if (stop := _stopped(task, role)) is not None:

@@ -29,6 +29,7 @@ from shared.models.tasks import SUMMARY_MAX_CHARS, Finding, Task
 from shared.tasks.items import step_item
 from shared.tasks.roles import roles_for
 from shared.tools.core import ToolContext, tool
+from shared.tools.skill_draft import skill_draft
 
 FINISH_TASK = "finish_task"
 ASK_USER = "ask_user"
@@ -171,4 +172,5 @@ def ask_user(args: AskArgs, ctx: ToolContext) -> str:
 
 
 ORCHESTRATOR_TOOLS = (delegate, answer_task)
-TASK_TOOLS = (finish_task, ask_user)
+# skill_draft (shared.tools.skill_draft) is offered only to a role that lists it: the Skill Composer.
+TASK_TOOLS = (finish_task, ask_user, skill_draft)

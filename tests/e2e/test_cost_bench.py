@@ -78,3 +78,15 @@ def test_a_few_turns_are_measured_counted_and_priced() -> None:
     assert "total without per-turn extraction" in text
     for heading in ("(a) $ per 1,000 turns", "(b) the same turns' memory", "(c) each stage's monthly floor"):
         assert heading in text
+
+
+def test_a_delegated_tasks_model_calls_are_priced_at_each_model_class() -> None:
+    table = cost.delegation_cost()
+    rows = {line.split("  ")[1].strip(): line for line in table.splitlines() if "the task, " in line}
+    assert set(rows) == {f"the task, {c} class" for c in cost.CLASS_MODELS}
+    # the task's own tokens, counted by its budget, priced dearer for a dearer class
+    prices = [
+        float(rows[f"the task, {c} class"].split("$")[1].split()[0]) for c in ("frontier", "fast", "cheap")
+    ]
+    assert prices[0] > prices[1] > prices[2] > 0
+    assert "the outcome's turn (the agent's model)" in table

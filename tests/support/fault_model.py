@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.consolidation import is_consolidation
-from tests.support.fake_openai import FakeOpenAI, Json, _Failure, _Handler, _Response, echo_last_user
+from tests.support.fake_openai import (
+    FakeOpenAI,
+    Json,
+    Responder,
+    _Failure,
+    _Handler,
+    _Response,
+    echo_last_user,
+)
 
 _MARKER = re.compile(r"fault=(\w+)\s*$")
 # How many tries of a message get its fault (the rest are answered normally).
@@ -73,13 +81,14 @@ class _Request(threading.local):
 class FaultModel(FakeOpenAI):
     def __init__(
         self,
+        responder: Responder = echo_last_user,
         *,
         hang_s: float = 30.0,
         drip_s: float = 1.0,
         on_kill: Callable[[tuple[str, int]], bool] | None = None,
         on_conflict: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(responder)
         self.hang_s = hang_s
         self.drip_s = drip_s
         self.on_kill = on_kill
@@ -114,12 +123,11 @@ class FaultModel(FakeOpenAI):
             # Per-turn extraction quotes the turns' words, markers and all, but is not a turn:
             # it is answered plainly and counted nowhere.
             return response
-        text = echo_last_user(body)
-        found = _MARKER.search(text)
+        text, marked = self.marked(body)
         with self._lock:
             self.tries[text] += 1
             attempt = self.tries[text]
-        fault = found.group(1) if found and attempt <= _FAULTY_TRIES.get(found.group(1), 0) else None
+        fault = marked if marked and attempt <= _FAULTY_TRIES.get(marked, 0) else None
         self._request.fault, self._request.attempt = fault, attempt
         if fault is None:
             return response
@@ -142,6 +150,14 @@ class FaultModel(FakeOpenAI):
         elif fault == "conflict":
             self._call(self.on_conflict, text)
         return response
+
+    def marked(self, body: Json) -> tuple[str, str | None]:
+        """What identifies this request across its retries (the text its tries are counted by),
+        and the fault it is marked with: here the last user message and its `fault=<name>`; a
+        subclass may mark requests another way (bench/chaos_tasks.py marks a task's model calls)."""
+        text = echo_last_user(body)
+        found = _MARKER.search(text)
+        return text, found.group(1) if found else None
 
     def _call(self, callback: Callable[[Any], bool | None] | None, arg: Any) -> bool:
         if callback is None:

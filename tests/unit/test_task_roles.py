@@ -55,8 +55,13 @@ def test_the_built_in_roles_follow_spec_001() -> None:
     assert "memory_store" not in roles["researcher"].tools and "run_python" not in roles["researcher"].tools
     assert {"memory_search", "web_search", "web_fetch", "scratchpad_read"} <= set(roles["researcher"].tools)
     assert {"memory_store", "run_python"} <= set(roles["worker"].tools)
-    # No role may delegate, and every built-in tool is one the agent's registry offers.
-    known = {t.name for t in agent_registry()}
+    # The composer saves its skill with skill_draft, a task agent's own tool (shared.tasks.tools).
+    assert "skill_draft" in roles["skill_composer"].tools
+    # No role may delegate, and every built-in tool is one a task's registry offers: the agent's
+    # and the task agents' own.
+    from shared.tasks.tools import TASK_TOOLS
+
+    known = {t.name for t in agent_registry()} | {t.name for t in TASK_TOOLS}
     for role in roles.values():
         assert DELEGATE_TOOL not in role.tools
         assert set(role.tools) <= known
