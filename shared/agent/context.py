@@ -17,6 +17,11 @@ Static prefix (AssembledContext.static):
 5. safety        SYSTEM_PROMPT_NOTE, never trimmed: it tells the model what a quoted block is,
                  before any of the context or the messages that may hold one
 
+Orientation (AssembledContext.orientation): the conversation's Orientation Document
+(shared.agent.orientation), when the pipeline is on: written at the conversation's start and kept
+on the session, so it is the same on every turn of the conversation and goes in the cached prefix,
+after the static part (docs/context.md, "The Orientation Document").
+
 Turn context (AssembledContext.dynamic):
 
 6. learned       "## Personality (Learned)": the directive synthesised from the sender's style
@@ -101,14 +106,23 @@ STATIC_PARTS: Final = frozenset({"personality", "catalogue", "tools", "channel",
 
 @dataclass(frozen=True)
 class AssembledContext:
-    static: str  # the cached prefix: ChatRequest.system
-    dynamic: str  # what changes from turn to turn: ChatRequest.context
+    static: str  # the workspace's static prefix, the same in every conversation
+    dynamic: str  # what changes from turn to turn
     parts: list[tuple[str, int]]  # (part name, estimated tokens), in prompt order
+    # The conversation's Orientation Document (shared.agent.orientation), after the static part:
+    # the same on every turn of the conversation, so inside the cached prefix.
+    orientation: str = ""
+
+    @property
+    def cached(self) -> str:
+        """The prefix the providers cache (ChatRequest.cache_prefix is its length): the static
+        part, then the orientation."""
+        return "\n\n".join(part for part in (self.static, self.orientation) if part)
 
     @property
     def text(self) -> str:
         """The whole system prompt, as a provider with one system slot sends it."""
-        return "\n\n".join(part for part in (self.static, self.dynamic) if part)
+        return "\n\n".join(part for part in (self.static, self.orientation, self.dynamic) if part)
 
     @property
     def tokens(self) -> int:
@@ -147,6 +161,7 @@ def assemble_system_prompt(
     learned: str = "",
     nudge: str = "",
     selection: str = "",
+    orientation: str = "",
 ) -> AssembledContext:
     """The system prompt in the documented order; `skills` are those already selected, and
     `catalogue` those the model may load (listed whether or not they are in `skills`, so that the
@@ -170,8 +185,15 @@ def assemble_system_prompt(
     static.append(SYSTEM_PROMPT_NOTE)
     parts.append(("safety", estimate(SYSTEM_PROMPT_NOTE)))
     dynamic, dynamic_parts = _kept(dynamic_sections)
+    # Already bounded when it was written (ContextConfig.orientation_tokens), and never trimmed
+    # here: a cut made now could differ from the last turn's, and break the cached prefix.
+    oriented = orientation.strip()
+    orientation_parts = [("orientation", estimate(oriented))] if oriented else []
     return AssembledContext(
-        static="\n\n".join(static), dynamic="\n\n".join(dynamic), parts=parts + dynamic_parts
+        static="\n\n".join(static),
+        dynamic="\n\n".join(dynamic),
+        parts=parts + orientation_parts + dynamic_parts,
+        orientation=oriented,
     )
 
 
