@@ -52,7 +52,9 @@ TRAVEL = Skill(name="travel-planner", description="Plan trips: cabins, trains an
 
 
 def hit(id_: str, text: str, score: float) -> MemoryHit:
-    return MemoryHit(id=id_, tier="message", text=text, score=score, session_id="web.s1", created_at=AT, metadata={})
+    return MemoryHit(
+        id=id_, tier="message", text=text, score=score, session_id="web.s1", created_at=AT, metadata={}
+    )
 
 
 SELECTION = narrowed(
