@@ -280,5 +280,18 @@ def _skills_text(fitting: Sequence[tuple[Skill, float]]) -> str:
     return SKILLS_LINE + "".join(f"\n- {s.name}" for s, _ in fitting)
 
 
+def shown_part(context: str) -> str:
+    """The pipeline's part of a turn's context (the text after the cached prefix), as the prompt
+    shows it: from its first heading to the time line that follows it (shared.agent.context puts
+    the selection right before "now"); "" when it shows nothing. Its items are one line each
+    (whitespace folded), so no blank line inside it ends it early."""
+    starts = [i for i in (context.find(h) for h in (MEMORY_HEADING, POINTERS_HEADING, SKILLS_LINE)) if i >= 0]
+    if not starts:
+        return ""
+    start = min(starts)
+    end = context.find("\n\nNow: ", start)
+    return context[start : end if end >= 0 else len(context)].strip()
+
+
 def _estimate(text: str) -> int:
     return math.ceil(len(text) / 4)
