@@ -1682,11 +1682,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="print only the prompt-caching table (a 20-turn conversation per provider, ~30 s)",
     )
+    parser.add_argument(
+        "--gate-only",
+        action="store_true",
+        help="print only the Refinement Gate's cost line (one cheap-model call per turn when on; instant)",
+    )
     args = parser.parse_args(argv)
-    from bench import prompt_caching
+    from bench import gate_cost, prompt_caching
 
     if args.prompt_caching_only:
         print(prompt_caching.render(prompt_caching.measure()))
+        return
+    if args.gate_only:
+        print(gate_cost.render(gate_cost.measure()))
         return
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:
         parser.error("--turns must be at least 1 and --sessions between 1 and --turns")
@@ -1697,6 +1705,9 @@ def main(argv: list[str] | None = None) -> None:
     # caching saves of them (docs/context.md, "Prompt caching").
     print()
     print(prompt_caching.render(prompt_caching.measure()))
+    # The context pipeline's optional Refinement Gate: a model call per turn of its own.
+    print()
+    print(gate_cost.render(gate_cost.measure()))
 
 
 if __name__ == "__main__":
