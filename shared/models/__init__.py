@@ -506,8 +506,8 @@ class ContextConfig(Model):
     line per memory (its id, tier, date and opening words), for the model to fetch with the memory
     tools; `inject`: the memories' text, ranked, within `budget_tokens` (spec 004's InjectMemory)."""
 
-    mode: ContextMode = "off"
-    budget_tokens: int = Field(default=2000, ge=100, le=8000)
+    mode: ContextMode = "inject"
+    budget_tokens: int = Field(default=1000, ge=100, le=8000)
     max_items: int = Field(default=10, ge=1, le=50)
     # The Refinement Gate (specs 001/002, shared.agent.gate): one call to the workspace's cheap
     # model that keeps or trims the selection, within `gate_timeout_s`; on a timeout, an error, an
