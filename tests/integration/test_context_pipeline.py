@@ -13,14 +13,17 @@ import pytest
 from osmem_server import OsmemServer
 
 from shared.adapters.embedded import build_embedded_backend
+from shared.agent.context import estimate
 from shared.agent.orientation import HEADING as ORIENTATION_HEADING
+from shared.agent.orientation import MAX_FACTS as ORIENTATION_MAX_FACTS
+from shared.agent.orientation import orientation_document
 from shared.agent.pipeline import MEMORY_HEADING, POINTERS_HEADING, match_skills
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
 from shared.channels.inbound import conversation_key
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.config import Settings
-from shared.memory.scope import owner_scope
+from shared.memory.scope import owner_scope, recall_scope
 from shared.memory.tacit import TacitFacts
 from shared.models import (
     AuditRecord,
@@ -417,3 +420,36 @@ def test_no_orientation_with_the_pipeline_off_or_the_document_turned_off(backend
     backend.workspaces.put(WorkspaceConfig(id=WS, context=ContextConfig(mode="off")))
     run_turn(deps, _said_by("bob", "s2", 0, "Hello"))
     assert ORIENTATION_HEADING not in provider.requests[1].system
+
+
+def test_the_orientation_is_deterministic_and_bounded(backend: Backend) -> None:
+    scope = recall_scope(
+        "personal", session_id="web.s1", conversation=ANN_DM, group=False, user_aliases=("ann",)
+    )
+    facts = [
+        _fact(
+            f"f{i:02d}",
+            "ann",
+            f"topic number {i} " + "with a long tail of words " * 3,
+            scope=owner_scope(ANN_DM, ["ann"], group=False),
+        )
+        for i in range(40)
+    ]
+    skills = [Skill(name=f"skill-{i:02d}", description="d", body="b") for i in range(15)]
+
+    def document(f: list[Triple], s: list[Skill], budget: int) -> str:
+        return orientation_document(
+            backend, WS, person="Ann", scope=scope, facts=f, skills=s, now=START, budget_tokens=budget
+        )
+
+    # The same memory in another order gives the same bytes
+    assert document(facts, skills, 400) == document(facts[::-1], skills[::-1], 400)
+    # Within its budget, in whole lines, at most MAX_FACTS facts; the skills named up to ten
+    for budget in (100, 400, 2000):
+        text = document(facts, skills, budget)
+        assert estimate(text) <= budget and all(not line.endswith("…") for line in text.splitlines())
+    full = document(facts, skills, 2000)
+    assert full.count("- ann likes") == ORIENTATION_MAX_FACTS
+    assert "15 skills to load with `skill`: skill-00, " in full and "skill-09 and 5 more" in full
+    # Nothing known: no document
+    assert document([], [], 400) == ""
