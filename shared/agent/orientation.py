@@ -110,7 +110,8 @@ def _workspace(backend: Backend, workspace_id: str, skills: Sequence[Skill]) -> 
     if skills:
         names = sorted(s.name for s in skills)
         more = f" and {len(names) - SKILL_NAMES} more" if len(names) > SKILL_NAMES else ""
-        lines.append(f"- {len(names)} skills to load with `skill`: {', '.join(names[:SKILL_NAMES])}{more}")
+        count = f"{len(names)} skill" + ("s" if len(names) > 1 else "")
+        lines.append(f"- {count} to load with `skill`: {', '.join(names[:SKILL_NAMES])}{more}")
     if backend.tasks is not None:
         try:
             open_tasks = backend.tasks.list_tasks(workspace_id, active=True, limit=100)

@@ -360,7 +360,7 @@ def test_the_orientation_is_written_at_the_start_and_reused_unchanged(backend: B
     )
     assert "- ann likes green tea" in opening and "- ann likes the office plants" in opening
     assert "Planning the Porto trip in June" in opening
-    assert "1 skills to load with `skill`: travel-planner" in opening
+    assert "1 skill to load with `skill`: travel-planner" in opening
     assert opening.index(SYSTEM_PROMPT_NOTE) < opening.index(ORIENTATION_HEADING)
     assert first.orientation_tokens is not None and first.orientation_tokens > 0
     # And later turns of the conversation, minutes apart, with a fact learnt in between, send it
