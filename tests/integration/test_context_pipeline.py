@@ -27,6 +27,7 @@ from shared.memory.scope import owner_scope, recall_scope
 from shared.memory.tacit import TacitFacts
 from shared.models import (
     AuditRecord,
+    ChatCommand,
     ContextConfig,
     ContextMode,
     DelegationConfig,
@@ -453,3 +454,24 @@ def test_the_orientation_is_deterministic_and_bounded(backend: Backend) -> None:
     assert "15 skills to load with `skill`: skill-00, " in full and "skill-09 and 5 more" in full
     # Nothing known: no document
     assert document([], [], 400) == ""
+
+
+def test_new_starts_a_conversation_with_a_fresh_orientation(backend: Backend) -> None:
+    clock = [START]
+    provider, deps = orienting(backend, clock)
+    run_turn(deps, _said_by("ann", "s1", 0, "Hello"))
+    backend.memory.put_triple(
+        _fact(
+            "ann-jazz", "ann", "jazz", owner_scope(ANN_DM, ["ann"], group=False), START + timedelta(minutes=1)
+        )
+    )
+    clock[0] = START + timedelta(minutes=2)
+    fresh = _said_by("ann", "s1", 1, "/new")
+    fresh = LaneItem(inbound=fresh.inbound.model_copy(update={"command": ChatCommand(name="new")}))
+    run_turn(deps, fresh)
+    session = backend.sessions.get(WS, "web.s1")
+    assert session is not None and session.orientation == "" and session.orientation_at is None
+    clock[0] = START + timedelta(minutes=3)
+    run_turn(deps, _said_by("ann", "s1", 2, "Hello again"))
+    first, renewed = (orientation_of(r) for r in provider.requests)
+    assert "jazz" not in first and "- ann likes jazz" in renewed and "(2026-05-04 09:03 UTC)" in renewed
