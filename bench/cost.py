@@ -1668,6 +1668,8 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> None:
+    from bench import gate_cost
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=500, help="turns measured (the table is per 1,000)")
     parser.add_argument("--sessions", type=int, default=10, help="sessions the turns are dealt across")
@@ -1678,17 +1680,17 @@ def main(argv: list[str] | None = None) -> None:
         help="share of turns followed by the extraction debounce's quiet (1: every turn extracts)",
     )
     parser.add_argument(
-        "--prompt-caching-only",
-        action="store_true",
-        help="print only the prompt-caching table (a 20-turn conversation per provider, ~30 s)",
-    )
-    parser.add_argument(
         "--gate-only",
         action="store_true",
         help="print only the Refinement Gate's cost line (one cheap-model call per turn when on; instant)",
     )
+    parser.add_argument(
+        "--prompt-caching-only",
+        action="store_true",
+        help="print only the prompt-caching table (a 20-turn conversation per provider, ~30 s)",
+    )
     args = parser.parse_args(argv)
-    from bench import gate_cost, prompt_caching
+    from bench import prompt_caching
 
     if args.prompt_caching_only:
         print(prompt_caching.render(prompt_caching.measure()))
@@ -1701,13 +1703,13 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 <= args.quiet_share <= 1:
         parser.error("--quiet-share must be between 0 and 1")
     print(measure(args.turns, args.sessions, quiet_share=args.quiet_share).render())
+    # The context pipeline's optional Refinement Gate: a model call per turn of its own.
+    print()
+    print(gate_cost.render(gate_cost.measure()))
     # The model's input tokens, which the AWS tables above leave to the model's bill: what prompt
     # caching saves of them (docs/context.md, "Prompt caching").
     print()
     print(prompt_caching.render(prompt_caching.measure()))
-    # The context pipeline's optional Refinement Gate: a model call per turn of its own.
-    print()
-    print(gate_cost.render(gate_cost.measure()))
 
 
 if __name__ == "__main__":

@@ -106,23 +106,19 @@ STATIC_PARTS: Final = frozenset({"personality", "catalogue", "tools", "channel",
 
 @dataclass(frozen=True)
 class AssembledContext:
-    static: str  # the workspace's static prefix, the same in every conversation
+    # The prefix the providers cache (ChatRequest.cache_prefix is its length): the workspace's
+    # static part, then the conversation's Orientation Document when it has one.
+    static: str
     dynamic: str  # what changes from turn to turn
     parts: list[tuple[str, int]]  # (part name, estimated tokens), in prompt order
-    # The conversation's Orientation Document (shared.agent.orientation), after the static part:
-    # the same on every turn of the conversation, so inside the cached prefix.
+    # The Orientation Document (shared.agent.orientation), the end of `static`: the same on every
+    # turn of the conversation, so inside the cached prefix.
     orientation: str = ""
-
-    @property
-    def cached(self) -> str:
-        """The prefix the providers cache (ChatRequest.cache_prefix is its length): the static
-        part, then the orientation."""
-        return "\n\n".join(part for part in (self.static, self.orientation) if part)
 
     @property
     def text(self) -> str:
         """The whole system prompt, as a provider with one system slot sends it."""
-        return "\n\n".join(part for part in (self.static, self.orientation, self.dynamic) if part)
+        return "\n\n".join(part for part in (self.static, self.dynamic) if part)
 
     @property
     def tokens(self) -> int:
@@ -189,6 +185,8 @@ def assemble_system_prompt(
     # here: a cut made now could differ from the last turn's, and break the cached prefix.
     oriented = orientation.strip()
     orientation_parts = [("orientation", estimate(oriented))] if oriented else []
+    if oriented:
+        static.append(oriented)
     return AssembledContext(
         static="\n\n".join(static),
         dynamic="\n\n".join(dynamic),

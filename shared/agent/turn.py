@@ -368,7 +368,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     request = ChatRequest(
         model=step.model,
         system=prompt.text,
-        cache_prefix=len(prompt.cached),
+        cache_prefix=len(prompt.static),
         messages=[*window, step.user],
         tools=tools,
         cache_key=prompt_cache_key(inbound),
