@@ -1785,6 +1785,8 @@ def delegation_cost() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from bench import gate_cost
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=500, help="turns measured (the table is per 1,000)")
     parser.add_argument("--sessions", type=int, default=10, help="sessions the turns are dealt across")
@@ -1793,6 +1795,11 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=QUIET_SHARE,
         help="share of turns followed by the extraction debounce's quiet (1: every turn extracts)",
+    )
+    parser.add_argument(
+        "--gate-only",
+        action="store_true",
+        help="print only the Refinement Gate's cost line (one cheap-model call per turn when on; instant)",
     )
     parser.add_argument(
         "--prompt-caching-only",
@@ -1821,12 +1828,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.delegation_only:
         print(delegation_cost())
         return
+    if args.gate_only:
+        print(gate_cost.render(gate_cost.measure()))
+        return
     if args.turns < 1 or not 1 <= args.sessions <= args.turns:
         parser.error("--turns must be at least 1 and --sessions between 1 and --turns")
     if not 0 <= args.quiet_share <= 1:
         parser.error("--quiet-share must be between 0 and 1")
     print(measure(args.turns, args.sessions, quiet_share=args.quiet_share).render())
     print(delegation_cost())
+    # The context pipeline's optional Refinement Gate: a model call per turn of its own.
+    print()
+    print(gate_cost.render(gate_cost.measure()))
     # The model's input tokens, which the AWS tables above leave to the model's bill: what prompt
     # caching saves of them (docs/context.md, "Prompt caching").
     print()

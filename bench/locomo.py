@@ -501,6 +501,8 @@ def report_pipeline(rows: list[PipelineRow], tools_recall10: str) -> None:
     )
     print("| mode | evidence shown | all evidence shown | tokens / turn (mean) | p95 tokens | p95 ms |")
     print("|---|---|---|---|---|---|")
+    # `off` selects nothing: the evidence reaches the prompt only if the model searches (above).
+    print("| off (tools only) | 0.0 | 0.0 | 0 | 0 | 0.0 |")
     for r in rows:
         print(
             f"| {r.label} | **{pct(r.held)}** | {pct(r.full)} | {statistics.fmean(r.tokens):.0f} | "

@@ -270,12 +270,15 @@ def measure(size: int, n_queries: int, batch: int) -> dict[str, float]:
 def pipeline_ms(search: MemorySearch, qs: Sequence[tuple[str, list[float]]]) -> dict[str, float]:
     """The context pipeline (shared.agent.pipeline) before a turn's first model call, under the
     personal policy: the hybrid search of every tier, a 30-skill catalogue matched against the
-    question and the inject mode's rendering within 2,000 tokens. No model call: 0 tokens."""
+    question and the default config's rendering (inject, 10 items within 1,000 tokens), the
+    Refinement Gate off (its model call is the gate's cost, bench/gate_cost.py). No model call:
+    0 tokens."""
     from shared.agent.pipeline import select_context
     from shared.models import ContextConfig
     from shared.skills import Skill
 
-    config = ContextConfig(mode="inject", budget_tokens=2000, max_items=10)
+    config = ContextConfig()  # the default: inject within 1,000 tokens, the gate off
+    assert config.mode == "inject" and not config.gate
     skills = [Skill(name=f"skill-{i:02d}", description=f"How to handle topic {i} well.") for i in range(30)]
     session = "telegram.dm-u00"
 
@@ -405,8 +408,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     print(
         "\nThe context pipeline before a turn's first model call (shared.agent.pipeline, inject mode, "
-        "10 items within 2,000 tokens, a 30-skill catalogue matched, personal policy; query embedding "
-        "excluded as above; no model call, so 0 tokens):\n"
+        "the default config: 10 items within 1,000 tokens, the gate off; a 30-skill catalogue matched, "
+        "personal policy; query embedding excluded as above; no model call, so 0 tokens):\n"
     )
     print("| memories | pipeline p50 ms | **pipeline p95 ms** | memories selected (mean) | model tokens |")
     print("|---|---|---|---|---|")

@@ -17,6 +17,11 @@ Static prefix (AssembledContext.static):
 5. safety        SYSTEM_PROMPT_NOTE, never trimmed: it tells the model what a quoted block is,
                  before any of the context or the messages that may hold one
 
+Orientation (AssembledContext.orientation): the conversation's Orientation Document
+(shared.agent.orientation), when the pipeline is on: written at the conversation's start and kept
+on the session, so it is the same on every turn of the conversation and goes in the cached prefix,
+after the static part (docs/context.md, "The Orientation Document").
+
 Turn context (AssembledContext.dynamic):
 
 6. learned       "## Personality (Learned)": the directive synthesised from the sender's style
@@ -101,9 +106,14 @@ STATIC_PARTS: Final = frozenset({"personality", "catalogue", "tools", "channel",
 
 @dataclass(frozen=True)
 class AssembledContext:
-    static: str  # the cached prefix: ChatRequest.system
-    dynamic: str  # what changes from turn to turn: ChatRequest.context
+    # The prefix the providers cache (ChatRequest.cache_prefix is its length): the workspace's
+    # static part, then the conversation's Orientation Document when it has one.
+    static: str
+    dynamic: str  # what changes from turn to turn
     parts: list[tuple[str, int]]  # (part name, estimated tokens), in prompt order
+    # The Orientation Document (shared.agent.orientation), the end of `static`: the same on every
+    # turn of the conversation, so inside the cached prefix.
+    orientation: str = ""
 
     @property
     def text(self) -> str:
@@ -147,6 +157,7 @@ def assemble_system_prompt(
     learned: str = "",
     nudge: str = "",
     selection: str = "",
+    orientation: str = "",
 ) -> AssembledContext:
     """The system prompt in the documented order; `skills` are those already selected, and
     `catalogue` those the model may load (listed whether or not they are in `skills`, so that the
@@ -170,8 +181,17 @@ def assemble_system_prompt(
     static.append(SYSTEM_PROMPT_NOTE)
     parts.append(("safety", estimate(SYSTEM_PROMPT_NOTE)))
     dynamic, dynamic_parts = _kept(dynamic_sections)
+    # Already bounded when it was written (ContextConfig.orientation_tokens), and never trimmed
+    # here: a cut made now could differ from the last turn's, and break the cached prefix.
+    oriented = orientation.strip()
+    orientation_parts = [("orientation", estimate(oriented))] if oriented else []
+    if oriented:
+        static.append(oriented)
     return AssembledContext(
-        static="\n\n".join(static), dynamic="\n\n".join(dynamic), parts=parts + dynamic_parts
+        static="\n\n".join(static),
+        dynamic="\n\n".join(dynamic),
+        parts=parts + orientation_parts + dynamic_parts,
+        orientation=oriented,
     )
 
 

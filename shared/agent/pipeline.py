@@ -25,8 +25,8 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -99,6 +99,11 @@ class Selection:
     text: str = ""
     elapsed_ms: float = 0.0
     search_mode: str | None = None  # how the memory search answered (hybrid, bm25, ...)
+    # What was chosen, for the Refinement Gate to judge and `narrowed` to render again.
+    hits: tuple[MemoryHit, ...] = ()
+    skills: tuple[tuple[Skill, float], ...] = ()
+    active_task: bool = False
+    budget_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -129,24 +134,60 @@ def select_context(
     hits, search_mode = _memory(
         searcher, workspace_id, config, message, scope=scope, session_id=session_id, now=now
     )
-    fitting = match_skills(skills, message)
-    text, shown = (
-        _inject(hits, config.budget_tokens) if config.mode == "inject" else _pointers(hits, POINTER_BUDGET)
+    selection = _rendered(
+        config.mode,
+        hits,
+        match_skills(skills, message),
+        active_task=bool(active_task and active_task.strip()),
+        budget_tokens=config.budget_tokens,
     )
+    return replace(
+        selection, elapsed_ms=round((time.perf_counter() - started) * 1000, 3), search_mode=search_mode
+    )
+
+
+def narrowed(selection: Selection, keep: Collection[str]) -> Selection:
+    """`selection` with only the memories and skills whose ids are in `keep` (the Refinement
+    Gate's answer), rendered again in the same mode and budget; the task pin stays (it is shown
+    with the time whatever the gate says)."""
+    return replace(
+        _rendered(
+            selection.mode,
+            [h for h in selection.hits if h.id in keep],
+            [(s, score) for s, score in selection.skills if s.name in keep],
+            active_task=selection.active_task,
+            budget_tokens=selection.budget_tokens,
+        ),
+        elapsed_ms=selection.elapsed_ms,
+        search_mode=selection.search_mode,
+    )
+
+
+def _rendered(
+    mode: ContextMode,
+    hits: Sequence[MemoryHit],
+    fitting: Sequence[tuple[Skill, float]],
+    *,
+    active_task: bool,
+    budget_tokens: int,
+) -> Selection:
+    text, shown = _inject(hits, budget_tokens) if mode == "inject" else _pointers(hits, POINTER_BUDGET)
     if fitting:
         text = "\n\n".join(t for t in (text, _skills_text(fitting)) if t)
     picks = [
         ContextPick(kind="memory", id=h.id, score=round(h.score, 4), tokens=shown.get(h.id, 0)) for h in hits
     ]
     picks += [ContextPick(kind="skill", id=s.name, score=round(score, 4)) for s, score in fitting]
-    if active_task and active_task.strip():
+    if active_task:
         picks.append(ContextPick(kind="task", id="active_task", score=1.0))
     return Selection(
-        mode=config.mode,
+        mode=mode,
         picks=picks,
         text=text,
-        elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
-        search_mode=search_mode,
+        hits=tuple(hits),
+        skills=tuple(fitting),
+        active_task=active_task,
+        budget_tokens=budget_tokens,
     )
 
 
@@ -237,6 +278,19 @@ def _pointers(hits: Sequence[MemoryHit], budget: int) -> tuple[str, dict[str, in
 
 def _skills_text(fitting: Sequence[tuple[Skill, float]]) -> str:
     return SKILLS_LINE + "".join(f"\n- {s.name}" for s, _ in fitting)
+
+
+def shown_part(context: str) -> str:
+    """The pipeline's part of a turn's context (the text after the cached prefix), as the prompt
+    shows it: from its first heading to the time line that follows it (shared.agent.context puts
+    the selection right before "now"); "" when it shows nothing. Its items are one line each
+    (whitespace folded), so no blank line inside it ends it early."""
+    starts = [i for i in (context.find(h) for h in (MEMORY_HEADING, POINTERS_HEADING, SKILLS_LINE)) if i >= 0]
+    if not starts:
+        return ""
+    start = min(starts)
+    end = context.find("\n\nNow: ", start)
+    return context[start : end if end >= 0 else len(context)].strip()
 
 
 def _estimate(text: str) -> int:

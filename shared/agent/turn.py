@@ -77,12 +77,14 @@ from typing import Any, Protocol
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
 from shared.agent.commands import answer_command
 from shared.agent.commit import commit, settle
-from shared.agent.context import AssembledContext, assemble_system_prompt
+from shared.agent.context import AssembledContext, assemble_system_prompt, estimate
 from shared.agent.emergency import with_emergency_compaction
+from shared.agent.gate import Gated, cheap_model_ref, refine
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.media import fetch_media, noted
 from shared.agent.nudge import memory_nudge
-from shared.agent.pipeline import memory_searcher, select_context
+from shared.agent.orientation import needs_orientation, orientation_document
+from shared.agent.pipeline import Selection, memory_searcher, select_context
 from shared.agent.preflight import (
     Command,
     Proceed,
@@ -369,7 +371,11 @@ def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Endi
     )
     send(deps.senders, turn.inbound, turn.session, turn.id, answer.text)
     record = _record(turn, started, "command", error=answer.error)
-    return _Ending(record, [], answer.updates, fresh=answer.fresh)
+    # A fresh conversation (/new) gets a fresh Orientation Document on its first turn.
+    updates = answer.updates
+    if answer.fresh:
+        updates = {**updates, "orientation": "", "orientation_at": None}
+    return _Ending(record, [], updates, fresh=answer.fresh)
 
 
 def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Ending:
@@ -402,6 +408,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         active_task=session.active_task,
         now=deps.clock(),
     )
+    gated = _gate(deps, turn, selection) if turn.workspace.context.gate and selection.mode != "off" else None
+    if gated is not None:
+        selection = gated.selection
+    orientation, oriented = _orientation(deps, turn, scope)
     prompt = system_prompt(
         deps,
         turn.workspace,
@@ -412,6 +422,7 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         scope=scope,
         recent=[*window, step.user],
         selection=selection.text,
+        orientation=orientation,
     )
     # A task waiting for the user's answer (shared.tasks): noted after the cached prefix. Looked
     # up only while the session says one may wait (a question's turn sets it), so other turns
@@ -471,6 +482,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     record = _record(turn, started, result.outcome, step, loop=result, budget=turn.budget)
     if selection.mode != "off":
         audited = {"context": selection.picks, "context_ms": selection.elapsed_ms}
+        if gated is not None:
+            audited["context_gate"] = gated.audit
+        if oriented:
+            audited["orientation_tokens"] = estimate(orientation)
         record = record.model_copy(update={"context_mode": selection.mode, **audited})
     if media.image_tokens or media.audio_seconds:
         record = record.model_copy(
@@ -478,7 +493,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
         )
     kept = [] if step.kept else [step.user]
     resumed = steps is not None and bool(steps.saved)
-    return _Ending(record, [*kept, *result.messages], ctx.session_updates, resumed=resumed)
+    updates = ctx.session_updates
+    if oriented:
+        updates = {**updates, "orientation": orientation, "orientation_at": deps.clock()}
+    return _Ending(record, [*kept, *result.messages], updates, resumed=resumed)
 
 
 def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:
@@ -507,6 +525,47 @@ def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:
         budget=turn.budget,
         kept=step.kept,
     )
+
+
+def _gate(deps: TurnDeps, turn: Turn, selection: Selection) -> Gated:
+    """The Refinement Gate over `selection` (shared.agent.gate), through the workspace's cheap
+    model; a model that cannot be had is the gate's error, never the turn's."""
+    try:
+        provider, model = deps.provider_factory(cheap_model_ref(turn.workspace))
+    except SigilError:
+        provider, model = None, ""
+    return refine(
+        selection,
+        turn.inbound.text,
+        config=turn.workspace.context,
+        provider=provider,
+        model=model,
+        budget=turn.budget,
+    )
+
+
+def _orientation(deps: TurnDeps, turn: Turn, scope: RecallScope) -> tuple[str, bool]:
+    """The conversation's Orientation Document, and whether this turn wrote it (the commit then
+    keeps it on the session). With the pipeline off, or the document turned off: none."""
+    config, session = turn.workspace.context, turn.session
+    if config.mode == "off" or not config.orientation:
+        return "", False
+    now = deps.clock()
+    if not needs_orientation(session, config, now):
+        return session.orientation, False
+    user_id = turn.sender.user_id
+    may_load = deps.tools.permits("skill", turn.workspace)
+    document = orientation_document(
+        deps.backend,
+        turn.workspace.id,
+        person=turn.inbound.sender.name or user_id,
+        scope=scope,
+        facts=deps.facts(turn.workspace.id, user_id, scope) if deps.facts is not None else (),
+        skills=catalogue(skills_of(deps, turn.workspace)) if may_load else (),
+        now=now,
+        budget_tokens=config.orientation_tokens,
+    )
+    return document, True
 
 
 def tools_for(deps: TurnDeps, workspace: WorkspaceConfig) -> ToolRegistry:
@@ -555,6 +614,7 @@ def system_prompt(
     scope: RecallScope,
     recent: Sequence[Message] = (),
     selection: str = "",
+    orientation: str = "",
 ) -> AssembledContext:
     """The turn's system prompt (shared.agent.context, docs/context.md): the workspace's prompt,
     the skills it may load and those this message loads, the tools, the sender's tacit facts,
@@ -581,6 +641,7 @@ def system_prompt(
         learned=deps.personality(workspace.id, user_id, scope) if deps.personality is not None else "",
         nudge=memory_nudge(recent, memory_tools=memory_tools) or "",
         selection=selection,
+        orientation=orientation,
     )
 
 

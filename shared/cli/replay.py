@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,10 @@ from shared.cli._app import (
     target_settings_and_file,
 )
 from shared.cli._sessions import stored_session
+
+if TYPE_CHECKING:
+    from shared.backend import Backend
+    from shared.config import Settings
 
 
 class ReportFormat(StrEnum):
@@ -75,6 +79,14 @@ def replay_command(
     context_budget: Annotated[
         int | None, typer.Option("--context-budget", help="the inject mode's token budget (100-8000)")
     ] = None,
+    compare_context: Annotated[
+        bool,
+        typer.Option(
+            "--compare-context",
+            help="replay under the context modes off, pointers and inject, and show each turn's prompt "
+            "and tokens side by side (a text table; html with --format html)",
+        ),
+    ] = False,
     runs: Annotated[int, typer.Option("--runs", help="replay this many times, for pass^k consistency")] = 1,
     report_format: Annotated[
         ReportFormat, typer.Option("--format", help="json, markdown or html")
@@ -125,6 +137,9 @@ def replay_command(
             require_known_workspace(workspace, settings, file, lambda: nullcontext(source))
         # The names as typed: `demo` for the `web.demo` that `sigil send --session demo` made.
         sessions = [stored_session(source.sessions, workspace, s) for s in session or ()]
+        if compare_context:
+            _write(_compared(source, settings, workspace, sessions, context_budget, report_format), out)
+            return
         report = replay(source, settings, workspace, change, sessions=sessions, runs=runs)
     except SigilError as exc:
         raise _fail(exc.message) from None
@@ -137,8 +152,37 @@ def replay_command(
             text = render_markdown(report)
         case ReportFormat.html:
             text = render_html(report)
+    _write(text, out, f"{len(report.turns)} turns, {report.changed_turns} changed")
+
+
+def _compared(
+    source: Backend,
+    settings: Settings,
+    workspace: str,
+    sessions: list[str],
+    budget: int | None,
+    report_format: ReportFormat,
+) -> str:
+    """The context modes side by side (shared.replay.context_modes), as the format asks."""
+    from shared.replay.context_modes import compare_context_modes, render_context_html, render_context_text
+
+    if budget is not None and not 100 <= budget <= 8000:
+        raise _fail("bad change: budget_tokens: must be between 100 and 8000")
+    compared = compare_context_modes(
+        source, settings, workspace, budget_tokens=budget or 1000, sessions=sessions
+    )
+    match report_format:
+        case ReportFormat.json:
+            return compared.model_dump_json(indent=2)
+        case ReportFormat.html:
+            return render_context_html(compared)
+        case ReportFormat.markdown:
+            return render_context_text(compared)
+
+
+def _write(text: str, out: Path | None, what: str = "") -> None:
     if out is None:
         typer.echo(text)
-    else:
-        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-        typer.echo(f"wrote {out}: {len(report.turns)} turns, {report.changed_turns} changed", err=True)
+        return
+    out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    typer.echo(f"wrote {out}" + (f": {what}" if what else ""), err=True)

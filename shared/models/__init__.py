@@ -118,6 +118,10 @@ class Session(Model):
     # A delegated task of this session asked the user a question and may still wait for the
     # answer (shared.tasks): the turns look its question up while this is set, and only then.
     tasks_waiting: bool = False
+    # The Orientation Document of the conversation (shared.agent.orientation) and when it was
+    # written: reused byte for byte by every later turn (it is part of the cached prefix).
+    orientation: str = ""
+    orientation_at: datetime | None = None
     tool_budget: ToolBudget = Field(default_factory=ToolBudget)
     token_budget: TokenBudget = Field(default_factory=TokenBudget)
     status: Literal["active", "paused", "archived"] = "active"
@@ -520,9 +524,20 @@ class ContextConfig(Model):
     line per memory (its id, tier, date and opening words), for the model to fetch with the memory
     tools; `inject`: the memories' text, ranked, within `budget_tokens` (spec 004's InjectMemory)."""
 
-    mode: ContextMode = "off"
-    budget_tokens: int = Field(default=2000, ge=100, le=8000)
+    mode: ContextMode = "inject"
+    budget_tokens: int = Field(default=1000, ge=100, le=8000)
     max_items: int = Field(default=10, ge=1, le=50)
+    # The Refinement Gate (specs 001/002, shared.agent.gate): one call to the workspace's cheap
+    # model that keeps or trims the selection, within `gate_timeout_s`; on a timeout, an error, an
+    # answer it cannot use or a spent budget the deterministic selection stands.
+    gate: bool = False
+    gate_timeout_s: float = Field(default=2.0, gt=0, le=30)
+    # The Orientation Document (shared.agent.orientation): written at a conversation's start, and
+    # again after `orientation_gap_s` without a turn, then kept on the session; with the pipeline
+    # on only (`off` is spec 000's: nothing retrieved for the model).
+    orientation: bool = True
+    orientation_gap_s: int = Field(default=6 * 3600, ge=60, le=30 * 86_400)
+    orientation_tokens: int = Field(default=400, ge=100, le=2000)
 
 
 class ContextPick(Model):
@@ -532,6 +547,24 @@ class ContextPick(Model):
     id: str
     score: float
     tokens: int = 0  # what it added to the prompt (0: selected, but not shown in this mode)
+
+
+GateVerdict = Literal["kept", "trimmed", "fell_back", "skipped"]
+
+
+class ContextGate(Model):
+    """What the Refinement Gate did on a turn (shared.agent.gate), as its audit record keeps it:
+    `kept` the selection whole, `trimmed` it (`dropped`: the ids it left out), `fell_back` to the
+    deterministic selection (`reason`: timeout, error, invalid answer, budget), or `skipped` the
+    call (nothing selected to judge)."""
+
+    verdict: GateVerdict
+    reason: str | None = None
+    model: str | None = None
+    dropped: list[str] = Field(default_factory=list)
+    ms: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
 
 
 # ---------------------------------------------------------------- media (docs/media.md)
@@ -1064,6 +1097,9 @@ class AuditRecord(Model):
     context_mode: str | None = None
     context: list[ContextPick] = Field(default_factory=list)
     context_ms: float | None = None
+    context_gate: ContextGate | None = None
+    # The turn wrote (or rewrote) the conversation's Orientation Document: its tokens.
+    orientation_tokens: int | None = None
     # The webhook request the turn answered (shared.correlation): its log lines carry the same id.
     correlation_id: str | None = None
     # Media the turn read (docs/media.md): the photos' estimated prompt tokens (in tokens_in

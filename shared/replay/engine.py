@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from shared.agent.context import estimate
+from shared.agent.gate import GATE_SYSTEM
 from shared.agent.preflight import ProviderFactory
 from shared.agent.turn import TurnDeps, run_turn
 from shared.backend import Backend
@@ -24,8 +26,17 @@ from shared.config import Settings
 from shared.errors import BadRequest, NotFound, SigilError
 from shared.memory.tacit import TacitFacts
 from shared.memory.writer import RECENT_TAILS
-from shared.models import AuditRecord, InboundMessage, LaneItem, Sender, WorkspaceConfig, new_workspace
+from shared.models import (
+    AuditRecord,
+    InboundMessage,
+    LaneItem,
+    Sender,
+    UserMessage,
+    WorkspaceConfig,
+    new_workspace,
+)
 from shared.providers import cached_provider_factory
+from shared.providers.base import ChatRequest, Provider, ProviderEvent
 from shared.replay.change import ReplayChange
 from shared.replay.recorded import (
     AUDIT_RECORDS,
@@ -38,7 +49,7 @@ from shared.replay.recorded import (
     session_messages,
     side_of,
 )
-from shared.replay.report import ReplayReport, TurnSide, build_report, compare
+from shared.replay.report import PromptView, ReplayReport, TurnSide, build_report, compare
 from shared.replay.sandbox import SESSIONS, copy_workspace, open_sandbox
 
 log = logging.getLogger("sigil.replay")
@@ -134,11 +145,12 @@ def _run(
             copy_workspace(source, sandbox, config, replayed={s.id for s in recorded})
             now = _Clock()
             sender = OutboxSender(sandbox.outbox)
+            prompts = PromptLog()
             deps = TurnDeps(
                 backend=sandbox,
                 settings=settings,
                 senders=SenderRegistry(dict.fromkeys(CHANNELS, sender)),
-                provider_factory=factory,
+                provider_factory=prompts.factory(factory),
                 clock=now,
                 prices=PriceTable.from_settings(settings),
                 facts=TacitFacts(sandbox.memory),
@@ -149,12 +161,53 @@ def _run(
                 for turn in session.turns:
                     now.at = turn.received_at
                     audits[turn.index] = _turn(deps, session, turn)
-                answers |= _answers(sandbox, config.id, session, audits)
+                answers |= _answers(sandbox, config.id, session, audits, prompts)
             log.info("replay run done", extra={"workspace_id": config.id, "run": run, "turns": len(answers)})
             return answers
         finally:
             RECENT_TAILS.forget(config.id)
             sandbox.close()
+
+
+class PromptLog:
+    """The system prompt of each replayed turn's first model call, by turn id: the providers the
+    factory builds pass every request through it on the way to the model, unchanged. Only a
+    turn's first call is kept (the one whose last message is the turn's user message), never a
+    tool step's (the same prompt again) nor the Refinement Gate's (its own short prompt)."""
+
+    def __init__(self) -> None:
+        self._prompts: dict[str, PromptView] = {}
+
+    def factory(self, inner: ProviderFactory) -> ProviderFactory:
+        def build(ref: str | None) -> tuple[Provider, str]:
+            provider, model = inner(ref)
+            return _Logged(provider, self), model
+
+        return build
+
+    def seen(self, request: ChatRequest) -> None:
+        last = request.messages[-1] if request.messages else None
+        if not isinstance(last, UserMessage) or request.system == GATE_SYSTEM:
+            return
+        turn_id = last.id.removesuffix(".u")
+        if turn_id not in self._prompts:
+            self._prompts[turn_id] = PromptView(
+                system=request.system, cache_prefix=request.cache_prefix, tokens=estimate(request.system)
+            )
+
+    def of(self, turn_id: str) -> PromptView | None:
+        return self._prompts.get(turn_id)
+
+
+class _Logged:
+    """A provider whose requests the PromptLog sees; the answer is the provider's own."""
+
+    def __init__(self, inner: Provider, log: PromptLog) -> None:
+        self.inner, self.log, self.name = inner, log, inner.name
+
+    def stream(self, request: ChatRequest) -> Iterator[ProviderEvent]:
+        self.log.seen(request)
+        return self.inner.stream(request)
 
 
 class _Clock:
@@ -191,7 +244,11 @@ def _event_id(session: RecordedSession, turn: RecordedTurn) -> str:
 
 
 def _answers(
-    sandbox: Backend, workspace_id: str, session: RecordedSession, audits: dict[int, AuditRecord | SigilError]
+    sandbox: Backend,
+    workspace_id: str,
+    session: RecordedSession,
+    audits: dict[int, AuditRecord | SigilError],
+    prompts: PromptLog,
 ) -> dict[tuple[str, int], TurnSide]:
     stored = sandbox.sessions.get(workspace_id, session.id)
     messages = session_messages(sandbox, workspace_id, stored) if stored is not None else []
@@ -206,5 +263,6 @@ def _answers(
             side = TurnSide(outcome="error", error=result.message)
         else:
             side = side_of(by_event.get(_event_id(session, turn), []), result, sent.get(result.turn_id, ""))
+            side = side.model_copy(update={"prompt": prompts.of(result.turn_id)})
         out[(session.id, turn.index)] = side
     return out

@@ -28,6 +28,14 @@ class ToolCallView(BaseModel):
     is_error: bool = False
 
 
+class PromptView(BaseModel):
+    """The system prompt of a replayed turn's first model call: what the model was shown."""
+
+    system: str
+    cache_prefix: int = 0  # characters of `system` the providers cache (the static part, the orientation)
+    tokens: int = 0  # `system`'s estimated tokens (characters / 4, as the turn budgets them)
+
+
 class TurnSide(BaseModel):
     """One answer to a user message: the recorded one, or one run of the replay."""
 
@@ -40,6 +48,9 @@ class TurnSide(BaseModel):
     duration_ms: float = 0.0
     outcome: str = "unknown"  # the audit record's outcome; "unknown": no record found
     error: str | None = None
+    # Replayed turns only: the system prompt the turn's first model call was sent (None: the
+    # turn made no model call, or it was recorded rather than replayed).
+    prompt: PromptView | None = None
 
     @property
     def tool_names(self) -> list[str]:

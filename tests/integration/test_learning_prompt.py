@@ -35,6 +35,7 @@ from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import (
     WORKSPACE_WIDE,
+    ContextConfig,
     InboundMessage,
     LaneItem,
     Sender,
@@ -135,7 +136,14 @@ def test_the_nudge_is_in_one_request_after_disclosures_and_stored_nowhere(
     backend: Backend, tmp_path: pathlib.Path
 ) -> None:
     backend.workspaces.put(
-        WorkspaceConfig(id=WS, active_window=22, system_prompt="You are Pip, a helpful assistant.")
+        WorkspaceConfig(
+            id=WS,
+            active_window=22,
+            system_prompt="You are Pip, a helpful assistant.",
+            # The golden prompts fix this part of the prompt; the context pipeline's selection is
+            # tested in test_context_pipeline (its dates include the wall clock's for a reply).
+            context=ContextConfig(mode="off"),
+        )
     )
     clock, provider = Clock(), FunctionProvider(agent)
     deps = deps_for(backend, tmp_path, provider, clock)
@@ -222,7 +230,14 @@ def test_the_learned_personality_reaches_the_next_prompt_and_is_written_once(
     backend: Backend, tmp_path: pathlib.Path
 ) -> None:
     backend.workspaces.put(
-        WorkspaceConfig(id=WS, active_window=4, system_prompt="You are Pip, a helpful assistant.")
+        WorkspaceConfig(
+            id=WS,
+            active_window=4,
+            system_prompt="You are Pip, a helpful assistant.",
+            # The golden prompts fix this part of the prompt; the context pipeline's selection is
+            # tested in test_context_pipeline (its dates include the wall clock's for a reply).
+            context=ContextConfig(mode="off"),
+        )
     )
     clock, provider = Clock(), FunctionProvider(lambda request: "Sure.")
     deps = deps_for(backend, tmp_path, provider, clock)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -167,6 +168,12 @@ def test_the_static_prefix_is_cached_over_ten_turns(wire: Wire, backend: Backend
     assert len(prefixes) == 1
     contexts = [wire.dynamic(b) for b in wire.requests]
     assert len(set(contexts)) == TURNS  # the time and the facts differ on every turn
+    # The context pipeline's default (inject) wrote the conversation's Orientation Document on the
+    # first turn, with the first turn's fact, and every turn sent those same bytes after the static
+    # part (OpenAI: one system message, its automatic prefix cache reads them too)
+    found = [re.search(r"## Orientation.*?release-notes", json.dumps(b)) for b in wire.requests]
+    texts = {m.group(0) if m else "" for m in found}
+    assert len(texts) == 1 and "question 0" in texts.pop()
     assert all(f"question {i}" in c and "Now: " in c for i, c in enumerate(contexts))
     assert sum("### Skill: k8s-help" in c for c in contexts) == 4  # turns 0, 3, 6, 9
     # And the first turn wrote the prefix to the cache (OpenAI bills no write), and every later

@@ -67,8 +67,15 @@ def test_a_keyword_skill_is_in_the_prompt_only_when_the_keyword_is(
     assert first.system[: first.cache_prefix] == second.system[: second.cache_prefix]
     assert "### Skill: k8s-help" in second.system[second.cache_prefix :]
     for r in provider.requests:
-        static = r.system[: r.cache_prefix]
-        assert static.startswith(WorkspaceConfig(id=WS).system_prompt) and static.endswith(SYSTEM_PROMPT_NOTE)
+        # The cached prefix: the static part, ending in the safety note, then (the context
+        # pipeline's default, inject) the conversation's Orientation Document, written on the
+        # first turn and sent unchanged on the second
+        static, _, orientation = r.system[: r.cache_prefix].partition(f"{SYSTEM_PROMPT_NOTE}\n\n")
+        assert static.startswith(WorkspaceConfig(id=WS).system_prompt)
+        assert (
+            orientation.startswith("## Orientation")
+            and "1 skill to load with `skill`: k8s-help" in orientation
+        )
         assert "Channel: web chat." in static and "Now: " in r.system[r.cache_prefix :]
 
 
