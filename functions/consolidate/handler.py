@@ -1,5 +1,7 @@
 """The consolidate function: the hourly schedule and Sigil's CompactionDue and MaintenanceDue events,
-parsed here, run by shared.consolidation.trigger. Its result and logs hold counts and ids, never text.
+parsed here, run by shared.consolidation.trigger. The schedule's tick first sweeps the overdue
+tasks (shared.tasks.sweep: a task whose step was dead-lettered, or that waits for an answer past
+its deadline, is timed out and its user told). Its result and logs hold counts and ids, never text.
 A CompactionDue's run logs under the correlation id of the turn that emitted it (the schedule's, none).
 An SQS batch from the extraction queue holds TurnCommitted events (per-turn extraction): each runs
 under its turn's correlation id, and the answer is the partial batch response."""
@@ -16,6 +18,7 @@ from shared import cloud, correlation
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.trigger import ConsolidateEvent, consolidate, extract_turns, publish, receive
 from shared.observability import logger, metrics, tracer
+from shared.tasks.sweep import sweep_tasks
 
 # Stop this long before Lambda's timeout: time to finish the unit in hand, release leases and log.
 MARGIN_S = 60.0
@@ -33,9 +36,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         publish(received.metrics())
         # The detail holds sequence numbers only (shared.agent.window.announce_compaction), no text.
         logger.info("consolidation requested", extra=received.model_dump(mode="json"))
-        done = consolidate(*cloud.consolidator(), received, deadline=deadline)
+        backend, model = cloud.consolidator()
+        # Before the hourly run, which may use up the invocation; it reads the task store only.
+        swept = sweep_tasks(backend) if received.trigger == "schedule" else None
+        done = consolidate(backend, model, received, deadline=deadline)
         publish(done.metrics())
-        return received.model_dump(mode="json") | done.model_dump(mode="json")
+        tasks = {"tasks_swept": swept.model_dump(mode="json")} if swept is not None else {}
+        return received.model_dump(mode="json") | done.model_dump(mode="json") | tasks
 
 
 def _turns(event: dict[str, Any]) -> dict[str, Any]:

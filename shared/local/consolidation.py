@@ -5,8 +5,9 @@ cloud, with the same code (shared.consolidation.runner).
 - MaintenanceDue → one workspace's catch-up and maintenance;
 - TurnCommitted (published by the turn with the workspace's debounce as its delay) → extract the
   turn's facts (shared.consolidation.turn_extraction);
-- every hour → catch-up and maintenance of every workspace. The scheduler persists the job's
-  last run, so an hour missed while the gateway was down is caught up once at the next start.
+- every hour → the sweep of overdue tasks (shared.tasks.sweep), then catch-up and maintenance of
+  every workspace. The scheduler persists the job's last run, so an hour missed while the gateway
+  was down is caught up once at the next start.
 
 The scheduler runs events and jobs on one thread, so each run gets a deadline that keeps it from
 holding the bus for long; what it leaves is picked up from its checkpoints by the next run.
@@ -32,6 +33,7 @@ from shared.consolidation.runner import (
 from shared.consolidation.turn_extraction import extract_turn
 from shared.errors import ModelNotConfigured
 from shared.models import DomainEvent
+from shared.tasks.sweep import sweep_tasks
 
 if TYPE_CHECKING:
     from shared.adapters.embedded import LocalScheduler
@@ -68,6 +70,8 @@ def register_consolidation(
         )
 
     def hourly() -> None:
+        # First: it is quick, and the catch-up may use up the run's time.
+        sweep_tasks(backend)
         run_hourly(backend, model, run_id=new_id("hourly-"), deadline=Deadline.after(HOURLY_RUN_S))
 
     def on_turn_committed(event: DomainEvent) -> None:

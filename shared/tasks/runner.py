@@ -31,7 +31,8 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -63,6 +64,9 @@ from shared.tasks.items import outcome_item, question_item, step_item
 from shared.tasks.roles import model_for, roles_for
 from shared.tasks.tools import ASK_USER, FINISH_TASK, TASK_TOOLS, FinishArgs
 from shared.tools import ToolContext, permitted
+
+if TYPE_CHECKING:
+    from shared.backend import Backend
 
 log = logging.getLogger("sigil.tasks")
 
@@ -206,6 +210,11 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     finally:
         settle(budget)
     run.task = _save_usage(run)
+    if run.task.terminal:
+        # Ended while this invocation ran (the sweep timed it out past its deadline): that ending
+        # stands, and is told once; this invocation's usage is counted all the same.
+        _tell(deps, run.task)
+        return _audit(run, result, None)
     _finish(run, result)
     return _audit(run, result, None)
 
@@ -356,10 +365,14 @@ def full_output(steps: list[Message], findings: list[Finding]) -> str:
 def _end(
     deps: TurnDeps, task: Task, status: str, *, error: str | None = None, result: TaskResult | None = None
 ) -> Task:
-    """Set `task` terminal (whatever another writer did first: a cancel is the one that races)."""
+    """Set `task` terminal (whatever another writer did first: a cancel is the one that races).
+    A task that has ended keeps its first ending: the sweep (shared.tasks.sweep) may time out a
+    task whose step was still running, and the step's save then reads it ended."""
     tasks = deps.backend.tasks
     assert tasks is not None
     for _ in range(3):
+        if task.terminal:
+            return task
         try:
             return tasks.save(
                 task.model_copy(
@@ -375,10 +388,15 @@ def _end(
 
 
 def _tell(deps: TurnDeps, task: Task) -> None:
-    """The outcome on the parent's lane: once (its event id is derived from the task's)."""
+    tell(deps.backend, task, deps.clock())
+
+
+def tell(backend: Backend, task: Task, now: datetime) -> None:
+    """The outcome on the parent's lane: once (its event id is derived from the task's). The
+    runner's, and the sweep's (shared.tasks.sweep) for a task it ends."""
     if task.terminal and not task.outcome_delivered:
-        workspace, _ = resolve(deps.backend, task.parent, deps.clock())
-        deps.backend.lanes.submit(outcome_item(task, pii=workspace.pii_redaction))
+        workspace, _ = resolve(backend, task.parent, now)
+        backend.lanes.submit(outcome_item(task, pii=workspace.pii_redaction))
 
 
 def _save_usage(run: _Invocation) -> Task:
