@@ -48,6 +48,9 @@ CONSOLIDATOR_SESSIONS_ACCESS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]
     (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:BatchGetItem"), ("WS#*",)),
     (("dynamodb:DeleteItem",), ("WS#*#CONSOLIDATION",)),
     (("dynamodb:UpdateItem",), ("WS#*#BUDGET",)),
+    # The task sweep (shared.tasks.sweep) ends an overdue task: its pointer and the active
+    # counters move in the task's TransactWriteItems (shared.adapters.aws.dynamodb.tasks).
+    (("dynamodb:UpdateItem",), ("WS#*#TASKS",)),
 )
 
 

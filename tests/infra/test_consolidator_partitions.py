@@ -22,6 +22,7 @@ from shared.adapters.aws.dynamodb.outbox import DynamoOutbox
 from shared.adapters.aws.dynamodb.routes import ROUTES_PK
 from shared.adapters.aws.dynamodb.send_ledger import DynamoSendLedger
 from shared.adapters.aws.dynamodb.sessions import DynamoSessionStore
+from shared.adapters.aws.dynamodb.tasks import DynamoTaskStore
 from shared.consolidation.runner import GLOBAL_SCOPE
 from tests.infra.helpers import string_like
 from tests.support.consolidator_reach import SESSIONS_TABLE_REACH, partition_kind
@@ -40,6 +41,7 @@ KEYS = {
     "routes": ROUTES_PK,
     "connection": connection_pk("abc="),
     "listeners": listeners_pk(WORKSPACE, "web.s1"),
+    "tasks": DynamoTaskStore._pk(WORKSPACE),
 }
 
 
@@ -59,14 +61,15 @@ def test_the_grant_allows_what_the_consolidator_does(action: str, kind: str) -> 
 
 
 @pytest.mark.parametrize(
-    "name", ["session", "outbox", "ledger", "budget", "budget shard", "routes", "connection", "listeners"]
+    "name",
+    ["session", "outbox", "ledger", "budget", "budget shard", "routes", "connection", "listeners", "tasks"],
 )
 def test_only_a_lease_may_be_deleted(name: str) -> None:
     assert not allowed("dynamodb:DeleteItem", KEYS[name])
 
 
-@pytest.mark.parametrize("name", [n for n in KEYS if n != "budget"])
-def test_only_a_budget_counter_may_be_updated(name: str) -> None:
+@pytest.mark.parametrize("name", [n for n in KEYS if n not in {"budget", "tasks"}])
+def test_only_a_budget_counter_or_a_task_may_be_updated(name: str) -> None:
     assert not allowed("dynamodb:UpdateItem", KEYS[name])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,21 @@ from shared.config import Settings
 from shared.consolidation.compaction import batch_summary_id
 from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
-from shared.models import WORKSPACE_WIDE, BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
+from shared.models import (
+    WORKSPACE_WIDE,
+    BudgetLimits,
+    DomainEvent,
+    InboundMessage,
+    IndexQuery,
+    ScopeLimits,
+    Sender,
+    WorkspaceConfig,
+)
+from shared.models.tasks import Task
 from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
 from tests.support.consolidator_reach import SESSIONS_TABLE_REACH, recorded
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.moto_aws import REGION, AwsResources, provision
+from tests.support.moto_aws import REGION, AwsResources, drain_fifo, provision
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 WS = "ws-handler"
@@ -232,6 +242,35 @@ def test_without_a_model_a_compaction_due_is_skipped_not_retried(
     assert backend().consolidation.get_checkpoint(WS, f"compact:{SID}") is None
 
 
+def overdue_task() -> Task:
+    """A task of WS delegated two hours ago with a one-hour deadline, still "running"."""
+    started = datetime.now(UTC) - timedelta(hours=2)
+    parent = InboundMessage(
+        event_id="e-delegate",
+        channel="web",
+        workspace_id=WS,
+        session_id="web.s1",
+        sender=Sender(id="u1"),
+        chat_id="s1",
+        text="Look into it",
+    )
+    task = Task(
+        id="t-overdue",
+        workspace_id=WS,
+        session_id="web.s1",
+        role="researcher",
+        brief="Look into it",
+        status="running",
+        parent=parent,
+        parent_turn_id="turn-1",
+        created_at=started,
+        deadline_at=started + timedelta(hours=1),
+    )
+    tasks = backend().tasks
+    assert tasks is not None
+    return tasks.create(task, max_per_session=3, max_per_workspace=20)
+
+
 def budgeted_session(aws: AwsResources, osmem: OsmemServer, fake: FakeOpenAI, *, tokens_per_day: int) -> None:
     """The model priced (SIGIL_MODEL_PRICES), WS allowed `tokens_per_day`, and its session seeded."""
     prices = {"openai/fake-model": {"input_per_mtok": 2, "output_per_mtok": 10}}
@@ -280,12 +319,22 @@ def test_the_consolidator_asks_the_sessions_table_only_what_the_stack_grants(
     # never arrived (the hourly run's catch-up)
     budgeted_session(aws, osmem, fake, tokens_per_day=10_000_000)
     seed(backend(), workspace_id="ws-b")
+    # And a delegated task of WS past its deadline, whose step item was lost (the task sweep)
+    overdue = overdue_task()
     event = bus_event(aws, compaction_due())
     # When the consolidate function compacts on the event, then runs its hourly schedule (every
     # adapter sends through the one cached client of the region)
     with recorded(clients.dynamodb(REGION), aws.sessions_table) as reach:
         assert consolidate.lambda_handler(event, Context())["outcome"]["status"] == "done"
-        assert consolidate.lambda_handler(schedule_event(), Context())["outcome"]["status"] == "done"
+        hourly = consolidate.lambda_handler(schedule_event(), Context())
+        assert hourly["outcome"]["status"] == "done"
+    # And the schedule's sweep timed the task out and put its outcome on the parent's lane
+    assert hourly["tasks_swept"]["timed_out"] == 1
+    tasks = backend().tasks
+    assert tasks is not None and (ended := tasks.get(WS, overdue.id)) is not None
+    assert ended.status == "timed_out"
+    [outcome] = drain_fifo(aws.queue_url, 10)
+    assert outcome.task is not None and outcome.inbound.event_id == f"task.{overdue.id}.outcome"
     # Then every request to the sessions table is one the stack's grant allows (no Scan, no
     # BatchWriteItem, deletes of leases only, updates of budget counters only), and the run did
     # reach each kind: a lease released, a budget charged, sessions listed
@@ -295,6 +344,7 @@ def test_the_consolidator_asks_the_sessions_table_only_what_the_stack_grants(
         ("dynamodb:UpdateItem", "budget"),
         ("dynamodb:Query", "session"),
         ("dynamodb:PutItem", "session"),
+        ("dynamodb:UpdateItem", "tasks"),
     } <= reach
 
 

@@ -33,6 +33,13 @@ SESSIONS_TABLE_REACH: Final = frozenset(
         ("dynamodb:BatchGetItem", "budget"),
         ("dynamodb:BatchGetItem", "budget shard"),
         ("dynamodb:UpdateItem", "budget"),
+        # The task sweep (shared.tasks.sweep): the active tasks listed (their pointers, then the
+        # tasks), an overdue one ended (the task put, its pointer and the two active counters
+        # updated, in one TransactWriteItems)
+        ("dynamodb:Query", "tasks"),
+        ("dynamodb:BatchGetItem", "tasks"),
+        ("dynamodb:PutItem", "tasks"),
+        ("dynamodb:UpdateItem", "tasks"),
     }
 )
 
@@ -41,6 +48,7 @@ _KINDS: Final = (
     ("consolidation", re.compile(r"WS#[^#]+#CONSOLIDATION")),
     ("budget", re.compile(r"WS#[^#]+#BUDGET")),
     ("budget shard", re.compile(r"WS#[^#]+#BUDGET#[0-9]+")),
+    ("tasks", re.compile(r"WS#[^#]+#TASKS")),
 )
 
 
