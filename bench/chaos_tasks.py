@@ -30,6 +30,14 @@ TaskStore, and the memory the workers wrote): the tasks, their endings, the outc
 effects expected (STEPS facts a task), executed (facts stored) and repeated (a fact stored more
 than once: its reinforced_count above 1), and the time from the post to the outcome's reply.
 
+At the end, with the queue empty and nothing moving, the task sweep runs (shared.tasks.sweep, as
+the hourly maintenance runs it) on the gateway's stores, with its clock at the latest deadline of
+the tasks still active plus the sweep's grace: what the sweep of that hour would do. A task no
+step will come for (its step item dead-lettered without the runner's give-up) is timed out
+there, and its outcome goes to the session's lane; the run waits for those outcomes' replies.
+A task ended so counts as an other ending (not done), and its "outcome failed <id>" reply as
+told.
+
 A benchmark, not only a table: it fails (exit 1) when a backend did not finish, or when any
 outcome is doubled or lost, or a side effect repeated or missing.
 """
@@ -44,7 +52,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +186,8 @@ class TaskRun:
     answers: Counter[str] = field(default_factory=Counter)
     records: dict[str, str] = field(default_factory=dict)  # key -> the task's record, in one line
     dead_letters: int = 0
+    swept: int = 0  # tasks the sweep timed out at the end
+    task_ids: dict[str, str] = field(default_factory=dict)  # key -> the task's id
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> TaskRun:
@@ -229,24 +239,10 @@ def _drive(run: TaskRun, target: chaos.Target, args: argparse.Namespace) -> None
             f.result()
     expected = 1 + run.tasks  # "delegated", then one outcome a task
     give_up = started + args.timeout_s
-    answered, progress = -1, time.monotonic()
-    while time.monotonic() < give_up:
-        for s in range(run.sessions):
-            if len(run.replies.get(s, [])) < expected:
-                run.replies[s] = clients.outbox(s)
-        now = sum(len(r) for r in run.replies.values())
-        if target.pending() == 0 and all(
-            len(run.replies.get(s, [])) >= expected for s in range(run.sessions)
-        ):
-            break
-        if now != answered:
-            answered, progress = now, time.monotonic()
-        elif target.pending() == 0 and time.monotonic() - progress > args.stall_s:
-            run.problems.append(f"nothing answered for {args.stall_s:.0f} s with the queue empty")
-            break
-        time.sleep(1.0)
-    else:
-        run.finished = False
+    _wait(run, clients, target, args, expected=expected, give_up=give_up)
+    run.swept = _sweep(target)
+    if run.swept:  # their outcomes are on the lanes: wait for the agent's replies to them
+        _wait(run, clients, target, args, expected=expected, give_up=give_up)
     # A duplicate would come after the expected replies: settle, then read every outbox whole.
     time.sleep(min(5.0, args.stall_s))
     for s in range(run.sessions):
@@ -258,6 +254,54 @@ def _drive(run: TaskRun, target: chaos.Target, args: argparse.Namespace) -> None
     text = target.gw.log_text()
     in_flight = r"(\d+) item\(s\) were in flight|records=(\d+) error=Runtime.ExitError"
     run.killed_turns = sum(int(a or b) for a, b in re.findall(in_flight, text))
+
+
+def _wait(
+    run: TaskRun,
+    clients: chaos.Clients,
+    target: chaos.Target,
+    args: argparse.Namespace,
+    *,
+    expected: int,
+    give_up: float,
+) -> None:
+    """Until every session has its replies and the queue is empty, nothing moves for stall_s, or
+    the run's time is up (then it did not finish)."""
+    answered, progress = -1, time.monotonic()
+    while time.monotonic() < give_up:
+        for s in range(run.sessions):
+            if len(run.replies.get(s, [])) < expected:
+                run.replies[s] = clients.outbox(s)
+        now = sum(len(r) for r in run.replies.values())
+        if target.pending() == 0 and all(
+            len(run.replies.get(s, [])) >= expected for s in range(run.sessions)
+        ):
+            return
+        if now != answered:
+            answered, progress = now, time.monotonic()
+        elif target.pending() == 0 and time.monotonic() - progress > args.stall_s:
+            run.problems.append(f"nothing answered for {args.stall_s:.0f} s with the queue empty")
+            return
+        time.sleep(1.0)
+    run.finished = False
+
+
+def _sweep(target: chaos.Target) -> int:
+    """The task sweep on the gateway's stores (module docstring): how many tasks it timed out."""
+    from shared.adapters import build_backend
+    from shared.cli._app import target_settings
+    from shared.tasks.sweep import GRACE, sweep_tasks
+
+    backend = build_backend(target_settings(target.gw.data_dir))
+    try:
+        active = backend.tasks.list_tasks(WORKSPACE, active=True, limit=10_000) if backend.tasks else []
+        if not active:
+            return 0
+        # As the hourly sweep would, once the last of their deadlines and the grace have passed.
+        moment = max(t.deadline_at for t in active) + GRACE + timedelta(seconds=1)
+        return sweep_tasks(backend, clock=lambda: moment).timed_out
+    finally:
+        backend.close()
 
 
 def _read_stores(run: TaskRun, target: chaos.Target) -> None:
@@ -277,6 +321,7 @@ def _read_stores(run: TaskRun, target: chaos.Target) -> None:
             found = _KEY.search(task.brief)
             if found:
                 run.statuses[found.group(0)] = task.status
+                run.task_ids[found.group(0)] = task.id
                 run.records[found.group(0)] = (
                     f"{task.id} {task.status} invocations={task.invocations} steps={task.steps} "
                     f"told={task.outcome_delivered} cancel={task.cancel_requested} error={task.error!r}"
@@ -342,11 +387,7 @@ def score(run: TaskRun) -> list[Row]:
     for name, row in rows.items():
         row.injected = run.kills if name == "kill" else run.injected.get(name, 0)
     for s in range(run.sessions):
-        told = Counter(
-            m.group(1)
-            for entry in run.replies.get(s, [])
-            if (m := re.fullmatch(r"outcome (s\d+t\d+)", str(entry["text"])))
-        )
+        told = _told(run, s)
         told_at = {
             str(entry["text"]).split()[1]: _created(entry)
             for entry in sorted(run.replies.get(s, []), key=lambda e: int(e["seq"]), reverse=True)
@@ -379,6 +420,20 @@ def score(run: TaskRun) -> list[Row]:
             if row_of(s, k, run.tasks) == name and run.statuses.get(key_for(s, k)) is None
         )
     return list(rows.values())
+
+
+def _told(run: TaskRun, s: int) -> Counter[str]:
+    """Session s's outcome replies per task key: "outcome sNNtK" for a task done, "outcome failed
+    <task id>" for one that ended otherwise (the sweep's timed_out among them)."""
+    keys = {task_id: key for key, task_id in run.task_ids.items()}
+    told: Counter[str] = Counter()
+    for entry in run.replies.get(s, []):
+        text = str(entry["text"])
+        if m := re.fullmatch(r"outcome (s\d+t\d+)", text):
+            told[m.group(1)] += 1
+        elif (m := re.fullmatch(r"outcome failed (\S+)", text)) and m.group(1) in keys:
+            told[keys[m.group(1)]] += 1
+    return told
 
 
 def _unfinished(run: TaskRun) -> list[str]:
@@ -479,6 +534,7 @@ def print_table(run: TaskRun) -> None:
         + ("" if run.finished else " (TIMED OUT: the counts are as of then)")
     )
     print(f"  dead letters in the queue: {run.dead_letters}.")
+    print(f"  tasks the sweep timed out at the end (nothing else would end them): {run.swept}.")
     if run.problems:
         print("  problems:", "; ".join(sorted(set(run.problems))[:10]))
     for key in _unfinished(run):

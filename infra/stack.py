@@ -166,7 +166,11 @@ class SigilStack(Stack):
         # Named channel routes: each bot's ingress secrets, and its route read by key.
         secrets.grant_read_routes(webhook, [s.key for s in INGRESS_SECRETS])
         memory.grant_route_read(webhook)
-        lanes.grant_send_messages(webhook)
+        # The lanes take turns from the webhook; from the agent, a delegated task's steps, question
+        # and outcome (docs/delegation.md); from the consolidator, the outcome of a task the hourly
+        # sweep timed out (shared.tasks.sweep).
+        for sender in (webhook, turn_runner, consolidate):
+            lanes.grant_send_messages(sender)
         memory.grant_outbox_read(webhook, context.web_workspaces)
         self._serve_browsers(context, webhook_env)
         # agent: sessions, outbox and memory tiers, the index, CompactionDue, replies and the LLM.
@@ -175,9 +179,6 @@ class SigilStack(Stack):
         memory.grant_index_read_write(turn_runner)
         consolidation.bus.grant_put_events_to(turn_runner)
         consolidation.extraction.grant_send_messages(turn_runner)
-        # Delegation (docs/delegation.md): a task's next step, its question and its outcome, and
-        # answer_task's step, are put on the lanes by the agent itself.
-        lanes.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
         self.sandbox_cache = self._compile_sandbox_once(observability, layer, turn_runner)
@@ -189,8 +190,6 @@ class SigilStack(Stack):
         memory.grant_memory_read_write(consolidate)
         memory.grant_consolidator_sessions(consolidate)
         memory.grant_index_read_write(consolidate)
-        # The hourly task sweep tells a task's user by putting its outcome on the parent's lane.
-        lanes.grant_send_messages(consolidate)
         self._grant_models(context, turn_runner, consolidate)
 
         self._outputs()

@@ -141,5 +141,3 @@ def test_a_step_delivered_after_the_sweep_ended_its_task_keeps_that_ending(
     ended = the_task(backend)
     assert ended.status == "timed_out"
     assert outcomes_submitted(backend, ended) == 1
-
-
