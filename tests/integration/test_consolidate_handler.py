@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,9 @@ from shared.config import Settings
 from shared.consolidation.compaction import batch_summary_id
 from shared.consolidation.runner import CATCHUP_CHECKPOINT, GLOBAL_SCOPE
 from shared.errors import ProviderError
-from shared.models import (
-    WORKSPACE_WIDE,
-    BudgetLimits,
-    DomainEvent,
-    InboundMessage,
-    IndexQuery,
-    ScopeLimits,
-    Sender,
-    WorkspaceConfig,
-)
+from shared.models import WORKSPACE_WIDE, BudgetLimits, DomainEvent, IndexQuery, ScopeLimits, WorkspaceConfig
 from shared.models.tasks import Task
+from tests.contract.builders import task
 from tests.support.consolidation import SID, WINDOW, FakeConsolidator, seed
 from tests.support.consolidator_reach import SESSIONS_TABLE_REACH, recorded
 from tests.support.fake_openai import FakeOpenAI
@@ -243,32 +235,10 @@ def test_without_a_model_a_compaction_due_is_skipped_not_retried(
 
 
 def overdue_task() -> Task:
-    """A task of WS delegated two hours ago with a one-hour deadline, still "running"."""
-    started = datetime.now(UTC) - timedelta(hours=2)
-    parent = InboundMessage(
-        event_id="e-delegate",
-        channel="web",
-        workspace_id=WS,
-        session_id="web.s1",
-        sender=Sender(id="u1"),
-        chat_id="s1",
-        text="Look into it",
-    )
-    task = Task(
-        id="t-overdue",
-        workspace_id=WS,
-        session_id="web.s1",
-        role="researcher",
-        brief="Look into it",
-        status="running",
-        parent=parent,
-        parent_turn_id="turn-1",
-        created_at=started,
-        deadline_at=started + timedelta(hours=1),
-    )
+    """A task of WS, long past its deadline, still "running" (its step item was lost)."""
     tasks = backend().tasks
     assert tasks is not None
-    return tasks.create(task, max_per_session=3, max_per_workspace=20)
+    return tasks.create(task(WS, "web.s1", status="running"), max_per_session=3, max_per_workspace=20)
 
 
 def budgeted_session(aws: AwsResources, osmem: OsmemServer, fake: FakeOpenAI, *, tokens_per_day: int) -> None:

@@ -17,8 +17,11 @@ from typing import Any
 from shared.agent.turn import run_turn
 from shared.backend import Backend
 from shared.clock import utcnow
+from shared.models import ToolResultMessage
 from shared.models.tasks import Task
+from shared.providers.base import ChatRequest, ProviderEvent
 from shared.tasks.items import outcome_item, step_item
+from shared.tasks.runner import TASK_NOTE
 from shared.tasks.sweep import GRACE, sweep_tasks
 from tests.integration.test_delegation_crash import (
     Script,
@@ -140,4 +143,35 @@ def test_a_step_delivered_after_the_sweep_ended_its_task_keeps_that_ending(
     # Then the task keeps the sweep's ending, told once
     ended = the_task(backend)
     assert ended.status == "timed_out"
+    assert outcomes_submitted(backend, ended) == 1
+
+
+class SweptMidStep(Script):
+    """The model of test_delegation_crash, with the hourly sweep running (past the task's
+    deadline) while the task's step waits for its last model call."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def answer(self, request: ChatRequest) -> list[ProviderEvent]:
+        results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+        if TASK_NOTE in request.system and len(results) == 3:
+            task = the_task(self.backend)
+            assert sweep_tasks(self.backend, clock=after_deadline(task)).timed_out == 1
+        return super().answer(request)
+
+
+def test_a_step_running_when_the_sweep_ends_its_task_keeps_the_sweeps_ending(
+    backend: Backend, tmp_path: Path
+) -> None:
+    script = SweptMidStep(backend)
+    delegated(backend, tmp_path, script)
+    # When the task's step runs, and the sweep times the task out during its last model call
+    deliver_until_done(deps_for(backend, tmp_path, script), backend)
+    # Then the step, saving after it, keeps the sweep's ending (its finish_task is not a second
+    # ending), with the step's usage counted, and the outcome told once
+    ended = the_task(backend)
+    assert ended.status == "timed_out" and ended.result is None
+    assert ended.usage.model_calls == 4 and ended.invocations == 1
     assert outcomes_submitted(backend, ended) == 1

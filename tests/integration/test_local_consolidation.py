@@ -20,9 +20,11 @@ from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.cli import app
 from shared.config import Settings
 from shared.local.consolidation import HOURLY_JOB, register_consolidation
-from shared.models import WORKSPACE_WIDE, InboundMessage, LaneItem, Sender, UserMessage
+from shared.models import WORKSPACE_WIDE, InboundMessage, LaneItem, Sender, UserMessage, new_workspace
 from shared.providers.base import ChatRequest
 from shared.providers.function import FunctionProvider
+from shared.tasks.items import outcome_item
+from tests.contract.builders import task
 from tests.support.consolidation import SID, FakeConsolidator, seed
 from tests.support.fake_openai import FakeOpenAI
 
@@ -117,6 +119,25 @@ def test_real_turns_announce_compaction_and_the_local_scheduler_does_it(
     assert consolidator.calls["summary"] == 2
     assert [e.status for e in bus.list_events() if e.event.type == "CompactionDue"] == ["done", "done"]
     assert scheduler.last_run(HOURLY_JOB) is not None
+
+
+def test_the_local_hourly_job_times_out_an_overdue_task_and_tells_its_user(backend: Backend) -> None:
+    # Given a task of the stored default workspace, long past its deadline, whose step was lost
+    backend.workspaces.put(new_workspace("default"))
+    assert backend.tasks is not None
+    lost = backend.tasks.create(
+        task("default", "web.s1", status="running"), max_per_session=3, max_per_workspace=20
+    )
+    assert isinstance(backend.events, SqliteEventBus)
+    scheduler = LocalScheduler(backend.events, max_attempts=1)
+    register_consolidation(scheduler, backend, lambda: FakeConsolidator().model)
+    # When the scheduler's hourly job runs (due at first start)
+    assert scheduler.run_pending() == 1
+    # Then the sweep timed the task out, and its outcome is on the session's lane (a second
+    # submission of it is a duplicate)
+    ended = backend.tasks.get("default", lost.id)
+    assert ended is not None and ended.status == "timed_out"
+    assert backend.lanes.submit(outcome_item(ended, pii=False)).status == "duplicate"
 
 
 # ---------------------------------------------------------------- sigil consolidate
