@@ -64,3 +64,21 @@ def test_the_score_finds_a_doubled_outcome_a_lost_task_and_a_repeated_side_effec
         "1 side effect(s) repeated",
         "1 outcome(s) not delivered",
     ]
+
+
+def test_a_task_the_sweep_ended_counts_as_told_and_as_not_done() -> None:
+    """A task timed out by the end-of-run sweep: its "outcome failed <id>" reply is its telling,
+    and the verdict still says it was not done."""
+    run = chaos_tasks.TaskRun("embedded", sessions=1, tasks=1)
+    run.sent_at[0] = 0.0
+    at = "2026-11-29T06:00:00+00:00"
+    run.replies[0] = [
+        {"seq": 0, "text": "delegated", "created_at": at},
+        {"seq": 1, "text": "outcome failed tsk-1", "created_at": at},
+    ]
+    run.statuses, run.task_ids = {"s00t0": "timed_out"}, {"s00t0": "tsk-1"}
+    run.stored_budget = "null"
+    rows = chaos_tasks.score(run)
+    (row,) = [r for r in rows if r.tasks]
+    assert (row.delivered, row.duplicates, row.lost, row.other_endings) == (1, 0, 0, 1)
+    assert chaos_tasks.failures(run, rows) == ["1 task(s) not done"]
