@@ -41,9 +41,11 @@ ROUTES_PARTITION = "ROUTES"
 # `WS#{ws}` read, listed (Query, BatchGetItem) and saved with its rolling summary (a conditional
 # PutItem); its leases and checkpoints `WS#{ws}#CONSOLIDATION` read and put, a lease released
 # (a conditional DeleteItem: only there); the budget counters' shards `WS#{ws}#BUDGET[#n]` read
-# (BatchGetItem) and shard 0 `WS#{ws}#BUDGET` charged (Updates in a TransactWriteItems: only
-# there). No Scan, no BatchWriteItem, no deletion of a session, outbox or ledger item, no routes
-# or connections. tests/infra checks the patterns against the adapters' keys.
+# (BatchGetItem) and shard 0 `WS#{ws}#BUDGET` charged (Updates in a TransactWriteItems); the
+# delegated tasks `WS#{ws}#TASKS` listed and an overdue one ended by the task sweep (its put, and
+# Updates of its pointer and the active counters in a TransactWriteItems). Updates only there.
+# No Scan, no BatchWriteItem, no deletion of a session, outbox or ledger item, no routes or
+# connections. tests/infra checks the patterns against the adapters' keys.
 CONSOLIDATOR_SESSIONS_ACCESS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
     (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:BatchGetItem"), ("WS#*",)),
     (("dynamodb:DeleteItem",), ("WS#*#CONSOLIDATION",)),

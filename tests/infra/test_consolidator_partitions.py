@@ -2,7 +2,8 @@
 the keys the DynamoDB adapters really build: it allows everything the consolidator does
 (tests/support/consolidator_reach.py, recorded from a real run on moto by
 tests/integration/test_consolidate_handler.py), and refuses the table's other items: no delete of
-a session, an outbox entry or a ledger record, no update but of a budget counter, nothing at all
+a session, an outbox entry or a ledger record, no update but of a budget counter or a task's
+items (the task sweep), nothing at all
 in the routes or the WebSocket connections. No synth: IAM's StringLike is matched here as IAM
 matches it (tests/infra/helpers.string_like).
 
