@@ -28,7 +28,7 @@ DEV_KIT_MODULES = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite_vec"
 DEV_KIT_DISTRIBUTIONS = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite-vec", "click"}
 LAYER_LOCK = ROOT / "layers" / "requirements.lock"
 # What the MCP SDK requires of the dev kit's libraries (test_the_layer_lock_holds_the_cloud_core_alone).
-MCP_SDK_DEPENDENCIES = {"starlette"}
+MCP_SDK_DEPENDENCIES = frozenset({"starlette"})
 # The MCP client's modules, which shared.tools.mcp imports on a turn's first MCP call.
 MCP_CLIENT = ("mcp", "mcp.client.session", "mcp.client.streamable_http", "mcp.client.sse")
 
@@ -185,7 +185,7 @@ def test_every_shipped_module_imports_with_only_the_layers_packages(bundles: dic
 
 @pytest.mark.slow
 def test_the_mcp_client_imports_with_the_layers_packages_and_without_click(bundles: dict[str, Path]) -> None:
-    loaded = _import_in_fresh_python(bundles["agent"], "httpx", *MCP_CLIENT, allowed=frozenset(MCP_SDK_DEPENDENCIES))
+    loaded = _import_in_fresh_python(bundles["agent"], "httpx", *MCP_CLIENT, allowed=MCP_SDK_DEPENDENCIES)
 
     assert set(MCP_CLIENT) <= set(loaded)
     # httpx imports its command line, and so click, whenever click is importable: out of the
