@@ -39,6 +39,7 @@ was not found.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
@@ -210,7 +211,10 @@ class _Span:
         self.end = end
 
 
-def _compile() -> list[tuple[str, re.Pattern[str]]]:
+# Compiled when a query first has a trigger: most recall queries name no time, and the span
+# patterns are the module's largest compile, paid otherwise by every cold agent's import.
+@functools.cache
+def _patterns() -> list[tuple[str, re.Pattern[str]]]:
     out = []
     for name, body, needs_relation in _SPANS:
         # A relation word may precede any span: "in May" is the month, "before May" the window
@@ -219,9 +223,6 @@ def _compile() -> list[tuple[str, re.Pattern[str]]]:
         out.append((name, re.compile(r"\b" + relation + r"(?:the )?(?:" + body + r")\b")))
     out.append(("vague", re.compile(r"\b" + _VAGUE + r"\b")))
     return out
-
-
-_PATTERNS = _compile()
 
 
 def resolve_time(query: str, now: datetime, tz: tzinfo = UTC) -> TimeFilter | None:
@@ -240,7 +241,7 @@ def resolve_time(query: str, now: datetime, tz: tzinfo = UTC) -> TimeFilter | No
             else None
         )
     best: tuple[int, int, str, re.Match[str]] | None = None
-    for name, pattern in _PATTERNS:
+    for name, pattern in _patterns():
         for m in pattern.finditer(text):
             key = (m.start(), -(m.end() - m.start()))
             if best is None or key < best[:2]:

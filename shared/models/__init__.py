@@ -28,7 +28,7 @@ Identifier = Annotated[str, Field(pattern=ID_PATTERN)]
 class Model(BaseModel):
     """Base: strict about unknown fields so a typo in a payload is an error, not a silent drop."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False, defer_build=True)
 
 
 # ---------------------------------------------------------------- conversation messages

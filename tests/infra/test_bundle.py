@@ -28,7 +28,9 @@ DEV_KIT_MODULES = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite_vec"
 DEV_KIT_DISTRIBUTIONS = {"typer", "rich", "starlette", "uvicorn", "apsw", "sqlite-vec", "click"}
 LAYER_LOCK = ROOT / "layers" / "requirements.lock"
 # What the MCP SDK requires of the dev kit's libraries (test_the_layer_lock_holds_the_cloud_core_alone).
-MCP_SDK_DEPENDENCIES = {"starlette", "uvicorn", "click"}
+MCP_SDK_DEPENDENCIES = frozenset({"starlette"})
+# The MCP client's modules, which shared.tools.mcp imports on a turn's first MCP call.
+MCP_CLIENT = ("mcp", "mcp.client.session", "mcp.client.streamable_http", "mcp.client.sse")
 
 # Runs in `python -I -S`: no site-packages, no .pth files (the editable install's would put the
 # repository's own shared/ on the path), then the bundle first and site-packages last.
@@ -78,9 +80,13 @@ def _bundle(source: str, out: Path) -> Path:
     return out
 
 
-def _import_in_fresh_python(bundle: Path, *modules: str) -> dict[str, str | None]:
+def _import_in_fresh_python(
+    bundle: Path, *modules: str, allowed: frozenset[str] = frozenset()
+) -> dict[str, str | None]:
+    """Import `modules` from the bundle with only the layer's packages (and `allowed`, which the
+    layer holds for a library's sake though no module of ours may import them)."""
     site = sysconfig.get_paths()["purelib"]
-    args = [bundle, site, json.dumps(sorted(_not_in_the_layer())), *modules]
+    args = [bundle, site, json.dumps(sorted(_not_in_the_layer() - allowed)), *modules]
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", IMPORT_SCRIPT, *map(str, args)],
         check=False,
@@ -178,6 +184,16 @@ def test_every_shipped_module_imports_with_only_the_layers_packages(bundles: dic
 
 
 @pytest.mark.slow
+def test_the_mcp_client_imports_with_the_layers_packages_and_without_click(bundles: dict[str, Path]) -> None:
+    loaded = _import_in_fresh_python(bundles["agent"], "httpx", *MCP_CLIENT, allowed=MCP_SDK_DEPENDENCIES)
+
+    assert set(MCP_CLIENT) <= set(loaded)
+    # httpx imports its command line, and so click, whenever click is importable: out of the
+    # layer (layers/overrides.txt leaves out uvicorn, its only reason), a cold import skips it.
+    assert "click" not in loaded
+
+
+@pytest.mark.slow
 def test_the_redaction_rule_set_loads_from_the_bundle_with_the_layers_re2(bundles: dict[str, Path]) -> None:
     bundle = bundles["agent"]
     token = "dp.pt." + "Xq7k2Lm9Pz4Rt8Vw1Ny6Bc3Hd5Jf0Gs2Qa7Ue4Io9Kx"
@@ -207,13 +223,14 @@ def test_the_layer_lock_holds_the_cloud_core_alone() -> None:
     local = {_normalise(re.split(r"[<>=!~\[; ]", r)[0]) for r in project["optional-dependencies"]["local"]}
 
     assert core <= locked
-    # The official MCP SDK (shared.tools.mcp) imports its server half, and so these, when it is
-    # imported: they ship in the layer for it alone (the lock says "via mcp"), and no module of
-    # ours imports them (the import contracts and the checks above).
+    # The official MCP SDK (shared.tools.mcp) imports its server half, and so Starlette, when it
+    # is imported: it ships in the layer for it alone (the lock says "via mcp"), and no module of
+    # ours imports it (the import contracts and the checks above). Uvicorn (and click with it),
+    # which the SDK requires to run servers, is left out (layers/overrides.txt).
     assert locked & DEV_KIT_DISTRIBUTIONS <= MCP_SDK_DEPENDENCIES
     assert locked & local <= MCP_SDK_DEPENDENCIES
     # opensearch-py's gRPC transport, which the REST client never imports (layers/overrides.txt).
-    assert not locked & {"grpcio", "protobuf", "opensearch-protobufs"}
+    assert not locked & {"grpcio", "protobuf", "opensearch-protobufs", "uvicorn", "click"}
     assert {"typer", "starlette", "uvicorn", "apsw", "sqlite-vec"} <= local
     assert not core & DEV_KIT_DISTRIBUTIONS
 

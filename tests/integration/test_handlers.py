@@ -347,6 +347,36 @@ print(json.dumps(sorted(sys.modules)))
     assert {"shared.agent.turn", "shared.consolidation.turn_event", "shared.channels.format"} <= modules
 
 
+def test_the_agents_import_compiles_neither_the_models_nor_the_time_patterns() -> None:
+    # In a fresh interpreter, as a cold start does: shared.models' models (defer_build) and the
+    # memory search's time patterns are compiled when first used, so that what a turn does not
+    # use (schedules, triples, sandbox runs, index documents; a query naming no time) costs nothing.
+    script = """
+import json
+import functions.agent.handler
+import shared.models as models
+from shared.memory import when
+built = [n for n, v in vars(models).items() if isinstance(v, type) and issubclass(v, models.Model)
+         and v.__pydantic_complete__]
+print(json.dumps({"built": built, "patterns": when._patterns.cache_info().currsize}))
+"""
+    env = {"PATH": "/usr/bin:/bin", "AWS_REGION": REGION}
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["patterns"] == 0
+    assert not {
+        "Session",
+        "WorkspaceConfig",
+        "Schedule",
+        "Triple",
+        "SandboxRun",
+        "IndexDoc",
+        "AuditRecord",
+    } & set(report["built"])
+
+
 # ---------------------------------------------------------------- agent
 
 
