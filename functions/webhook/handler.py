@@ -51,6 +51,18 @@ def get_outbox(workspace: str, session: str) -> Response[Any]:
     return _answer(cloud.webhook().outbox(workspace, session, request_from_v2(app.current_event)))
 
 
+# The chat page's uploads (shared.media.upload): a presigned POST to the media bucket, then its
+# confirmation; the browser token is the credential, as on the page's socket.
+@app.post("/media/<workspace>/uploads")
+def post_upload_slot(workspace: str) -> Response[Any]:
+    return _answer(cloud.uploads().slot(workspace, request_from_v2(app.current_event)))
+
+
+@app.post("/media/<workspace>/uploads/<media_id>")
+def post_upload_confirm(workspace: str, media_id: str) -> Response[Any]:
+    return _answer(cloud.uploads().confirm(workspace, media_id, request_from_v2(app.current_event)))
+
+
 # The chat page, same origin as the webhooks: no CORS for its own requests, nothing else to run.
 # It needs no secret and builds no ingress (shared.ingress.http.page reads the packaged files);
 # the socket's URL is SIGIL_WS_URL, from the settings validated once per container.

@@ -1,0 +1,376 @@
+"""The chat page's uploads (docs/web-channel.md, "Attachments"; docs/media.md): a file is stored
+first, and the `send` frame then names its media id.
+
+One protocol for the page, two ways for the bytes, with the same browser token as the page's
+socket (`Authorization: Bearer <token>`) and the same checks:
+
+1. `POST /media/{workspace}/uploads` `{"session", "name", "size", "type"}`: a slot. The token must
+   cover the session, the sender must be one the workspace admits (nothing is stored for a refused
+   sender), and the declared size must fit the declared kind's limit and the day's total
+   (MediaLimits, workspace.media); otherwise a MediaRefused (413) the page shows before it sends a
+   byte. The answer says where the bytes go:
+   - the local gateway (`sigil dev`): `{"url": "/media/{ws}/files?..."}`, a POST of the raw bytes
+     to the gateway itself, which reads at most the limit, sniffs the type from the bytes, stores
+     the file in the MediaStore and answers the file's record;
+   - the cloud (the webhook function): `{"media_id", "url", "fields", "confirm"}`, a presigned S3
+     POST to the media bucket (ports.MediaUploads: the size bounded by the policy, the key under
+     the workspace's prefix, five minutes to use it), then `POST confirm`, which reads the object
+     back, sniffs it, checks the limits again and records it in the MediaStore.
+2. The answer of both: `{"media_id", "kind", "mime_type", "size", "name"}`.
+
+The type is always sniffed from the bytes (`sniff`), never taken from the name or the browser's
+declared type, which only picks the limit checked before the upload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import secrets
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+from urllib.parse import urlencode
+
+from pydantic import Field, ValidationError
+
+from shared.channels import web, web_tokens
+from shared.channels.inbound import WebhookRequest
+from shared.channels.web_frames import SessionForbidden
+from shared.channels.web_tokens import BrowserClaims
+from shared.clock import utcnow
+from shared.errors import BadRequest, MediaRefused, NotFound
+from shared.ingress import Ingress, check_id
+from shared.ingress.admission import Admission
+from shared.ingress.http import HttpAnswer
+from shared.ingress.media import MediaNotYours, web_user_id
+from shared.media.ids import media_id as derive_media_id
+from shared.models import Identifier, InboundMessage, MediaKind, MediaLimits, Model, Sender, new_workspace
+from shared.models.media import MediaItem
+from shared.ports import IdentityStore, MediaStore, MediaUploads, WorkspaceStore
+
+# How long a presigned POST may be used: long enough for a slow phone's upload of the largest file.
+UPLOAD_EXPIRY_S: Final = 300
+MAX_NAME_CHARS: Final = 200
+MB: Final = 1_000_000
+
+_OFFICE: Final[dict[str, tuple[str, MediaKind]]] = {
+    "word/": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "document"),
+    "xl/": ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "document"),
+    "ppt/": ("application/vnd.openxmlformats-officedocument.presentationml.presentation", "document"),
+}
+
+
+def sniff(data: bytes) -> tuple[str, MediaKind]:
+    """The content's type and kind, from its bytes alone (magic numbers; text if it decodes)."""
+    head = data[:64]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png", "image"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg", "image"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif", "image"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp", "image"
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "audio/wav", "audio"
+    if head.startswith(b"%PDF-"):
+        return "application/pdf", "document"
+    if head.startswith(b"OggS"):
+        return "audio/ogg", "audio"
+    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "audio/mpeg", "audio"
+    if head.startswith(b"fLaC"):
+        return "audio/flac", "audio"
+    if head[4:8] == b"ftyp":
+        # An MP4 container: audio when its brand says so (M4A, a voice memo), else video.
+        return ("audio/mp4", "audio") if head[8:11] == b"M4A" else ("video/mp4", "video")
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "video/webm", "video"
+    if head.startswith(b"PK\x03\x04"):
+        return _zip_type(data)
+    if b"\x00" not in data[:8192]:
+        try:
+            data[:65536].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # Cut mid-character at the sample's end is still text; a bad byte earlier is not.
+            if exc.start < min(len(data), 65536) - 4:
+                return "application/octet-stream", "other"
+        return "text/plain", "document"
+    return "application/octet-stream", "other"
+
+
+def _zip_type(data: bytes) -> tuple[str, MediaKind]:
+    try:
+        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    except (zipfile.BadZipFile, ValueError):
+        return "application/octet-stream", "other"
+    for prefix, found in _OFFICE.items():
+        if any(n.startswith(prefix) for n in names):
+            return found
+    return "application/zip", "other"
+
+
+def declared_kind(content_type: str) -> MediaKind:
+    """The kind a browser's declared type suggests: only to pick the limit checked before upload."""
+    t = content_type.split(";", 1)[0].strip().lower()
+    if t.startswith("image/"):
+        return "image"
+    if t.startswith("audio/"):
+        return "audio"
+    if t.startswith("video/"):
+        return "video"
+    if t.startswith("text/") or t == "application/pdf" or "officedocument" in t or t == "":
+        return "document"
+    return "other"
+
+
+def check_size(limits: MediaLimits, kind: MediaKind, size: int, name: str) -> None:
+    """MediaRefused unless the workspace takes `kind` files and `size` bytes fit its limit."""
+    if not limits.enabled:
+        raise MediaRefused("this workspace does not take files")
+    kind_limits = limits.kinds.get(kind)
+    # A limit of a byte or two is how a workspace says "not this kind" (video and other, by default).
+    if kind_limits is None or kind_limits.max_bytes <= 1:
+        raise MediaRefused(f"{name}: this workspace does not take {kind} files")
+    if size > kind_limits.max_bytes:
+        raise MediaRefused(
+            f"{name} is too large: {size / MB:.1f} MB, and a {kind} file may be at most "
+            f"{kind_limits.max_bytes / MB:g} MB"
+        )
+
+
+def largest(limits: MediaLimits) -> int:
+    """The most bytes any file may have here: what a front reads of an upload before it refuses."""
+    return max((k.max_bytes for k in limits.kinds.values()), default=0) if limits.enabled else 0
+
+
+class SlotRequest(Model):
+    """The body of POST /media/{workspace}/uploads."""
+
+    session: Identifier
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    size: int = Field(ge=0, le=2**40)
+    type: str = Field(default="", max_length=255)
+
+
+def _bearer(request: WebhookRequest) -> str:
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise web_tokens.TokenMalformed("an upload needs 'Authorization: Bearer <browser token>'")
+    return token.strip()
+
+
+def _clean_name(name: str) -> str:
+    # Only a label (never a path): what a person sees on the chip; control characters dropped.
+    kept = "".join(c for c in name if c.isprintable()).strip()
+    return kept[:MAX_NAME_CHARS] or "file"
+
+
+def item_json(item: MediaItem) -> dict[str, object]:
+    return {
+        "media_id": item.id,
+        "kind": item.kind,
+        "mime_type": item.mime_type,
+        "size": item.size,
+        "name": item.name,
+    }
+
+
+@dataclass
+class Uploads:
+    """The upload routes' logic, for the local gateway (staging None) and the webhook function."""
+
+    ingress: Ingress  # the web secrets the browser tokens are checked with
+    media: MediaStore | None
+    workspaces: WorkspaceStore | None
+    identities: IdentityStore | None
+    admission: Admission | None
+    staging: MediaUploads | None = None  # the cloud's presigned POSTs; None: bytes to the front
+    clock: Callable[[], float] = time.time
+    now: Callable[[], datetime] = utcnow
+
+    # ------------------------------------------------------------------ checks
+
+    def _claims(self, workspace_id: str, request: WebhookRequest, session: str) -> BrowserClaims:
+        check_id(workspace_id, "workspace")
+        token = _bearer(request)
+        # As a signed request: an unknown workspace answers as a bad signature does.
+        secret = self.ingress._web_secret(workspace_id)
+        claims = web_tokens.verify(secret, token, now=self.clock(), workspace=workspace_id)
+        check_id(session, "session")
+        if not claims.allows(session):
+            raise SessionForbidden("this token does not cover that session")
+        return claims
+
+    def _limits(self, workspace_id: str) -> MediaLimits:
+        found = self.workspaces.get(workspace_id) if self.workspaces is not None else None
+        return (found or new_workspace(workspace_id)).media
+
+    def _store(self) -> MediaStore:
+        if self.media is None:
+            raise MediaRefused("files are not stored here (no media store is configured)")
+        return self.media
+
+    def _admit(self, claims: BrowserClaims, session: str) -> str:
+        """The sender's Sigil user, once the workspace admits them: a refused sender (or one whose
+        budget is spent) stores nothing."""
+        if self.admission is not None:
+            probe = InboundMessage(
+                event_id="upload",
+                channel="web",
+                workspace_id=claims.workspace,
+                session_id=web.session_id_for(session),
+                sender=Sender(id=claims.user),
+                chat_id=session,
+                text="",
+            )
+            self.admission.check(probe)
+        return web_user_id(self.identities, claims.workspace, claims.user)
+
+    def _check_day(self, limits: MediaLimits, workspace_id: str, size: int) -> None:
+        start = self.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        used = sum(i.size for i in self._store().list_media(workspace_id) if i.created_at >= start)
+        if used + size > limits.max_bytes_per_day:
+            resets = (start + timedelta(days=1)).strftime("%H:%M UTC")
+            raise MediaRefused(
+                f"this workspace has taken its {limits.max_bytes_per_day / MB:g} MB of files for "
+                f"today; more from {resets}"
+            )
+
+    # ------------------------------------------------------------------ routes
+
+    def slot(self, workspace_id: str, request: WebhookRequest) -> HttpAnswer:
+        """POST /media/{workspace}/uploads: where to send the file's bytes, once it may be sent."""
+        try:
+            want = SlotRequest.model_validate_json(request.body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise BadRequest(f"invalid upload: {where}: {first['msg']}") from None
+        claims = self._claims(workspace_id, request, want.session)
+        user_id = self._admit(claims, want.session)
+        limits = self._limits(workspace_id)
+        name = _clean_name(want.name)
+        check_size(limits, declared_kind(want.type), want.size, name)
+        self._check_day(limits, workspace_id, want.size)
+        if self.staging is None:
+            query = urlencode({"session": want.session, "name": name})
+            return HttpAnswer(200, {"url": f"/media/{workspace_id}/files?{query}", "fields": None})
+        media_id = derive_media_id(workspace_id, "web", "upload-" + secrets.token_hex(16))
+        post = self.staging.presign(
+            workspace_id,
+            media_id,
+            # The largest any kind may be: the confirm step checks the sniffed kind's own limit.
+            max_bytes=largest(limits),
+            metadata={"session": want.session, "user": claims.user, "owner": user_id},
+            expires_s=UPLOAD_EXPIRY_S,
+        )
+        body = {
+            "media_id": media_id,
+            "url": post.url,
+            "fields": post.fields,
+            "confirm": f"/media/{workspace_id}/uploads/{media_id}?{urlencode({'name': name})}",
+            "expires_in": UPLOAD_EXPIRY_S,
+        }
+        return HttpAnswer(200, body)
+
+    def max_bytes(self, workspace_id: str) -> int:
+        """What the local front reads of an upload's body at most (then refuses it as too large)."""
+        check_id(workspace_id, "workspace")
+        return largest(self._limits(workspace_id))
+
+    def receive(self, workspace_id: str, request: WebhookRequest) -> HttpAnswer:
+        """POST /media/{workspace}/files?session=&name= (the local gateway): the bytes themselves,
+        read by the front up to `max_bytes`; stored, and answered with the file's record."""
+        session = request.query.get("session", "")
+        claims = self._claims(workspace_id, request, session)
+        user_id = self._admit(claims, session)
+        source = "upload-" + secrets.token_hex(16)
+        item = self._record(
+            claims, session, user_id, source=source, name=request.query.get("name", ""), data=request.body
+        )
+        self._store().put(item, request.body)
+        return HttpAnswer(200, item_json(item))
+
+    def confirm(self, workspace_id: str, media_id: str, request: WebhookRequest) -> HttpAnswer:
+        """POST /media/{workspace}/uploads/{id} (the cloud): the presigned POST's object, read back,
+        sniffed, checked and recorded; the staged object is then removed."""
+        if self.staging is None:
+            raise NotFound("no such upload")
+        check_id(workspace_id, "workspace")
+        check_id(media_id, "media id")
+        token_claims = web_tokens.verify(
+            self.ingress._web_secret(workspace_id), _bearer(request), now=self.clock(), workspace=workspace_id
+        )
+        store = self._store()
+        done = store.get(workspace_id, media_id)
+        if done is not None:
+            # Confirmed already (a retry after a lost answer): the same answer, to its owner only.
+            if done.user_id != web_user_id(self.identities, workspace_id, token_claims.user):
+                raise MediaNotYours("that upload is not yours")
+            return HttpAnswer(200, item_json(done))
+        staged = self.staging.staged(workspace_id, media_id)
+        if staged is None or staged.metadata.get("user") != token_claims.user:
+            raise MediaNotYours("no such upload of yours: post the file first, within five minutes")
+        session = staged.metadata.get("session", "")
+        claims = self._claims(workspace_id, request, session)
+        user_id = self._admit(claims, session)
+        limits = self._limits(workspace_id)
+        if staged.size > largest(limits):
+            self.staging.discard(workspace_id, media_id)
+            raise MediaRefused("the file is larger than this workspace takes")
+        data = self.staging.read_staged(workspace_id, media_id) or b""
+        try:
+            item = self._record(
+                claims,
+                session,
+                user_id,
+                source=media_id,
+                name=request.query.get("name", ""),
+                data=data,
+                media_id=media_id,
+            )
+            store.put(item, data)
+        finally:
+            # Recorded or refused, the staged copy goes: nothing unrecorded is kept.
+            self.staging.discard(workspace_id, media_id)
+        return HttpAnswer(200, item_json(item))
+
+    def _record(
+        self,
+        claims: BrowserClaims,
+        session: str,
+        user_id: str,
+        *,
+        source: str,
+        name: str,
+        data: bytes,
+        media_id: str | None = None,
+    ) -> MediaItem:
+        """The file's record once its sniffed kind, its size and the day's total allow it."""
+        label = _clean_name(name)
+        if not data:
+            raise MediaRefused(f"{label} is empty")
+        mime, kind = sniff(data)
+        limits = self._limits(claims.workspace)
+        check_size(limits, kind, len(data), label)
+        self._check_day(limits, claims.workspace, len(data))
+        return MediaItem(
+            id=media_id or derive_media_id(claims.workspace, "web", source),
+            workspace_id=claims.workspace,
+            session_id=web.session_id_for(session),
+            user_id=user_id,
+            channel="web",
+            source_id=source,
+            kind=kind,
+            mime_type=mime,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            name=label,
+            created_at=self.now(),
+        )
