@@ -226,6 +226,9 @@ class AppContext:
     # The chat page's origin (`-c web_origin=https://chat.example.com`): the one origin the HTTP
     # API's CORS admits. None admits none (a browser page on another origin cannot call the API).
     web_origin: str | None = None
+    # Days the media bucket keeps a file senders attached (`-c media_retention_days=30`;
+    # docs/media.md): its lifecycle rule expires the file and its record together.
+    media_retention_days: int = 30
 
     def provider_of(self, ref: str | None) -> str | None:
         provider, slash, model_id = (ref or "").partition("/")
@@ -281,6 +284,9 @@ def read_context(node: Node) -> AppContext:
         caps=read_caps(node),
         alarm_email=read_alarm_email(node),
         web_origin=read_web_origin(node),
+        media_retention_days=_int(
+            "media_retention_days", node.try_get_context("media_retention_days") or 30, least=1, most=3650
+        ),
     )
 
 

@@ -31,6 +31,7 @@ from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.schedules import Schedules
 from infra.constructs.secrets import Secrets, llm_keys
+from infra.constructs.media import Media
 from infra.constructs.skills import Skills
 from infra.constructs.websocket import WebSocket
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, TOOL_KEYS
@@ -109,11 +110,13 @@ class SigilStack(Stack):
             throttle=caps.turn_routes,
         )
         skills = Skills(self, "Skills")
+        media = Media(self, "Media", retention_days=context.media_retention_days)
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
         self.skills = skills
+        self.media = media
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -145,6 +148,8 @@ class SigilStack(Stack):
             "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
             "SIGIL_SKILLS_BUCKET": skills.bucket.bucket_name,
+            # Files senders attached, fetched in the turn (docs/media.md).
+            "SIGIL_MEDIA_BUCKET": media.bucket.bucket_name,
             # Per-turn extraction: each TurnCommitted waits there for its debounce.
             "SIGIL_EXTRACTION_QUEUE_URL": consolidation.extraction.queue_url,
         }
@@ -173,6 +178,7 @@ class SigilStack(Stack):
         consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
+        media.grant_read_write(turn_runner)  # media/ only (infra/constructs/media.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
@@ -224,6 +230,8 @@ class SigilStack(Stack):
         CfnOutput(
             self, "SkillsBucket", value=self.skills.bucket.bucket_name, description="sigil skill's store"
         )
+        # `sigil` erasure removes a user's files from it (shared.cli._app.OPTIONAL_STACK_OUTPUTS).
+        CfnOutput(self, "MediaBucket", value=self.media.bucket.bucket_name, description="attached files")
 
     def _serve_browsers(self, context: AppContext, webhook_env: dict[str, str]) -> None:
         """The WebSocket API's settings, grants and URL."""

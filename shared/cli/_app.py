@@ -80,6 +80,8 @@ OPTIONAL_STACK_OUTPUTS = {
     "SecretsPrefix": "secrets_prefix",
     "DeadLettersQueueUrl": "dead_letter_queue_url",
     "SkillsBucket": "skills_bucket",
+    # `sigil` erasure removes a user's files (docs/media.md).
+    "MediaBucket": "media_bucket",
     # Only a stack with sharded lanes has it (docs/scale.md#sharded-lanes).
     "LaneQueueUrls": "lane_queue_urls",
     # `sigil schedules --stack` (docs/schedules.md).

@@ -143,6 +143,7 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
         "SIGIL_LANE_MAX_ATTEMPTS": "5",
         "SIGIL_PROVIDERS": "",
         "SIGIL_SKILLS_BUCKET": {"Ref": logical_id(stack.skills.bucket)},
+        "SIGIL_MEDIA_BUCKET": {"Ref": logical_id(stack.media.bucket)},
         "SIGIL_EXTRACTION_QUEUE_URL": {"Ref": logical_id(stack.consolidation.extraction)},
         # Things done later: the schedule group, the role its schedules send as, their target.
         "SIGIL_SCHEDULE_GROUP": f"sigil-{each_stage.stage}-schedules",

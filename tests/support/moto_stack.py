@@ -35,6 +35,7 @@ def outputs(resources: moto_aws.AwsResources) -> dict[str, str]:
         "SearchEndpoint": "search.invalid",
         "SecretsPrefix": resources.secrets_prefix,
         "SkillsBucket": resources.skills_bucket,
+        "MediaBucket": resources.media_bucket,
     }
 
 

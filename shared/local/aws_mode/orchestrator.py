@@ -314,6 +314,8 @@ class AwsModeGateway:
             "opensearch_endpoint": r.opensearch_endpoint,
             "secrets_prefix": r.secrets_prefix,
             "skills_bucket": r.skills_bucket,
+            # `sigil erase` removes a user's files from moto's media bucket.
+            "media_bucket": r.media_bucket,
             # `sigil schedules` lists and cancels the agent's schedules in moto's scheduler.
             "schedule_group": r.schedule_group,
             "schedule_role_arn": r.schedule_role_arn,

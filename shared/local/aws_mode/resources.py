@@ -69,6 +69,7 @@ class LocalResources:
     opensearch_endpoint: str
     secrets_prefix: str
     skills_bucket: str = ""  # as the stack's SkillsBucket (docs/skills.md)
+    media_bucket: str = ""  # as the stack's MediaBucket (docs/media.md)
     # The extraction queue (per-turn extraction's TurnCommitted, delayed), as the stack's.
     extraction_queue_url: str = ""
     extraction_queue_arn: str = ""
@@ -155,6 +156,8 @@ def provision(
     )
     skills_bucket = f"{NAME_PREFIX}-skills"
     aws_client("s3", endpoint, region).create_bucket(Bucket=skills_bucket)
+    media_bucket = f"{NAME_PREFIX}-media"
+    aws_client("s3", endpoint, region).create_bucket(Bucket=media_bucket)
     aws_client("scheduler", endpoint, region).create_schedule_group(Name=SCHEDULE_GROUP)
     # Only Scheduler may assume it, as the stack's (moto checks neither the trust nor the grant).
     trust = {
@@ -184,6 +187,7 @@ def provision(
         opensearch_endpoint=opensearch_endpoint,
         secrets_prefix=secrets_prefix,
         skills_bucket=skills_bucket,
+        media_bucket=media_bucket,
         extraction_queue_url=extraction_queue_url,
         extraction_queue_arn=extraction_queue_arn,
         schedule_group=SCHEDULE_GROUP,
@@ -223,6 +227,8 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
         }
     if function == "agent" and resources.skills_bucket:
         env["SIGIL_SKILLS_BUCKET"] = resources.skills_bucket
+    if function == "agent" and resources.media_bucket:
+        env["SIGIL_MEDIA_BUCKET"] = resources.media_bucket  # the agent alone, as infra/stack.py
     if function == "agent" and resources.extraction_queue_url:
         env["SIGIL_EXTRACTION_QUEUE_URL"] = resources.extraction_queue_url
     if function == "agent" and resources.schedule_group:

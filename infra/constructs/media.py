@@ -1,0 +1,74 @@
+"""The media bucket: files senders attached (docs/media.md), `media/<ws>/<id>/{bytes,record.json}`.
+
+Written and read by the agent alone (it fetches attachments in the turn, shared.media.fetch), and
+only under `media/`. S3-managed encryption, public access blocked, TLS enforced by the bucket
+policy, and a lifecycle rule that expires every object after the stack's media retention (the
+file and its record share a prefix, so they go together). Not versioned: erasing a user's files
+(`sigil` erasure) must remove them, not keep a noncurrent copy. Kept when the stack is deleted
+(CloudFormation can't delete a non-empty bucket), and the lifecycle rule empties it within the
+retention; delete it by hand sooner.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.constructs.nag import acknowledge
+
+PREFIX = "media/"
+
+
+class Media(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, retention_days: int) -> None:
+        super().__init__(scope, construct_id)
+        self.retention_days = retention_days
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            enforce_ssl=True,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    prefix=PREFIX,
+                    expiration=Duration.days(retention_days),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        acknowledge(
+            self.bucket,
+            "AwsSolutions-S1",
+            "Only the agent function reads and writes here, through its role; every file expires "
+            "after the media retention, and CloudTrail data events can be enabled per stage.",
+        )
+
+    def grant_read_write(self, function: lambda_.Function) -> None:
+        """Get, put and delete under media/, and ListBucket of that prefix: what
+        shared.adapters.aws.media does."""
+        objects = self.bucket.arn_for_objects(f"{PREFIX}*")
+        function.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[objects])
+        )
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{PREFIX}*"]}},
+            )
+        )
+        assert function.role is not None
+        cfn = self.bucket.node.default_child
+        assert isinstance(cfn, CfnElement)
+        acknowledge(
+            function.role,
+            f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(cfn)}.Arn>/media/*]",
+            "Media are objects named media/<workspace>/<id>/...; the agent serves every workspace, "
+            "so its grant names the media/ prefix of this one bucket.",
+        )
