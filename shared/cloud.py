@@ -158,6 +158,20 @@ def uploads() -> Uploads:
 
 
 @cache
+def uploads_url() -> str | None:
+    """Where the chat page posts files (the media bucket's presigned POST URL), for the page's
+    Content-Security-Policy: a POST signed here (no call to AWS) for a placeholder id says it,
+    whatever the region's or an endpoint's addressing. None without the bucket."""
+    from shared.adapters.aws.media_uploads import S3MediaUploads
+
+    s = settings()
+    if not s.media_bucket:
+        return None
+    staging = S3MediaUploads(s.media_bucket, region=s.aws_region)
+    return staging.presign("probe", "m-probe", max_bytes=1, metadata={}, expires_s=1).url
+
+
+@cache
 def media_store() -> MediaStore | None:
     """The media bucket's store (SIGIL_MEDIA_BUCKET) for the chat page's uploads: the webhook
     records them, the ws function checks a `send`'s files against it. None without the bucket."""
@@ -276,6 +290,7 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     sockets.cache_clear()
     ws_front.cache_clear()
     media_store.cache_clear()
+    uploads_url.cache_clear()
     uploads.cache_clear()
     consolidator.cache_clear()
     clients.reset()
