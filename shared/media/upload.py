@@ -138,9 +138,13 @@ def check_size(limits: MediaLimits, kind: MediaKind, size: int, name: str) -> No
         raise MediaRefused(f"{name}: this workspace does not take {kind} files")
     if size > kind_limits.max_bytes:
         raise MediaRefused(
-            f"{name} is too large: {size / MB:.1f} MB, and a {kind} file may be at most "
+            f"{name} is too large: {size / MB:.1f} MB, and {_a(kind)} file may be at most "
             f"{kind_limits.max_bytes / MB:g} MB"
         )
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def largest(limits: MediaLimits) -> int:
