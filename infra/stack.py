@@ -27,11 +27,11 @@ from infra.constructs.dashboard import Dashboard
 from infra.constructs.function import DependencyLayer
 from infra.constructs.ingress import Ingress
 from infra.constructs.lanes import MAX_RECEIVE_COUNT, Lanes
+from infra.constructs.media import Media
 from infra.constructs.memory import Memory
 from infra.constructs.observability import Observability
 from infra.constructs.schedules import Schedules
 from infra.constructs.secrets import Secrets, llm_keys
-from infra.constructs.media import Media
 from infra.constructs.skills import Skills
 from infra.constructs.websocket import WebSocket
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, TOOL_KEYS
@@ -110,13 +110,11 @@ class SigilStack(Stack):
             throttle=caps.turn_routes,
         )
         skills = Skills(self, "Skills")
-        media = Media(self, "Media", retention_days=context.media_retention_days)
         webhook, turn_runner, consolidate = ingress.function, agent.function, consolidation.function
         self.memory, self.lanes, self.secrets = memory, lanes, secrets
         self.ingress, self.agent, self.consolidation = ingress, agent, consolidation
         self.dashboard = self._watch(observability, context, access_logs)
-        self.skills = skills
-        self.media = media
+        self.skills, self.media = skills, self._attached_files(context, agent.function)
 
         common = {"SIGIL_BACKEND": "aws", "SIGIL_SECRETS_PREFIX": secrets.prefix}
         # The webhook builds only its ingress (shared.cloud.ingress): the lanes and the outbox.
@@ -148,8 +146,6 @@ class SigilStack(Stack):
             "SIGIL_LANE_MAX_ATTEMPTS": str(MAX_RECEIVE_COUNT),
             "SIGIL_PROVIDERS": ",".join(sorted(context.agent_providers())),
             "SIGIL_SKILLS_BUCKET": skills.bucket.bucket_name,
-            # Files senders attached, fetched in the turn (docs/media.md).
-            "SIGIL_MEDIA_BUCKET": media.bucket.bucket_name,
             # Per-turn extraction: each TurnCommitted waits there for its debounce.
             "SIGIL_EXTRACTION_QUEUE_URL": consolidation.extraction.queue_url,
         }
@@ -178,7 +174,6 @@ class SigilStack(Stack):
         consolidation.extraction.grant_send_messages(turn_runner)
         secrets.grant_read(turn_runner, [s.key for s in (*CHANNEL_TOKENS, *TOOL_KEYS)])
         skills.grant_read(turn_runner)  # skills/ only (infra/constructs/skills.py)
-        media.grant_read_write(turn_runner)  # media/ only (infra/constructs/media.py)
         secrets.grant_read_routes(turn_runner, [s.key for s in CHANNEL_TOKENS])
         self.schedules = self._things_done_later(name_prefix, lanes, turn_runner)
         # consolidate: rewrites memory tiers and the index, calls the LLM; in the sessions table it
@@ -197,6 +192,14 @@ class SigilStack(Stack):
         outlive the queue's retention (docs/operations.md)."""
         observability.alarm_on_extraction_dead_letters(consolidation.extraction_dead_letters)
         observability.alarm_on_extraction_backlog(consolidation.extraction)
+
+    def _attached_files(self, context: AppContext, agent: lambda_.Function) -> Media:
+        """The media bucket (docs/media.md): the agent fetches what senders attach into it, and
+        alone reads and writes it, under media/ only (infra/constructs/media.py)."""
+        media = Media(self, "Media", retention_days=context.media_retention_days)
+        agent.add_environment("SIGIL_MEDIA_BUCKET", media.bucket.bucket_name)
+        media.grant_read_write(agent)
+        return media
 
     def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
         """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules

@@ -16,6 +16,7 @@ from shared.ports import (
     IdentityStore,
     Lanes,
     MediaStore,
+    MediaUsage,
     MemoryIndex,
     MemoryStore,
     Outbox,
@@ -68,6 +69,8 @@ class Backend:
     steps: StepLog | None = None
     # Files senders attached (shared.media, docs/media.md); None: attachments are not fetched.
     media: MediaStore | None = None
+    # The day's fetched bytes per workspace, beside the media store (None with it).
+    media_usage: MediaUsage | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -836,6 +836,17 @@ class MediaStore(Protocol):
         ...
 
 
+class MediaUsage(Protocol):
+    """Bytes of attached files a workspace fetched per UTC day (MediaLimits.max_bytes_per_day):
+    added atomically, so two turns fetching at once never lose an update. `day` is "YYYY-MM-DD"."""
+
+    def add(self, workspace_id: str, day: str, size: int) -> int:
+        """Add `size` to the day's total; the total after."""
+        ...
+
+    def total(self, workspace_id: str, day: str) -> int: ...
+
+
 @dataclass(frozen=True)
 class PresignedUpload:
     """Where and how a browser posts one file straight to the media bucket: an HTML form POST to

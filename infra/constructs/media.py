@@ -53,9 +53,8 @@ class Media(Construct):
         """Get, put and delete under media/, and ListBucket of that prefix: what
         shared.adapters.aws.media does."""
         objects = self.bucket.arn_for_objects(f"{PREFIX}*")
-        function.add_to_role_policy(
-            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[objects])
-        )
+        actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+        function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
         function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],

@@ -41,6 +41,7 @@ from shared.models import (
     WorkspaceConfig,
     new_workspace,
 )
+from shared.models.media import MediaItem
 from shared.ports import SessionStore
 from shared.providers.base import Provider
 from shared.schedules import REMINDER_PREFIX
@@ -60,6 +61,10 @@ class Turn:
     budget: TurnBudget
     session: Session
     safety: Safety
+    # The message's files as stored (shared.agent.media.fetch_media, before the model call), and
+    # what the user is told about those that were not opened.
+    media: list[MediaItem] = field(default_factory=list)
+    media_notes: list[str] = field(default_factory=list)
 
     @property
     def inbound(self) -> InboundMessage:

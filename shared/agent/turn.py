@@ -79,6 +79,7 @@ from shared.agent.commit import commit, settle
 from shared.agent.context import AssembledContext, assemble_system_prompt
 from shared.agent.emergency import with_emergency_compaction
 from shared.agent.loop import LoopResult, Safety, run_loop
+from shared.agent.media import fetch_media, noted
 from shared.agent.nudge import memory_nudge
 from shared.agent.pipeline import memory_searcher, select_context
 from shared.agent.preflight import (
@@ -107,6 +108,7 @@ from shared.config import Settings
 from shared.deadline import before, current, deadline, remaining
 from shared.errors import ProviderError
 from shared.identity import aliases_of
+from shared.media.fetch import MediaFetcher
 from shared.memory.scope import is_group, owner_scope, recall_scope
 from shared.models import (
     AuditRecord,
@@ -161,6 +163,8 @@ class TurnDeps:
     # Tools of the workspace's own, added to `tools` for its turns: its MCP servers' exposed tools
     # (shared.tools.mcp.McpToolbox). None: none.
     workspace_tools: Callable[[WorkspaceConfig], Sequence[Tool[Any]]] | None = None
+    # Fetches a turn's attachments into backend.media (shared.media.fetch): one HTTP pool.
+    media_fetcher: MediaFetcher = field(default_factory=MediaFetcher)
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,8 @@ def run_turn(deps: TurnDeps, item: LaneItem) -> AuditRecord:
                 case Stop():
                     end = _stop(deps, turn, step, started)
                 case Proceed():
+                    # The attachments, now that the sender is admitted (docs/media.md).
+                    step = fetch_media(deps, turn, step)
                     end = _answer(deps, turn, step, started)
                 case Command():
                     end = _command(deps, turn, step, started)
@@ -366,7 +372,10 @@ def _answer(deps: TurnDeps, turn: Turn, step: Proceed, started: float) -> _Endin
     # Streamed into the channel as it comes, where the channel can edit a message (Telegram,
     # Slack, Discord) or the web's live deltas (its outbox gets the final text once); WhatsApp gets
     # the final text once.
-    shown = progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, ""))
+    # Led by what the user is told about files that were not opened (shared.agent.media).
+    shown = noted(
+        progressive_reply(deps.senders.get(inbound.channel), outbound(inbound, session, turn.id, "")), turn
+    )
     # A context overflow rolls more of the window into Tier 1 and calls again (10, 3, then 1
     # message kept): shared.agent.emergency. The session it saves is the one to commit.
     result, turn.session = with_emergency_compaction(

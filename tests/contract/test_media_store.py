@@ -127,3 +127,16 @@ def test_an_id_that_could_leave_the_prefix_is_refused(store: MediaStore, ws_a: s
         store.read(ws_a, bad)
     with pytest.raises(BadRequest):
         store.read(bad, "m-0123")
+
+
+def test_the_days_usage_adds_up_per_workspace_and_day(
+    contract: ContractBackend, ws_a: str, ws_b: str
+) -> None:
+    usage = contract.backend.media_usage
+    assert usage is not None, "every adapter set counts media"
+    assert usage.total(ws_a, "2026-11-29") == 0
+    assert usage.add(ws_a, "2026-11-29", 1000) == 1000
+    assert usage.add(ws_a, "2026-11-29", 500) == 1500
+    assert usage.add(ws_a, "2026-11-30", 7) == 7
+    assert usage.total(ws_a, "2026-11-29") == 1500
+    assert usage.total(ws_b, "2026-11-29") == 0

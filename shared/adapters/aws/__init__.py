@@ -125,9 +125,12 @@ def build_aws_backend(settings: Settings, *, persistent_embedding_cache: bool = 
             region=region,
         )
     if settings.media_bucket:
+        from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
         from shared.adapters.aws.media import S3MediaStore
 
         backend.media = S3MediaStore(settings.media_bucket, region=region)
+        # The sessions table, which the agent already writes: one ADD per fetched file.
+        backend.media_usage = DynamoMediaUsage(settings.sessions_table, region=region)
     if settings.dead_letter_queue_url:
         # `sigil dlq` only: the functions' environment has no SIGIL_DEAD_LETTER_QUEUE_URL.
         from shared.adapters.aws.dead_letters import SqsDeadLetters

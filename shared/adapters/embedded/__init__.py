@@ -19,6 +19,7 @@ from shared.adapters.embedded.identities import SqliteIdentityStore
 from shared.adapters.embedded.index import SqliteMemoryIndex, fts_match_query
 from shared.adapters.embedded.lanes import DeadLetter, EmbeddedLaneRunner, SqliteLanes
 from shared.adapters.embedded.media import FileMediaStore
+from shared.adapters.embedded.media_usage import SqliteMediaUsage
 from shared.adapters.embedded.memory import SqliteMemoryStore
 from shared.adapters.embedded.outbox import SqliteOutbox
 from shared.adapters.embedded.owner_only import open_data_dir
@@ -51,6 +52,7 @@ __all__ = [
     "SqliteEventBus",
     "SqliteIdentityStore",
     "SqliteLanes",
+    "SqliteMediaUsage",
     "SqliteMemoryIndex",
     "SqliteMemoryStore",
     "SqliteOutbox",
@@ -99,6 +101,7 @@ def build_embedded_backend(settings: Settings) -> Backend:
             schedules=SqliteSchedules(queue),
             # Bytes under <data_dir>/media, records beside the sessions.
             media=FileMediaStore(main, data_dir),
+            media_usage=SqliteMediaUsage(main),
             # The local model is built unloaded: its weights are read on the first embedding.
             embedder=CachedEmbedder(embedder, SqliteEmbeddingCache(main)) if embedder else None,
             closers=[main.close, index_db.close, queue.close],
