@@ -141,6 +141,7 @@ def uploads() -> Uploads:
     """The chat page's uploads in the webhook (shared.media.upload): presigned POSTs to the media
     bucket, and their confirmation into its store; the sender and the limits checked with the
     memory table's workspace configs and identities (SIGIL_MEMORY_TABLE)."""
+    from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
     from shared.adapters.aws.media_uploads import S3MediaUploads
     from shared.media.upload import Uploads
 
@@ -152,6 +153,8 @@ def uploads() -> Uploads:
         check.workspaces if check is not None else None,
         check.identities if check is not None else None,
         check,
+        # The day's total the agent's fetches count too, in the sessions table.
+        usage=DynamoMediaUsage(s.sessions_table, region=s.aws_region) if s.sessions_table else None,
         staging=S3MediaUploads(s.media_bucket, region=s.aws_region) if s.media_bucket else None,
         clock=_seed.clock,
     )

@@ -122,6 +122,7 @@ class LocalGateway:
             Admission(
                 self.backend.workspaces, self.backend.identities, self.backend.budgets, self.deps.prices
             ),
+            usage=self.backend.media_usage,
         )
         self.runner = EmbeddedLaneRunner(
             lanes,

@@ -18,20 +18,19 @@ socket (`Authorization: Bearer <token>`) and the same checks:
      back, sniffs it, checks the limits again and records it in the MediaStore.
 2. The answer of both: `{"media_id", "kind", "mime_type", "size", "name"}`.
 
-The type is always sniffed from the bytes (`sniff`), never taken from the name or the browser's
-declared type, which only picks the limit checked before the upload.
+The type is always sniffed from the bytes (shared.media.sniff, as for the platforms' files), never
+taken from the name or the browser's declared type, which only picks the limit checked before the
+upload.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import secrets
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 from urllib.parse import urlencode
 
@@ -47,99 +46,42 @@ from shared.ingress import Ingress, check_id
 from shared.ingress.admission import Admission
 from shared.ingress.http import HttpAnswer
 from shared.ingress.media import MediaNotYours, web_user_id
+from shared.media.fetch import human_size
 from shared.media.ids import media_id as derive_media_id
+from shared.media.sniff import OCTET_STREAM, kind_of_mime, sniff
 from shared.models import Identifier, InboundMessage, MediaKind, MediaLimits, Model, Sender, new_workspace
 from shared.models.media import MediaItem
-from shared.ports import IdentityStore, MediaStore, MediaUploads, WorkspaceStore
+from shared.ports import IdentityStore, MediaStore, MediaUploads, MediaUsage, WorkspaceStore
 
 # How long a presigned POST may be used: long enough for a slow phone's upload of the largest file.
 UPLOAD_EXPIRY_S: Final = 300
 MAX_NAME_CHARS: Final = 200
-MB: Final = 1_000_000
-
-_OFFICE: Final[dict[str, tuple[str, MediaKind]]] = {
-    "word/": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "document"),
-    "xl/": ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "document"),
-    "ppt/": ("application/vnd.openxmlformats-officedocument.presentationml.presentation", "document"),
-}
 
 
-def sniff(data: bytes) -> tuple[str, MediaKind]:
-    """The content's type and kind, from its bytes alone (magic numbers; text if it decodes)."""
-    head = data[:64]
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png", "image"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg", "image"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif", "image"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp", "image"
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "audio/wav", "audio"
-    if head.startswith(b"%PDF-"):
-        return "application/pdf", "document"
-    if head.startswith(b"OggS"):
-        return "audio/ogg", "audio"
-    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
-        return "audio/mpeg", "audio"
-    if head.startswith(b"fLaC"):
-        return "audio/flac", "audio"
-    if head[4:8] == b"ftyp":
-        # An MP4 container: audio when its brand says so (M4A, a voice memo), else video.
-        return ("audio/mp4", "audio") if head[8:11] == b"M4A" else ("video/mp4", "video")
-    if head.startswith(b"\x1a\x45\xdf\xa3"):
-        return "video/webm", "video"
-    if head.startswith(b"PK\x03\x04"):
-        return _zip_type(data)
-    if b"\x00" not in data[:8192]:
-        try:
-            data[:65536].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            # Cut mid-character at the sample's end is still text; a bad byte earlier is not.
-            if exc.start < min(len(data), 65536) - 4:
-                return "application/octet-stream", "other"
-        return "text/plain", "document"
-    return "application/octet-stream", "other"
-
-
-def _zip_type(data: bytes) -> tuple[str, MediaKind]:
-    try:
-        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    except (zipfile.BadZipFile, ValueError):
-        return "application/octet-stream", "other"
-    for prefix, found in _OFFICE.items():
-        if any(n.startswith(prefix) for n in names):
-            return found
-    return "application/zip", "other"
-
-
-def declared_kind(content_type: str) -> MediaKind:
-    """The kind a browser's declared type suggests: only to pick the limit checked before upload."""
+def declared_kind(content_type: str) -> MediaKind | None:
+    """The kind a browser's declared type suggests, only to pick the limit checked before the
+    upload; None when it says nothing (no type, or application/octet-stream)."""
     t = content_type.split(";", 1)[0].strip().lower()
-    if t.startswith("image/"):
-        return "image"
-    if t.startswith("audio/"):
-        return "audio"
-    if t.startswith("video/"):
-        return "video"
-    if t.startswith("text/") or t == "application/pdf" or "officedocument" in t or t == "":
-        return "document"
-    return "other"
+    return None if t in ("", OCTET_STREAM) else kind_of_mime(t)
 
 
-def check_size(limits: MediaLimits, kind: MediaKind, size: int, name: str) -> None:
-    """MediaRefused unless the workspace takes `kind` files and `size` bytes fit its limit."""
+def check_size(limits: MediaLimits, kind: MediaKind | None, size: int, name: str) -> None:
+    """MediaRefused unless the workspace takes `kind` files and `size` bytes fit its limit (kind
+    None: the largest any kind may be)."""
     if not limits.enabled:
         raise MediaRefused("this workspace does not take files")
+    if kind is None:
+        if size > largest(limits):
+            raise MediaRefused(f"{name} is too large: {human_size(size)}, more than this workspace takes")
+        return
     kind_limits = limits.kinds.get(kind)
     # A limit of a byte or two is how a workspace says "not this kind" (video and other, by default).
     if kind_limits is None or kind_limits.max_bytes <= 1:
         raise MediaRefused(f"{name}: this workspace does not take {kind} files")
     if size > kind_limits.max_bytes:
         raise MediaRefused(
-            f"{name} is too large: {size / MB:.1f} MB, and {_a(kind)} file may be at most "
-            f"{kind_limits.max_bytes / MB:g} MB"
+            f"{name} is too large: {human_size(size)}, and {_a(kind)} file may be at most "
+            f"{human_size(kind_limits.max_bytes)}"
         )
 
 
@@ -194,6 +136,8 @@ class Uploads:
     workspaces: WorkspaceStore | None
     identities: IdentityStore | None
     admission: Admission | None
+    # The day's bytes per workspace, which the platforms' fetches count too (None: no day total).
+    usage: MediaUsage | None = None
     staging: MediaUploads | None = None  # the cloud's presigned POSTs; None: bytes to the front
     clock: Callable[[], float] = time.time
     now: Callable[[], datetime] = utcnow
@@ -236,14 +180,17 @@ class Uploads:
             self.admission.check(probe)
         return web_user_id(self.identities, claims.workspace, claims.user)
 
+    def _day(self) -> str:
+        return self.now().astimezone(UTC).date().isoformat()
+
     def _check_day(self, limits: MediaLimits, workspace_id: str, size: int) -> None:
-        start = self.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        used = sum(i.size for i in self._store().list_media(workspace_id) if i.created_at >= start)
+        """The workspace's files today (MediaUsage, shared with the platforms' fetches) and these
+        `size` bytes fit MediaLimits.max_bytes_per_day. Without a usage store, no day total."""
+        used = self.usage.total(workspace_id, self._day()) if self.usage is not None else 0
         if used + size > limits.max_bytes_per_day:
-            resets = (start + timedelta(days=1)).strftime("%H:%M UTC")
             raise MediaRefused(
-                f"this workspace has taken its {limits.max_bytes_per_day / MB:g} MB of files for "
-                f"today; more from {resets}"
+                f"this workspace's {human_size(limits.max_bytes_per_day)} of files for today are "
+                f"used up ({human_size(used)} so far); more after midnight UTC"
             )
 
     # ------------------------------------------------------------------ routes
@@ -299,6 +246,7 @@ class Uploads:
             claims, session, user_id, source=source, name=request.query.get("name", ""), data=request.body
         )
         self._store().put(item, request.body)
+        self._count(item)
         return HttpAnswer(200, item_json(item))
 
     def confirm(self, workspace_id: str, media_id: str, request: WebhookRequest) -> HttpAnswer:
@@ -340,10 +288,15 @@ class Uploads:
                 media_id=media_id,
             )
             store.put(item, data)
+            self._count(item)
         finally:
             # Recorded or refused, the staged copy goes: nothing unrecorded is kept.
             self.staging.discard(workspace_id, media_id)
         return HttpAnswer(200, item_json(item))
+
+    def _count(self, item: MediaItem) -> None:
+        if self.usage is not None:
+            self.usage.add(item.workspace_id, self._day(), item.size)
 
     def _record(
         self,
@@ -360,7 +313,7 @@ class Uploads:
         label = _clean_name(name)
         if not data:
             raise MediaRefused(f"{label} is empty")
-        mime, kind = sniff(data)
+        kind, mime = sniff(data)
         limits = self._limits(claims.workspace)
         check_size(limits, kind, len(data), label)
         self._check_day(limits, claims.workspace, len(data))

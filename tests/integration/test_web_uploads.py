@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def test_a_file_too_large_is_refused_from_its_declared_size_before_any_byte(gate
     )
     assert slot.status_code == 413
     assert slot.json()["error"] == "media_refused"
-    assert "huge.png is too large: 100.0 MB" in slot.json()["message"]
+    assert "huge.png is too large: 100 MB" in slot.json()["message"]
     assert gateway.backend.media is not None and gateway.backend.media.list_media(WS) == []
 
 
@@ -218,3 +219,20 @@ def test_the_signed_post_takes_no_attachments(gateway: LocalGateway) -> None:
     body = json.dumps(message).encode()
     got = client.post(f"/webhooks/web/{WS}", content=body, headers=web.signed_headers(secret, body))
     assert got.status_code == 400 and "browser protocol" in got.json()["message"]
+
+
+def test_the_days_total_is_shared_with_the_platforms_fetches(gateway: LocalGateway) -> None:
+    image = media_files.png()
+    room = MediaLimits(max_bytes_per_day=len(image) * 2 + 10)
+    gateway.backend.workspaces.put(new_workspace(WS).model_copy(update={"media": room}))
+    usage = gateway.backend.media_usage
+    assert usage is not None
+    client = TestClient(gateway.app())
+    assert upload(client, token(gateway), image).status_code == 200
+    # What a platform's fetch counted today (shared.media.fetch adds to the same total).
+    day = datetime.now(UTC).date().isoformat()
+    usage.add(WS, day, len(image))
+    assert usage.total(WS, day) == 2 * len(image)
+    refused = upload(client, token(gateway), media_files.png(rgb=(1, 2, 3)))
+    assert refused.status_code == 413
+    assert "of files for today are used up" in refused.json()["message"]
