@@ -4,11 +4,11 @@ Written and read by the agent (it fetches attachments in the turn, shared.media.
 webhook (the chat page's uploads, shared.media.upload: presigned POSTs it signs, read back and
 recorded), read by the ws function (a `send`'s files checked), and only under `media/`. S3-managed
 encryption, public access blocked, TLS enforced by the bucket policy, CORS for the chat page's
-POSTs from its origins alone, and a lifecycle rule that expires every object after the stack's media retention (the
-file and its record share a prefix, so they go together). Not versioned: erasing a user's files
-(`sigil` erasure) must remove them, not keep a noncurrent copy. Kept when the stack is deleted
-(CloudFormation can't delete a non-empty bucket), and the lifecycle rule empties it within the
-retention; delete it by hand sooner.
+POSTs from its origins alone, and a lifecycle rule that expires every object after the stack's
+media retention (the file and its record share a prefix, so they go together). Not versioned:
+erasing a user's files (`sigil` erasure) must remove them, not keep a noncurrent copy. Kept when
+the stack is deleted (CloudFormation can't delete a non-empty bucket), and the lifecycle rule
+empties it within the retention; delete it by hand sooner.
 """
 
 from __future__ import annotations
