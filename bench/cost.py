@@ -385,6 +385,49 @@ def agentcore_lines(usage: Usage, prices: Mapping[str, Any]) -> list[Line]:
     ]
 
 
+# What one fetched file costs in AWS calls: shared.media.fetch over shared.adapters.aws.media (the
+# bytes and the record) and shared.adapters.aws.dynamodb.media_usage (the day's counter). Counted
+# on moto by tests/integration/test_media_fetch.py, so this stays what the code does.
+MEDIA_CALLS_PER_FILE: dict[str, int] = {
+    "s3 GetObject": 1,  # is it stored already (a retried turn)?
+    "s3 PutObject": 2,  # the bytes, then the record
+    "dynamodb GetItem": 1,  # the day's total so far
+    "dynamodb UpdateItem": 1,  # ADD the file's size to it
+}
+
+
+def media_lines(
+    prices: Mapping[str, Any],
+    *,
+    files: int = 1000,
+    average_bytes: int = 500_000,
+    retention_days: int = 30,
+    reads_per_file: int = 1,
+) -> list[Line]:
+    """Media messages' own cost (docs/media.md), per `files` fetched files of `average_bytes`,
+    kept `retention_days` (the bucket's lifecycle) and read `reads_per_file` times by the prompt
+    side (a GetObject each). Not measured by the workload above, which sends no files: the calls
+    per file are MEDIA_CALLS_PER_FILE; the Lambda time of the download is the agent's."""
+    gets = files * (MEDIA_CALLS_PER_FILE["s3 GetObject"] + reads_per_file)
+    puts = files * MEDIA_CALLS_PER_FILE["s3 PutObject"]
+    gb_months = files * average_bytes / GB * retention_days / 30
+    # The counter item is under 1 KB: one strongly consistent read unit, one write unit.
+    reads = files * MEDIA_CALLS_PER_FILE["dynamodb GetItem"]
+    writes = files * MEDIA_CALLS_PER_FILE["dynamodb UpdateItem"]
+    return [
+        Line(
+            f"S3 media storage, {retention_days} days",
+            gb_months * _usd(prices, "s3_standard_storage"),
+            gb_months,
+            "GB-months",
+        ),
+        Line("S3 PUT requests", puts / 1000 * _usd(prices, "s3_put_requests"), puts, "requests"),
+        Line("S3 GET requests", gets / 1000 * _usd(prices, "s3_get_requests"), gets, "requests"),
+        Line("DynamoDB reads (day's counter)", reads * _usd(prices, "dynamodb_rru") / 1e6, reads, "RRU"),
+        Line("DynamoDB writes (day's counter)", writes * _usd(prices, "dynamodb_wru") / 1e6, writes, "WRU"),
+    ]
+
+
 def floor_lines(
     template: Mapping[str, Any],
     prices: Mapping[str, Any],
@@ -1618,6 +1661,14 @@ class Report:
             ]
         )
         out.append(text_table(["per turn", "count", "bytes/call"], rows))
+        media = media_lines(self.prices)
+        out += [
+            "",
+            "(e) media messages (docs/media.md): per 1,000 fetched files of 500 KB kept 30 days, read once",
+        ]
+        rows = [[x.item, x.basis, money(x.usd)] for x in media]
+        rows.append(["total", "", money(sum(x.usd for x in media))])
+        out.append(text_table(["per 1,000 files", "quantity", "$"], rows))
         out.append(
             f"\n({self.seconds:.0f} s; prices taken {_dates(self.prices)}: check them against the pages "
             "bench/prices.json names before quoting a figure)"

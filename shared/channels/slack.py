@@ -85,6 +85,9 @@ class SlackFile(Payload):
     mimetype: Label | None = None
     size: Size | None = None
     url_private: Url | None = None
+    # The same file served as a download (Content-Disposition: attachment): what the turn
+    # fetches with the bot token (shared.media.platforms.slack).
+    url_private_download: Url | None = None
 
 
 class SlackProfile(Payload):
@@ -239,7 +242,12 @@ class SlackChannel:
             thread_id=thread,
             attachments=[
                 Attachment(
-                    kind="file", id=f.id, url=f.url_private, name=f.name, mime_type=f.mimetype, size=f.size
+                    kind="file",
+                    id=f.id,
+                    url=f.url_private_download or f.url_private,
+                    name=f.name,
+                    mime_type=f.mimetype,
+                    size=f.size,
                 )
                 for f in msg.files
             ],

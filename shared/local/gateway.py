@@ -23,6 +23,7 @@ from starlette.websockets import WebSocket
 from shared import correlation
 from shared.adapters.embedded import (
     EmbeddedLaneRunner,
+    FileMediaStore,
     LocalScheduler,
     SqliteEventBus,
     SqliteLanes,
@@ -34,6 +35,7 @@ from shared.backend import Backend
 from shared.budgets import PriceTable
 from shared.channels import web
 from shared.channels.out import build_senders
+from shared.clock import utcnow
 from shared.config import Settings
 from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
@@ -61,6 +63,9 @@ log = logging.getLogger("sigil.gateway")
 
 # The local scheduler's job that fires due schedules (shared.adapters.embedded.schedules).
 SCHEDULES_JOB = "schedules"
+# The job that deletes attached files past their workspace's retention, and how often it runs.
+MEDIA_SWEEP_JOB = "media-sweep"
+MEDIA_SWEEP_S = 3600.0
 
 
 @dataclass
@@ -144,6 +149,16 @@ class LocalGateway:
             schedules.fire_due(lanes)
 
         self.scheduler.every(SCHEDULES_JOB, 1.0, fire_schedules)
+        # Attached files past their workspace's retention (docs/media.md), as the media bucket's
+        # lifecycle rule expires them in the cloud.
+        media = self.backend.media
+        if isinstance(media, FileMediaStore):
+            workspaces = self.backend.workspaces
+
+            def sweep_media() -> None:
+                media.sweep_expired(workspaces.list_workspaces(), utcnow())
+
+            self.scheduler.every(MEDIA_SWEEP_JOB, MEDIA_SWEEP_S, sweep_media)
 
     def _handle(self, item: LaneItem) -> None:
         # A hung model call is cut at the turn's deadline and fails the attempt, freeing the worker.

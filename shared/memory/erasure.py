@@ -26,6 +26,9 @@ and:
   neighbour texts this process remembers for the workspace's next roll-out
   (`RECENT_TAILS.forget`), so none of their words comes back as another record's context;
 - the outbox: every web reply of their sessions;
+- their files (shared.media, docs/media.md): every file they attached, record and bytes, under
+  each of their user ids (MediaStore.delete_user): the data dir locally, the media bucket in
+  the cloud;
 - the audit log is anonymised, not deleted: records keep the workspace's accounting (time,
   model, tools, tokens, cost, outcome) and lose user, session, event id and error text
   (AuditLog.anonymise);
@@ -113,6 +116,8 @@ class ErasureReport(BaseModel):
     identities_deleted: int = 0
     # Their reminders and scheduled tasks (shared.schedules): each carries their words.
     schedules_cancelled: int = 0
+    # The files they attached (shared.media, docs/media.md): their records and bytes.
+    media_deleted: int = 0
     # Others' data that named them, rewritten without it.
     messages_scrubbed: int = 0
     summaries_scrubbed: int = 0
@@ -490,6 +495,10 @@ def erase_user(backend: Backend, workspace_id: str, user_id: str) -> ErasureRepo
             if s.user_id in person.user_ids or s.session_id in found.owned
         ]
         report.schedules_cancelled = sum(schedules.cancel(workspace_id, s.id) for s in theirs)
+    if backend.media is not None:
+        # Under every id they sent files as (a file is its sender's, in any session).
+        media = backend.media
+        report.media_deleted = sum(media.delete_user(workspace_id, uid) for uid in sorted(person.user_ids))
     for identity in identities:
         backend.identities.delete(workspace_id, identity.channel, identity.channel_user_id)
     report.identities_deleted = len(identities)

@@ -140,7 +140,9 @@ class Sender(Model):
 
 
 class Attachment(Model):
-    """A file referenced by the platform; Sigil records where it is and never downloads it."""
+    """A file referenced by the platform: where it is and what the platform declares of it. The
+    webhook never downloads it; the agent turn fetches it into the MediaStore (shared.media.fetch)
+    and sets `media_id`."""
 
     kind: str
     id: str | None = None

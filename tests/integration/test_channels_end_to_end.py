@@ -43,6 +43,7 @@ from shared import cloud, serde
 from shared.adapters.aws import clients
 from shared.channels.out import PlatformSender
 from shared.models import LaneItem
+from shared.models.media import MediaItem
 from shared.observability import metrics
 from shared.safety.redact import StreamRedactor
 from tests.integration.test_webhook_channels import (
@@ -196,6 +197,8 @@ class Trace:
     outcomes: list[str]  # ... and the audited turn outcomes, oldest first
     model_calls_after: int  # model calls and platform requests once both redeliveries ran
     requests_after: int
+    # The files the turn fetched and stored (name, sniffed kind and type): docs/media.md.
+    media: list[tuple[str | None, str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def posts(self) -> int:
@@ -230,6 +233,7 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
         stack.enter_context(mock_aws())
         model = stack.enter_context(FakeOpenAI(lambda _body: reply))
         platforms = stack.enter_context(FakePlatforms(tokens=BOT_TOKENS))
+        serve_files(platforms)
         stack.callback(cloud.reset)
         aws = runtime(model, platforms)
         clock = FakeClock()
@@ -243,7 +247,7 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
         # When the platform delivers the event three times at once, and the agent takes the lane
         answers = deliver_at_once(case.event(), times=3)
         handed = run_agent(aws)
-        model_calls, requests = len(model.requests), list(platforms.requests)
+        model_calls, requests = len(model.requests), replies_of(platforms)
         message_ids, shown = platforms.shown_ids(case.channel), platforms.shown(case.channel)
 
         # And the platform delivers it again inside SQS's 5-minute deduplication window: Slack
@@ -272,8 +276,37 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
             late_queued=late_queued,
             outcomes=[r.outcome for r in reversed(audited)],  # listed newest first
             model_calls_after=len(model.requests),
-            requests_after=len(platforms.requests),
+            requests_after=len(replies_of(platforms)),
+            media=[(m.name, m.kind, m.mime_type) for m in stored_media(WS)],
         )
+
+
+# The files the fixtures attach, as their platforms serve them: the turn fetches them
+# (shared.media.fetch) into the stack's media bucket before the model call.
+FILES = {
+    ("telegram", "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", "Testfile.pdf"): b"%PDF-1.4\n%test file\n",
+    ("slack", "F111", "notes.txt"): b"Hello from the notes.\n",
+}
+
+
+# What the turn's sniffing finds them to be.
+MEDIA_TYPES = {"Testfile.pdf": ("document", "application/pdf"), "notes.txt": ("document", "text/plain")}
+
+
+def serve_files(platforms: FakePlatforms) -> None:
+    for (platform, file_id, name), data in FILES.items():
+        platforms.add_file(platform, file_id, data, name=name)
+
+
+def replies_of(platforms: FakePlatforms) -> list[Recorded]:
+    """The platform requests that post or edit a reply (not the turn's file downloads)."""
+    return [r for r in platforms.requests if r.method != "GET"]
+
+
+def stored_media(workspace_id: str) -> list[MediaItem]:
+    media = cloud.turn_deps().backend.media
+    assert media is not None, "the stack has a media bucket"
+    return media.list_media(workspace_id)
 
 
 def runtime(model: FakeOpenAI, platforms: FakePlatforms) -> AwsResources:
@@ -434,6 +467,10 @@ def test_three_concurrent_deliveries_make_one_turn_and_one_reply(case: Case) -> 
     # And the message shows the model's reply in the platform's dialect, as the last request sent it
     assert trace.shown == [RENDERED[platform]]
     assert text_of(trace.requests[-1]) == RENDERED[platform]
+
+    # A file the message carries was fetched with the bot's credentials into the media bucket,
+    # its type read from its bytes; a redelivery stored nothing more (docs/media.md)
+    assert trace.media == [(a.name, *MEDIA_TYPES[a.name or ""]) for a in item.inbound.attachments]
 
     # A retry inside SQS's deduplication window is acknowledged and dropped by the queue
     assert (trace.retry_answer, trace.retry_queued) == (200, 0)

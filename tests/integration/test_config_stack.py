@@ -253,3 +253,48 @@ def test_what_aws_refuses_is_said_in_one_line_by_every_admin_command(tmp_path: P
             assert result.exit_code == 1, (command, result.output)
             [line] = result.stderr.strip().splitlines()
             assert line.startswith("AWS: An error occurred (ResourceNotFoundException)"), (command, line)
+
+
+def test_an_erasure_against_a_stack_removes_the_users_files_from_its_media_bucket(tmp_path: Path) -> None:
+    import hashlib
+
+    from shared.adapters.aws.media import S3MediaStore
+    from shared.media.ids import media_id
+    from shared.models.media import MediaItem
+
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    try:
+        with moto_aws.persistent_mock(), moto_aws.moto_like_aws():
+            resources = moto_aws.provision(moto_aws.name_for(tmp_path))
+            create_stack("sigil-media", {**outputs(resources), "SearchEndpoint": server.url})
+            # Given files Ada and Bob attached, in the bucket the stack's MediaBucket output names
+            store = S3MediaStore(resources.media_bucket, region=REGION)
+            for user, file_id in (("ada", "f-ada"), ("bob", "f-bob")):
+                data = f"%PDF-1.4 {user}".encode()
+                store.put(
+                    MediaItem(
+                        id=media_id(WS, "telegram", file_id),
+                        workspace_id=WS,
+                        session_id=f"telegram.{user}",
+                        user_id=user,
+                        channel="telegram",
+                        source_id=file_id,
+                        kind="document",
+                        mime_type="application/pdf",
+                        size=len(data),
+                        sha256=hashlib.sha256(data).hexdigest(),
+                    ),
+                    data,
+                )
+            # When Ada is erased with the admin command
+            status, out = sigil(
+                "memory", "erase", "--user", "ada", "--yes", "--stack", "sigil-media", "--region", REGION
+            )
+            # Then her file is gone from the bucket, bytes and record, and Bob's is kept
+            assert status == 0 and json.loads(out)["media_deleted"] == 1, out
+            s3 = boto3.client("s3", region_name=REGION)
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=resources.media_bucket).get("Contents", [])]
+            bob = media_id(WS, "telegram", "f-bob")
+            assert sorted(keys) == [f"media/{WS}/{bob}/bytes", f"media/{WS}/{bob}/record.json"]
+    finally:
+        server.close()

@@ -336,3 +336,40 @@ def test_every_chunk_of_a_long_message_and_the_remembered_neighbours_go(backend:
     )
     assert RECENT_TAILS.get(ws, "dm-alice", record.seq + 1) is None
     assert report.index_docs_deleted >= len(doc_ids)
+
+
+def test_erasure_removes_the_files_the_person_attached_and_only_theirs(backend: Backend, ws: str) -> None:
+    import hashlib
+
+    from shared.media.ids import media_id
+    from shared.models.media import MediaItem
+
+    media = backend.media
+    assert media is not None
+
+    def attach(user: str, file_id: str) -> MediaItem:
+        data = f"%PDF-1.4 {user} {file_id}".encode()
+        item = MediaItem(
+            id=media_id(ws, "telegram", file_id),
+            workspace_id=ws,
+            session_id=f"tg.{user}",
+            user_id=user,
+            channel="telegram",
+            source_id=file_id,
+            kind="document",
+            mime_type="application/pdf",
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        media.put(item, data)
+        return item
+
+    theirs = [attach(ALICE, "f1"), attach(ALICE, "f2")]
+    kept = attach(BOB, "f3")
+    report = erase_user(backend, ws, ALICE)
+    assert report.media_deleted == 2
+    for item in theirs:
+        assert media.get(ws, item.id) is None and media.read(ws, item.id) is None
+    assert media.list_media(ws) == [kept]
+    assert media.read(ws, kept.id) == f"%PDF-1.4 {BOB} f3".encode()
+    assert erase_user(backend, ws, ALICE).media_deleted == 0

@@ -17,13 +17,22 @@ Telegram `parameters.retry_after`, Slack a Retry-After header, Discord `retry_af
 and a header, WhatsApp a Graph API error with code 130429 and no wait.
 
 Texts are kept per message (`fake.messages`), so a test can assert what a chat shows in the
-end, not only which requests were made. `python -m tests.support.fake_platforms` serves it
+end, not only which requests were made.
+
+It also serves the platforms' files (docs/media.md), as each platform's file API answers:
+`fake.add_file(platform, file_id, data, token=...)` registers one for one bot's token, and
+Telegram's getFile and /file/bot<token>/<path>, Slack's files.slack.com downloads (the bot token
+as a Bearer header; without it Slack's sign-in page), Discord's CDN and WhatsApp's media URL and
+download answer it; any other token gets the platform's "not your file" answer. `declared_size`
+makes the file API declare another size, and `hide_length` streams the bytes without a
+Content-Length (a file that lies about its size). `python -m tests.support.fake_platforms` serves it
 for manual runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import re
@@ -31,14 +40,20 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from tests.support.served import FakeHTTPServer
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
 Json = dict[str, Any]
-Answer = tuple[int, Json, dict[str, str]]
+Answer = tuple[int, Json | bytes, dict[str, str]]
 PLATFORMS = ("telegram", "slack", "discord", "whatsapp")
+# Where the file downloads live (base_urls' "slack_files" and "discord_cdn", and the URL the
+# WhatsApp media lookup answers).
+FILE_HOSTS = ("slack-files", "discord-cdn", "whatsapp-media")
 WHATSAPP_VERSION = "v23.0"
 DISCORD_APPLICATION = "1100000000000000001"
 _NOT_MODIFIED = (
@@ -66,6 +81,22 @@ class FakeMessage:
     message_id: str
     texts: list[str]  # every text it showed, oldest first: texts[-1] is what it shows now
     thread: str | None = None
+
+
+@dataclass(frozen=True)
+class FakeFile:
+    platform: str
+    file_id: str
+    data: bytes
+    token: str | None  # the bot token that may fetch it; None: anyone with the URL (Discord's CDN)
+    name: str = "file.bin"
+    declared_size: int | None = None  # what the file API says; None: the real size
+    hide_length: bool = False  # streamed without Content-Length, to the end of the connection
+    path: str = ""  # Telegram's file_path
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.declared_size is None else self.declared_size
 
 
 @dataclass
@@ -96,6 +127,7 @@ class FakePlatforms:
         self.requests: list[Recorded] = []
         self.messages: dict[tuple[str, str], FakeMessage] = {}  # (platform, message id) → message
         self._scripts: dict[str, deque[_Scripted]] = {p: deque() for p in PLATFORMS}
+        self.files: dict[tuple[str, str], FakeFile] = {}  # (platform, file id) → file
         self._lock = threading.RLock()
         self._ids = itertools.count(1001)
         self._server = _Server((host, port), _Handler)
@@ -116,6 +148,8 @@ class FakePlatforms:
             "slack": f"{self.root}/slack/api",
             "discord": f"{self.root}/discord/api/v10",
             "whatsapp": f"{self.root}/whatsapp/{WHATSAPP_VERSION}",
+            "slack_files": f"{self.root}/slack-files",
+            "discord_cdn": f"{self.root}/discord-cdn",
         }
 
     def __enter__(self) -> Self:
@@ -145,6 +179,40 @@ class FakePlatforms:
             self._scripts[platform].extend([scripted] * times)
         return self
 
+    def add_file(
+        self,
+        platform: str,
+        file_id: str,
+        data: bytes,
+        *,
+        token: str | None = None,
+        name: str = "file.bin",
+        declared_size: int | None = None,
+        hide_length: bool = False,
+    ) -> str:
+        """Serve a file as `platform` keeps it, for the bot of `token` (default: the fake's own).
+        Returns what the platform's event carries to reach it: the file id (Telegram, WhatsApp)
+        or the public URL (Slack's url_private_download, Discord's CDN URL), which the fetcher
+        rewrites to this server through base_urls."""
+        owner = None if platform == "discord" else token or self.tokens[platform]
+        with self._lock:
+            path = f"photos/file_{len(self.files)}.{name.rsplit('.', 1)[-1]}"
+            self.files[(platform, file_id)] = FakeFile(
+                platform, file_id, data, owner, name, declared_size, hide_length, path
+            )
+        if platform == "slack":
+            return f"https://files.slack.com/files-pri/T111-{file_id}/download/{name}"
+        if platform == "discord":
+            return (
+                f"https://cdn.discordapp.com/attachments/787053080478613502/{file_id}/{name}"
+                "?ex=65e4f0a1&is=65d27ba1&hm=3b1a53e9d2c5b7f4a6e8d0c2b4a6f8e0d2c4b6a8f0e2d4c6b8a0f2e4d6c8b0a2&"
+            )
+        return file_id
+
+    def downloads(self, platform: str) -> list[Recorded]:
+        """The requests for file bytes (not the lookups): what a fetch actually downloaded."""
+        return [r for r in self.calls(platform) if r.op == "download"]
+
     # ------------------------------------------------------------ reading
 
     def calls(self, platform: str, op: str | None = None) -> list[Recorded]:
@@ -172,6 +240,8 @@ class FakePlatforms:
             payload = json.loads(body) if body else {}
         except ValueError:
             payload = {"_unparsed": body.decode(errors="replace")}
+        if method == "GET":
+            return self._file(platform, path, query, headers)
         if platform not in PLATFORMS:
             return 404, {"error": "unknown platform"}, {}
         op = _op(platform, method, path)
@@ -184,6 +254,107 @@ class FakePlatforms:
                 status, answer, extra = route(op, path, headers, payload)
             self.requests.append(Recorded(platform, op, method, path, query, headers, payload, status))
         return status, answer, extra
+
+    # ------------------------------------------------------------ files
+
+    def _file(self, prefix: str, path: str, query: dict[str, str], headers: dict[str, str]) -> Answer:
+        platform = {"slack-files": "slack", "discord-cdn": "discord", "whatsapp-media": "whatsapp"}.get(
+            prefix, prefix
+        )
+        if platform not in PLATFORMS:
+            return 404, {"error": "unknown platform"}, {}
+        with self._lock:
+            scripted = self._scripts[platform].popleft() if self._scripts[platform] else None
+            if scripted is not None:
+                op, answer = "download", (scripted.status, scripted.body, scripted.headers)
+            else:
+                op, answer = self._serve_file(prefix, path, query, headers)
+            self.requests.append(Recorded(platform, op, "GET", path, query, headers, {}, answer[0]))
+        return answer
+
+    def _bearer(self, headers: dict[str, str]) -> str | None:
+        value = headers.get("authorization", "")
+        return value.removeprefix("Bearer ") if value.startswith("Bearer ") else None
+
+    def _bytes(self, file: FakeFile) -> Answer:
+        extra = {"Content-Type": "application/octet-stream"}
+        if file.hide_length:
+            extra["X-Fake-Hide-Length"] = "1"
+        return 200, file.data, extra
+
+    def _serve_file(
+        self, prefix: str, path: str, query: dict[str, str], headers: dict[str, str]
+    ) -> tuple[str, Answer]:
+        if prefix == "telegram":
+            parts = path.split("/")
+            if len(parts) >= 3 and parts[1] == "file":
+                token, file_path = parts[2].removeprefix("bot"), "/".join(parts[3:])
+                found = [f for f in self.files.values() if f.platform == "telegram" and f.path == file_path]
+                if not found or found[0].token != token:
+                    return "download", (404, _telegram_error(404, "Not Found"), {})
+                return "download", self._bytes(found[0])
+            token = parts[1].removeprefix("bot") if len(parts) > 1 else ""
+            if token not in self._accepted("telegram"):
+                return "getFile", (401, _telegram_error(401, "Unauthorized"), {})
+            file = self.files.get(("telegram", query.get("file_id", "")))
+            if file is None or file.token != token:
+                wrong = "Bad Request: wrong file_id or the file is temporarily unavailable"
+                return "getFile", (400, _telegram_error(400, wrong), {})
+            # Telegram's own answer (tests/fixtures/telegram/getfile_response.json), for this file.
+            answer = json.loads((FIXTURES / "telegram" / "getfile_response.json").read_text())
+            answer["result"] |= {
+                "file_id": file.file_id,
+                "file_unique_id": f"AQAD{file.file_id[-8:]}",
+                "file_size": file.size,
+                "file_path": file.path,
+            }
+            return "getFile", (200, answer, {})
+        if prefix == "slack-files":
+            file_id = path.split("/")[2].split("-", 1)[-1] if path.count("/") >= 2 else ""
+            file = self.files.get(("slack", file_id))
+            if file is None or self._bearer(headers) != file.token:
+                # What files.slack.com answers a request without the right token: its sign-in page.
+                page = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>"
+                return "download", (200, page, {"Content-Type": "text/html; charset=utf-8"})
+            return "download", self._bytes(file)
+        if prefix == "discord-cdn":
+            parts = path.split("/")
+            file = self.files.get(("discord", parts[3])) if len(parts) > 3 else None
+            if file is None or not {"ex", "is", "hm"} <= set(query):
+                return "download", (
+                    404,
+                    b"This content is no longer available.",
+                    {"Content-Type": "text/plain"},
+                )
+            return "download", self._bytes(file)
+        if prefix == "whatsapp-media":
+            file = self.files.get(("whatsapp", query.get("mid", "")))
+            if file is None or self._bearer(headers) != file.token:
+                return "download", (404, _graph_error("Media not found", 100), {})
+            return "download", self._bytes(file)
+        # prefix == "whatsapp": GET /<version>/<media id>
+        media = path.rsplit("/", 1)[-1]
+        file = self.files.get(("whatsapp", media))
+        if self._bearer(headers) not in self._accepted("whatsapp"):
+            return "media", (
+                401,
+                _graph_error("Invalid OAuth access token - Cannot parse access token", 190),
+                {},
+            )
+        if file is None or self._bearer(headers) != file.token:
+            missing = (
+                f"Unsupported get request. Object with ID '{media}' does not exist, cannot be loaded due "
+                "to missing permissions, or does not support this operation."
+            )
+            return "media", (400, _graph_error(missing, 100), {})
+        # Meta's own answer (tests/fixtures/whatsapp/media_url_response.json), pointing here.
+        answer = json.loads((FIXTURES / "whatsapp" / "media_url_response.json").read_text())
+        answer |= {
+            "url": f"{self.root}/whatsapp-media/?mid={media}&ext=1749416700&hash=ATta0bVHwYr3c1Dq",
+            "file_size": str(file.size),
+            "id": media,
+        }
+        return "media", (200, answer, {})
 
     def _accepted(self, platform: str) -> set[str]:
         return {self.tokens[platform], *self.extra_tokens.get(platform, [])}
@@ -360,15 +531,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
         status, answer, extra = self.server.fake.handle(self.command, self.path, headers, body)
-        data = json.dumps(answer).encode()
+        data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        hide_length = extra.pop("X-Fake-Hide-Length", None) is not None
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        if "Content-Type" not in extra:
+            self.send_header("Content-Type", "application/json")
+        if not hide_length:
+            self.send_header("Content-Length", str(len(data)))
         for name, value in extra.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        # A client may stop reading part way (a download cut off at its limit).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
+        if hide_length:
+            self.close_connection = True  # the end of the body is the end of the connection
 
+    do_GET = _serve
     do_POST = _serve
     do_PATCH = _serve
 

@@ -274,3 +274,20 @@ def test_the_consolidation_model_is_priced_as_its_budget_charges_it() -> None:
 
     price = DEFAULT_PRICES[cost.MODEL]
     assert cost.consolidation_price() == (float(price.input_per_mtok), float(price.output_per_mtok))
+
+
+def test_media_files_are_priced_from_their_calls_storage_and_retention() -> None:
+    prices = {
+        **PRICES,
+        "s3_standard_storage": {"usd": 0.023},
+        "s3_put_requests": {"usd": 0.005},
+        "s3_get_requests": {"usd": 0.0004},
+    }
+    lines = by_item(cost.media_lines(prices, files=1000, average_bytes=cost.GB // 1000, retention_days=60))
+    # 1,000 files of 1/1000 GB, kept two months: 2 GB-months
+    assert lines["S3 media storage, 60 days"].quantity == pytest.approx(2.0)
+    assert lines["S3 media storage, 60 days"].usd == pytest.approx(2 * 0.023)
+    assert lines["S3 PUT requests"].quantity == 2000  # the bytes and the record
+    assert lines["S3 GET requests"].quantity == 2000  # the existence check and one read
+    assert lines["S3 PUT requests"].usd == pytest.approx(2 * 0.005)
+    assert lines["DynamoDB writes (day's counter)"].usd == pytest.approx(1000 * 0.625 / 1e6)

@@ -98,7 +98,7 @@ class S3MediaStore:
             record = self._get(key)
             if record is None:  # expired or erased since the listing
                 continue
-            item = serde.loads(MediaItem, record)
+            item: MediaItem = serde.loads(MediaItem, record)
             if user_id is not None and item.user_id != user_id:
                 continue
             if session_id is not None and item.session_id != session_id:

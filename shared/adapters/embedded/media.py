@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from shared import serde
 from shared.adapters.embedded.db import to_us
 from shared.adapters.embedded.owner_only import DIR_MODE, FILE_MODE, open_data_dir
 from shared.media.ids import check_media_id
+from shared.models import WorkspaceConfig
 from shared.models.media import MediaItem
 from shared.skills import check_workspace
 
@@ -131,6 +133,13 @@ class FileMediaStore:
         for ws, media_id in rows:
             self._delete(str(ws), str(media_id))
         return len(rows)
+
+    def sweep_expired(self, workspaces: Iterable[WorkspaceConfig], now: datetime) -> int:
+        """Delete each workspace's files older than its MediaLimits.retention_days: what the
+        media bucket's lifecycle rule does in the cloud (the local gateway runs it hourly)."""
+        return sum(
+            self.sweep(now - timedelta(days=ws.media.retention_days), workspace_id=ws.id) for ws in workspaces
+        )
 
     def _delete(self, workspace_id: str, media_id: str) -> None:
         # The bytes first: a record left by a crash here is found and deleted again next time.
