@@ -142,20 +142,22 @@ def uploads() -> Uploads:
     bucket, and their confirmation into its store; the sender and the limits checked with the
     memory table's workspace configs and identities (SIGIL_MEMORY_TABLE)."""
     from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
+    from shared.adapters.aws.media import S3MediaStore
     from shared.adapters.aws.media_uploads import S3MediaUploads
     from shared.media.upload import Uploads
 
     s = settings()
     check = admission()
+    store = media_store()
     return Uploads(
         ingress(),
-        media_store(),
+        store,
         check.workspaces if check is not None else None,
         check.identities if check is not None else None,
         check,
         # The day's total the agent's fetches count too, in the sessions table.
         usage=DynamoMediaUsage(s.sessions_table, region=s.aws_region) if s.sessions_table else None,
-        staging=S3MediaUploads(s.media_bucket, region=s.aws_region) if s.media_bucket else None,
+        staging=S3MediaUploads(store) if isinstance(store, S3MediaStore) else None,
         clock=_seed.clock,
     )
 
@@ -165,12 +167,13 @@ def uploads_url() -> str | None:
     """Where the chat page posts files (the media bucket's presigned POST URL), for the page's
     Content-Security-Policy: a POST signed here (no call to AWS) for a placeholder id says it,
     whatever the region's or an endpoint's addressing. None without the bucket."""
+    from shared.adapters.aws.media import S3MediaStore
     from shared.adapters.aws.media_uploads import S3MediaUploads
 
     s = settings()
     if not s.media_bucket:
         return None
-    staging = S3MediaUploads(s.media_bucket, region=s.aws_region)
+    staging = S3MediaUploads(S3MediaStore(s.media_bucket, region=s.aws_region))
     return staging.presign("probe", "m-probe", max_bytes=1, metadata={}, expires_s=1).url
 
 

@@ -22,6 +22,10 @@ from constructs import Construct
 from infra.constructs.nag import acknowledge
 
 PREFIX = "media/"
+_WEB_REASON = (
+    "Media are objects named media/<workspace>/<id>/...; the function serves every web "
+    "workspace's chat page, so its grant names the media/ prefix of this one bucket."
+)
 
 
 class Media(Construct):
@@ -55,9 +59,12 @@ class Media(Construct):
     def grant_read_write(self, function: lambda_.Function) -> None:
         """Get, put and delete under media/, and ListBucket of that prefix: what
         shared.adapters.aws.media does."""
-        objects = self.bucket.arn_for_objects(f"{PREFIX}*")
-        actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
-        function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
+        self._grant_objects(
+            function,
+            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            "Media are objects named media/<workspace>/<id>/...; the agent serves every workspace, "
+            "so its grant names the media/ prefix of this one bucket.",
+        )
         function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
@@ -65,31 +72,29 @@ class Media(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{PREFIX}*"]}},
             )
         )
+
+    def grant_uploads(self, function: lambda_.Function) -> None:
+        """What the chat page's uploads take (shared.media.upload, the webhook): s3:PutObject, so
+        the presigned POSTs it signs are allowed, and get and delete to read an upload back and
+        record it, under media/ only."""
+        self._grant_objects(function, ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], _WEB_REASON)
+
+    def grant_read(self, function: lambda_.Function) -> None:
+        """s3:GetObject under media/: the ws function reads a file's record to check a `send`'s
+        files are the sender's own (shared.ingress.media)."""
+        self._grant_objects(function, ["s3:GetObject"], _WEB_REASON)
+
+    def _grant_objects(self, function: lambda_.Function, actions: list[str], reason: str) -> None:
+        objects = self.bucket.arn_for_objects(f"{PREFIX}*")
+        function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
         assert function.role is not None
         cfn = self.bucket.node.default_child
         assert isinstance(cfn, CfnElement)
         acknowledge(
             function.role,
             f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(cfn)}.Arn>/media/*]",
-            "Media are objects named media/<workspace>/<id>/...; the agent serves every workspace, "
-            "so its grant names the media/ prefix of this one bucket.",
+            reason,
         )
-
-    def grant_uploads(self, function: lambda_.Function) -> None:
-        """What the chat page's uploads take (shared.media.upload, the webhook): s3:PutObject, so
-        the presigned POSTs it signs are allowed, and get and delete to read an upload back and
-        record it, under media/ only."""
-        objects = self.bucket.arn_for_objects(f"{PREFIX}*")
-        actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
-        function.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
-        self._acknowledge_prefix(function)
-
-    def grant_read(self, function: lambda_.Function) -> None:
-        """s3:GetObject under media/: the ws function reads a file's record to check a `send`'s
-        files are the sender's own (shared.ingress.media)."""
-        objects = self.bucket.arn_for_objects(f"{PREFIX}*")
-        function.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
-        self._acknowledge_prefix(function)
 
     def admit_uploads_from(self, origins: list[str]) -> None:
         """CORS for the chat page's presigned POSTs: from the page's origins only, POST only."""
@@ -98,15 +103,4 @@ class Media(Construct):
             allowed_origins=origins,
             allowed_headers=["*"],
             max_age=3000,
-        )
-
-    def _acknowledge_prefix(self, function: lambda_.Function) -> None:
-        assert function.role is not None
-        cfn = self.bucket.node.default_child
-        assert isinstance(cfn, CfnElement)
-        acknowledge(
-            function.role,
-            f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(cfn)}.Arn>/media/*]",
-            "Media are objects named media/<workspace>/<id>/...; the function serves every web "
-            "workspace's chat page, so its grant names the media/ prefix of this one bucket.",
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -291,9 +291,9 @@ class LocalGateway:
 
     async def _post_upload_file(self, request: Request) -> Response:
         workspace = request.path_params["workspace"]
-        limit = await run_in_threadpool(self.uploads.max_bytes, workspace)
-        body = await _bounded_body(request, limit)
-        req = await _to_webhook_request(request, body)
+        head = await _to_webhook_request(request, b"")
+        limit = await run_in_threadpool(self.uploads.max_bytes, workspace, head)
+        req = replace(head, body=await _bounded_body(request, limit))
         return _response(await run_in_threadpool(self.uploads.receive, workspace, req))
 
     async def _get_outbox(self, request: Request) -> Response:

@@ -230,9 +230,11 @@ class Uploads:
         }
         return HttpAnswer(200, body)
 
-    def max_bytes(self, workspace_id: str) -> int:
-        """What the local front reads of an upload's body at most (then refuses it as too large)."""
-        check_id(workspace_id, "workspace")
+    def max_bytes(self, workspace_id: str, request: WebhookRequest) -> int:
+        """What the local front reads of an upload's body at most (then refuses it as too large),
+        once the token, the session and the sender pass: nobody else has any of it read."""
+        session = request.query.get("session", "")
+        self._admit(self._claims(workspace_id, request, session), session)
         return largest(self._limits(workspace_id))
 
     def receive(self, workspace_id: str, request: WebhookRequest) -> HttpAnswer:

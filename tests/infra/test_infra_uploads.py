@@ -9,18 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.infra.helpers import Synth, logical_id
-
-
-def _statements(synth: Synth, role_owner: Any, resource: Any) -> list[dict[str, Any]]:
-    target = logical_id(resource)
-    return [
-        statement
-        for policy in synth.resources("AWS::IAM::Policy").values()
-        if {"Ref": logical_id(role_owner.handler.role)} in policy["Properties"]["Roles"]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-        if target in json.dumps(statement["Resource"])
-    ]
+from tests.infra.helpers import Synth, logical_id, statements_on
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -30,10 +19,10 @@ def _actions(statement: dict[str, Any]) -> list[str]:
 
 def test_the_webhook_writes_and_the_ws_function_reads_the_bucket_under_media_only(dev: Synth) -> None:
     stack = dev.stack
-    [webhook] = _statements(dev, stack.ingress, stack.media.bucket)
+    [webhook] = statements_on(dev, stack.ingress, stack.media.bucket)
     assert _actions(webhook) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
     assert webhook["Resource"]["Fn::Join"][1][-1] == "/media/*"
-    [ws] = _statements(dev, stack.websocket, stack.media.bucket)
+    [ws] = statements_on(dev, stack.websocket, stack.media.bucket)
     assert _actions(ws) == ["s3:GetObject"]
     assert ws["Resource"]["Fn::Join"][1][-1] == "/media/*"
 
@@ -60,14 +49,14 @@ def test_the_functions_are_told_the_bucket_and_the_memory_table(dev: Synth) -> N
 def test_the_webhook_counts_uploads_in_its_workspaces_usage_partition_only(dev: Synth) -> None:
     stack = dev.stack
     [usage] = [
-        s for s in _statements(dev, stack.ingress, stack.memory.sessions) if "MEDIA_USAGE" in json.dumps(s)
+        s for s in statements_on(dev, stack.ingress, stack.memory.sessions) if "MEDIA_USAGE" in json.dumps(s)
     ]
     assert _actions(usage) == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
     assert usage["Condition"] == {
         "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["WS#default#MEDIA_USAGE"]},
         "Null": {"dynamodb:LeadingKeys": "false"},
     }
-    [config] = _statements(dev, stack.ingress, stack.memory.memory)
+    [config] = statements_on(dev, stack.ingress, stack.memory.memory)
     assert _actions(config) == ["dynamodb:GetItem"]
     keys = config["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
     assert sorted(keys) == ["WS#default", "WS#default#IDENTITY"]

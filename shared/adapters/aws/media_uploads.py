@@ -14,8 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from shared.adapters.aws import clients
-from shared.adapters.aws.media import PREFIX
+from shared.adapters.aws.media import PREFIX, S3MediaStore
 from shared.media.ids import check_media_id
 from shared.ports import PresignedUpload, StagedUpload
 from shared.skills import check_workspace
@@ -25,16 +24,10 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3MediaUploads:
-    def __init__(self, bucket: str, *, region: str | None = None, client: Any = None) -> None:
-        self.bucket = bucket
-        self.region = region
-        self._client = client
+    """Over the bucket and S3 client of the media store the uploads end up in."""
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = clients.s3(self.region)
-        return self._client
+    def __init__(self, store: S3MediaStore) -> None:
+        self.store = store
 
     def key(self, workspace_id: str, media_id: str) -> str:
         return f"{PREFIX}{check_workspace(workspace_id)}/{check_media_id(media_id)}/{UPLOAD}"
@@ -55,8 +48,8 @@ class S3MediaUploads:
         # posts more than max_bytes, is refused by S3 itself.
         conditions: list[Any] = [["content-length-range", 1, max_bytes]]
         conditions += [{name: value} for name, value in fields.items()]
-        post = self.client.generate_presigned_post(
-            Bucket=self.bucket,
+        post = self.store.client.generate_presigned_post(
+            Bucket=self.store.bucket,
             Key=self.key(workspace_id, media_id),
             Fields=fields,
             Conditions=conditions,
@@ -64,24 +57,29 @@ class S3MediaUploads:
         )
         return PresignedUpload(url=str(post["url"]), fields={k: str(v) for k, v in post["fields"].items()})
 
-    def staged(self, workspace_id: str, media_id: str) -> StagedUpload | None:
+    def _object(self, action: str, workspace_id: str, media_id: str) -> Any:
+        """`action` (head_object, get_object) on the upload's object; None when there is none."""
         try:
-            head = self.client.head_object(Bucket=self.bucket, Key=self.key(workspace_id, media_id))
+            return getattr(self.store.client, action)(
+                Bucket=self.store.bucket, Key=self.key(workspace_id, media_id)
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _MISSING:
                 return None
             raise
+
+    def staged(self, workspace_id: str, media_id: str) -> StagedUpload | None:
+        head = self._object("head_object", workspace_id, media_id)
+        if head is None:
+            return None
         return StagedUpload(size=int(head["ContentLength"]), metadata=dict(head.get("Metadata") or {}))
 
     def read_staged(self, workspace_id: str, media_id: str) -> bytes | None:
-        try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(workspace_id, media_id))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
+        got = self._object("get_object", workspace_id, media_id)
+        if got is None:
+            return None
         body: bytes = got["Body"].read()
         return body
 
     def discard(self, workspace_id: str, media_id: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self.key(workspace_id, media_id))
+        self.store.client.delete_object(Bucket=self.store.bucket, Key=self.key(workspace_id, media_id))
