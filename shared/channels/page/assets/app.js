@@ -246,7 +246,7 @@
     const span = document.createElement("span");
     span.className = "chip";
     span.dataset.media = f.media_id || "";
-    span.textContent = `📄 ${f.name} (${sizeText(f.size)})`;
+    span.textContent = `${f.name} (${sizeText(f.size)})`;
     return span;
   }
 
