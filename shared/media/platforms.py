@@ -30,6 +30,7 @@ import httpx
 from shared.channels.out import DEFAULT_BASE_URLS
 from shared.channels.out.base import Target, route_secret
 from shared.channels.out.http import ChannelError, ChannelNotConfigured, json_body, redact
+from shared.deadline import current, cut_by, out_of_time, passed
 from shared.errors import MediaRefused
 from shared.models import Attachment, InboundMessage
 from shared.ports import SecretStore
@@ -72,9 +73,14 @@ class FileApi:
     def get_json(
         self, platform: str, url: str, *, headers: Mapping[str, str] | None = None, token: str
     ) -> httpx.Response:
+        at = current()
+        if passed(at):
+            raise out_of_time(f"{platform} file lookup")
         try:
             return self.http.get(url, headers=headers, timeout=self.timeout())
         except httpx.TransportError as exc:
+            if isinstance(exc, httpx.TimeoutException) and cut_by(at):
+                raise out_of_time(f"{platform} file lookup") from None
             raise ChannelError(
                 redact(f"{platform} file lookup: {type(exc).__name__}: {exc}", [token]),
                 platform=platform,

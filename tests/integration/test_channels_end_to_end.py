@@ -46,8 +46,10 @@ from shared.models import LaneItem
 from shared.models.media import MediaItem
 from shared.observability import metrics
 from shared.safety.redact import StreamRedactor
+from tests.integration.test_media_fetch import PHOTO
 from tests.integration.test_webhook_channels import (
     CASES,
+    PHOTO_IDS,
     SECRETS,
     SIGNED_AT,
     Case,
@@ -169,6 +171,17 @@ POSTS: dict[str, Post] = {
     "discord/interaction_application_command.json[variant: with the fields Discord always sends]": Post(
         "edit", DISCORD_ORIGINAL, {"allowed_mentions": {"parse": []}}
     ),
+    # The photo fixtures (docs/media.md): the turn fetched the photo first, then replied as ever.
+    "telegram/update_message_photo_caption.json[secret token]": telegram_post(1111111, quoting=1366),
+    "slack/event_message_file_share.json[signed]": slack_post("D111"),
+    "discord/interaction_command_attachment.json[signed]": Post(
+        "edit",
+        f"/api/v10/webhooks/{DISCORD_APPLICATION}/aW50ZXJhY3Rpb246Nzg3MDUzMDgwNDc4NjEzNTcxOnRva2Vu/messages/@original",
+        {"allowed_mentions": {"parse": []}},
+    ),
+    "whatsapp/messages_image_notification.json[signed]": Post(
+        "messages", "/v23.0/106540352242922/messages", {"to": "16505551234", "type": "text"}
+    ),
     "whatsapp/messages_text_notification.json[signed]": Post(
         "messages",
         "/v23.0/106540352242922/messages",  # the business number the user wrote to
@@ -286,11 +299,15 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
 FILES = {
     ("telegram", "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", "Testfile.pdf"): b"%PDF-1.4\n%test file\n",
     ("slack", "F111", "notes.txt"): b"Hello from the notes.\n",
+    # The photo fixtures' photos: the same PNG, whatever type each platform declares.
+    **{(platform, file_id, "plant.png"): PHOTO for platform, file_id in PHOTO_IDS.items()},
 }
-
-
-# What the turn's sniffing finds them to be.
-MEDIA_TYPES = {"Testfile.pdf": ("document", "application/pdf"), "notes.txt": ("document", "text/plain")}
+# What the turn's sniffing finds them to be, by file id.
+MEDIA_TYPES = {
+    "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX": ("document", "application/pdf"),
+    "F111": ("document", "text/plain"),
+    **{file_id: ("image", "image/png") for file_id in PHOTO_IDS.values()},
+}
 
 
 def serve_files(platforms: FakePlatforms) -> None:
@@ -460,7 +477,7 @@ def test_three_concurrent_deliveries_make_one_turn_and_one_reply(case: Case) -> 
     elif platform == "slack":
         assert all(e.op == "chat.update" and e.json["ts"] == message_id for e in edits)
     elif platform == "discord":
-        assert all(r.method == "PATCH" and r.path == DISCORD_ORIGINAL for r in trace.requests)
+        assert all(r.method == "PATCH" and r.path == expected.path for r in trace.requests)
     else:
         assert edits == []  # WhatsApp messages cannot be edited: the finished reply is posted once
 
@@ -470,7 +487,7 @@ def test_three_concurrent_deliveries_make_one_turn_and_one_reply(case: Case) -> 
 
     # A file the message carries was fetched with the bot's credentials into the media bucket,
     # its type read from its bytes; a redelivery stored nothing more (docs/media.md)
-    assert trace.media == [(a.name, *MEDIA_TYPES[a.name or ""]) for a in item.inbound.attachments]
+    assert trace.media == [(a.name, *MEDIA_TYPES[a.id or ""]) for a in item.inbound.attachments]
 
     # A retry inside SQS's deduplication window is acknowledged and dropped by the queue
     assert (trace.retry_answer, trace.retry_queued) == (200, 0)

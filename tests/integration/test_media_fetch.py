@@ -332,3 +332,29 @@ def test_the_local_sweep_deletes_files_past_each_workspaces_retention(tmp_path: 
         assert media.read("ws1", fresh.id) == PHOTO and media.read("ws2", kept_longer.id) == PHOTO
     finally:
         backend.close()
+
+
+def test_a_fetch_past_the_deadline_sends_nothing_and_says_so(fake: FakePlatforms, stores: Stores) -> None:
+    import time
+
+    from shared.deadline import deadline
+
+    inbound = photo_message("telegram", fake, "ws1")
+    with deadline(time.monotonic() - 1):
+        fetched = fetch(fake, stores, inbound)
+    assert fetched.items == []
+    assert fetched.notes == ["I couldn't download the photo just now; please send it again in a moment."]
+    assert fake.requests == []
+
+
+def test_the_bot_token_in_telegrams_file_urls_never_reaches_the_logs(
+    fake: FakePlatforms, stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    inbound = photo_message("telegram", fake, "ws1")
+    assert len(fetch(fake, stores, inbound).items) == 1
+    # httpx logs each request's URL: /bot<token>/getFile and /file/bot<token>/<path>
+    assert any("/file/bot***/" in r.getMessage() for r in caplog.records)
+    assert fake.tokens["telegram"] not in caplog.text

@@ -155,6 +155,14 @@ def compact(data: dict[str, Any]) -> bytes:
 
 # ---------------------------------------------------------------- the cases
 
+# The photo each platform's photo fixture carries: its file id (Slack's, Discord's attachment id).
+PHOTO_IDS = {
+    "telegram": "AgACAgIAAxkBAAIBZ2VhS3m0AAH4Xw2Q1uQeAAGkXCvhAAIq0DEbw5oISV2xw1Cq8ChxAQADAgADeQADMwQ",
+    "slack": "F0123ABCDEF",
+    "discord": "1173364834476638208",
+    "whatsapp": "1013859600285441",
+}
+
 
 @dataclass(frozen=True)
 class Case:
@@ -338,6 +346,7 @@ CASES: list[Case] = [
                     "name": "notes.txt",
                     "mime_type": "text/plain",
                     "size": 42,
+                    "media_id": None,
                 }
             ],
         },
@@ -459,6 +468,7 @@ CASES: list[Case] = [
                     "name": "Testfile.pdf",
                     "mime_type": "application/pdf",
                     "size": 536392,
+                    "media_id": None,
                 }
             ],
         },
@@ -576,6 +586,95 @@ CASES: list[Case] = [
             "reply_to": None,
             "attachments": [],
             "reply_context": {"phone_number_id": "106540352242922"},
+        },
+    ),
+    # A photo with its caption, per platform (docs/media.md): queued with what the turn needs to
+    # fetch it (the file id or URL, the declared size and type); the webhook downloads nothing.
+    Case(
+        "telegram/update_message_photo_caption.json",
+        "secret token",
+        "telegram",
+        fixture_bytes("telegram/update_message_photo_caption.json"),
+        "200 queued telegram.1111111: 'What is this plant?' from 1111111 +1 attachment",
+        queued={
+            "text": "What is this plant?",
+            "attachments": [
+                {
+                    "kind": "photo",
+                    "id": PHOTO_IDS["telegram"],
+                    "url": None,
+                    "name": None,
+                    "mime_type": None,
+                    "size": 48213,
+                    "media_id": None,
+                }
+            ],
+        },
+    ),
+    Case(
+        "slack/event_message_file_share.json",
+        "signed",
+        "slack",
+        fixture_bytes("slack/event_message_file_share.json"),
+        "200 queued slack.D111: 'What is this plant?' from W222 +1 attachment",
+        queued={
+            "text": "What is this plant?",
+            "attachments": [
+                {
+                    "kind": "file",
+                    "id": PHOTO_IDS["slack"],
+                    "url": "https://files.slack.com/files-pri/T111-F0123ABCDEF/download/plant.png",
+                    "name": "plant.png",
+                    "mime_type": "image/png",
+                    "size": 48213,
+                    "media_id": None,
+                }
+            ],
+        },
+    ),
+    Case(
+        "discord/interaction_command_attachment.json",
+        "signed",
+        "discord",
+        fixture_bytes("discord/interaction_command_attachment.json"),
+        "200 queued discord.787053080478613502: '/ask question: What is this plant? file: plant.png' "
+        'from 787053080478613503 +1 attachment → {"type":5}',
+        queued={
+            "text": "/ask question: What is this plant? file: plant.png",
+            "attachments": [
+                {
+                    "kind": "file",
+                    "id": PHOTO_IDS["discord"],
+                    "url": fixture_json("discord/interaction_command_attachment.json")["data"]["resolved"][
+                        "attachments"
+                    ][PHOTO_IDS["discord"]]["url"],
+                    "name": "plant.png",
+                    "mime_type": "image/png",
+                    "size": 48213,
+                    "media_id": None,
+                }
+            ],
+        },
+    ),
+    Case(
+        "whatsapp/messages_image_notification.json",
+        "signed",
+        "whatsapp",
+        fixture_bytes("whatsapp/messages_image_notification.json"),
+        "200 queued whatsapp.16505551234: 'The best succulent ever?' from 16505551234 +1 attachment",
+        queued={
+            "text": "The best succulent ever?",
+            "attachments": [
+                {
+                    "kind": "image",
+                    "id": PHOTO_IDS["whatsapp"],
+                    "url": None,
+                    "name": None,
+                    "mime_type": "image/jpeg",
+                    "size": None,
+                    "media_id": None,
+                }
+            ],
         },
     ),
     Case(
