@@ -38,7 +38,7 @@ from pydantic import Field, ValidationError
 
 from shared.channels import web, web_tokens
 from shared.channels.inbound import WebhookRequest
-from shared.channels.web_frames import SessionForbidden
+from shared.channels.web_frames import SenderRefused, SessionForbidden
 from shared.channels.web_tokens import BrowserClaims
 from shared.clock import utcnow
 from shared.errors import BadRequest, MediaRefused, NotFound
@@ -49,7 +49,16 @@ from shared.ingress.media import MediaNotYours, web_user_id
 from shared.media.fetch import human_size
 from shared.media.ids import media_id as derive_media_id
 from shared.media.sniff import OCTET_STREAM, kind_of_mime, sniff
-from shared.models import Identifier, InboundMessage, MediaKind, MediaLimits, Model, Sender, new_workspace
+from shared.models import (
+    Identifier,
+    InboundMessage,
+    MediaKind,
+    MediaLimits,
+    Model,
+    Sender,
+    WorkspaceConfig,
+    new_workspace,
+)
 from shared.models.media import MediaItem
 from shared.ports import IdentityStore, MediaStore, MediaUploads, MediaUsage, WorkspaceStore
 
@@ -155,9 +164,12 @@ class Uploads:
             raise SessionForbidden("this token does not cover that session")
         return claims
 
-    def _limits(self, workspace_id: str) -> MediaLimits:
+    def _workspace(self, workspace_id: str) -> WorkspaceConfig:
         found = self.workspaces.get(workspace_id) if self.workspaces is not None else None
-        return (found or new_workspace(workspace_id)).media
+        return found or new_workspace(workspace_id)
+
+    def _limits(self, workspace_id: str) -> MediaLimits:
+        return self._workspace(workspace_id).media
 
     def _store(self) -> MediaStore:
         if self.media is None:
@@ -178,6 +190,12 @@ class Uploads:
                 text="",
             )
             self.admission.check(probe)
+        # Under pairing, a message from someone not yet approved gets the pairing code (the
+        # admission lets it through for that); a file from them is kept for nobody.
+        if self._workspace(claims.workspace).unknown_sender_policy == "pairing":
+            known = self.identities.get(claims.workspace, "web", claims.user) if self.identities else None
+            if known is None or known.status != "approved":
+                raise SenderRefused("this workspace takes files only from people an admin has approved")
         return web_user_id(self.identities, claims.workspace, claims.user)
 
     def _day(self) -> str:

@@ -148,6 +148,16 @@ def test_nothing_is_stored_for_a_refused_sender(gateway: LocalGateway) -> None:
     assert gateway.backend.media is not None and gateway.backend.media.list_media("closed") == []
 
 
+def test_nothing_is_stored_for_a_sender_not_yet_paired(gateway: LocalGateway) -> None:
+    pairing = new_workspace("pairs").model_copy(update={"unknown_sender_policy": "pairing"})
+    gateway.backend.workspaces.put(pairing)
+    client = TestClient(gateway.app())
+    got = upload(client, token(gateway, workspace="pairs"), media_files.png(), workspace="pairs")
+    assert got.status_code == 403 and got.json()["error"] == "sender_refused"
+    assert "approved" in got.json()["message"]
+    assert gateway.backend.media is not None and gateway.backend.media.list_media("pairs") == []
+
+
 def _send(client: TestClient, tok: str, frame: dict[str, Any]) -> dict[str, Any]:
     with client.websocket_connect(f"/ws?token={tok}", headers={"origin": ORIGIN}) as ws:
         assert ws.receive_json()["type"] == "ready"
