@@ -222,7 +222,7 @@ class Uploads:
             where = ".".join(str(p) for p in first["loc"]) or "body"
             raise BadRequest(f"invalid upload: {where}: {first['msg']}") from None
         claims = self._claims(workspace_id, request, want.session)
-        user_id = self._admit(claims, want.session)
+        self._admit(claims, want.session)
         limits = self._limits(workspace_id)
         name = _clean_name(want.name)
         check_size(limits, declared_kind(want.type), want.size, name)
@@ -236,7 +236,7 @@ class Uploads:
             media_id,
             # The largest any kind may be: the confirm step checks the sniffed kind's own limit.
             max_bytes=largest(limits),
-            metadata={"session": want.session, "user": claims.user, "owner": user_id},
+            metadata={"session": want.session, "user": claims.user},
             expires_s=UPLOAD_EXPIRY_S,
         )
         body = {
