@@ -21,6 +21,7 @@ import time
 from typing import Protocol
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.channels import commands
 from shared.channels.inbound import MAX_UNIX_SECONDS, bounded_int, clean
@@ -126,7 +127,8 @@ class WebInbound(Model):
     @model_validator(mode="after")
     def _something_said(self) -> WebInbound:
         if not self.text and not self.attachments:
-            raise ValueError("the text is empty and nothing is attached")
+            # A custom error, so the reason reads as ours ("... text is empty ..."), not "Value error, ...".
+            raise PydanticCustomError("empty_message", "text is empty and nothing is attached")
         return self
 
 
