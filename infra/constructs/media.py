@@ -57,32 +57,38 @@ class Media(Construct):
         )
 
     def grant_read_write(self, function: lambda_.Function) -> None:
-        """Get, put and delete under media/, and ListBucket of that prefix: what
-        shared.adapters.aws.media does."""
+        """Get, put and delete under media/, and ListBucket: what shared.adapters.aws.media does.
+
+        ListBucket has no prefix condition: S3 answers a GetObject of a missing key 404 only to a
+        role that may list the bucket (403 otherwise), and each fetch first asks whether the file
+        is stored already. The bucket holds nothing but media/."""
         self._grant_objects(
             function,
             ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
             "Media are objects named media/<workspace>/<id>/...; the agent serves every workspace, "
             "so its grant names the media/ prefix of this one bucket.",
         )
-        function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{PREFIX}*"]}},
-            )
-        )
+        self._grant_listing(function)
 
     def grant_uploads(self, function: lambda_.Function) -> None:
         """What the chat page's uploads take (shared.media.upload, the webhook): s3:PutObject, so
-        the presigned POSTs it signs are allowed, and get and delete to read an upload back and
-        record it, under media/ only."""
+        the presigned POSTs it signs are allowed, get and delete to read an upload back and record
+        it, under media/ only; and ListBucket, so asking for a record or an upload not there
+        yet answers 404 (a confirm's first question), not 403."""
         self._grant_objects(function, ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], _WEB_REASON)
+        self._grant_listing(function)
 
     def grant_read(self, function: lambda_.Function) -> None:
-        """s3:GetObject under media/: the ws function reads a file's record to check a `send`'s
-        files are the sender's own (shared.ingress.media)."""
+        """s3:GetObject under media/ and ListBucket: the ws function reads a file's record to check
+        a `send`'s files are the sender's own (shared.ingress.media); an id of no file must answer
+        404 (refused as not the sender's), not 403 (an internal error)."""
         self._grant_objects(function, ["s3:GetObject"], _WEB_REASON)
+        self._grant_listing(function)
+
+    def _grant_listing(self, function: lambda_.Function) -> None:
+        function.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
+        )
 
     def _grant_objects(self, function: lambda_.Function, actions: list[str], reason: str) -> None:
         objects = self.bucket.arn_for_objects(f"{PREFIX}*")

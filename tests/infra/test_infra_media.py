@@ -1,6 +1,6 @@
 """The media bucket (docs/media.md): encrypted, private, TLS only, every object expired after the
-media retention, not versioned (an erased file is gone); the agent reads and writes it, only under
-media/ (the webhook and ws function's grants for the chat page's uploads:
+media retention, not versioned (an erased file is gone); the agent reads and writes it (objects
+only under media/; the webhook and ws function's grants for the chat page's uploads:
 tests/infra/test_infra_uploads.py); its name reaches the agent and the stack's outputs."""
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def test_only_the_agent_reads_and_writes_and_only_the_media_prefix(dev: Synth) -
     assert sorted(objects["Action"]) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
     assert objects["Resource"]["Fn::Join"][1][-1] == "/media/*"
     listing = next(s for s in on_bucket if s["Action"] == "s3:ListBucket")
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["media/*"]}}
+    # The bucket, unconditioned: a missing key answers 404, not 403 (infra/constructs/media.py)
+    assert listing["Resource"] == {"Fn::GetAtt": [bucket_id, "Arn"]} and "Condition" not in listing
     assert len(on_bucket) == 2
     # The webhook and the ws function reach it for the chat page's uploads only
     # (tests/infra/test_infra_uploads.py); the consolidator never.

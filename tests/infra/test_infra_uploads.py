@@ -19,12 +19,18 @@ def _actions(statement: dict[str, Any]) -> list[str]:
 
 def test_the_webhook_writes_and_the_ws_function_reads_the_bucket_under_media_only(dev: Synth) -> None:
     stack = dev.stack
-    [webhook] = statements_on(dev, stack.ingress, stack.media.bucket)
-    assert _actions(webhook) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
-    assert webhook["Resource"]["Fn::Join"][1][-1] == "/media/*"
-    [ws] = statements_on(dev, stack.websocket, stack.media.bucket)
-    assert _actions(ws) == ["s3:GetObject"]
-    assert ws["Resource"]["Fn::Join"][1][-1] == "/media/*"
+    bucket_arn = {"Fn::GetAtt": [logical_id(stack.media.bucket), "Arn"]}
+    for owner, objects_actions in (
+        (stack.ingress, ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]),
+        (stack.websocket, ["s3:GetObject"]),
+    ):
+        on_bucket = statements_on(dev, owner, stack.media.bucket)
+        objects = [s for s in on_bucket if s["Action"] != "s3:ListBucket"]
+        assert [_actions(s) for s in objects] == [objects_actions]
+        assert objects[0]["Resource"]["Fn::Join"][1][-1] == "/media/*"
+        # ListBucket on the bucket, so a record not there answers 404, not 403 (a refusal, not a fault).
+        [listing] = [s for s in on_bucket if s["Action"] == "s3:ListBucket"]
+        assert listing["Resource"] == bucket_arn and "Condition" not in listing
 
 
 def test_the_bucket_takes_posts_from_the_pages_origin_only(dev: Synth) -> None:

@@ -106,3 +106,36 @@ def test_a_skill_install_creates_the_data_dir_owner_only(tmp_path: Path, umask: 
 
     assert result.exit_code == 0, result.output
     assert mode(data_dir) == 0o700
+
+
+def test_an_attached_file_is_owner_only_whatever_the_umask(tmp_path: Path, umask: None) -> None:
+    # Given the loosest umask, when the turn stores a file a sender attached (docs/media.md)
+    import hashlib
+
+    from shared.media.ids import media_id
+    from shared.models.media import MediaItem
+
+    data_dir = tmp_path / "data"
+    backend = build_embedded_backend(Settings(data_dir=data_dir))
+    try:
+        assert backend.media is not None
+        data = b"%PDF-1.4 private"
+        item = MediaItem(
+            id=media_id("default", "telegram", "f1"),
+            workspace_id="default",
+            session_id="s",
+            user_id="u",
+            channel="telegram",
+            source_id="f1",
+            kind="document",
+            mime_type="application/pdf",
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        backend.media.put(item, data)
+    finally:
+        backend.close()
+    # Then the media folders are 0700 and the file 0600, as every other part of the data dir
+    assert mode(data_dir / "media") == 0o700
+    assert mode(data_dir / "media" / "default") == 0o700
+    assert mode(data_dir / "media" / "default" / item.id) == 0o600

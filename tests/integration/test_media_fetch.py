@@ -287,8 +287,15 @@ def test_one_fetched_file_makes_the_aws_calls_the_cost_bench_prices(
                 "before-call", lambda model, service=service, **_: calls.update([f"{service} {model.name}"])
             )
         inbound = photo_message("telegram", fake, "ws1")
-        assert len(fetch(fake, Stores(store, usage), inbound).items) == 1
+        (item,) = fetch(fake, Stores(store, usage), inbound).items
         assert dict(calls) == MEDIA_CALLS_PER_FILE
+        # Both objects under the workspace's prefix, encrypted at rest, the bytes typed as sniffed
+        for name in ("bytes", "record.json"):
+            head = store.client.head_object(Bucket=store.bucket, Key=f"media/ws1/{item.id}/{name}")
+            assert head["ServerSideEncryption"] == "AES256"
+        assert head["ContentType"] == "application/json"
+        bytes_head = store.client.head_object(Bucket=store.bucket, Key=f"media/ws1/{item.id}/bytes")
+        assert bytes_head["ContentType"] == "image/png"
 
 
 def test_the_local_sweep_deletes_files_past_each_workspaces_retention(tmp_path: Path) -> None:

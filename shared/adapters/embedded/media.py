@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared import serde
 from shared.adapters.embedded.db import to_us
-from shared.adapters.embedded.owner_only import DIR_MODE, FILE_MODE, open_data_dir
+from shared.adapters.embedded.owner_only import FILE_MODE, open_data_dir
 from shared.media.ids import check_media_id
 from shared.models import WorkspaceConfig
 from shared.models.media import MediaItem
@@ -56,8 +56,10 @@ class FileMediaStore:
 
     def put(self, item: MediaItem, data: bytes) -> None:
         target = self._path(item.workspace_id, item.id)
-        open_data_dir(self.root.parent)
-        target.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        # Each level made (or tightened) owner-only: mkdir's `parents` would make them 0777 less
+        # the umask.
+        for folder in (self.root.parent, self.root, target.parent):
+            open_data_dir(folder)
         staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
