@@ -66,6 +66,19 @@ PASTE = put_files_js(
 )
 
 
+def paste_large(page: Page, name: str, size: int) -> None:
+    """Paste a PNG-typed file of `size` zero bytes, made in the page (too large to pass over)."""
+    page.evaluate(
+        """([name, size]) => {
+            const dt = new DataTransfer();
+            dt.items.add(new File([new Uint8Array(size)], name, { type: 'image/png' }));
+            document.getElementById('message').dispatchEvent(
+              new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
+        }""",
+        [name, size],
+    )
+
+
 def ready_attachment(page: Page, name: str) -> str:
     item = page.locator(f'#attachments li[data-name="{name}"]')
     expect(item).to_have_attribute("data-state", "ready")
@@ -134,14 +147,7 @@ def test_a_file_too_large_is_refused_before_a_byte_is_sent(context: BrowserConte
 
     page.on("request", note)
     # 11 MB of "PNG" (the workspace takes images up to 10 MB): refused by the slot, from its size.
-    page.evaluate(
-        """() => {
-            const dt = new DataTransfer();
-            dt.items.add(new File([new Uint8Array(11000000)], 'big.png', { type: 'image/png' }));
-            document.getElementById('message').dispatchEvent(
-              new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
-        }"""
-    )
+    paste_large(page, "big.png", 11_000_000)
     item = page.locator('#attachments li[data-name="big.png"]')
     expect(item).to_have_attribute("data-state", "refused")
     expect(item.get_by_role("alert")).to_have_text(

@@ -17,6 +17,7 @@ from pathlib import Path
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, REPLY_TIMEOUT_MS, Site, start_site
+from tests.browser.test_chat_uploads import paste_large
 from tests.support import media_files
 from tests.support.fake_openai import FakeOpenAI
 
@@ -87,14 +88,7 @@ def attachments(browser: Browser, site: Site) -> Path:
     expect(page.locator(".msg.assistant[data-seq]")).to_have_text(
         "What is this plant?", timeout=REPLY_TIMEOUT_MS
     )
-    page.evaluate(
-        """() => {
-            const dt = new DataTransfer();
-            dt.items.add(new File([new Uint8Array(30000000)], 'holiday-video.png', { type: 'image/png' }));
-            document.getElementById('message').dispatchEvent(
-              new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
-        }"""
-    )
+    paste_large(page, "holiday-video.png", 30_000_000)
     expect(page.locator('#attachments li[data-state="refused"]')).to_have_count(1)
     return shoot(page, "web-chat-attachments")
 

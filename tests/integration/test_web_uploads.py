@@ -10,7 +10,6 @@ tests/support/fake_openai.py).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +18,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from shared.channels import web, web_tokens
+from shared.channels import web
 from shared.local.gateway import LocalGateway
 from shared.models import MediaKindLimits, MediaLimits, new_workspace
+from tests.integration.test_web_socket import token
 from tests.support import media_files
 from tests.support.local_gateway import gateway_on_fake_openai
 
@@ -33,11 +33,6 @@ ORIGIN = "http://127.0.0.1:8787"
 def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalGateway]:
     with gateway_on_fake_openai(tmp_path / "state", monkeypatch) as gw:
         yield gw
-
-
-def token(gw: LocalGateway, user: str = "alice", workspace: str = WS) -> str:
-    secret = gw.ensure_workspace(workspace)
-    return web_tokens.mint(secret, web_tokens.claims_for(workspace, user, [f"{user}.*"], now=time.time()))
 
 
 def bearer(tok: str) -> dict[str, str]:
