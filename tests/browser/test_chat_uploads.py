@@ -18,9 +18,9 @@ from playwright.sync_api import BrowserContext, Page, Request, expect
 from shared.local.running import running_gateway
 from tests.browser.conftest import Site
 from tests.browser.test_chat_page import open_page, send
-from tests.support import media_files
+from tests.support import upload_files
 
-PNG = media_files.png(8, 8)
+PNG = upload_files.png(8, 8)
 
 
 def stored_bytes(site: Site, media_id: str) -> bytes | None:
@@ -125,7 +125,7 @@ def test_a_dropped_file_and_a_pasted_image_are_attached(context: BrowserContext,
     assert dropped != pasted
     assert stored_bytes(site, dropped) == PNG and stored_bytes(site, pasted) == PNG
     # A PDF is a chip, not a thumbnail.
-    pdf = base64.b64encode(media_files.pdf()).decode()
+    pdf = base64.b64encode(upload_files.pdf()).decode()
     page.evaluate(DROP, ["report.pdf", "application/pdf", pdf])
     chip = page.locator('#attachments li[data-name="report.pdf"]')
     expect(chip).to_have_attribute("data-state", "ready")
@@ -164,7 +164,7 @@ def test_a_kind_the_workspace_does_not_take_is_refused_after_the_upload(
 ) -> None:
     page = open_page(context, site, "alice.zip")
     # Called a PNG, but the bytes are a zip archive: the server sniffs them and refuses the kind.
-    zipped = base64.b64encode(media_files.zip_archive()).decode()
+    zipped = base64.b64encode(upload_files.zip_archive()).decode()
     page.evaluate(DROP, ["holiday.png", "image/png", zipped])
     item = page.locator('#attachments li[data-name="holiday.png"]')
     expect(item).to_have_attribute("data-state", "refused")

@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, REPLY_TIMEOUT_MS, Site, start_site
 from tests.browser.test_chat_uploads import paste_large
-from tests.support import media_files
+from tests.support import upload_files
 from tests.support.fake_openai import FakeOpenAI
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "images"
@@ -77,7 +77,7 @@ def attachments(browser: Browser, site: Site) -> Path:
     expect(page.locator("#status")).to_have_attribute("data-state", "open")
     with tempfile.TemporaryDirectory() as tmp:
         photo = Path(tmp) / "plant.png"
-        photo.write_bytes(media_files.png(96, 72, (46, 125, 50)))
+        photo.write_bytes(upload_files.png(96, 72, (46, 125, 50)))
         page.locator("#file-input").set_input_files(str(photo))
         expect(page.locator('#attachments li[data-name="plant.png"]')).to_have_attribute(
             "data-state", "ready"

@@ -22,7 +22,7 @@ from shared.channels import web
 from shared.local.gateway import LocalGateway
 from shared.models import MediaKindLimits, MediaLimits, new_workspace
 from tests.integration.test_web_socket import token
-from tests.support import media_files
+from tests.support import upload_files
 from tests.support.local_gateway import gateway_on_fake_openai
 
 WS = "default"
@@ -70,7 +70,7 @@ def upload(
 
 def test_a_png_is_stored_with_its_type_sniffed_from_the_bytes(gateway: LocalGateway) -> None:
     client = TestClient(gateway.app())
-    image = media_files.png()
+    image = upload_files.png()
     # Named and declared as text: the type is what the bytes are, never the name or the browser's.
     got = upload(client, token(gateway), image, name="notes.txt", declared="text/plain")
     assert got.status_code == 200, got.text
@@ -105,7 +105,7 @@ def test_a_body_larger_than_the_workspace_takes_is_cut_off_while_reading(gateway
     gateway.backend.workspaces.put(new_workspace(WS).model_copy(update={"media": small}))
     client = TestClient(gateway.app())
     # Declared small, then 5 KB sent: refused at the limit, nothing kept.
-    got = upload(client, token(gateway), media_files.png() + b"\x00" * 5000, size=100)
+    got = upload(client, token(gateway), upload_files.png() + b"\x00" * 5000, size=100)
     assert got.status_code == 413 and got.json()["error"] == "media_refused"
     assert gateway.backend.media is not None and gateway.backend.media.list_media(WS) == []
 
@@ -113,7 +113,7 @@ def test_a_body_larger_than_the_workspace_takes_is_cut_off_while_reading(gateway
 def test_a_kind_the_workspace_does_not_take_is_refused_after_sniffing(gateway: LocalGateway) -> None:
     client = TestClient(gateway.app())
     # Declared a document (which is taken); the bytes are a plain zip archive (kind "other": not).
-    got = upload(client, token(gateway), media_files.zip_archive(), name="a.docx", declared="")
+    got = upload(client, token(gateway), upload_files.zip_archive(), name="a.docx", declared="")
     assert got.status_code == 413
     assert got.json()["message"] == "a.docx: this workspace does not take other files"
 
@@ -124,7 +124,7 @@ def test_uploads_need_a_token_that_covers_the_session(gateway: LocalGateway) -> 
     assert client.post(f"/media/{WS}/uploads", json=body).status_code == 401
     bob = client.post(f"/media/{WS}/uploads", json=body, headers=bearer(token(gateway, "bob")))
     assert bob.status_code == 403 and bob.json()["error"] == "session_forbidden"
-    direct = client.post(f"/media/{WS}/files?session=alice.1", content=media_files.png())
+    direct = client.post(f"/media/{WS}/files?session=alice.1", content=upload_files.png())
     assert direct.status_code == 401
 
 
@@ -132,11 +132,11 @@ def test_nothing_is_stored_for_a_refused_sender(gateway: LocalGateway) -> None:
     closed = new_workspace("closed").model_copy(update={"unknown_sender_policy": "allow_list"})
     gateway.backend.workspaces.put(closed)
     client = TestClient(gateway.app())
-    got = upload(client, token(gateway, workspace="closed"), media_files.png(), workspace="closed")
+    got = upload(client, token(gateway, workspace="closed"), upload_files.png(), workspace="closed")
     assert got.status_code == 403 and got.json()["error"] == "sender_refused"
     direct = client.post(
         "/media/closed/files?session=alice.1",
-        content=media_files.png(),
+        content=upload_files.png(),
         headers=bearer(token(gateway, workspace="closed")),
     )
     assert direct.status_code == 403
@@ -147,7 +147,7 @@ def test_nothing_is_stored_for_a_sender_not_yet_paired(gateway: LocalGateway) ->
     pairing = new_workspace("pairs").model_copy(update={"unknown_sender_policy": "pairing"})
     gateway.backend.workspaces.put(pairing)
     client = TestClient(gateway.app())
-    got = upload(client, token(gateway, workspace="pairs"), media_files.png(), workspace="pairs")
+    got = upload(client, token(gateway, workspace="pairs"), upload_files.png(), workspace="pairs")
     assert got.status_code == 403 and got.json()["error"] == "sender_refused"
     assert "approved" in got.json()["message"]
     assert gateway.backend.media is not None and gateway.backend.media.list_media("pairs") == []
@@ -164,7 +164,7 @@ def _send(client: TestClient, tok: str, frame: dict[str, Any]) -> dict[str, Any]
 def test_a_message_names_its_files_and_only_its_senders_own(gateway: LocalGateway) -> None:
     client = TestClient(gateway.app())
     alice = token(gateway)
-    media_id = upload(client, alice, media_files.png()).json()["media_id"]
+    media_id = upload(client, alice, upload_files.png()).json()["media_id"]
 
     def frame(event: str, session: str = "alice.1", **extra: Any) -> dict[str, Any]:
         return {
@@ -196,7 +196,7 @@ def test_more_files_than_a_message_may_carry_is_refused(gateway: LocalGateway) -
     gateway.backend.workspaces.put(new_workspace(WS).model_copy(update={"media": one}))
     client = TestClient(gateway.app())
     alice = token(gateway)
-    ids = [upload(client, alice, media_files.png(rgb=(i, i, i))).json()["media_id"] for i in (1, 2)]
+    ids = [upload(client, alice, upload_files.png(rgb=(i, i, i))).json()["media_id"] for i in (1, 2)]
     got = _send(
         client,
         alice,
@@ -227,7 +227,7 @@ def test_the_signed_post_takes_no_attachments(gateway: LocalGateway) -> None:
 
 
 def test_the_days_total_is_shared_with_the_platforms_fetches(gateway: LocalGateway) -> None:
-    image = media_files.png()
+    image = upload_files.png()
     room = MediaLimits(max_bytes_per_day=len(image) * 2 + 10)
     gateway.backend.workspaces.put(new_workspace(WS).model_copy(update={"media": room}))
     usage = gateway.backend.media_usage
@@ -238,6 +238,6 @@ def test_the_days_total_is_shared_with_the_platforms_fetches(gateway: LocalGatew
     day = datetime.now(UTC).date().isoformat()
     usage.add(WS, day, len(image))
     assert usage.total(WS, day) == 2 * len(image)
-    refused = upload(client, token(gateway), media_files.png(rgb=(1, 2, 3)))
+    refused = upload(client, token(gateway), upload_files.png(rgb=(1, 2, 3)))
     assert refused.status_code == 413
     assert "of files for today are used up" in refused.json()["message"]

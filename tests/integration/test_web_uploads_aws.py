@@ -29,7 +29,7 @@ from shared.adapters.aws.media import S3MediaStore
 from shared.channels import web, web_tokens
 from shared.local.aws_mode.http_front import UPLOAD_CONFIRM, UPLOAD_SLOT, http_api_event
 from shared.models import LaneItem
-from tests.support import media_files
+from tests.support import upload_files
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
 
@@ -89,7 +89,7 @@ def confirm(answer: dict[str, Any], tok: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_a_png_goes_to_the_bucket_by_presigned_post_and_is_recorded_on_confirm(aws: AwsResources) -> None:
-    image = media_files.png()
+    image = upload_files.png()
     status, answer = slot(token(), size=len(image))
     assert status == 200, answer
     policy = json.loads(base64.b64decode(answer["fields"]["policy"]))
@@ -128,7 +128,7 @@ def test_a_file_past_the_limit_is_refused_on_confirm_and_nothing_is_kept(aws: Aw
     status, answer = slot(token(), size=100)
     assert status == 200
     # Declared 100 bytes; 26 MB posted (S3 would refuse it by the policy; moto does not).
-    assert post_form(answer, media_files.png() + b"\x00" * 26_000_000) == 204
+    assert post_form(answer, upload_files.png() + b"\x00" * 26_000_000) == 204
     status, refused = confirm(answer, token())
     assert status == 413 and refused["error"] == "media_refused"
     objects = clients.s3(REGION).list_objects_v2(Bucket=aws.media_bucket, Prefix=f"media/{WS}/")
@@ -141,7 +141,7 @@ def test_a_file_too_large_is_refused_from_its_declared_size(aws: AwsResources) -
 
 
 def test_another_persons_upload_cannot_be_confirmed(aws: AwsResources) -> None:
-    image = media_files.png()
+    image = upload_files.png()
     _, answer = slot(token(), size=len(image))
     assert post_form(answer, image) == 204
     status, refused = confirm(answer, token("bob"))
@@ -161,7 +161,7 @@ def _ws(frame: dict[str, Any] | None, tok: str | None = None) -> None:
 
 
 def test_the_ws_function_queues_a_message_naming_the_file(aws: AwsResources) -> None:
-    image = media_files.png()
+    image = upload_files.png()
     _, answer = slot(token(), size=len(image))
     post_form(answer, image)
     _, item = confirm(answer, token())

@@ -39,7 +39,7 @@ from shared.models import (
 from shared.models.media import MediaItem
 from shared.providers.base import ChatRequest, Provider, ProviderEvent, TextDelta, ToolCallEvent, Usage
 from shared.providers.function import FunctionProvider, estimate_tokens
-from tests.support import media_files
+from tests.support import upload_files
 from tests.support.consolidation import FakeConsolidator
 
 WS = "default"
@@ -147,7 +147,7 @@ def seed(backend: Backend, settings: Settings) -> None:
 
 
 # Alice's files, as the chat page's upload and a turn's transcription leave them in the store.
-PHOTO = media_files.png(6, 4, (30, 140, 60))
+PHOTO = upload_files.png(6, 4, (30, 140, 60))
 PHOTO_NAME, VOICE_NAME = "fern.png", "voice-note.ogg"
 VOICE_TRANSCRIPT = "Remind me to water the fern on Friday."
 

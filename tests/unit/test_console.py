@@ -40,7 +40,7 @@ from shared.models import (
 from shared.models.budgets import BudgetUsage
 from shared.models.media import MediaItem
 from shared.replay import ReplayReport, render_html, render_markdown
-from tests.support import console_seed, media_files
+from tests.support import console_seed, upload_files
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.hashing_embedder import HashingEmbedder
 
@@ -527,13 +527,13 @@ def _file(backend: Backend, n: int, name: str, data: bytes, kind: str, mime: str
 
 
 def test_a_sessions_files_are_listed_with_a_thumbnail_for_an_image_and_its_text(backend: Backend) -> None:
-    photo = media_files.png()
+    photo = upload_files.png()
     image = _file(backend, 1, "<b>fern</b>.png", photo, "image", "image/png")
     _file(
         backend,
         2,
         "notes.pdf",
-        media_files.pdf(),
+        upload_files.pdf(),
         "document",
         "application/pdf",
         text="Q3 <plan>",
@@ -567,8 +567,8 @@ def test_a_sessions_files_are_listed_with_a_thumbnail_for_an_image_and_its_text(
 
 
 def test_a_workspaces_users_show_how_many_files_each_has(backend: Backend) -> None:
-    _file(backend, 1, "a.png", media_files.png(), "image", "image/png")
-    _file(backend, 2, "b.png", media_files.png(rgb=(1, 2, 3)), "image", "image/png")
+    _file(backend, 1, "a.png", upload_files.png(), "image", "image/png")
+    _file(backend, 2, "b.png", upload_files.png(rgb=(1, 2, 3)), "image", "image/png")
     html = _client(create_app(backend, Settings())).get(f"/workspaces/{WS}").text
     users = html[html.index('<table class="users">') :]
     assert "<th>files</th>" in users

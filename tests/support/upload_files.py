@@ -1,5 +1,6 @@
-"""Small real files for the upload tests, built here so no binary is committed: a PNG any
-browser decodes (the chat page's preview), and others whose magic numbers the sniffer knows."""
+"""Small real files for the chat page's upload tests, built here so no binary is committed: a
+coloured PNG any browser decodes (the page's preview), and others whose signatures the sniffer
+knows (a PDF's header, a plain zip archive)."""
 
 from __future__ import annotations
 
