@@ -220,6 +220,25 @@ class SigilStack(Stack):
         media.grant_read_write(agent)
         return media
 
+    def _take_uploads(self, context: AppContext, ws_env: dict[str, str]) -> None:
+        """The chat page's uploads (shared.media.upload, docs/web-channel.md#attachments): the
+        webhook signs presigned POSTs to the media bucket and records what was posted, with the
+        workspace's limits, the sender's identity and the day's total; the ws function checks that
+        a `send`'s files are the sender's own."""
+        webhook, ws, media, memory = self.ingress.function, self.websocket.function, self.media, self.memory
+        bucket = media.bucket.bucket_name
+        webhook.add_environment("SIGIL_MEDIA_BUCKET", bucket)
+        webhook.add_environment("SIGIL_MEMORY_TABLE", memory.memory.table_name)
+        ws_env["SIGIL_MEDIA_BUCKET"] = bucket
+        media.grant_uploads(webhook)
+        media.grant_read(ws)
+        memory.grant_media_usage(webhook, context.web_workspaces)
+        self.websocket.grant_admission(
+            webhook, memory=memory.memory, sessions=memory.sessions, workspaces=context.web_workspaces
+        )
+        origins = [self.ingress.api.api_endpoint] + ([context.web_origin] if context.web_origin else [])
+        media.admit_uploads_from(origins)
+
     def _things_done_later(self, name_prefix: str, lanes: Lanes, agent: lambda_.Function) -> Schedules:
         """EventBridge Scheduler's group and role (docs/schedules.md): the agent makes schedules
         aimed at the turns queue, and is told the group, the role they send as and their target."""
@@ -275,6 +294,7 @@ class SigilStack(Stack):
             ws_env["SIGIL_WEB_ORIGINS"] = json.dumps([context.web_origin, self.ingress.api.api_endpoint])
         # The page served by the webhook learns its socket from /config.json.
         self.ingress.function.add_environment("SIGIL_WS_URL", websocket.stage.url)
+        self._take_uploads(context, ws_env)
         for name, value in ws_env.items():
             ws.add_environment(name, value)
         # ws: verify browser tokens with the web secrets, queue `send` frames, replay the outbox on

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from shared.adapters.aws import clients
 from shared.config import KEY_PROVIDERS, PROVIDER_KEY_SECRETS, Settings
 from shared.errors import SigilError
-from shared.ports import SecretStore
+from shared.ports import MediaStore, SecretStore
 
 if TYPE_CHECKING:
     from shared.agent.turn import TurnDeps
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from shared.ingress.admission import Admission
     from shared.ingress.http import WebhookFront
     from shared.ingress.ws import SocketFront
+    from shared.media.upload import Uploads
 
 Clock = Callable[[], float]
 
@@ -131,7 +132,59 @@ def ws_front() -> SocketFront:
         clock=_seed.clock,
         admission=admission(),
         origins=tuple(o.rstrip("/") for o in settings().web_origins),
+        media=media_store(),
     )
+
+
+@cache
+def uploads() -> Uploads:
+    """The chat page's uploads in the webhook (shared.media.upload): presigned POSTs to the media
+    bucket, and their confirmation into its store; the sender and the limits checked with the
+    memory table's workspace configs and identities (SIGIL_MEMORY_TABLE)."""
+    from shared.adapters.aws.dynamodb.media_usage import DynamoMediaUsage
+    from shared.adapters.aws.media import S3MediaStore
+    from shared.adapters.aws.media_uploads import S3MediaUploads
+    from shared.media.upload import Uploads
+
+    s = settings()
+    check = admission()
+    store = media_store()
+    return Uploads(
+        ingress(),
+        store,
+        check.workspaces if check is not None else None,
+        check.identities if check is not None else None,
+        check,
+        # The day's total the agent's fetches count too, in the sessions table.
+        usage=DynamoMediaUsage(s.sessions_table, region=s.aws_region) if s.sessions_table else None,
+        staging=S3MediaUploads(store) if isinstance(store, S3MediaStore) else None,
+        clock=_seed.clock,
+    )
+
+
+@cache
+def uploads_url() -> str | None:
+    """Where the chat page posts files (the media bucket's presigned POST URL), for the page's
+    Content-Security-Policy: a POST signed here (no call to AWS) for a placeholder id says it,
+    whatever the region's or an endpoint's addressing. None without the bucket."""
+    from shared.adapters.aws.media import S3MediaStore
+    from shared.adapters.aws.media_uploads import S3MediaUploads
+
+    s = settings()
+    if not s.media_bucket:
+        return None
+    staging = S3MediaUploads(S3MediaStore(s.media_bucket, region=s.aws_region))
+    return staging.presign("probe", "m-probe", max_bytes=1, metadata={}, expires_s=1).url
+
+
+@cache
+def media_store() -> MediaStore | None:
+    """The media bucket's store (SIGIL_MEDIA_BUCKET) for the chat page's uploads: the webhook
+    records them, the ws function checks a `send`'s files against it. None without the bucket."""
+    from shared.adapters.aws.media import S3MediaStore
+
+    s = settings()
+    return S3MediaStore(s.media_bucket, region=s.aws_region) if s.media_bucket else None
 
 
 def admission() -> Admission | None:
@@ -284,5 +337,8 @@ def reset(*, config: Settings | None = None, clock: Clock = time.time) -> None:
     turn_deps.cache_clear()
     sockets.cache_clear()
     ws_front.cache_clear()
+    media_store.cache_clear()
+    uploads_url.cache_clear()
+    uploads.cache_clear()
     consolidator.cache_clear()
     clients.reset()

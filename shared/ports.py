@@ -878,3 +878,43 @@ class MediaUsage(Protocol):
         ...
 
     def total(self, workspace_id: str, day: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class PresignedUpload:
+    """Where and how a browser posts one file straight to the media bucket: an HTML form POST to
+    `url` with `fields` (the signed policy) and then the file."""
+
+    url: str
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StagedUpload:
+    """A file a browser posted to the bucket, not yet recorded: its size and the slot's metadata."""
+
+    size: int
+    metadata: dict[str, str]
+
+
+class MediaUploads(Protocol):
+    """The chat page's uploads in the cloud (shared.media.upload): a presigned POST per file, to
+    the file's own place under the workspace's prefix, then read back once to be recorded."""
+
+    def presign(
+        self,
+        workspace_id: str,
+        media_id: str,
+        *,
+        max_bytes: int,
+        metadata: dict[str, str],
+        expires_s: int,
+    ) -> PresignedUpload:
+        """A POST accepting 1 to `max_bytes` bytes, carrying exactly `metadata`, until `expires_s`."""
+        ...
+
+    def staged(self, workspace_id: str, media_id: str) -> StagedUpload | None: ...
+
+    def read_staged(self, workspace_id: str, media_id: str) -> bytes | None: ...
+
+    def discard(self, workspace_id: str, media_id: str) -> None: ...

@@ -51,22 +51,35 @@ def get_outbox(workspace: str, session: str) -> Response[Any]:
     return _answer(cloud.webhook().outbox(workspace, session, request_from_v2(app.current_event)))
 
 
+# The chat page's uploads (shared.media.upload): a presigned POST to the media bucket, then its
+# confirmation; the browser token is the credential, as on the page's socket.
+@app.post("/media/<workspace>/uploads")
+def post_upload_slot(workspace: str) -> Response[Any]:
+    return _answer(cloud.uploads().slot(workspace, request_from_v2(app.current_event)))
+
+
+@app.post("/media/<workspace>/uploads/<media_id>")
+def post_upload_confirm(workspace: str, media_id: str) -> Response[Any]:
+    return _answer(cloud.uploads().confirm(workspace, media_id, request_from_v2(app.current_event)))
+
+
 # The chat page, same origin as the webhooks: no CORS for its own requests, nothing else to run.
 # It needs no secret and builds no ingress (shared.ingress.http.page reads the packaged files);
-# the socket's URL is SIGIL_WS_URL, from the settings validated once per container.
+# the socket's URL is SIGIL_WS_URL, from the settings validated once per container, and where the
+# page posts files is the media bucket's presigned POST URL (cloud.uploads_url).
 @app.get("/")
 def get_page() -> Response[Any]:
-    return _answer(page("/", cloud.settings().ws_url))
+    return _answer(page("/", cloud.settings().ws_url, cloud.uploads_url()))
 
 
 @app.get("/config.json")
 def get_page_config() -> Response[Any]:
-    return _answer(page("/config.json", cloud.settings().ws_url))
+    return _answer(page("/config.json", cloud.settings().ws_url, cloud.uploads_url()))
 
 
 @app.get("/assets/<name>")
 def get_page_asset(name: str) -> Response[Any]:
-    return _answer(page(f"/assets/{name}", cloud.settings().ws_url))
+    return _answer(page(f"/assets/{name}", cloud.settings().ws_url, cloud.uploads_url()))
 
 
 # powertools leaves exception_handler's return type unannotated, which strict mypy reports.

@@ -39,6 +39,10 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/webhooks/whatsapp/{name}"),
     ("GET", "/webhooks/whatsapp/{name}"),
     ("GET", "/sessions/{workspace}/{session}/outbox"),
+    # The chat page's uploads (shared.media.upload): a presigned POST to the media bucket, then
+    # its confirmation, each with the page's browser token.
+    ("POST", "/media/{workspace}/uploads"),
+    ("POST", "/media/{workspace}/uploads/{media_id}"),
     # The chat page, served by the webhook function (shared.channels.web_page): the same origin
     # as the web routes, so its own requests need no CORS.
     ("GET", "/"),
@@ -46,14 +50,21 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/assets/{name}"),
 )
 # The routes whose requests may each become a turn, and so a model call: throttled tighter.
-TURN_ROUTES = tuple((m, p) for m, p in ROUTES if m == "POST")
+# The uploads queue nothing: the stage's own throttle.
+TURN_ROUTES = tuple((m, p) for m, p in ROUTES if m == "POST" and not p.startswith("/media/"))
 
 
 def cors_for(origin: str) -> apigwv2.CorsPreflightOptions:
     return apigwv2.CorsPreflightOptions(
         allow_origins=[origin],
         allow_methods=[apigwv2.CorsHttpMethod.GET, apigwv2.CorsHttpMethod.POST],
-        allow_headers=["content-type", "x-sigil-timestamp", "x-sigil-signature", "last-event-id"],
+        allow_headers=[
+            "content-type",
+            "x-sigil-timestamp",
+            "x-sigil-signature",
+            "last-event-id",
+            "authorization",
+        ],
         max_age=Duration.hours(1),
     )
 

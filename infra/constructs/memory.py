@@ -260,6 +260,23 @@ class Memory(Construct):
             )
         )
 
+    def grant_media_usage(self, function: lambda_.Function, workspaces: Iterable[str]) -> None:
+        """GetItem and UpdateItem on these workspaces' day totals of attached files
+        (DynamoMediaUsage: pk "WS#{ws}#MEDIA_USAGE"), and nothing else of the sessions table: the
+        webhook checks and counts the chat page's uploads there (shared.media.upload)."""
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                resources=[self.sessions.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {
+                        "dynamodb:LeadingKeys": [f"WS#{w}#MEDIA_USAGE" for w in workspaces]
+                    },
+                    "Null": {"dynamodb:LeadingKeys": "false"},
+                },
+            )
+        )
+
     def grant_route_read(self, function: lambda_.Function) -> None:
         """dynamodb:GetItem on the sessions table's channel routes partition, and nothing else.
 

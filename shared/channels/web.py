@@ -20,12 +20,13 @@ import re
 import time
 from typing import Protocol
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.channels import commands
 from shared.channels.inbound import MAX_UNIX_SECONDS, bounded_int, clean
 from shared.errors import BadRequest, Unauthorized
-from shared.models import Identifier, InboundMessage, Model, OutboundMessage, Sender
+from shared.models import Attachment, Identifier, InboundMessage, Model, OutboundMessage, Sender
 
 log = logging.getLogger("sigil.web")
 
@@ -33,6 +34,8 @@ TIMESTAMP_HEADER = "x-sigil-timestamp"
 SIGNATURE_HEADER = "x-sigil-signature"
 SIGNATURE_VERSION = "v1"
 MAX_TEXT_CHARS = 32_000
+# Files on one message, whatever a workspace allows (MediaLimits.max_files_per_message, at most 50).
+MAX_ATTACHMENTS = 50
 _SIGNATURE = re.compile(rf"{SIGNATURE_VERSION}=[0-9a-f]{{64}}")
 
 
@@ -104,14 +107,29 @@ def verify(
     check_signature(secret, ts, sig, payload)
 
 
+class WebAttachment(Model):
+    """A file the chat page uploaded first (shared.media.upload): its MediaItem's id."""
+
+    media_id: Identifier
+
+
 class WebInbound(Model):
-    """The body of POST /webhooks/web/{workspace}."""
+    """The body of POST /webhooks/web/{workspace}, and of the browser's `send` frame."""
 
     event_id: Identifier = Field(description="client-chosen id; a repeat of the same id is one turn")
     session: Identifier
     user: Identifier
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    # Empty only with attachments: a photo may come without a caption.
+    text: str = Field(default="", max_length=MAX_TEXT_CHARS)
     user_name: str | None = Field(default=None, max_length=200)
+    attachments: list[WebAttachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+
+    @model_validator(mode="after")
+    def _something_said(self) -> WebInbound:
+        if not self.text and not self.attachments:
+            # A custom error, so the reason reads as ours ("... text is empty ..."), not "Value error, ...".
+            raise PydanticCustomError("empty_message", "text is empty and nothing is attached")
+        return self
 
 
 def _describe(exc: ValidationError) -> str:
@@ -143,6 +161,9 @@ def parse(workspace_id: str, body: bytes) -> InboundMessage:
         text=clean(msg.text),
         # The web channel has no command mechanism: text that opens with /name is a command.
         command=commands.from_text(clean(msg.text)),
+        # Only the ids so far: the browser's ingress checks each is this sender's, in this
+        # session, and fills in what the store knows (shared.channels.web_media.attach).
+        attachments=[Attachment(kind="other", media_id=a.media_id) for a in msg.attachments],
     )
 
 

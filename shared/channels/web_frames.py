@@ -28,8 +28,11 @@ class SendFrame(Model):
     type: Literal["send"]
     event_id: Identifier
     session: Identifier
-    text: str = Field(min_length=1, max_length=web.MAX_TEXT_CHARS)
+    # Empty only with attachments (checked with the rest of the message by web.parse).
+    text: str = Field(default="", max_length=web.MAX_TEXT_CHARS)
     user_name: str | None = Field(default=None, max_length=200)
+    # Files uploaded first (docs/web-channel.md, "Attachments"): their media ids.
+    attachments: list[web.WebAttachment] = Field(default_factory=list, max_length=web.MAX_ATTACHMENTS)
 
 
 class AuthFrame(Model):
@@ -89,6 +92,7 @@ def inbound_of(frame: SendFrame, workspace_id: str, user: str) -> InboundMessage
         "user": user,
         "text": frame.text,
         "user_name": frame.user_name,
+        "attachments": [a.model_dump() for a in frame.attachments],
     }
     return web.parse(workspace_id, json.dumps(body).encode())
 

@@ -43,22 +43,36 @@ def _origin(url: str) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def content_security_policy(websocket_url: str | None) -> str:
-    """Nothing but the page's own files; its socket at its own origin, or at `websocket_url`'s."""
+def upload_origin(url: str) -> str | None:
+    """The origin of the media bucket's presigned POSTs (https://bucket.s3.amazonaws.com, or moto's
+    http://127.0.0.1:port under `sigil dev --aws`), which the page posts files to."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def content_security_policy(websocket_url: str | None, uploads_url: str | None = None) -> str:
+    """Nothing but the page's own files; its socket at its own origin, or at `websocket_url`'s;
+    files posted to its own origin, or to the media bucket's (`uploads_url`). Images also from
+    `blob:` (a file being attached, read to draw its thumbnail) and `data:` (the thumbnails kept)."""
     connect = "'self'"
-    origin = _origin(websocket_url) if websocket_url else None
-    if origin:
-        connect += f" {origin}"
+    for origin in (
+        _origin(websocket_url) if websocket_url else None,
+        upload_origin(uploads_url) if uploads_url else None,
+    ):
+        if origin:
+            connect += f" {origin}"
     return (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
         f"connect-src {connect}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; "
         "object-src 'none'"
     )
 
 
-def security_headers(websocket_url: str | None) -> dict[str, str]:
+def security_headers(websocket_url: str | None, uploads_url: str | None = None) -> dict[str, str]:
     return {
-        "content-security-policy": content_security_policy(websocket_url),
+        "content-security-policy": content_security_policy(websocket_url, uploads_url),
         "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
     }

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from shared.backend import Backend
 from shared.config import Settings
-from shared.console import replays, tasks, views
+from shared.console import media, replays, tasks, views
 from shared.console.guard import ConsoleGuard, refusal
 from shared.console.html import seg
 from shared.console.views import Ctx, Html
@@ -163,6 +163,7 @@ def create_app(
         Route("/workspaces/{ws}", workspace),
         Route("/workspaces/{ws}/sessions", sessions),
         Route("/workspaces/{ws}/sessions/{sid}", session),
+        _media_route(backend, ctx, lock),
         Route("/workspaces/{ws}/memory", memory),
         Route("/workspaces/{ws}/facts/{fid}", fact),
         Route("/workspaces/{ws}/runs/{run}/rollback", rollback, methods=["GET", "POST"]),
@@ -181,6 +182,30 @@ def create_app(
     app.state.csrf = ctx.csrf
     app.state.secret = launch
     return app
+
+
+def _media_route(backend: Backend, ctx: Ctx, lock: threading.Lock) -> Route:
+    """An image's bytes for its thumbnail (shared.console.media): a 404 for anything else."""
+
+    async def media_file(request: Request) -> Response:
+        ws, mid = request.path_params["ws"], request.path_params["mid"]
+
+        def read() -> media.Thumbnail | None:
+            with lock:
+                return media.thumbnail(backend.media, ws, mid)
+
+        found = await run_in_threadpool(read)
+        if found is None:
+            return refusal(404, "no such image", source=ctx.source)
+        headers = {
+            "X-Content-Type-Options": "nosniff",
+            # Shown as a picture only: were it opened on its own, nothing in it could run.
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Cache-Control": "private, max-age=300",
+        }
+        return Response(found.body, media_type=found.content_type, headers=headers)
+
+    return Route("/workspaces/{ws}/media/{mid}", media_file)
 
 
 Render = Callable[..., Awaitable[Response]]

@@ -15,7 +15,7 @@ from typing import Literal
 
 from shared.backend import Backend
 from shared.config import Settings
-from shared.console import usage
+from shared.console import media, usage
 from shared.console.html import dl, esc, form, link, money, page, seg, table, when
 from shared.console.svg import bars
 from shared.memory.doc_keys import AUTHOR_KEY
@@ -158,6 +158,7 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
         ]
     )
     users = usage.by_user(found)
+    files = media.counts_by_user(ctx.backend.media, workspace_id)
     user_rows = [
         [
             link(f"/workspaces/{seg(workspace_id)}?user={seg(u)}#usage", u),
@@ -166,6 +167,7 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
             money(t.cost_usd),
             f"{t.mean_latency_ms:,.0f} ms",
             esc(when(t.last)),
+            str(files.get(u, 0)),
             link(f"/workspaces/{seg(workspace_id)}/users/{seg(u)}/erase", "erase…"),
         ]
         for u, t in users.items()
@@ -211,7 +213,7 @@ def workspace(ctx: Ctx, workspace_id: str, user: str | None = None) -> Html:
         + "<section><h2>Per user</h2>"
         + '<p class="hint">All time, from the audit log, as the totals above.</p>'
         + table(
-            ["user", "turns", "tokens", EST_COST, "mean latency", "last turn", ""],
+            ["user", "turns", "tokens", EST_COST, "mean latency", "last turn", "files", ""],
             user_rows,
             cls="users",
             empty="no turns by an identified user",
@@ -356,6 +358,13 @@ def session(ctx: Ctx, workspace_id: str, session_id: str) -> Html:
     )
     if unmatched:
         body += "<section><h2>Turns that kept no message</h2>" + _audit_table(unmatched) + "</section>"
+    body += (
+        '<section id="files"><h2>Files</h2><p class="hint">What the senders attached in this session '
+        "(docs/media.md): the type is the one sniffed from the bytes; a transcript or extracted text "
+        "is shown as the turn stored it, redacted.</p>"
+        + media.session_files(ctx.backend.media, workspace_id, session_id)
+        + "</section>"
+    )
     return ctx.page(f"Session {session_id}", body, active="sessions")
 
 

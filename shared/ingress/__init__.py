@@ -64,7 +64,12 @@ class Ingress:
         if len(request.body) > self.max_body_bytes:
             raise BadRequest(f"body larger than {self.max_body_bytes} bytes")
         self._verify_web(workspace_id, request, request.body)
-        return self.accept_verified(web.parse(workspace_id, request.body))
+        inbound = web.parse(workspace_id, request.body)
+        if inbound.attachments:
+            # Checking a media id is this sender's takes the media store, which only the browser's
+            # fronts hold (shared.channels.web_media): files come over the browser protocol.
+            raise BadRequest("attachments are sent over the browser protocol (a `send` frame)")
+        return self.accept_verified(inbound)
 
     def accept_verified(self, inbound: InboundMessage) -> tuple[SubmitResult, LaneItem]:
         """A message whose sender is already authenticated (a browser token's user on the

@@ -32,7 +32,8 @@ from shared.channels.web_tokens import BrowserClaims
 from shared.clock import utcnow
 from shared.ingress import Ingress, check_id
 from shared.ingress.admission import Admission
-from shared.models import OutboxEntry
+from shared.ingress.media import attach
+from shared.models import OutboxEntry, new_workspace
 from shared.ports import SubmitResult
 
 
@@ -78,6 +79,9 @@ class BrowserIngress:
         Admission(
             self.backend.workspaces, self.backend.identities, self.backend.budgets, self.prices, self.now
         ).check(inbound)
+        if inbound.attachments:
+            workspace = self.backend.workspaces.get(claims.workspace) or new_workspace(claims.workspace)
+            inbound = attach(inbound, self.backend.media, workspace.media, self.backend.identities)
         result, _ = self.ingress.accept_verified(inbound)
         return result
 

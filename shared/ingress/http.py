@@ -82,11 +82,12 @@ class WebhookFront:
         return HttpAnswer(200, outbox_json(self.ingress.read_outbox(workspace_id, session, request)))
 
 
-def page(path: str, websocket_url: str | None) -> HttpAnswer:
+def page(path: str, websocket_url: str | None, uploads_url: str | None = None) -> HttpAnswer:
     """GET /, /config.json and /assets/{file}: the chat page (shared.channels.web_page).
 
     Any other path, and any asset name not in the page's fixed list, is a 404: the request never
-    names a file to read."""
+    names a file to read. `uploads_url`: where the page posts files (the media bucket), for its
+    Content-Security-Policy; None: its own origin."""
     if path == "/":
         found: web_page.PageFile | None = web_page.index()
     elif path == "/config.json":
@@ -97,7 +98,7 @@ def page(path: str, websocket_url: str | None) -> HttpAnswer:
         found = None
     if found is None:
         return HttpAnswer(404, {"error": "not_found", "message": "no such file"})
-    headers = web_page.security_headers(websocket_url) | {"cache-control": found.cache_control}
+    headers = web_page.security_headers(websocket_url, uploads_url) | {"cache-control": found.cache_control}
     return HttpAnswer(200, found.body, found.content_type, headers)
 
 

@@ -46,8 +46,9 @@ from shared.channels.web_socket import SessionSockets
 from shared.errors import Forbidden, SigilError
 from shared.ingress import Ingress, check_id
 from shared.ingress.admission import Admission
-from shared.models import Identifier
-from shared.ports import Connections, WebConnection
+from shared.ingress.media import attach
+from shared.models import Identifier, InboundMessage, new_workspace
+from shared.ports import Connections, MediaStore, WebConnection
 
 log = logging.getLogger("sigil.ws")
 
@@ -100,6 +101,9 @@ class SocketFront:
     # credential, so another site's page gains nothing it lacks the token for; the check keeps
     # pages the operator does not serve from using the API with tokens they were given.
     origins: tuple[str, ...] = ()
+    # The media bucket's store (SIGIL_MEDIA_BUCKET), where the page's uploads are: a `send` naming
+    # files is checked against it. None: a message with files is refused.
+    media: MediaStore | None = None
 
     def connect(
         self, connection_id: str, token: str | None, *, origin: str | None = None
@@ -195,12 +199,23 @@ class SocketFront:
         inbound = inbound_of(frame, connection.workspace_id, connection.user)
         if self.admission is not None:
             self.admission.check(inbound)
+        if inbound.attachments:
+            inbound = self._attach(inbound)
         # Listening before queueing: the turn's first delta can't come before the listener is there.
         self.connections.subscribe(connection, frame.session)
         result, _ = self.ingress.accept_verified(inbound)
         self.sockets.post_to(
             connection.connection_id, accepted_frame(frame.event_id, frame.session, result.status)
         )
+
+    def _attach(self, inbound: InboundMessage) -> InboundMessage:
+        # The workspace's limits and the sender's identity need the memory table (the admission's
+        # stores); without it the default limits and the web user id itself.
+        workspaces = self.admission.workspaces if self.admission is not None else None
+        identities = self.admission.identities if self.admission is not None else None
+        found = workspaces.get(inbound.workspace_id) if workspaces is not None else None
+        limits = (found or new_workspace(inbound.workspace_id)).media
+        return attach(inbound, self.media, limits, identities)
 
     def _resume(self, connection: WebConnection, frame: ResumeFrame) -> None:
         self._check_session(connection, frame.session)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -40,8 +40,9 @@ from shared.config import Settings
 from shared.configuration import SigilFile, apply
 from shared.consolidation.compaction import consolidation_model
 from shared.deadline import deadline
-from shared.errors import BadRequest, ModelNotConfigured, SigilError
+from shared.errors import BadRequest, MediaRefused, ModelNotConfigured, SigilError
 from shared.ingress import Ingress, WebhookRequest, check_id, parse_after
+from shared.ingress.admission import Admission
 from shared.ingress.browser import BrowserIngress
 from shared.ingress.http import HttpAnswer, WebhookFront, page, refusal
 from shared.local.consolidation import register_consolidation
@@ -50,6 +51,7 @@ from shared.local.logs import RequestIds
 from shared.local.mcp_stdio import stdio_transport
 from shared.local.sse import session_events
 from shared.local.web_socket import Connection, CorsMiddleware, DeltaHub, preflight
+from shared.media.upload import Uploads
 from shared.memory.personality import LearnedPersonality
 from shared.memory.tacit import TacitFacts
 from shared.models import LaneItem, OutboxEntry, new_workspace
@@ -124,6 +126,17 @@ class LocalGateway:
             task_steps=TaskRunner(),
         )
         self.browser = BrowserIngress(self.ingress, self.backend, self.deps.prices)
+        # The chat page's uploads: the bytes come to this gateway and go to the data dir's store.
+        self.uploads = Uploads(
+            self.ingress,
+            self.backend.media,
+            self.backend.workspaces,
+            self.backend.identities,
+            Admission(
+                self.backend.workspaces, self.backend.identities, self.backend.budgets, self.deps.prices
+            ),
+            usage=self.backend.media_usage,
+        )
         self.runner = EmbeddedLaneRunner(
             lanes,
             self._handle,
@@ -221,6 +234,9 @@ class LocalGateway:
                 Route("/webhooks/{channel}/{name}", self._post_platform, methods=["POST"]),
                 Route("/webhooks/whatsapp/{name}", self._get_whatsapp, methods=["GET"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._get_outbox, methods=["GET"]),
+                # The chat page's uploads (shared.media.upload): a slot, then the bytes here.
+                Route("/media/{workspace}/uploads", self._post_upload_slot, methods=["POST"]),
+                Route("/media/{workspace}/files", self._post_upload_file, methods=["POST"]),
                 Route("/sessions/{workspace}/{session}/stream", self._get_stream, methods=["GET"]),
                 Route("/webhooks/web/{workspace}", self._preflight, methods=["OPTIONS"]),
                 Route("/sessions/{workspace}/{session}/{what}", self._preflight, methods=["OPTIONS"]),
@@ -277,6 +293,17 @@ class LocalGateway:
         route = request.path_params.get("name")
         return _response(await run_in_threadpool(self.front.platform, "whatsapp", req, route))
 
+    async def _post_upload_slot(self, request: Request) -> Response:
+        req = await _to_webhook_request(request, await request.body())
+        return _response(await run_in_threadpool(self.uploads.slot, request.path_params["workspace"], req))
+
+    async def _post_upload_file(self, request: Request) -> Response:
+        workspace = request.path_params["workspace"]
+        head = await _to_webhook_request(request, b"")
+        limit = await run_in_threadpool(self.uploads.max_bytes, workspace, head)
+        req = replace(head, body=await _bounded_body(request, limit))
+        return _response(await run_in_threadpool(self.uploads.receive, workspace, req))
+
     async def _get_outbox(self, request: Request) -> Response:
         req = await _to_webhook_request(request, b"")
         p = request.path_params
@@ -316,6 +343,22 @@ async def _to_webhook_request(request: Request, body: bytes) -> WebhookRequest:
         path_params=dict(request.path_params),
         query=dict(request.query_params),
     )
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    """The request's body, read only up to `limit` bytes: a larger one (declared, or found while
+    reading) is refused without keeping the rest."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise MediaRefused(f"the file is larger than the {limit / 1e6:g} MB this workspace takes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise MediaRefused(f"the file is larger than the {limit / 1e6:g} MB this workspace takes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _resume_after(signed_after: int, last_event_id: str | None) -> int:

@@ -23,6 +23,7 @@ from typing import Literal
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from shared.local.running import running_gateway
 from tests.browser.conftest import REPLY_TIMEOUT_MS, Site, start_site
 from tests.e2e.processes import kill_group
 from tests.support.fake_openai import FakeOpenAI, echo_last_user
@@ -387,7 +388,8 @@ def test_the_page_follows_a_dark_colour_scheme(browser: Browser, site: Site) -> 
 def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, site: Site) -> None:
     # sigil dev serves the files as the webhook function does (shared.ingress.http.page); --aws
     # through that function, as the stack does; both with its Content-Security-Policy
-    # (connect-src 'self': the socket on the same origin).
+    # (connect-src 'self': the socket on the same origin; under --aws also moto's S3, where the
+    # page's file uploads go by presigned POST, as to the media bucket in the cloud).
     page = context.new_page()
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text))
@@ -398,7 +400,13 @@ def test_the_page_comes_from_the_gateway_it_talks_to(context: BrowserContext, si
     expect(page.locator(".msg.assistant[data-seq] strong")).to_have_text("bold")
     # Nothing the page does is refused by its policy (no inline script or style, no other host).
     assert not [line for line in console if "Content Security Policy" in line], console
-    assert "connect-src 'self';" in response.headers["content-security-policy"]
+    policy = response.headers["content-security-policy"]
+    if site.mode == "dev":
+        assert "connect-src 'self';" in policy
+    else:
+        record = running_gateway(site.gateway.data_dir)
+        assert record is not None and record.aws is not None
+        assert f"connect-src 'self' {record.aws.endpoint};" in policy
 
 
 # A socket of the test's own from the page's origin: the frames a page could send by hand.

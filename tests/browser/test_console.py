@@ -374,3 +374,28 @@ def test_a_dns_rebinding_page_gets_nothing_from_the_console(browser: Browser, co
     finally:
         rebound.close()
     assert console.backend.sessions.get(WS, BOB_SESSION) is not None
+
+
+def test_a_sessions_files_show_with_a_thumbnail_and_a_transcript_and_each_user_their_count(
+    context: BrowserContext, console: Console
+) -> None:
+    page = console.open(context, f"/workspaces/{WS}/sessions/{ALICE_SESSION}")
+    files = page.locator("#files table.media tbody tr")
+    expect(files).to_have_count(2)
+    photo = files.filter(has_text=console_seed.PHOTO_NAME)
+    thumb = photo.get_by_role("img", name=console_seed.PHOTO_NAME)
+    expect(thumb).to_be_visible()
+    # Served by the console's guarded route (loaded lazily, once scrolled to), decoded by the
+    # browser as the picture it is.
+    thumb.scroll_into_view_if_needed()
+    expect(thumb).to_have_js_property("complete", True)
+    assert thumb.evaluate("img => img.naturalWidth") == 6
+    expect(photo).to_contain_text("image/png")
+    voice = files.filter(has_text=console_seed.VOICE_NAME)
+    expect(voice).to_contain_text("audio/ogg")
+    expect(voice).to_contain_text("transcript")
+    expect(voice).to_contain_text(console_seed.VOICE_TRANSCRIPT)
+    page.goto(f"{console.url}/workspaces/{WS}")
+    alice = page.locator("table.users tbody tr", has_text="alice")
+    expect(alice.locator("td").nth(6)).to_have_text("2")
+    expect(page.locator("table.users tbody tr", has_text=BOB).locator("td").nth(6)).to_have_text("0")

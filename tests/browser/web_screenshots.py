@@ -17,6 +17,8 @@ from pathlib import Path
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, REPLY_TIMEOUT_MS, Site, start_site
+from tests.browser.test_chat_uploads import paste_large
+from tests.support import upload_files
 from tests.support.fake_openai import FakeOpenAI
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "images"
@@ -68,6 +70,29 @@ def budget(browser: Browser, site: Site) -> Path:
     return shoot(page, "web-chat-budget")
 
 
+def attachments(browser: Browser, site: Site) -> Path:
+    """A photo sent with its caption, and a file too large refused before it was sent."""
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(site.page_url(site.token(), "alice.plant"))
+    expect(page.locator("#status")).to_have_attribute("data-state", "open")
+    with tempfile.TemporaryDirectory() as tmp:
+        photo = Path(tmp) / "plant.png"
+        photo.write_bytes(upload_files.png(96, 72, (46, 125, 50)))
+        page.locator("#file-input").set_input_files(str(photo))
+        expect(page.locator('#attachments li[data-name="plant.png"]')).to_have_attribute(
+            "data-state", "ready"
+        )
+    box = page.get_by_label("Message")
+    box.fill("What is this plant?")
+    box.press("Enter")
+    expect(page.locator(".msg.assistant[data-seq]")).to_contain_text(
+        "What is this plant?", timeout=REPLY_TIMEOUT_MS
+    )
+    paste_large(page, "holiday-video.png", 30_000_000)
+    expect(page.locator('#attachments li[data-state="refused"]')).to_have_count(1)
+    return shoot(page, "web-chat-attachments")
+
+
 def main() -> int:
     if not Path(CHROMIUM).is_file():
         print(f"chromium not installed ({CHROMIUM}): apt-get install chromium", file=sys.stderr)
@@ -79,7 +104,7 @@ def main() -> int:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
                 try:
-                    for shot in (conversation, expired, budget):
+                    for shot in (conversation, expired, budget, attachments):
                         print(shot(browser, site))
                 finally:
                     browser.close()

@@ -69,3 +69,15 @@ def string_like(pattern: str, value: str) -> bool:
     """IAM's StringLike: `*` any run of characters ("#" included), `?` one character."""
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, value, re.DOTALL) is not None
+
+
+def statements_on(synth: Synth, role_owner: Any, resource: Any) -> list[dict[str, Any]]:
+    """The IAM statements of `role_owner`'s role (a construct with `handler`) that name `resource`."""
+    target = logical_id(resource)
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if {"Ref": logical_id(role_owner.handler.role)} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if target in json.dumps(statement["Resource"])
+    ]

@@ -16,7 +16,9 @@ from tests.infra.helpers import Synth, logical_id, synthesize
 
 pytestmark = pytest.mark.slow
 
-TURN_ROUTES = {route_key(m, p) for m, p in ROUTES if m == "POST"}
+# The chat page's uploads queue nothing: the stage's default throttle.
+UPLOAD_ROUTES = {route_key(m, p) for m, p in ROUTES if p.startswith("/media/")}
+TURN_ROUTES = {route_key(m, p) for m, p in ROUTES if m == "POST"} - UPLOAD_ROUTES
 CHANGED = {
     "agent_concurrency": "3",
     "webhook_concurrency": "none",
@@ -90,8 +92,10 @@ def test_by_default_every_route_is_throttled_and_the_turn_routes_tighter(each_st
         key: {"ThrottlingRateLimit": 10, "ThrottlingBurstLimit": 20} for key in TURN_ROUTES
     }
     # The nine POST routes queue turns (web, each platform's unnamed route and its named routes');
-    # the GETs (WhatsApp's handshakes, the outbox) do not.
+    # the GETs (WhatsApp's handshakes, the outbox) and the uploads do not.
     assert len(TURN_ROUTES) == 9
+    uploads = {"POST /media/{workspace}/uploads", "POST /media/{workspace}/uploads/{media_id}"}
+    assert uploads == UPLOAD_ROUTES
     # Route settings name routes by key: the stage is created after every route.
     http_api = {"Ref": logical_id(each_stage.stack.ingress.api)}
     routes = {

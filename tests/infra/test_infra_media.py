@@ -1,6 +1,7 @@
 """The media bucket (docs/media.md): encrypted, private, TLS only, every object expired after the
-media retention, not versioned (an erased file is gone); the agent alone reads and writes it
-(objects only under media/); its name reaches the agent and the stack's outputs."""
+media retention, not versioned (an erased file is gone); the agent reads and writes it (objects
+only under media/; the webhook and ws function's grants for the chat page's uploads:
+tests/infra/test_infra_uploads.py); its name reaches the agent and the stack's outputs."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def test_only_the_agent_reads_and_writes_and_only_the_media_prefix(dev: Synth) -
     # The bucket, unconditioned: a missing key answers 404, not 403 (infra/constructs/media.py)
     assert listing["Resource"] == {"Fn::GetAtt": [bucket_id, "Arn"]} and "Condition" not in listing
     assert len(on_bucket) == 2
-    for other in (stack.ingress, stack.consolidation, stack.websocket):
-        assert not [s for s in _statements_of(dev, other) if bucket_id in json.dumps(s["Resource"])]
+    # The webhook and the ws function reach it for the chat page's uploads only
+    # (tests/infra/test_infra_uploads.py); the consolidator never.
+    assert not [s for s in _statements_of(dev, stack.consolidation) if bucket_id in json.dumps(s["Resource"])]
 
 
 def test_the_agent_and_the_outputs_name_the_bucket(dev: Synth) -> None:
@@ -68,6 +70,7 @@ def test_the_agent_and_the_outputs_name_the_bucket(dev: Synth) -> None:
     agent = functions[logical_id(dev.stack.agent.function)]
     assert agent["Properties"]["Environment"]["Variables"]["SIGIL_MEDIA_BUCKET"] == bucket_ref
     assert dev.raw["Outputs"]["MediaBucket"]["Value"] == bucket_ref
-    for other in (dev.stack.ingress.function, dev.stack.consolidation.function):
-        variables = functions[logical_id(other)]["Properties"]["Environment"]["Variables"]
-        assert "SIGIL_MEDIA_BUCKET" not in variables
+    variables = functions[logical_id(dev.stack.consolidation.function)]["Properties"]["Environment"][
+        "Variables"
+    ]
+    assert "SIGIL_MEDIA_BUCKET" not in variables

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shared.config import CHANNEL_TOKENS, INGRESS_SECRETS, TOOL_KEYS
-from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target
+from tests.infra.helpers import Synth, logical_id, ref_or_getatt_target, statements_on
 
 pytestmark = pytest.mark.slow
 
@@ -127,10 +127,11 @@ def test_each_function_reads_exactly_the_secrets_it_needs(dev: Synth) -> None:
 
 
 def test_the_webhook_reads_only_the_routes_partition_of_the_sessions_table(dev: Synth) -> None:
+    # Besides it, the day totals of the chat page's uploads (tests/infra/test_infra_uploads.py).
     [statement] = [
         s
-        for s in _statements_on(dev, dev.stack.ingress, dev.stack.memory.sessions)
-        if "dynamodb:GetItem" in _as_list(s["Action"])
+        for s in statements_on(dev, dev.stack.ingress, dev.stack.memory.sessions)
+        if "dynamodb:GetItem" in _as_list(s["Action"]) and "MEDIA_USAGE" not in json.dumps(s)
     ]
     assert statement["Action"] == "dynamodb:GetItem"
     assert statement["Resource"] == {"Fn::GetAtt": [logical_id(dev.stack.memory.sessions), "Arn"]}
@@ -158,8 +159,19 @@ def test_the_webhook_only_queues_and_reads_the_outbox(dev: Synth) -> None:
     assert "sqs:SendMessage" in _actions_on(dev, stack.ingress, stack.lanes.turns)
     sessions = _actions_on(dev, stack.ingress, stack.memory.sessions)
     assert "dynamodb:Query" in sessions
-    assert not sessions & {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
-    assert _actions_on(dev, stack.ingress, stack.memory.memory) == set()
+    # UpdateItem only on the uploads' day totals (tests/infra/test_infra_uploads.py).
+    assert not sessions & {"dynamodb:PutItem", "dynamodb:DeleteItem"}
+    updates = [
+        s
+        for s in statements_on(dev, stack.ingress, stack.memory.sessions)
+        if "dynamodb:UpdateItem" in _as_list(s["Action"])
+    ]
+    assert [s["Condition"]["ForAllValues:StringEquals"] for s in updates] == [
+        {"dynamodb:LeadingKeys": ["WS#default#MEDIA_USAGE"]}
+    ]
+    # The memory table: read only, the workspace config and identities the uploads' sender check
+    # reads (as the ws function's check before queueing).
+    assert _actions_on(dev, stack.ingress, stack.memory.memory) == {"dynamodb:GetItem"}
     assert _actions_on(dev, stack.ingress, stack.memory.domain) == set()
     assert _actions_on(dev, stack.ingress, stack.consolidation.bus) == set()
 
@@ -196,7 +208,7 @@ def test_the_consolidator_reaches_only_its_partitions_of_the_sessions_table(dev:
     # of its own leases only and updates of budget counters only (tests/infra/
     # test_consolidator_partitions.py matches the patterns against the adapters' keys).
     stack = dev.stack
-    statements = _statements_on(dev, stack.consolidation, stack.memory.sessions)
+    statements = statements_on(dev, stack.consolidation, stack.memory.sessions)
     granted = {
         (
             tuple(sorted(_as_list(s["Action"]))),
@@ -226,29 +238,16 @@ def test_only_the_agent_sends_to_the_extraction_queue_and_only_the_consolidator_
     assert _actions_on(dev, stack.ingress, queue) == set()
 
 
-def _statements_on(synth: Synth, role_owner: Any, resource: Any) -> list[dict[str, Any]]:
-    target = logical_id(resource)
-    return [
-        statement
-        for policy in synth.resources("AWS::IAM::Policy").values()
-        if {"Ref": logical_id(role_owner.handler.role)} in policy["Properties"]["Roles"]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-        if target in json.dumps(statement["Resource"])
-    ]
-
-
 def test_the_webhook_may_query_only_the_web_outbox_partitions(dev: Synth) -> None:
     # The sessions table also holds sessions, identities, budgets and the audit log: the webhook,
     # which only pages a web session's replies, may name no other partition and may not Scan.
     stack = dev.stack
 
-    # Besides the outbox, one GetItem in the routes partition (the next test)
+    # Besides the outbox, one GetItem in the routes partition (the next test), and the uploads'
+    # day totals and the sender check's budget counters (tests/infra/test_infra_uploads.py)
     [statement] = [
-        s
-        for s in _statements_on(dev, stack.ingress, stack.memory.sessions)
-        if s["Action"] != "dynamodb:GetItem"
+        s for s in statements_on(dev, stack.ingress, stack.memory.sessions) if s["Action"] == "dynamodb:Query"
     ]
-    assert statement["Action"] == "dynamodb:Query"
     assert statement["Resource"] == {"Fn::GetAtt": [logical_id(stack.memory.sessions), "Arn"]}
     assert statement["Condition"] == {
         "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["WS#default#OUTBOX#web.*"]},

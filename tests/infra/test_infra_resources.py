@@ -132,11 +132,14 @@ def test_each_function_gets_the_settings_its_adapters_need(each_stage: Synth) ->
     # The chat page it serves reads the WebSocket API's URL from /config.json.
     sandbox_cache = {"SIGIL_SANDBOX_CACHE_BUCKET": {"Ref": logical_id(stack.sandbox_cache.bucket)}}
     ws_url = {"SIGIL_WS_URL": each_stage.stack.resolve(stack.websocket.stage.url)}
-    assert variables(stack.ingress.function) == {**webhook, **ws_url}
+    memory_table = {"SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)}}
+    # Its uploads (docs/web-channel.md#attachments): presigned POSTs to the media bucket, the
+    # sender and the limits read from the memory table.
+    media_bucket = {"SIGIL_MEDIA_BUCKET": {"Ref": logical_id(stack.media.bucket)}}
+    assert variables(stack.ingress.function) == {**webhook, **ws_url, **memory_table, **media_bucket}
     # The WebSocket API's management endpoint: where the agent and the ws function post frames.
     ws_endpoint = {"SIGIL_WS_ENDPOINT": each_stage.stack.resolve(stack.websocket.management_endpoint)}
-    memory_table = {"SIGIL_MEMORY_TABLE": {"Ref": logical_id(stack.memory.memory)}}
-    assert variables(stack.websocket.function) == {**webhook, **ws_endpoint, **memory_table}
+    assert variables(stack.websocket.function) == {**webhook, **ws_endpoint, **memory_table, **media_bucket}
     # The agent's apology on a turn's last delivery counts on the queue's maxReceiveCount. No
     # model and Titan embeddings: no provider is granted, so none may be used (SIGIL_PROVIDERS).
     assert variables(stack.agent.function) == {
@@ -414,6 +417,9 @@ def test_one_route_per_channel_all_to_the_webhook(each_stage: Synth) -> None:
         "GET /config.json",
         "GET /assets/{name}",
         "GET /sessions/{workspace}/{session}/outbox",
+        # The chat page's uploads (shared.media.upload).
+        "POST /media/{workspace}/uploads",
+        "POST /media/{workspace}/uploads/{media_id}",
     }
     (integration,) = integrations.values()
     assert integration["Properties"]["IntegrationUri"] == {

@@ -65,8 +65,13 @@ def test_get_slash_is_the_page_with_a_strict_policy(lambda_env: None) -> None:
     assert h["x-content-type-options"] == "nosniff"
     policy = dict(part.strip().split(" ", 1) for part in h["content-security-policy"].split(";"))
     assert policy["default-src"] == "'self'" and policy["script-src"] == "'self'"
-    # Its own origin and the WebSocket API's, nothing else (no inline script, no other host).
-    assert policy["connect-src"] == "'self' wss://ws123.execute-api.eu-west-1.amazonaws.com"
+    # Its own origin, the WebSocket API's and the media bucket's (the page's uploads: a presigned
+    # POST), nothing else (no inline script, no other host).
+    assert policy["connect-src"] == (
+        "'self' wss://ws123.execute-api.eu-west-1.amazonaws.com https://web-page-media.s3.amazonaws.com"
+    )
+    # Images: its own, and the thumbnails it draws of a file being attached (blob:, then data:).
+    assert policy["img-src"] == "'self' blob: data:"
     assert policy["frame-ancestors"] == "'none'"
 
 

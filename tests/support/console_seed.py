@@ -11,6 +11,7 @@ second workspace holds one short conversation.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -35,8 +36,10 @@ from shared.models import (
     UserMessage,
     WorkspaceConfig,
 )
+from shared.models.media import MediaItem
 from shared.providers.base import ChatRequest, Provider, ProviderEvent, TextDelta, ToolCallEvent, Usage
 from shared.providers.function import FunctionProvider, estimate_tokens
+from tests.support import upload_files
 from tests.support.consolidation import FakeConsolidator
 
 WS = "default"
@@ -140,6 +143,42 @@ def seed(backend: Backend, settings: Settings) -> None:
     compact_session(backend, fake.model, WS, ALICE_SESSION, run_id=ALICE_RUN, clock=lambda: then)
     compact_session(backend, fake.model, WS, BOB_SESSION, run_id=BOB_RUN, clock=lambda: then)
     run_maintenance(backend, WS, run_id=MAINTENANCE_RUN)
+    seed_media(backend)
+
+
+# Alice's files, as the chat page's upload and a turn's transcription leave them in the store.
+PHOTO = upload_files.png(6, 4, (30, 140, 60))
+PHOTO_NAME, VOICE_NAME = "fern.png", "voice-note.ogg"
+VOICE_TRANSCRIPT = "Remind me to water the fern on Friday."
+
+
+def seed_media(backend: Backend) -> None:
+    if backend.media is None:
+        return
+    for n, (name, kind, mime, data, text) in enumerate(
+        [
+            (PHOTO_NAME, "image", "image/png", PHOTO, None),
+            (VOICE_NAME, "audio", "audio/ogg", b"OggS" + bytes(60), VOICE_TRANSCRIPT),
+        ]
+    ):
+        backend.media.put(
+            MediaItem(
+                id=f"m-seed{n}",
+                workspace_id=WS,
+                session_id=ALICE_SESSION,
+                user_id=ALICE,
+                channel="web",
+                source_id=f"upload-seed{n}",
+                kind=kind,
+                mime_type=mime,
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                name=name,
+                text=text,
+                text_source="transcript" if text else None,
+            ),
+            data,
+        )
 
 
 DEAD_TEXT = "this message's turn failed every time"

@@ -5,6 +5,7 @@ Starlette's TestClient on the real app over the embedded backend."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -37,8 +38,9 @@ from shared.models import (
     WorkspaceConfig,
 )
 from shared.models.budgets import BudgetUsage
+from shared.models.media import MediaItem
 from shared.replay import ReplayReport, render_html, render_markdown
-from tests.support import console_seed
+from tests.support import console_seed, upload_files
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.hashing_embedder import HashingEmbedder
 
@@ -499,3 +501,76 @@ def test_a_replay_post_needs_the_token_and_bad_input_is_its_error_page(
     # A system prompt may be long (a 100 KB prompt posts), but the form has its cap.
     assert client.post("/replay", data={"csrf": "t", "system_prompt": "x" * 130_000}).status_code == 413
     assert "OPENAI_API_KEY" in post(400, system_prompt="y" * 100_000)
+
+
+# ---------------------------------------------------------------- files (docs/console.md#files)
+
+
+def _file(backend: Backend, n: int, name: str, data: bytes, kind: str, mime: str, **extra: object) -> str:
+    assert backend.media is not None
+    item = MediaItem(
+        id=f"m-file{n}",
+        workspace_id=WS,
+        session_id="web.evil",
+        user_id="mallory",
+        channel="web",
+        source_id=f"upload-{n}",
+        kind=kind,  # type: ignore[arg-type]
+        mime_type=mime,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        name=name,
+        **extra,  # type: ignore[arg-type]
+    )
+    backend.media.put(item, data)
+    return item.id
+
+
+def test_a_sessions_files_are_listed_with_a_thumbnail_for_an_image_and_its_text(backend: Backend) -> None:
+    photo = upload_files.png()
+    image = _file(backend, 1, "<b>fern</b>.png", photo, "image", "image/png")
+    _file(
+        backend,
+        2,
+        "notes.pdf",
+        upload_files.pdf(),
+        "document",
+        "application/pdf",
+        text="Q3 <plan>",
+        text_source="extracted",
+    )
+    # Bytes that say they are an image of a type a browser could run: never served.
+    svg = _file(backend, 3, "x.svg", b"<svg onload='alert(1)'/>", "image", "image/svg+xml")
+    client = _client(create_app(backend, Settings()))
+    html = client.get(f"/workspaces/{WS}/sessions/web.evil").text
+    files = html[html.index('<section id="files">') :]
+    assert f'<img class="thumb" src="/workspaces/{WS}/media/{image}"' in files
+    assert "&lt;b&gt;fern&lt;/b&gt;.png" in files and "<b>fern</b>" not in files
+    assert "<code>image/png</code>" in files and "<code>application/pdf</code>" in files
+    assert "extracted text" in files and "Q3 &lt;plan&gt;" in files
+    assert f'src="/workspaces/{WS}/media/{svg}"' not in files
+    shown = client.get(f"/workspaces/{WS}/media/{image}")
+    assert shown.status_code == 200 and shown.content == photo
+    assert shown.headers["content-type"] == "image/png"
+    assert shown.headers["x-content-type-options"] == "nosniff"
+    assert "sandbox" in shown.headers["content-security-policy"]
+    for refused in (svg, "m-file2", "m-none"):
+        assert client.get(f"/workspaces/{WS}/media/{refused}").status_code == 404, refused
+    assert client.get(f"/workspaces/other/media/{image}").status_code == 404
+    # Without the launch secret's cookie, not even an image.
+    assert (
+        TestClient(create_app(backend, Settings()), base_url=CONSOLE)
+        .get(f"/workspaces/{WS}/media/{image}")
+        .status_code
+        == 403
+    )
+
+
+def test_a_workspaces_users_show_how_many_files_each_has(backend: Backend) -> None:
+    _file(backend, 1, "a.png", upload_files.png(), "image", "image/png")
+    _file(backend, 2, "b.png", upload_files.png(rgb=(1, 2, 3)), "image", "image/png")
+    html = _client(create_app(backend, Settings())).get(f"/workspaces/{WS}").text
+    users = html[html.index('<table class="users">') :]
+    assert "<th>files</th>" in users
+    row = users[users.index("mallory") : users.index("</tr>", users.index("mallory"))]
+    assert "<td>2</td>" in row

@@ -26,6 +26,9 @@ POST_WEB: Final = "POST /webhooks/web/{workspace}"
 GET_OUTBOX: Final = "GET /sessions/{workspace}/{session}/outbox"
 # The chat page, served by the webhook function as in the cloud (shared.channels.web_page).
 PAGE_ROUTES: Final = ("GET /", "GET /config.json", "GET /assets/{name}")
+# The chat page's uploads: the slot (a presigned POST to the media bucket) and its confirmation.
+UPLOAD_SLOT: Final = "POST /media/{workspace}/uploads"
+UPLOAD_CONFIRM: Final = "POST /media/{workspace}/uploads/{media_id}"
 PLATFORM_CHANNELS: Final = ("telegram", "slack", "discord", "whatsapp")
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -137,6 +140,8 @@ class HttpFront:
                 *(Route(key.split(" ", 1)[1], self._route(key), methods=["GET"]) for key in PAGE_ROUTES),
                 Route("/webhooks/web/{workspace}", self._route(POST_WEB), methods=["POST"]),
                 Route("/sessions/{workspace}/{session}/outbox", self._route(GET_OUTBOX), methods=["GET"]),
+                Route("/media/{workspace}/uploads", self._route(UPLOAD_SLOT), methods=["POST"]),
+                Route("/media/{workspace}/uploads/{media_id}", self._route(UPLOAD_CONFIRM), methods=["POST"]),
                 # The platform channels' routes, as the stack's HTTP API declares them.
                 *(
                     Route(f"/webhooks/{name}", self._route(f"POST /webhooks/{name}"), methods=["POST"])

@@ -15,6 +15,11 @@ from typing import Any, Final, get_args
 from shared.config import Settings
 
 NAME_PREFIX: Final = "sigil-local"
+# The media bucket's CORS here: the chat page is on the gateway's port, moto on another, both on
+# loopback (the stack's bucket admits the HTTP API's origin and `web_origin` alone).
+UPLOAD_CORS: Final = {
+    "CORSRules": [{"AllowedMethods": ["POST"], "AllowedOrigins": ["*"], "AllowedHeaders": ["*"]}]
+}
 TURNS_QUEUE: Final = "turns.fifo"
 TURNS_DLQ: Final = "turns-dlq.fifo"
 EVENTS_QUEUE: Final = "consolidation-events"
@@ -158,6 +163,8 @@ def provision(
     aws_client("s3", endpoint, region).create_bucket(Bucket=skills_bucket)
     media_bucket = f"{NAME_PREFIX}-media"
     aws_client("s3", endpoint, region).create_bucket(Bucket=media_bucket)
+    # The chat page posts files straight to the bucket (a presigned POST), from its own origin.
+    aws_client("s3", endpoint, region).put_bucket_cors(Bucket=media_bucket, CORSConfiguration=UPLOAD_CORS)
     aws_client("scheduler", endpoint, region).create_schedule_group(Name=SCHEDULE_GROUP)
     # Only Scheduler may assume it, as the stack's (moto checks neither the trust nor the grant).
     trust = {
@@ -227,8 +234,13 @@ def function_env(resources: LocalResources, function: str, settings: Settings) -
         }
     if function == "agent" and resources.skills_bucket:
         env["SIGIL_SKILLS_BUCKET"] = resources.skills_bucket
-    if function == "agent" and resources.media_bucket:
-        env["SIGIL_MEDIA_BUCKET"] = resources.media_bucket  # the agent alone, as infra/stack.py
+    if resources.media_bucket and function in ("agent", "webhook", "ws"):
+        # As infra/stack.py: the agent fetches into it; the webhook takes the chat page's uploads
+        # (presigned POSTs, confirmed against the workspace's limits and identities in the memory
+        # table) and the ws function checks a `send`'s files against it.
+        env["SIGIL_MEDIA_BUCKET"] = resources.media_bucket
+        if function == "webhook":
+            env["SIGIL_MEMORY_TABLE"] = resources.memory_table
     if function == "agent" and resources.extraction_queue_url:
         env["SIGIL_EXTRACTION_QUEUE_URL"] = resources.extraction_queue_url
     if function == "agent" and resources.schedule_group:

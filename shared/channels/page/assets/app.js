@@ -9,16 +9,23 @@
 // messages are kept in localStorage (the outbox holds replies only) and each reply is placed under
 // the message it answers (`in_reply_to`). Text from users and models, rendered by the same markdown
 // (markdown.js), only ever becomes DOM nodes, never markup.
+// Files (the Attach button, drag and drop, a pasted image) are uploaded as soon as they are added,
+// with the same token (docs/web-channel.md, "Attachments"): a slot first, which refuses a file too
+// large or of a kind the workspace does not take from its declared size before a byte is sent, then
+// the bytes (to the gateway, or a presigned POST to S3 and a confirm); the message then names the
+// files' media ids. An image's thumbnail is drawn here, from the file, and kept with the message.
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
   const MAX_BACKOFF_MS = 15000;
   const MAX_KEPT = 200;
+  const THUMB_PX = 160;
 
   const state = {
     token: null, claims: null, ws: null, ready: false, attempts: 0, retryTimer: null, stopped: false,
     session: null, lastSeq: {}, // session → highest seq shown
+    pending: [], // files added to the next message: {id, file, name, size, kind, state, media, thumb, error}
   };
 
   // ------------------------------------------------------------------ token
@@ -189,6 +196,9 @@
     sessionStorage.setItem("sigil.session", name);
     remember(name);
     $("session-title").textContent = "Conversation " + name;
+    // Files uploaded for another conversation can't go with this one's messages.
+    state.pending = state.pending.filter((p) => p.session === name);
+    renderPending();
     renderLog();
     if (state.ready) resume(name);
     $("message").focus();
@@ -205,11 +215,45 @@
 
   function userBubble(msg) {
     const div = bubble("user", { event: msg.event_id });
+    if (msg.files && msg.files.length) div.append(filesOf(msg.files));
     // The same markdown as a reply's, built as DOM nodes: what the person typed is never markup.
-    div.append(SigilMarkdown.render(msg.text));
+    if (msg.text) div.append(SigilMarkdown.render(msg.text));
     if (!msg.accepted && !msg.refused) div.classList.add("pending");
     if (msg.refused) markRefused(div, msg.refused);
     return div;
+  }
+
+  // A message's files: an image's thumbnail (drawn by this page, a data: URL), else a chip.
+  function filesOf(files) {
+    const box = document.createElement("div");
+    box.className = "files";
+    for (const f of files) {
+      if (f.thumb) {
+        const img = document.createElement("img");
+        img.className = "thumb";
+        img.src = f.thumb;
+        img.alt = f.name;
+        img.dataset.media = f.media_id || "";
+        box.append(img);
+      } else {
+        box.append(chip(f));
+      }
+    }
+    return box;
+  }
+
+  function chip(f) {
+    const span = document.createElement("span");
+    span.className = "chip";
+    span.dataset.media = f.media_id || "";
+    span.textContent = `${f.name} (${sizeText(f.size)})`;
+    return span;
+  }
+
+  function sizeText(n) {
+    if (n >= 1e6) return (n / 1e6).toFixed(1) + " MB";
+    if (n >= 1e3) return Math.round(n / 1e3) + " KB";
+    return n + " bytes";
   }
 
   function markRefused(div, code) {
@@ -296,6 +340,8 @@
     sender_refused: "This workspace does not accept messages from you. Ask its administrator to let you in.",
     budget_exhausted: "The budget for your messages has run out.",
     session_forbidden: "This link does not cover that conversation.",
+    media_refused: "A file was refused.",
+    media_forbidden: "A file was refused.",
     connection_lost: "The connection was lost. Reconnecting…",
   };
 
@@ -306,7 +352,8 @@
     b.dataset.code = code;
     b.dataset.kind = kind || "error";
     const known = MESSAGES[code];
-    $("banner-text").textContent = code === "budget_exhausted" && message ? `${known} ${message}` : (known || message || code);
+    const detailed = (code === "budget_exhausted" || code.startsWith("media_")) && message;
+    $("banner-text").textContent = detailed ? `${known} ${message}` : (known || message || code);
   }
 
   function status(kind, text) {
@@ -402,7 +449,7 @@
         // Messages typed while offline, or sent just before a drop: the same event id again is
         // recognised by the server, so this never makes a second turn.
         for (const m of sentOf(state.session)) {
-          if (!m.accepted && !m.refused) send({ type: "send", event_id: m.event_id, session: state.session, text: m.text });
+          if (!m.accepted && !m.refused) send(sendFrame(m, state.session));
         }
         break;
       case "accepted": {
@@ -421,7 +468,8 @@
 
   function onError(f) {
     banner(f.code, f.message, "error");
-    if (f.event_id && f.session && (f.code === "sender_refused" || f.code === "budget_exhausted" || f.code === "session_forbidden")) {
+    const refusals = ["sender_refused", "budget_exhausted", "session_forbidden", "media_refused", "media_forbidden"];
+    if (f.event_id && f.session && refusals.includes(f.code)) {
       const sent = sentOf(f.session);
       const m = sent.find((x) => x.event_id === f.event_id);
       if (m) { m.refused = f.code; saveSent(f.session, sent); }
@@ -433,23 +481,173 @@
 
   // ------------------------------------------------------------------ the composer
 
-  function submit() {
+  function sendFrame(msg, session) {
+    const frame = { type: "send", event_id: msg.event_id, session, text: msg.text };
+    if (msg.files && msg.files.length) frame.attachments = msg.files.map((f) => ({ media_id: f.media_id }));
+    return frame;
+  }
+
+  async function submit() {
     const box = $("message");
     const text = box.value.trim();
-    if (!text || state.stopped) return;
+    if (state.stopped) return;
+    if (state.pending.some((p) => p.state === "uploading")) {
+      status(state.ready ? "open" : $("status").dataset.state, "Waiting for the files to upload…");
+      await Promise.all(state.pending.map((p) => p.done));
+    }
+    const ready = state.pending.filter((p) => p.state === "ready");
+    if (!text && !ready.length) return;
     const msg = {
       event_id: "e" + Date.now().toString(36) + Math.random().toString(36).slice(2, 8),
       text, at: Date.now(), accepted: false,
+      files: ready.map((p) => ({ media_id: p.media.media_id, name: p.media.name, kind: p.media.kind,
+        mime_type: p.media.mime_type, size: p.media.size, thumb: p.thumb || null })),
     };
     const sent = sentOf(state.session);
     sent.push(msg);
     saveSent(state.session, sent);
-    remember(state.session, text.slice(0, 40));
+    remember(state.session, (text || ready.map((p) => p.name).join(", ")).slice(0, 40));
     $("log").append(userBubble(msg));
     $("log").scrollTop = $("log").scrollHeight;
     box.value = "";
+    // The files sent go; a refused one stays listed, with its reason, until it is removed.
+    state.pending = state.pending.filter((p) => p.state !== "ready");
+    renderPending();
     if ($("banner").dataset.code && $("banner").dataset.code !== "connection_lost") banner(null);
-    send({ type: "send", event_id: msg.event_id, session: state.session, text });
+    send(sendFrame(msg, state.session));
+  }
+
+  // ------------------------------------------------------------------ attachments
+
+  function addFiles(files) {
+    if (!state.claims || state.stopped) return;
+    for (const file of files) {
+      const entry = { id: Math.random().toString(36).slice(2), file, name: file.name || "pasted-image.png",
+        size: file.size, state: "uploading", media: null, thumb: null, error: null, session: state.session };
+      entry.done = upload(entry).then(
+        (media) => { entry.media = media; entry.state = "ready"; },
+        (err) => { entry.state = "refused"; entry.error = err.message || String(err); },
+      ).then(renderPending);
+      if ((file.type || "").startsWith("image/")) {
+        thumbnail(file).then((t) => { entry.thumb = t; renderPending(); }, () => {});
+      }
+      state.pending.push(entry);
+    }
+    renderPending();
+  }
+
+  // A small JPEG of the image, drawn here from the file (never fetched back): it is what the
+  // message shows, after a reload too (kept with the message in localStorage).
+  function thumbnail(file) {
+    return new Promise((resolve, reject) => {
+      const url = URL.createObjectURL(file);
+      const img = new Image();
+      img.onload = () => {
+        const scale = Math.min(1, THUMB_PX / Math.max(img.width, img.height));
+        const canvas = document.createElement("canvas");
+        canvas.width = Math.max(1, Math.round(img.width * scale));
+        canvas.height = Math.max(1, Math.round(img.height * scale));
+        canvas.getContext("2d").drawImage(img, 0, 0, canvas.width, canvas.height);
+        URL.revokeObjectURL(url);
+        resolve(canvas.toDataURL("image/jpeg", 0.8));
+      };
+      img.onerror = () => { URL.revokeObjectURL(url); reject(new Error("not an image")); };
+      img.src = url;
+    });
+  }
+
+  async function answerOf(response) {
+    let body = {};
+    try { body = await response.json(); } catch (_) { /* not JSON */ }
+    if (response.ok) return body;
+    throw new Error(body.message || `the upload failed (${response.status})`);
+  }
+
+  // The slot, then the bytes: to the gateway itself (sigil dev), or a presigned POST to the media
+  // bucket and the confirm step (the cloud, sigil dev --aws).
+  async function upload(entry) {
+    const auth = { Authorization: "Bearer " + state.token };
+    const workspace = encodeURIComponent(state.claims.workspace);
+    const slot = await answerOf(await fetch(`media/${workspace}/uploads`, {
+      method: "POST",
+      headers: { ...auth, "Content-Type": "application/json" },
+      body: JSON.stringify({ session: entry.session, name: entry.name, size: entry.size, type: entry.file.type || "" }),
+    }));
+    if (!slot.fields) {
+      return answerOf(await fetch(slot.url, {
+        method: "POST", headers: { ...auth, "Content-Type": "application/octet-stream" }, body: entry.file,
+      }));
+    }
+    const form = new FormData();
+    for (const [k, v] of Object.entries(slot.fields)) form.append(k, v);
+    form.append("file", entry.file);
+    const posted = await fetch(slot.url, { method: "POST", body: form });
+    if (!posted.ok) {
+      throw new Error(posted.status === 400 ? `${entry.name} is larger than this workspace takes` : `the upload failed (${posted.status})`);
+    }
+    return answerOf(await fetch(slot.confirm, { method: "POST", headers: auth }));
+  }
+
+  function renderPending() {
+    const ul = $("attachments");
+    ul.replaceChildren();
+    for (const p of state.pending) {
+      const li = document.createElement("li");
+      li.className = "attachment";
+      li.dataset.state = p.state;
+      li.dataset.name = p.name;
+      if (p.media) li.dataset.media = p.media.media_id;
+      if (p.thumb) {
+        const img = document.createElement("img");
+        img.className = "thumb";
+        img.src = p.thumb;
+        img.alt = "Preview of " + p.name;
+        li.append(img);
+      } else {
+        li.append(chip({ name: p.name, size: p.size }));
+      }
+      const note = document.createElement("span");
+      note.className = "note";
+      note.textContent = p.state === "uploading" ? "Uploading…" : p.state === "refused" ? `Not attached: ${p.error}` : "Ready";
+      if (p.state === "refused") note.setAttribute("role", "alert");
+      li.append(note);
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.textContent = "×";
+      remove.setAttribute("aria-label", "Remove " + p.name);
+      remove.addEventListener("click", () => {
+        state.pending = state.pending.filter((x) => x !== p);
+        renderPending();
+        $("message").focus();
+      });
+      li.append(remove);
+      ul.append(li);
+    }
+    ul.hidden = state.pending.length === 0;
+  }
+
+  function watchForFiles() {
+    $("attach").addEventListener("click", () => $("file-input").click());
+    $("file-input").addEventListener("change", (e) => { addFiles([...e.target.files]); e.target.value = ""; });
+    // Pasting an image (a screenshot) attaches it; pasted text stays text.
+    $("message").addEventListener("paste", (e) => {
+      const files = [...(e.clipboardData ? e.clipboardData.files : [])];
+      if (files.length) { e.preventDefault(); addFiles(files); }
+    });
+    const zone = document.querySelector(".conversation");
+    let depth = 0;
+    const dragging = (on) => { $("composer").classList.toggle("dragging", on); $("drop-hint").hidden = !on; };
+    const hasFiles = (e) => e.dataTransfer && [...e.dataTransfer.types].includes("Files");
+    zone.addEventListener("dragenter", (e) => { if (hasFiles(e)) { depth += 1; dragging(true); e.preventDefault(); } });
+    zone.addEventListener("dragover", (e) => { if (hasFiles(e)) e.preventDefault(); });
+    zone.addEventListener("dragleave", () => { depth = Math.max(0, depth - 1); if (!depth) dragging(false); });
+    zone.addEventListener("drop", (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      depth = 0;
+      dragging(false);
+      addFiles([...e.dataTransfer.files]);
+    });
   }
 
   // ------------------------------------------------------------------ start
@@ -484,6 +682,7 @@
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
     });
     $("new-session").addEventListener("click", () => switchTo(newSessionName()));
+    watchForFiles();
     $("token-form").addEventListener("submit", (e) => {
       e.preventDefault();
       const token = $("token-input").value.trim();
