@@ -12,7 +12,7 @@ the whole within ContextConfig.orientation_tokens:
   reader as the prompt's facts, so never another person's private ones), most confident first;
 - their recent topics: the newest Tier-2 summaries under that scope, a line each;
 - the workspace: the skills the turn may load (a count and the first names) and, where the
-  backend keeps tasks (Backend.tasks), how many are open.
+  backend keeps tasks (Backend.tasks), how many are open (none: no line).
 
 No model call: it costs the reads it makes (the facts' cached reader, one summaries query, one
 tasks query), once a conversation.
@@ -118,8 +118,10 @@ def _workspace(backend: Backend, workspace_id: str, skills: Sequence[Skill]) -> 
         except SigilError as exc:
             log.warning("orientation: tasks unreadable", extra={"error": type(exc).__name__})
         else:
-            count = f"{len(open_tasks)}+" if len(open_tasks) >= 100 else str(len(open_tasks))
-            lines.append(f"- open delegated tasks: {count}")
+            # None open is nothing to orient by: the line (and its tokens) only when some are.
+            if open_tasks:
+                count = f"{len(open_tasks)}+" if len(open_tasks) >= 100 else str(len(open_tasks))
+                lines.append(f"- open delegated tasks: {count}")
     return lines
 
 

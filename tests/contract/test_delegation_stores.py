@@ -63,7 +63,10 @@ def sqlite_stores(tmp_path: Path) -> Iterator[Stores]:
 
 @contextlib.contextmanager
 def dynamo_stores(tmp_path: Path) -> Iterator[Stores]:
-    with mock_aws():
+    # moto_like_aws: in-process moto runs a transaction on the caller's thread and restores a
+    # snapshot when a condition fails, so racing writers (the cap and version tests) could pass a
+    # cap DynamoDB enforces; serialised per request, as DynamoDB's transactions are.
+    with mock_aws(), moto_aws.moto_like_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         # The tables exactly as the stack and the other adapters define them.
         create_tables(client, sessions_table="sigil-sessions", memory_table="sigil-memory")

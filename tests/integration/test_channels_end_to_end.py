@@ -25,6 +25,8 @@ import copy
 import dataclasses
 import itertools
 import json
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +43,8 @@ from functions.agent import handler as agent
 from functions.webhook import handler as webhook
 from shared import cloud, serde
 from shared.adapters.aws import clients
+from shared.adapters.embedded.db import Database
+from shared.adapters.embedded.index import SqliteMemoryIndex
 from shared.channels.out import PlatformSender
 from shared.models import LaneItem
 from shared.models.media import MediaItem
@@ -249,6 +253,13 @@ def run_end_to_end(case: Case, *, reply: str, pacer: Pacer | None) -> Trace:
         serve_files(platforms)
         stack.callback(cloud.reset)
         aws = runtime(model, platforms)
+        # moto has no OpenSearch: the turns' memory index is the embedded one (as the contract
+        # suites' is), which a document's text is indexed into and the context pipeline searches.
+        index_dir = Path(tempfile.mkdtemp(prefix="sigil-e2e-index-"))
+        stack.callback(shutil.rmtree, index_dir, ignore_errors=True)
+        index_db = Database(index_dir / "index.db", load_vec=True)
+        stack.callback(index_db.close)
+        cloud.turn_deps().backend.index = SqliteMemoryIndex(index_db)
         clock = FakeClock()
         throttles_on(clock, patch)
         if pacer is not None:

@@ -136,7 +136,9 @@ def test_a_warm_turn_makes_three_dynamodb_round_trips(aws: AwsResources) -> None
         "Query",  # the workspace's identities: the sender's aliases, then cached for a minute
         "Query",  # the sender's tacit facts (Tier 3 by subject), then cached for a minute
         # The conversation's Orientation Document (the context pipeline's default, inject): the
-        # sender's recent summaries, once a conversation (kept on the session after)
+        # sender's recent summaries and the workspace's open delegated tasks, once a conversation
+        # (kept on the session after)
+        "Query",
         "Query",
         "Query",  # the sender's learned personality directive, then cached for a minute
         "PutItem",  # the reply
@@ -199,6 +201,7 @@ def test_a_warm_budgeted_turn_makes_four_dynamodb_round_trips(aws: AwsResources)
         "Query",  # the workspace's identities (the sender's aliases)
         "Query",  # the sender's tacit facts
         "Query",  # the sender's recent summaries, for the conversation's Orientation Document
+        "Query",  # ... and the workspace's open delegated tasks, for the same
         "Query",  # the sender's learned personality directive
         "PutItem",  # the reply
         "TransactWriteItems",  # the commit
