@@ -92,16 +92,17 @@ def test_a_killed_gateway_finishes_the_task_with_each_side_effect_once(
     try:
         # When the user asks for work the agent delegates to a worker
         gw.post("Please set my bill reminders", event_id="evt-1")
-        assert [r["text"] for r in gw.wait_replies(1)] == ["Started."]
-        # And the gateway is killed mid-task
+        # And the gateway is killed mid-task: the task runs on its own lane, so the kill may come
+        # before the delegating turn's reply is read (or even committed: its redelivery then finds
+        # the task it made, by its id, and answers the same)
         assert worker.killed.wait(REPLY_TIMEOUT_S)
         assert gw.proc is not None
         gw.proc.wait()
         # When it starts again on the same data directory
         gw.start()
-        # Then the task finishes and the user is told, once
-        replies = gw.wait_replies(2)
-        assert [r["text"] for r in replies][1].startswith("Told: [Task ")
+        # Then the delegating turn's answer stands, the task finishes and the user is told, once
+        replies = [r["text"] for r in gw.wait_replies(2)]
+        assert replies[0] == "Started." and replies[1].startswith("Told: [Task ")
         assert wait_until(lambda: len(gw.outbox()) == 2, timeout=5) and len(gw.outbox()) == 2
     finally:
         gw.stop()

@@ -33,6 +33,7 @@ from shared.agent.turn import APOLOGY
 from shared.channels import web
 from shared.config import Settings
 from shared.models import DomainEvent, LaneItem
+from shared.observability import metrics
 from tests.support.fake_openai import FakeOpenAI, echo_last_user
 from tests.support.lambda_context import context_for
 from tests.support.moto_aws import REGION, AwsResources, provision
@@ -51,6 +52,14 @@ def load(name: str) -> dict[str, Any]:
 
 
 CONTEXT: Any = context_for("sigil-test")
+
+
+@pytest.fixture(autouse=True)
+def no_metrics_of_earlier_tests() -> None:
+    # The functions share one powertools Metrics object (shared.observability), which a handler
+    # flushes: a turn another test ran outside a handler (every turn's memory search counts one
+    # without embeddings) would otherwise show up in this module's emitted metrics.
+    metrics.clear_metrics()
 
 
 @pytest.fixture
