@@ -40,7 +40,7 @@ from shared.agent.audit import audit_record
 from shared.agent.commit import settle
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.preflight import resolve
-from shared.agent.steps import DurableSteps
+from shared.agent.steps import DurableSteps, redelivered
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, tools_for
 from shared.clock import utcnow
 from shared.deadline import before, current, deadline
@@ -80,6 +80,10 @@ TASK_NOTE = (
     "until the task ends. Work through your tools, then call finish_task once with a summary, "
     "your findings (each with the ids of what it rests on) and your confidence."
 )
+
+
+class _HandOver(Exception):  # noqa: N818 -- a signal between the loop and run_step, not an error
+    """A redelivered step saved a step of its own: the next step item continues the task."""
 
 
 @dataclass(frozen=True)
@@ -202,8 +206,14 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         run.task = _save_usage(run)
         _tell(deps, _end(deps, run.task, "failed", error=exc.message))
         return _audit(run, None, "model_not_configured")
-    except DeadlineExceeded:
-        # Near the invocation's end (or a call cut by it): save, and continue in the next one.
+    except (DeadlineExceeded, _HandOver):
+        # Near the invocation's end (or a call cut by it), or a redelivery that made progress:
+        # save, and continue in the next step item. A step item is delivered at most
+        # maxReceiveCount times, and every process that dies under a batch (a Lambda sandbox
+        # killed, a timeout) costs each of its records one: a long step redelivered again and
+        # again would be dead-lettered with its progress saved but never counted, and the
+        # runner's give-up not run (the last delivery died too). Handing over after a step
+        # counts that progress and gives the rest of the task a fresh item's deliveries.
         run.task = _save_usage(run)
         backend.lanes.submit(step_item(run.task, run.task.invocations))
         return _audit(run, None, "ok")
@@ -252,6 +262,15 @@ def _loop(run: _Invocation) -> LoopResult:
         inbound=task.parent,
     )
     steps = run.steps
+    resumed_at, again = len(steps.saved), redelivered.get()
+
+    def finished() -> bool:
+        if _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task):
+            return True
+        if again and len(steps.saved) > resumed_at:
+            raise _HandOver
+        return False
+
     return run_loop(
         provider,
         request,
@@ -261,8 +280,9 @@ def _loop(run: _Invocation) -> LoopResult:
         safety=safety,
         budget=run.budget,
         steps=steps,
-        # A cancel asked meanwhile ends it between steps, not only at the next invocation.
-        finished=lambda: _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task),
+        # A cancel asked meanwhile ends it between steps, not only at the next invocation; a
+        # redelivery hands over after its first step (_HandOver).
+        finished=finished,
         check_first=True,
     )
 

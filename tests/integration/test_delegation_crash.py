@@ -22,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from shared.adapters.embedded import build_embedded_backend
+from shared.agent.steps import redelivered
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -266,3 +267,67 @@ def test_a_step_dead_lettered_on_its_last_delivery_fails_the_task_and_the_user_i
     run_turn(deps, outcome_item(failed, pii=False))
     assert replies(backend)[-1].startswith(f"Told: [Task {task.id} (payer) failed:")
     assert the_task(backend).outcome_delivered
+
+
+class DyingScript(Script):
+    """The task's process dies on each of its item's first `dead` deliveries before any model
+    call (a hang and kills in the same batch, as bench/chaos.py --tasks makes them), and on every
+    other delivery before its second model call: each delivery makes one step at most."""
+
+    def __init__(self, dead: int) -> None:
+        super().__init__()
+        self.dead = dead
+        self.calls = 0  # model calls of the task in the current delivery
+
+    def answer(self, request: ChatRequest) -> list[ProviderEvent]:
+        if TASK_NOTE in request.system:
+            self.calls += 1
+            if self.dead > 0 or self.calls > 1:
+                self.dead = max(0, self.dead - 1)
+                raise Killed
+        return super().answer(request)
+
+
+def deliver_as_sqs(deps: TurnDeps, backend: Backend, script: DyingScript, max_receives: int) -> int:
+    """The task's step items as SQS delivers them: each at most `max_receives` times (then
+    dead-lettered), with `redelivered` set as the agent's batch sets it from the record's
+    ApproximateReceiveCount. Returns the deliveries of the item that delivered most."""
+    receives: dict[int, int] = {}
+    for _ in range(50):
+        task = the_task(backend)
+        if task.terminal:
+            return max(receives.values())
+        seq = task.invocations
+        receives[seq] = receives.get(seq, 0) + 1
+        if receives[seq] > max_receives:
+            raise AssertionError(f"step {seq} dead-lettered: {task}")
+        script.calls = 0
+        token = redelivered.set(receives[seq] > 1)
+        try:
+            run_turn(deps, step_item(task, seq))
+        except Killed:
+            continue
+        finally:
+            redelivered.reset(token)
+    raise AssertionError(f"the task never ended: {the_task(backend)}")
+
+
+def test_a_task_whose_process_dies_on_every_delivery_goes_on_while_its_deliveries_make_progress(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backend.workspaces.put(workspace())
+    script = DyingScript(dead=2)
+    deps = deps_for(backend, tmp_path, script)
+    # Given a delegated task of four model calls (three payments, then finish_task)
+    run_turn(deps, user_item("e1", "Pay my three bills"))
+    task = the_task(backend)
+    # When its step's first two deliveries die before any model call, and every later delivery
+    # dies before its second model call (one step a delivery), as a batch killed again and again
+    deliveries = deliver_as_sqs(deps, backend, script, max_receives=5)
+    # Then no step item reached SQS's fifth delivery: each redelivery that made a step handed the
+    # rest to a fresh step item, so the task ended done, each bill paid once
+    assert deliveries <= 3
+    done = the_task(backend)
+    assert done.status == "done" and done.invocations >= 2
+    assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20, (task.id, "p3"): 30}
+    assert Ledger.runs == ["p1", "p2", "p3"]
