@@ -82,7 +82,7 @@ TASK_NOTE = (
 )
 
 
-class _HandOver(Exception):  # noqa: N818 -- a signal between the loop and run_step, not an error
+class _HandOver(Exception):
     """A redelivered step saved a step of its own: the next step item continues the task."""
 
 

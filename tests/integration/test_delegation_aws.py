@@ -26,9 +26,9 @@ from shared.agent.turn import TurnDeps
 from shared.local.aws_mode.event_source import FifoPoller
 from shared.models import InboundMessage, LaneItem, RoleConfig, Sender, new_workspace
 from shared.models.tasks import Task
-from shared.tasks.items import step_item
 from shared.observability import metrics
 from shared.providers.function import FunctionProvider
+from shared.tasks.items import step_item
 from tests.integration.test_delegation import LOOKUPS, Script, lookup
 from tests.support.lambda_context import LambdaContext
 from tests.support.moto_aws import REGION, AwsResources, provision
