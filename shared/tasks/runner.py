@@ -179,6 +179,8 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     assert role is not None
     task = tasks.save(task.model_copy(update={"status": "running", "updated_at": utcnow()}))
     steps = DurableSteps(steps_log, task.workspace_id, task.id)
+    # Steps an earlier delivery of this item saved and never counted: it died before its end.
+    uncounted = len(steps.saved) > task.steps and _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}
     if task.answer is not None:  # the user's answer to its question, as the next step
         answer_id = f"{task.id}.answer{task.invocations}"
         if not any(m.id == answer_id for m in steps.saved):
@@ -196,6 +198,10 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         expected=expected_call(task.usage),
     )
     run = _Invocation(deps, item, task, role, workspace, sender.user_id, steps, budget, started)
+    if uncounted:
+        # Counted now, before anything else can die: the progress sticks and the next step item
+        # continues it with deliveries of its own (see _HandOver), however often this one is cut.
+        return _hand_over(run)
     result: LoopResult | None = None
     try:
         if _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}:
@@ -214,9 +220,7 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         # again would be dead-lettered with its progress saved but never counted, and the
         # runner's give-up not run (the last delivery died too). Handing over after a step
         # counts that progress and gives the rest of the task a fresh item's deliveries.
-        run.task = _save_usage(run)
-        backend.lanes.submit(step_item(run.task, run.task.invocations))
-        return _audit(run, None, "ok")
+        return _hand_over(run)
     finally:
         settle(budget)
     run.task = _save_usage(run)
@@ -227,6 +231,13 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         return _audit(run, result, None)
     _finish(run, result)
     return _audit(run, result, None)
+
+
+def _hand_over(run: _Invocation) -> AuditRecord:
+    """This invocation counted (its steps, its usage), and the task's next step item submitted."""
+    run.task = _save_usage(run)
+    run.deps.backend.lanes.submit(step_item(run.task, run.task.invocations))
+    return _audit(run, None, "ok")
 
 
 def _loop(run: _Invocation) -> LoopResult:
