@@ -77,12 +77,24 @@ class Ledger:
     runs: list[str] = []  # each call id, every time the tool's body ran
     effects: dict[tuple[str, str], int] = {}  # (task, call) -> the payment made, once
     kill_in_tool: set[str] = set()  # call ids that die after their effect, on their first run
+    # Units of work (a model call, a payment) the current delivery may do before its process
+    # dies; None: no limit.
+    units: int | None = None
+
+
+def spend_unit() -> None:
+    """One unit of the delivery's work (Ledger.units); the process dies when none is left."""
+    if Ledger.units is not None:
+        if Ledger.units <= 0:
+            raise Killed
+        Ledger.units -= 1
 
 
 @tool
 def pay(args: PayArgs, ctx: ToolContext) -> str:
     """Pays an amount (a side effect, keyed on the task and the call so a re-run pays nothing)."""
     call_id = ctx.call_id or ""
+    spend_unit()
     Ledger.runs.append(call_id)
     Ledger.effects.setdefault((ctx.turn_id, call_id), args.amount)
     if call_id in Ledger.kill_in_tool:
@@ -123,7 +135,7 @@ class Script:
 @pytest.fixture(params=["embedded", "aws"])
 def backend(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Both backends: the embedded one, and the cloud one on moto (with the embedded index)."""
-    Ledger.runs, Ledger.effects, Ledger.kill_in_tool = [], {}, set()
+    Ledger.runs, Ledger.effects, Ledger.kill_in_tool, Ledger.units = [], {}, set(), None
     if request.param == "aws":
         with contract_backend(tmp_path) as (cloud_backend, drain):
             DRAIN[:] = [drain]
@@ -333,3 +345,48 @@ def test_a_task_whose_process_dies_on_every_delivery_goes_on_while_its_deliverie
     assert done.status == "done" and done.invocations >= 2
     assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20, (task.id, "p3"): 30}
     assert Ledger.runs == ["p1", "p2", "p3"]
+
+
+class TwoAtOnce(Script):
+    """A task that pays two bills with parallel calls, then finishes; each model call of the task
+    spends one of the delivery's units of work (Ledger.units)."""
+
+    def answer(self, request: ChatRequest) -> list[ProviderEvent]:
+        if TASK_NOTE not in request.system:
+            return super().answer(request)
+        spend_unit()
+        if any(isinstance(m, ToolResultMessage) for m in request.messages):
+            return call("finish_task", {"summary": "Paid two bills.", "confidence": 0.9}, "fin")
+        return [*call("pay", {"amount": 10}, "p1"), *call("pay", {"amount": 20}, "p2")]
+
+
+def test_a_delivery_counts_the_steps_a_dead_delivery_of_its_item_saved_and_hands_over(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backend.workspaces.put(workspace())
+    deps = deps_for(backend, tmp_path, TwoAtOnce())
+    run_turn(deps, user_item("e1", "Pay my two bills"))
+    task = the_task(backend)
+    # When every delivery's process dies after one unit of work (a model call or a payment),
+    # and the lane delivers each step item twice at most
+    receives: dict[int, int] = {}
+    for _ in range(20):
+        current = the_task(backend)
+        if current.terminal:
+            break
+        seq = current.invocations
+        receives[seq] = receives.get(seq, 0) + 1
+        assert receives[seq] <= 2, f"step {seq} dead-lettered: steps saved but never counted"
+        Ledger.units = 1
+        token = redelivered.set(receives[seq] > 1)
+        try:
+            run_turn(deps, step_item(current, seq))
+        except Killed:
+            pass
+        finally:
+            redelivered.reset(token)
+    # Then each delivery after one that saved a step counted it and handed the rest to a fresh
+    # item: the task ended done, each bill paid once
+    done = the_task(backend)
+    assert done.status == "done"
+    assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20}
