@@ -4,7 +4,11 @@ A step item (TaskEvent kind "step", on the task's own lane) runs the task's loop
 steps (shared.agent.steps, keyed by the task's id) until it ends or the invocation's deadline is
 near; then the task is saved (steps, invocations, usage) and the next step (seq + 1) is submitted
 to its lane. So a task outlives any one invocation, and a crash or a redelivery continues from its
-last saved step: no completed tool call runs again, no saved model call is made again.
+last saved step: no completed tool call runs again, no saved model call is made again. Progress
+is counted early, since every process that dies under a batch costs each of its records one of
+its deliveries: a delivery that finds steps an earlier (dead) delivery of its item saved counts
+them and submits the next step at once, and a redelivered step does so after its first step; so
+a task's step item is dead-lettered only after deliveries in a row that saved nothing.
 
 Before each invocation the task is stopped, with its status saying why, when: a cancel was asked
 (cancelled), its wall time is over (timed_out), its role's tool-call or token limit is reached
