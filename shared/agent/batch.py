@@ -67,7 +67,7 @@ from pydantic import ConfigDict, Json, ValidationError
 
 from shared import correlation
 from shared.agent.coalesce import coalesce
-from shared.agent.steps import first_delivery
+from shared.agent.steps import first_delivery, redelivered
 from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
 from shared.deadline import deadline, remaining
 from shared.errors import ProviderError, SigilError, TurnNotStarted
@@ -303,7 +303,9 @@ def run_record(
         )
     item = plan.leads.get(record.messageId, record.body)
     # A first delivery has no durable steps saved (shared.agent.steps): its turn reads none.
-    first = first_delivery.set(int(record.attributes.ApproximateReceiveCount) <= 1)
+    receives = int(record.attributes.ApproximateReceiveCount)
+    first = first_delivery.set(receives <= 1)
+    again = redelivered.set(receives > 1)
     try:
         with deadline(until), correlation.correlated(record.body.correlation_id, logger=_log_keys()):
             audit = turn(deps, item)
@@ -315,6 +317,7 @@ def run_record(
         raise
     finally:
         first_delivery.reset(first)
+        redelivered.reset(again)
     turn_metrics(audit)
     if item is not record.body:
         metrics.add_metric(name=TURNS_COALESCED.name, unit=TURNS_COALESCED.unit, value=1)

@@ -29,6 +29,12 @@ from shared.ports import StepLog
 # ApproximateReceiveCount): a turn's steps are keyed by its event, so a first delivery has none
 # saved and a warm turn skips the read. Unknown (the default): read.
 first_delivery: ContextVar[bool] = ContextVar("sigil_first_delivery", default=False)
+# True while the lane delivers an item again (ApproximateReceiveCount above 1): its earlier
+# deliveries failed or died. A task's step that makes progress on a redelivery hands over to a
+# fresh step item (shared.tasks.runner), so a task is dead-lettered only when deliveries in a row
+# make none, not when its one long step is cut by every process that dies under it. Unknown (the
+# default): not a redelivery.
+redelivered: ContextVar[bool] = ContextVar("sigil_redelivered", default=False)
 
 
 @dataclass

@@ -4,7 +4,11 @@ A step item (TaskEvent kind "step", on the task's own lane) runs the task's loop
 steps (shared.agent.steps, keyed by the task's id) until it ends or the invocation's deadline is
 near; then the task is saved (steps, invocations, usage) and the next step (seq + 1) is submitted
 to its lane. So a task outlives any one invocation, and a crash or a redelivery continues from its
-last saved step: no completed tool call runs again, no saved model call is made again.
+last saved step: no completed tool call runs again, no saved model call is made again. Progress
+is counted early, since every process that dies under a batch costs each of its records one of
+its deliveries: a delivery that finds steps an earlier (dead) delivery of its item saved counts
+them and submits the next step at once, and a redelivered step does so after its first step; so
+a task's step item is dead-lettered only after deliveries in a row that saved nothing.
 
 Before each invocation the task is stopped, with its status saying why, when: a cancel was asked
 (cancelled), its wall time is over (timed_out), its role's tool-call or token limit is reached
@@ -40,7 +44,7 @@ from shared.agent.audit import audit_record
 from shared.agent.commit import settle
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.preflight import resolve
-from shared.agent.steps import DurableSteps
+from shared.agent.steps import DurableSteps, redelivered
 from shared.agent.turn import TurnDeps, owner_for, recall_scope_for, tools_for
 from shared.clock import utcnow
 from shared.deadline import before, current, deadline
@@ -80,6 +84,10 @@ TASK_NOTE = (
     "until the task ends. Work through your tools, then call finish_task once with a summary, "
     "your findings (each with the ids of what it rests on) and your confidence."
 )
+
+
+class _HandOver(Exception):
+    """A redelivered step saved a step of its own: the next step item continues the task."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,8 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
     assert role is not None
     task = tasks.save(task.model_copy(update={"status": "running", "updated_at": utcnow()}))
     steps = DurableSteps(steps_log, task.workspace_id, task.id)
+    # Steps an earlier delivery of this item saved and never counted: it died before its end.
+    uncounted = len(steps.saved) > task.steps and _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}
     if task.answer is not None:  # the user's answer to its question, as the next step
         answer_id = f"{task.id}.answer{task.invocations}"
         if not any(m.id == answer_id for m in steps.saved):
@@ -192,6 +202,10 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         expected=expected_call(task.usage),
     )
     run = _Invocation(deps, item, task, role, workspace, sender.user_id, steps, budget, started)
+    if uncounted:
+        # Counted now, before anything else can die: the progress sticks and the next step item
+        # continues it with deliveries of its own (see _HandOver), however often this one is cut.
+        return _hand_over(run)
     result: LoopResult | None = None
     try:
         if _last_tool(steps.saved) not in {FINISH_TASK, ASK_USER}:
@@ -202,11 +216,15 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         run.task = _save_usage(run)
         _tell(deps, _end(deps, run.task, "failed", error=exc.message))
         return _audit(run, None, "model_not_configured")
-    except DeadlineExceeded:
-        # Near the invocation's end (or a call cut by it): save, and continue in the next one.
-        run.task = _save_usage(run)
-        backend.lanes.submit(step_item(run.task, run.task.invocations))
-        return _audit(run, None, "ok")
+    except (DeadlineExceeded, _HandOver):
+        # Near the invocation's end (or a call cut by it), or a redelivery that made progress:
+        # save, and continue in the next step item. A step item is delivered at most
+        # maxReceiveCount times, and every process that dies under a batch (a Lambda sandbox
+        # killed, a timeout) costs each of its records one: a long step redelivered again and
+        # again would be dead-lettered with its progress saved but never counted, and the
+        # runner's give-up not run (the last delivery died too). Handing over after a step
+        # counts that progress and gives the rest of the task a fresh item's deliveries.
+        return _hand_over(run)
     finally:
         settle(budget)
     run.task = _save_usage(run)
@@ -217,6 +235,13 @@ def run_step(deps: TurnDeps, item: LaneItem) -> AuditRecord:
         return _audit(run, result, None)
     _finish(run, result)
     return _audit(run, result, None)
+
+
+def _hand_over(run: _Invocation) -> AuditRecord:
+    """This invocation counted (its steps, its usage), and the task's next step item submitted."""
+    run.task = _save_usage(run)
+    run.deps.backend.lanes.submit(step_item(run.task, run.task.invocations))
+    return _audit(run, None, "ok")
 
 
 def _loop(run: _Invocation) -> LoopResult:
@@ -252,6 +277,15 @@ def _loop(run: _Invocation) -> LoopResult:
         inbound=task.parent,
     )
     steps = run.steps
+    resumed_at, again = len(steps.saved), redelivered.get()
+
+    def finished() -> bool:
+        if _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task):
+            return True
+        if again and len(steps.saved) > resumed_at:
+            raise _HandOver
+        return False
+
     return run_loop(
         provider,
         request,
@@ -261,8 +295,9 @@ def _loop(run: _Invocation) -> LoopResult:
         safety=safety,
         budget=run.budget,
         steps=steps,
-        # A cancel asked meanwhile ends it between steps, not only at the next invocation.
-        finished=lambda: _last_tool(steps.saved) in {FINISH_TASK, ASK_USER} or _cancel_asked(deps, task),
+        # A cancel asked meanwhile ends it between steps, not only at the next invocation; a
+        # redelivery hands over after its first step (_HandOver).
+        finished=finished,
         check_first=True,
     )
 

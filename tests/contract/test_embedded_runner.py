@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from shared.adapters.embedded import Database, EmbeddedLaneRunner, SqliteLanes
+from shared.agent.steps import redelivered
 from shared.errors import ProviderError
 from shared.models import LaneItem
 
@@ -117,8 +118,10 @@ def test_more_groups_than_workers_all_complete(lanes: SqliteLanes) -> None:
 
 def test_a_failing_item_is_retried_and_the_group_waits_for_it(lanes: SqliteLanes) -> None:
     failures = {"a-1": 2}  # fails twice, then succeeds
+    again: dict[str, list[bool]] = defaultdict(list)  # what the handler read as `redelivered`
 
     def work(item: LaneItem) -> None:
+        again[item.inbound.event_id].append(redelivered.get())
         left = failures.get(item.inbound.event_id, 0)
         if left:
             failures[item.inbound.event_id] = left - 1
@@ -133,6 +136,9 @@ def test_a_failing_item_is_retried_and_the_group_waits_for_it(lanes: SqliteLanes
 
     assert recorder.order["w1.a"] == ["a-0", "a-1", "a-2"]
     assert lanes.dead_letters() == []
+    # And the handler knew a redelivery from a first delivery (as the agent's batch knows from
+    # SQS's ApproximateReceiveCount): a task's step hands over on one (shared.tasks.runner)
+    assert dict(again) == {"a-0": [False], "a-1": [False, True, True], "a-2": [False]}
 
 
 def test_an_expected_failure_is_one_line_with_its_cause_and_a_bug_keeps_its_traceback(

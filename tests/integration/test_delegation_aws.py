@@ -10,7 +10,11 @@ same conversation. A cancel stops a running task.
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -24,12 +28,25 @@ from shared.models import InboundMessage, LaneItem, RoleConfig, Sender, new_work
 from shared.models.tasks import Task
 from shared.observability import metrics
 from shared.providers.function import FunctionProvider
+from shared.tasks.items import step_item
 from tests.integration.test_delegation import LOOKUPS, Script, lookup
 from tests.support.lambda_context import LambdaContext
 from tests.support.moto_aws import REGION, AwsResources, provision
 
 WS = "default"
 SESSION = "web.demo"
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def sqs_record(item: LaneItem, receive_count: int) -> dict[str, Any]:
+    """The sample lane record (events/agent_sqs_fifo_batch.json) carrying `item`, as its
+    `receive_count`th delivery."""
+    sample = json.loads((EVENTS / "agent_sqs_fifo_batch.json").read_text())["Records"][0]
+    record: dict[str, Any] = copy.deepcopy(sample)
+    record["body"] = item.model_dump_json()
+    record["attributes"]["MessageGroupId"] = item.group_id
+    record["attributes"]["ApproximateReceiveCount"] = str(receive_count)
+    return record
 
 
 @pytest.fixture
@@ -160,3 +177,28 @@ def test_a_cancel_stops_a_running_task_on_the_cloud_path(aws: tuple[AwsResources
     assert only_task(deps).status == "cancelled"
     assert LOOKUPS == ["tides 1", "tides 2", "tides 3"]
     assert replies(deps)[-1].startswith(f"Update on your task: [Task {task.id} (researcher) was cancelled")
+
+
+def test_a_redelivered_step_hands_the_rest_of_its_task_to_a_fresh_step_item(
+    aws: tuple[AwsResources, TurnDeps],
+) -> None:
+    resources, deps = aws
+    poll = poller(resources)
+    say(deps, "e1", "Please research the tides")
+    assert poll.poll_once() == 1
+    task = only_task(deps)
+    # When the task's step comes on its second delivery (its first died: a killed sandbox takes
+    # its whole batch with it, bench/chaos.py --tasks), through the agent's handler
+    record = sqs_record(step_item(task, 0), receive_count=2)
+    answer = agent.lambda_handler({"Records": [record]}, LambdaContext(remaining_ms=60_000))
+    # Then it made one step and handed the rest over: the invocation is counted, and the next
+    # step item (its own deliveries from one) continues, rather than this one running on until
+    # it is killed again and SQS's count of its deliveries reaches the dead-letter queue
+    assert answer == {"batchItemFailures": []}
+    assert LOOKUPS == ["tides 1"]
+    assert only_task(deps).invocations == 1 and not only_task(deps).terminal
+    # And the task runs to its end from there, each lookup made once, and is told once
+    drain(poll, lambda: only_task(deps).outcome_delivered)
+    assert [f"tides {n}" for n in range(1, 6)] == LOOKUPS
+    assert only_task(deps).status == "done"
+    assert replies(deps)[-1].startswith(f"Update on your task: [Task {task.id} (researcher) finished:")

@@ -22,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from shared.adapters.embedded import build_embedded_backend
+from shared.agent.steps import redelivered
 from shared.agent.turn import TurnDeps, give_up_turn, run_turn
 from shared.backend import Backend
 from shared.channels.senders import OutboxSender, SenderRegistry
@@ -76,12 +77,24 @@ class Ledger:
     runs: list[str] = []  # each call id, every time the tool's body ran
     effects: dict[tuple[str, str], int] = {}  # (task, call) -> the payment made, once
     kill_in_tool: set[str] = set()  # call ids that die after their effect, on their first run
+    # Units of work (a model call, a payment) the current delivery may do before its process
+    # dies; None: no limit.
+    units: int | None = None
+
+
+def spend_unit() -> None:
+    """One unit of the delivery's work (Ledger.units); the process dies when none is left."""
+    if Ledger.units is not None:
+        if Ledger.units <= 0:
+            raise Killed
+        Ledger.units -= 1
 
 
 @tool
 def pay(args: PayArgs, ctx: ToolContext) -> str:
     """Pays an amount (a side effect, keyed on the task and the call so a re-run pays nothing)."""
     call_id = ctx.call_id or ""
+    spend_unit()
     Ledger.runs.append(call_id)
     Ledger.effects.setdefault((ctx.turn_id, call_id), args.amount)
     if call_id in Ledger.kill_in_tool:
@@ -122,7 +135,7 @@ class Script:
 @pytest.fixture(params=["embedded", "aws"])
 def backend(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Both backends: the embedded one, and the cloud one on moto (with the embedded index)."""
-    Ledger.runs, Ledger.effects, Ledger.kill_in_tool = [], {}, set()
+    Ledger.runs, Ledger.effects, Ledger.kill_in_tool, Ledger.units = [], {}, set(), None
     if request.param == "aws":
         with contract_backend(tmp_path) as (cloud_backend, drain):
             DRAIN[:] = [drain]
@@ -210,7 +223,9 @@ def test_a_workers_side_effects_happen_once_although_the_process_dies_mid_task(
     assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20, (task.id, "p3"): 30}
     # And only the call that died before its result was saved ran again; the saved ones never did
     assert Ledger.runs == ["p1", "p1", "p2", "p3"]
-    assert attempts == 3
+    # (five deliveries: each death's redelivery counts the steps saved before it and hands over
+    # to the next step item at once, which goes on)
+    assert attempts == 5
     done = the_task(backend)
     assert done.status == "done" and done.result is not None
     assert done.result.summary == "Paid three bills."
@@ -266,3 +281,112 @@ def test_a_step_dead_lettered_on_its_last_delivery_fails_the_task_and_the_user_i
     run_turn(deps, outcome_item(failed, pii=False))
     assert replies(backend)[-1].startswith(f"Told: [Task {task.id} (payer) failed:")
     assert the_task(backend).outcome_delivered
+
+
+class DyingScript(Script):
+    """The task's process dies on each of its item's first `dead` deliveries before any model
+    call (a hang and kills in the same batch, as bench/chaos.py --tasks makes them), and on every
+    other delivery before its second model call: each delivery makes one step at most."""
+
+    def __init__(self, dead: int) -> None:
+        super().__init__()
+        self.dead = dead
+        self.calls = 0  # model calls of the task in the current delivery
+
+    def answer(self, request: ChatRequest) -> list[ProviderEvent]:
+        if TASK_NOTE in request.system:
+            self.calls += 1
+            if self.dead > 0 or self.calls > 1:
+                self.dead = max(0, self.dead - 1)
+                raise Killed
+        return super().answer(request)
+
+
+def deliver_as_sqs(deps: TurnDeps, backend: Backend, script: DyingScript, max_receives: int) -> int:
+    """The task's step items as SQS delivers them: each at most `max_receives` times (then
+    dead-lettered), with `redelivered` set as the agent's batch sets it from the record's
+    ApproximateReceiveCount. Returns the deliveries of the item that delivered most."""
+    receives: dict[int, int] = {}
+    for _ in range(50):
+        task = the_task(backend)
+        if task.terminal:
+            return max(receives.values())
+        seq = task.invocations
+        receives[seq] = receives.get(seq, 0) + 1
+        if receives[seq] > max_receives:
+            raise AssertionError(f"step {seq} dead-lettered: {task}")
+        script.calls = 0
+        token = redelivered.set(receives[seq] > 1)
+        try:
+            run_turn(deps, step_item(task, seq))
+        except Killed:
+            continue
+        finally:
+            redelivered.reset(token)
+    raise AssertionError(f"the task never ended: {the_task(backend)}")
+
+
+def test_a_task_whose_process_dies_on_every_delivery_goes_on_while_its_deliveries_make_progress(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backend.workspaces.put(workspace())
+    script = DyingScript(dead=2)
+    deps = deps_for(backend, tmp_path, script)
+    # Given a delegated task of four model calls (three payments, then finish_task)
+    run_turn(deps, user_item("e1", "Pay my three bills"))
+    task = the_task(backend)
+    # When its step's first two deliveries die before any model call, and every later delivery
+    # dies before its second model call (one step a delivery), as a batch killed again and again
+    deliveries = deliver_as_sqs(deps, backend, script, max_receives=5)
+    # Then no step item reached SQS's fifth delivery: each redelivery that made a step handed the
+    # rest to a fresh step item, so the task ended done, each bill paid once
+    assert deliveries <= 3
+    done = the_task(backend)
+    assert done.status == "done" and done.invocations >= 2
+    assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20, (task.id, "p3"): 30}
+    assert Ledger.runs == ["p1", "p2", "p3"]
+
+
+class TwoAtOnce(Script):
+    """A task that pays two bills with parallel calls, then finishes; each model call of the task
+    spends one of the delivery's units of work (Ledger.units)."""
+
+    def answer(self, request: ChatRequest) -> list[ProviderEvent]:
+        if TASK_NOTE not in request.system:
+            return super().answer(request)
+        spend_unit()
+        if any(isinstance(m, ToolResultMessage) for m in request.messages):
+            return call("finish_task", {"summary": "Paid two bills.", "confidence": 0.9}, "fin")
+        return [*call("pay", {"amount": 10}, "p1"), *call("pay", {"amount": 20}, "p2")]
+
+
+def test_a_delivery_counts_the_steps_a_dead_delivery_of_its_item_saved_and_hands_over(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backend.workspaces.put(workspace())
+    deps = deps_for(backend, tmp_path, TwoAtOnce())
+    run_turn(deps, user_item("e1", "Pay my two bills"))
+    task = the_task(backend)
+    # When every delivery's process dies after one unit of work (a model call or a payment),
+    # and the lane delivers each step item twice at most
+    receives: dict[int, int] = {}
+    for _ in range(20):
+        current = the_task(backend)
+        if current.terminal:
+            break
+        seq = current.invocations
+        receives[seq] = receives.get(seq, 0) + 1
+        assert receives[seq] <= 2, f"step {seq} dead-lettered: steps saved but never counted"
+        Ledger.units = 1
+        token = redelivered.set(receives[seq] > 1)
+        try:
+            run_turn(deps, step_item(current, seq))
+        except Killed:
+            pass
+        finally:
+            redelivered.reset(token)
+    # Then each delivery after one that saved a step counted it and handed the rest to a fresh
+    # item: the task ended done, each bill paid once
+    done = the_task(backend)
+    assert done.status == "done"
+    assert Ledger.effects == {(task.id, "p1"): 10, (task.id, "p2"): 20}

@@ -23,6 +23,7 @@ import pydantic
 
 from shared import serde
 from shared.adapters.embedded.db import Database, DatabaseClosed, first
+from shared.agent.steps import redelivered
 from shared.errors import SigilError
 from shared.models import LaneItem
 from shared.ports import SubmitResult
@@ -480,6 +481,8 @@ class EmbeddedLaneRunner:
             logger.exception("lanes: dead-letter callback failed for item %s", claim.dedup_id)
 
     def _work(self, claim: _Claim) -> None:
+        # As the agent's batch sets it from SQS's ApproximateReceiveCount (shared.agent.steps).
+        again = redelivered.set(claim.attempts > 1)
         try:
             try:
                 self.handler(claim.item)
@@ -523,6 +526,7 @@ class EmbeddedLaneRunner:
             # flight and is delivered again after the next start.
             logger.exception("lanes: could not record the outcome of item %s", claim.dedup_id)
         finally:
+            redelivered.reset(again)
             with self._cond:
                 self._active.discard(claim.group_id)
             self.lanes.notify()
