@@ -13,13 +13,8 @@ never the turn, which finds a file by its id.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-from botocore.exceptions import ClientError
-
 from shared import serde
-from shared.adapters.aws import clients
+from shared.adapters.aws.s3 import S3Bucket
 from shared.media.ids import check_media_id
 from shared.models.media import MediaItem
 from shared.skills import check_workspace
@@ -27,34 +22,12 @@ from shared.skills import check_workspace
 PREFIX = "media/"
 BYTES = "bytes"
 RECORD = "record.json"
-_MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
-class S3MediaStore:
-    def __init__(self, bucket: str, *, region: str | None = None, client: Any = None) -> None:
-        self.bucket = bucket
-        self.region = region
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        # Built on first use: a turn without attachments never builds an S3 client.
-        if self._client is None:
-            self._client = clients.s3(self.region)
-        return self._client
-
+class S3MediaStore(S3Bucket):
     def _prefix(self, workspace_id: str, media_id: str | None = None) -> str:
         base = f"{PREFIX}{check_workspace(workspace_id)}/"
         return base if media_id is None else f"{base}{check_media_id(media_id)}/"
-
-    def _get(self, key: str) -> bytes | None:
-        try:
-            body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
-        return body
 
     def _put(self, key: str, body: bytes, content_type: str) -> None:
         self.client.put_object(
@@ -82,11 +55,6 @@ class S3MediaStore:
         prefix = self._prefix(item.workspace_id, item.id)
         if self._get(prefix + RECORD) is not None:
             self._put(prefix + RECORD, serde.dumps(item).encode(), "application/json")
-
-    def _keys(self, prefix: str) -> Iterator[str]:
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                yield item["Key"]
 
     def list_media(
         self, workspace_id: str, *, user_id: str | None = None, session_id: str | None = None

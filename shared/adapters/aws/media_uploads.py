@@ -15,12 +15,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shared.adapters.aws.media import PREFIX, S3MediaStore
+from shared.adapters.aws.s3 import is_missing
 from shared.media.ids import check_media_id
 from shared.ports import PresignedUpload, StagedUpload
 from shared.skills import check_workspace
 
 UPLOAD = "upload"
-_MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3MediaUploads:
@@ -64,7 +64,7 @@ class S3MediaUploads:
                 Bucket=self.store.bucket, Key=self.key(workspace_id, media_id)
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
+            if is_missing(exc):
                 return None
             raise
 

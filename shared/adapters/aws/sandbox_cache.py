@@ -10,45 +10,27 @@ every other put, and every writer but the precompile function's role
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from shared.adapters.aws import clients
+from shared.adapters.aws.s3 import S3Bucket, error_code
 
 log = logging.getLogger("sigil.sandbox")
 
 PREFIX = "sandbox/"
-_MISSING = {"NoSuchKey", "404", "NotFound"}
 _TAKEN = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
 
 
-class S3CompiledCache:
-    def __init__(self, bucket: str, *, region: str | None = None, client: Any = None) -> None:
-        self.bucket = bucket
-        self.region = region
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = clients.s3(self.region)
-        return self._client
-
+class S3CompiledCache(S3Bucket):
     def get(self, key: str) -> bytes | None:
-        try:
-            body: bytes = self.client.get_object(Bucket=self.bucket, Key=PREFIX + key)["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
-        return body
+        return self._get(PREFIX + key)
 
     def put_once(self, key: str, data: bytes) -> bool:
         try:
             self.client.put_object(Bucket=self.bucket, Key=PREFIX + key, Body=data, IfNoneMatch="*")
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _TAKEN:
+            if error_code(exc) in _TAKEN:
                 return False
             raise
         return True

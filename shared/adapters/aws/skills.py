@@ -12,51 +12,21 @@ new version no longer has. The agent reads through shared.skills.CachedSkills.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from botocore.exceptions import ClientError
-
-from shared.adapters.aws import clients
+from shared.adapters.aws.s3 import S3Bucket
 from shared.errors import ConcurrencyConflict, NotFound, SigilError
 from shared.ports import SkillLink
 from shared.skills import LINK_FILE, SKILL_FILE, check_name, check_path, check_workspace
 from shared.skills.store import link_record, parse_link, refuse_if_linked
 
 PREFIX = "skills/"
-_MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
-class S3SkillStore:
-    def __init__(self, bucket: str, *, region: str | None = None, client: Any = None) -> None:
-        self.bucket = bucket
-        self.region = region
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        # Built on first use: a container whose turns touch no skill never builds an S3 client.
-        if self._client is None:
-            self._client = clients.s3(self.region)
-        return self._client
-
+class S3SkillStore(S3Bucket):
     def _prefix(self, workspace_id: str, name: str | None = None) -> str:
         base = f"{PREFIX}{check_workspace(workspace_id)}/"
         return base if name is None else f"{base}{check_name(name)}/"
-
-    def _get(self, key: str) -> bytes | None:
-        try:
-            body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
-        return body
-
-    def _keys(self, prefix: str) -> Iterator[str]:
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                yield item["Key"]
 
     def list_skills(self, workspace_id: str) -> list[str]:
         prefix = self._prefix(workspace_id)
