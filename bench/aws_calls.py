@@ -365,7 +365,9 @@ def first_turns(
             out = subprocess.run(  # noqa: S603 - this interpreter, running the fixed code above
                 [sys.executable, "-c", LAYER_ONLY + _FIRST_TURN.format(root=str(tree))],
                 input=json.dumps(event),
-                env=dict(os.environ),
+                # The rounds after the first read the bytecode caches it wrote, as (c)'s do, even
+                # where the caller's environment says not to write them.
+                env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
                 cwd=tree,
                 capture_output=True,
                 text=True,

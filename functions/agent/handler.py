@@ -8,12 +8,15 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from shared.coldstart import gc_paused
 
-from shared import cloud
-from shared.agent.batch import batch_deadline, lane_processor, plan_batch, run_record, settle, shared_deps
-from shared.observability import logger, metrics, tracer
+with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from shared import cloud
+    from shared.agent.batch import batch_deadline, lane_processor, plan_batch, run_record, settle, shared_deps
+    from shared.observability import logger, metrics, tracer
 
 
 @logger.inject_lambda_context(log_event=False)  # the records carry the users' messages

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import SqsModel
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from shared.coldstart import gc_paused
 
-from shared import cloud, correlation
-from shared.consolidation.deadline import Deadline
-from shared.consolidation.trigger import ConsolidateEvent, consolidate, extract_turns, publish, receive
-from shared.observability import logger, metrics, tracer
-from shared.tasks.sweep import sweep_tasks
+with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+    from aws_lambda_powertools.utilities.parser import parse
+    from aws_lambda_powertools.utilities.parser.models import SqsModel
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from shared import cloud, correlation
+    from shared.consolidation.deadline import Deadline
+    from shared.consolidation.trigger import ConsolidateEvent, consolidate, extract_turns, publish, receive
+    from shared.observability import logger, metrics, tracer
+    from shared.tasks.sweep import sweep_tasks
 
 # Stop this long before Lambda's timeout: time to finish the unit in hand, release leases and log.
 MARGIN_S = 60.0

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from shared.coldstart import gc_paused
 
-from shared import cloud
-from shared.observability import logger
+with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from shared import cloud
+    from shared.observability import logger
 
 
 @logger.inject_lambda_context(log_event=False)

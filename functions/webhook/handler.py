@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from shared.coldstart import gc_paused
 
-from shared import cloud, correlation
-from shared.errors import SigilError
-from shared.ingress.http import HttpAnswer, page, refusal, request_from_v2
-from shared.ingress.metered import refused
-from shared.observability import logger, metrics, tracer
+with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+    from aws_lambda_powertools.logging import correlation_paths
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from shared import cloud, correlation
+    from shared.errors import SigilError
+    from shared.ingress.http import HttpAnswer, page, refusal, request_from_v2
+    from shared.ingress.metered import refused
+    from shared.observability import logger, metrics, tracer
 
 app = APIGatewayHttpResolver()
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from shared.coldstart import gc_paused
 
-from shared import cloud, correlation
-from shared.errors import SigilError
-from shared.observability import logger, metrics, tracer
+with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+    from aws_lambda_powertools.logging import correlation_paths
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from shared import cloud, correlation
+    from shared.errors import SigilError
+    from shared.observability import logger, metrics, tracer
 
 
 def route(event: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.lazyre import LazyPattern
 from shared.safety.fold import TAG_FIRST, TAG_LAST, Folded, fold
 
 MAX_SCAN_CHARS = 1_000_000
@@ -67,7 +68,7 @@ class _Rule:
     name: str
     strong: bool
     keywords: tuple[str, ...]  # literals one of which every match contains; else the rule is skipped
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[LazyPattern, ...]  # compiled when a text first holds one of the keywords
 
 
 # A word boundary for which "_" separates words, unlike `\b`: "ignore_previous_instructions"
@@ -78,7 +79,7 @@ _BOUNDARY = r"(?:(?<![a-z0-9])(?=[a-z0-9])|(?<=[a-z0-9])(?![a-z0-9]))"
 def _rule(name: str, keywords: Sequence[str], *patterns: str, strong: bool = True) -> _Rule:
     # No IGNORECASE: the folded text is lower case already, and case-sensitive literals let the
     # regex engine jump to candidate positions instead of trying every one.
-    compiled = tuple(re.compile(p.replace(r"\b", _BOUNDARY)) for p in patterns)
+    compiled = tuple(LazyPattern(p.replace(r"\b", _BOUNDARY)) for p in patterns)
     return _Rule(name, strong, tuple(keywords), compiled)
 
 

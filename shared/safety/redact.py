@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shared.lazyre import LazyPattern
 from shared.safety import ruleset
 
 MARKER = "[REDACTED:{}]"
@@ -66,7 +67,7 @@ HOLD_BACK = 96
 @dataclass(frozen=True)
 class _Pattern:
     kind: str
-    regex: re.Pattern[str]
+    regex: LazyPattern  # compiled when a text first holds one of `needs`
     # Literals one of which every match contains (lower case if `caseless`): the pattern is
     # skipped when none is in the text, so clean text costs a few substring searches, not a
     # regex pass per pattern.
@@ -178,31 +179,31 @@ _SECRETS: tuple[_Pattern, ...] = (
     # Private keys come first, by their markers; see _private_keys.
     _Pattern(
         "anthropic_key",
-        re.compile(_token("sk-ant-", r"(?:[a-z]{2,8}\d{2}-)?[A-Za-z0-9_-]{20,}")),
+        LazyPattern(_token("sk-ant-", r"(?:[a-z]{2,8}\d{2}-)?[A-Za-z0-9_-]{20,}")),
         ("sk-ant-",),
     ),
-    _Pattern("openrouter_key", re.compile(_token("sk-or-", r"v\d{1,2}-[0-9a-f]{64}")), ("sk-or-",)),
+    _Pattern("openrouter_key", LazyPattern(_token("sk-or-", r"v\d{1,2}-[0-9a-f]{64}")), ("sk-or-",)),
     _Pattern(
         # OpenAI's keys and the OpenAI-compatible providers' (DeepSeek: sk-<32 hex>).
         "openai_key",
-        re.compile(_token("sk-", r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9][A-Za-z0-9_-]{19,}")),
+        LazyPattern(_token("sk-", r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9][A-Za-z0-9_-]{19,}")),
         ("sk-",),
         check=_random_looking,
     ),
     *(
-        _Pattern("stripe_key", re.compile(_token(prefix, r"[A-Za-z0-9]{20,247}")), (prefix,))
+        _Pattern("stripe_key", LazyPattern(_token(prefix, r"[A-Za-z0-9]{20,247}")), (prefix,))
         for prefix in ("sk_live_", "rk_live_", "sk_test_", "rk_test_", "whsec_")
     ),
     _Pattern(
-        "huggingface_token", re.compile(_token("hf_", r"[A-Za-z0-9]{30,40}")), ("hf_",), check=_mixed_case
+        "huggingface_token", LazyPattern(_token("hf_", r"[A-Za-z0-9]{30,40}")), ("hf_",), check=_mixed_case
     ),
-    _Pattern("npm_token", re.compile(_token("npm_", r"[A-Za-z0-9]{36}")), ("npm_",), check=_mixed_case),
-    _Pattern("groq_key", re.compile(_token("gsk_", r"[A-Za-z0-9]{48,64}")), ("gsk_",), check=_mixed_case),
+    _Pattern("npm_token", LazyPattern(_token("npm_", r"[A-Za-z0-9]{36}")), ("npm_",), check=_mixed_case),
+    _Pattern("groq_key", LazyPattern(_token("gsk_", r"[A-Za-z0-9]{48,64}")), ("gsk_",), check=_mixed_case),
     *(
         # Legacy: the prefix and 20 characters; since GitLab 17: a longer body, a version and a CRC.
         _Pattern(
             "gitlab_token",
-            re.compile(_token(prefix, r"[A-Za-z0-9_-]{20,255}(?:\.[A-Za-z0-9]{1,4}\.[A-Za-z0-9]{5,12})?")),
+            LazyPattern(_token(prefix, r"[A-Za-z0-9_-]{20,255}(?:\.[A-Za-z0-9]{1,4}\.[A-Za-z0-9]{5,12})?")),
             (prefix,),
         )
         for prefix in ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glft-", "glimt-")
@@ -210,14 +211,14 @@ _SECRETS: tuple[_Pattern, ...] = (
     # Meta's Graph API tokens (WhatsApp Cloud API, the gateway's own): "EAA" and base62.
     _Pattern(
         "meta_access_token",
-        re.compile(_token("EAA", r"[A-Za-z0-9]{40,1024}")),
+        LazyPattern(_token("EAA", r"[A-Za-z0-9]{40,1024}")),
         ("EAA",),
         check=_random_looking,
     ),
     _Pattern(
         # <the bot's id in base64>.<timestamp>.<HMAC>; the check decodes the id.
         "discord_bot_token",
-        re.compile(
+        LazyPattern(
             r"[MNO](?<![A-Za-z0-9_.-][MNO])[A-Za-z0-9_-]{22,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"
             r"(?![A-Za-z0-9_-])"
         ),
@@ -225,20 +226,20 @@ _SECRETS: tuple[_Pattern, ...] = (
         check=_discord_token,
     ),
     *(
-        _Pattern("github_token", re.compile(_token(prefix, r"[A-Za-z0-9]{30,255}")), (prefix,))
+        _Pattern("github_token", LazyPattern(_token(prefix, r"[A-Za-z0-9]{30,255}")), (prefix,))
         for prefix in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
     ),
-    _Pattern("github_token", re.compile(_token("github_pat_", r"[A-Za-z0-9_]{22,255}")), ("github_pat_",)),
-    _Pattern("slack_token", re.compile(_token("xox", r"[abeoprs]-[A-Za-z0-9-]{10,}")), ("xox",)),
-    _Pattern("slack_token", re.compile(_token("xapp-", r"\d-[A-Za-z0-9-]{10,}")), ("xapp-",)),
+    _Pattern("github_token", LazyPattern(_token("github_pat_", r"[A-Za-z0-9_]{22,255}")), ("github_pat_",)),
+    _Pattern("slack_token", LazyPattern(_token("xox", r"[abeoprs]-[A-Za-z0-9-]{10,}")), ("xox",)),
+    _Pattern("slack_token", LazyPattern(_token("xapp-", r"\d-[A-Za-z0-9-]{10,}")), ("xapp-",)),
     _Pattern(
         "slack_webhook",
-        re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"),
+        LazyPattern(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"),
         ("hooks.slack.com",),
     ),
-    _Pattern("google_api_key", re.compile(_token("AIza", r"[0-9A-Za-z_-]{35}")), ("AIza",)),
+    _Pattern("google_api_key", LazyPattern(_token("AIza", r"[0-9A-Za-z_-]{35}")), ("AIza",)),
     *(
-        _Pattern("aws_access_key", re.compile(_token(prefix, r"[A-Z0-9]{16}")), (prefix,))
+        _Pattern("aws_access_key", LazyPattern(_token(prefix, r"[A-Z0-9]{16}")), (prefix,))
         for prefix in ("AKIA", "ASIA", "ABIA", "ACCA")
     ),
     _Pattern(
@@ -246,30 +247,32 @@ _SECRETS: tuple[_Pattern, ...] = (
         # Also right after "bot", as in the Bot API's URLs (https://api.telegram.org/bot<token>/),
         # and after a colon ("token:<token>"), but not inside a longer run of numbers and colons.
         # The lookbehinds follow the first digit (as in _token), so the engine skips to digits.
-        re.compile(
+        LazyPattern(
             r"\d(?<!\d\d)(?:(?<![\w:]\d)|(?<=bot\d)|(?<=[^\W\d]:\d))\d{4,11}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"
         ),
         (":",),
     ),
     _Pattern(
-        "jwt", re.compile(_token("eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")), ("eyJ",)
+        "jwt",
+        LazyPattern(_token("eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")),
+        ("eyJ",),
     ),
     # The gateway's own credentials (shared/channels/web.py, web_tokens.py). A browser token:
     # "v1." + base64url(claims JSON, so "eyJ") + "." + a 43-character HMAC, valid up to 24 h.
     _Pattern(
         "browser_token",
-        re.compile(_token("v1.", r"eyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{43}")),
+        LazyPattern(_token("v1.", r"eyJ[A-Za-z0-9_-]{8,4096}\.[A-Za-z0-9_-]{43}")),
         ("v1.eyJ",),
     ),
     # An X-Sigil-Signature value, "v1=" + 64 hex (Stripe's webhook signatures have the same shape):
     # the HMAC of a request, which replays it within its 5-minute window.
-    _Pattern("web_signature", re.compile(_token("v1=", r"[0-9a-fA-F]{64}")), ("v1=",)),
+    _Pattern("web_signature", LazyPattern(_token("v1=", r"[0-9a-fA-F]{64}")), ("v1=",)),
     _Pattern(
         # The web signing secret has no prefix: 43 characters of base64url (`sigil dev`'s
         # secrets.json) or 48 letters and digits (Secrets Manager's, infra/constructs/secrets.py).
         # Redacted where it is named near it, as an AWS secret key is (see _web_secret).
         "web_secret",
-        re.compile(r"[a-z0-9_-](?<![a-z0-9_-][a-z0-9_-])[a-z0-9_-]{42}(?:[a-z0-9_-]{5})?(?![a-z0-9_-])"),
+        LazyPattern(r"[a-z0-9_-](?<![a-z0-9_-][a-z0-9_-])[a-z0-9_-]{42}(?:[a-z0-9_-]{5})?(?![a-z0-9_-])"),
         ("web", "signing"),
         caseless=True,
         check=lambda value: _mixed_case(value) and any(c.isdigit() or c in "-_" for c in value),
@@ -277,21 +280,21 @@ _SECRETS: tuple[_Pattern, ...] = (
     ),
     _Pattern(
         "bearer_token",
-        re.compile(rf"{_AUTH_HEADER}(?:bearer|token)\s{{1,4}}([A-Za-z0-9._~+/=-]{{8,}})"),
+        LazyPattern(rf"{_AUTH_HEADER}(?:bearer|token)\s{{1,4}}([A-Za-z0-9._~+/=-]{{8,}})"),
         ("authorization",),
         caseless=True,
         group=1,
     ),
     _Pattern(
         "basic_auth",
-        re.compile(rf"{_AUTH_HEADER}basic\s{{1,4}}([A-Za-z0-9+/=]{{8,}})"),
+        LazyPattern(rf"{_AUTH_HEADER}basic\s{{1,4}}([A-Za-z0-9+/=]{{8,}})"),
         ("authorization",),
         caseless=True,
         group=1,
     ),
     _Pattern(
         "bearer_token",
-        re.compile(r"bearer(?<![a-z0-9_]bearer)\s{1,4}([A-Za-z0-9._~+/-]{20,}=*)"),
+        LazyPattern(r"bearer(?<![a-z0-9_]bearer)\s{1,4}([A-Za-z0-9._~+/-]{20,}=*)"),
         ("bearer",),
         caseless=True,
         group=1,
@@ -300,7 +303,7 @@ _SECRETS: tuple[_Pattern, ...] = (
         # Matched in the lowered text (so the keywords are found in any case); the checks read
         # the original. A run of exactly 40: part of a longer base64 run is something else.
         "aws_secret_key",
-        re.compile(r"[a-z0-9/+](?<![a-z0-9/+][a-z0-9/+])[a-z0-9/+]{39}(?![a-z0-9/+=])"),
+        LazyPattern(r"[a-z0-9/+](?<![a-z0-9/+][a-z0-9/+])[a-z0-9/+]{39}(?![a-z0-9/+=])"),
         ("akia", "asia", "aws", "secret", "credential", *(f"access{gap}key" for gap in ("", " ", "_", "-"))),
         caseless=True,
         check=_aws_secret_shape,
@@ -308,7 +311,7 @@ _SECRETS: tuple[_Pattern, ...] = (
     ),
     _Pattern(
         "url_password",
-        re.compile(r"://(?<=[a-z0-9+.-]://)[^\s:/@\[\]]{1,128}:([^\s/@]{1,256})@"),
+        LazyPattern(r"://(?<=[a-z0-9+.-]://)[^\s:/@\[\]]{1,128}:([^\s/@]{1,256})@"),
         ("://",),
         caseless=True,
         group=1,
@@ -337,7 +340,7 @@ _VALUE = r"(\"[^\"\n]*\"?|'[^'\n]*'?|<[^<>\n]{1,64}>|[^\s\"',;]+)"
 _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     _Pattern(
         kind,
-        re.compile(shape.format(key=rf"{key}(?![a-z0-9_])") + _VALUE),
+        LazyPattern(shape.format(key=rf"{key}(?![a-z0-9_])") + _VALUE),
         needs,
         caseless=True,
         group=1,
@@ -354,18 +357,18 @@ _ASSIGNMENTS: tuple[_Pattern, ...] = tuple(
     )
 )
 
-_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN = LazyPattern(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = LazyPattern(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 
 # Invisible characters that can split a secret; ZWJ/ZWNJ (emoji, Persian) and LRM/RLM stay.
-_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u180e\u00ad\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]+")
-_FLAG_SEQUENCE = re.compile("\U0001f3f4[\U000e0020-\U000e007e]{1,12}\U000e007f")
+_INVISIBLE = LazyPattern("[\u200b\u2060\ufeff\u180e\u00ad\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]+")
+_FLAG_SEQUENCE = LazyPattern("\U0001f3f4[\U000e0020-\U000e007e]{1,12}\U000e007f")
 
 # ---------------------------------------------------------------- PII
 
 # The local part is matched forward from where its run starts (the lookbehind), so a long run
 # with no "@" is tried once, not from each of its positions.
-_EMAIL = re.compile(
+_EMAIL = LazyPattern(
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9_%+-][A-Za-z0-9._%+-]{0,63}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,8}[A-Za-z]{2,24}(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
 )
@@ -377,7 +380,7 @@ _NUM_END = r"(?![\w/:]|[.,-]\d)"
 # kind throughout. Separate patterns rather than one with an optional tail: a rejected candidate
 # is not retried shorter, so "<card> 123" must still find the card when the 19 digits fail Luhn.
 _CARDS = tuple(
-    re.compile(_NUM + body + _NUM_END)
+    LazyPattern(_NUM + body + _NUM_END)
     for body in (
         r"\d{3}([ -])\d{4}\1\d{4}\1\d{4}\1\d{3}",
         r"\d{3}([ -])\d{4}\1\d{4}\1\d{4}",
@@ -385,24 +388,24 @@ _CARDS = tuple(
         r"\d{12,18}",
     )
 )
-_PHONE_INTL = re.compile(r"\+(?<![\w+@/.-]\+)\d(?:[ .()-]{0,2}\d){7,14}" + _NUM_END)
+_PHONE_INTL = LazyPattern(r"\+(?<![\w+@/.-]\+)\d(?:[ .()-]{0,2}\d){7,14}" + _NUM_END)
 # North American: (415) 555-0100, 415-555-0100, 415.555.0100, optionally after 1-; never bare
 # digits or spaces alone, which are how ordinary numbers are written.
 _NANP = r"(?:\(\d{3}\)[ ]?\d{3}[-. ]\d{4}|\d{3}([-.])\d{3}\1\d{4})"
 _PHONES_NANP = (
-    re.compile(r"1(?<![\w+@/.-]1)[ .-]?" + _NANP + _NUM_END),
-    re.compile(r"\((?<![\w+@/.-]\()\d{3}\)[ ]?\d{3}[-. ]\d{4}" + _NUM_END),
-    re.compile(_NUM + r"\d{2}([-.])\d{3}\1\d{4}" + _NUM_END),
+    LazyPattern(r"1(?<![\w+@/.-]1)[ .-]?" + _NANP + _NUM_END),
+    LazyPattern(r"\((?<![\w+@/.-]\()\d{3}\)[ ]?\d{3}[-. ]\d{4}" + _NUM_END),
+    LazyPattern(_NUM + r"\d{2}([-.])\d{3}\1\d{4}" + _NUM_END),
 )
-_PHONE_ZERO = re.compile(
+_PHONE_ZERO = LazyPattern(
     r"0(?<![\w+@/.-]0)(?:\d{1,4}([ -])\d{2,4}\1?\d{3,4}|[1-9](?:([ .])\d{2})(?:\2\d{2}){3})" + _NUM_END
 )
-_PHONE_CONTEXT = re.compile(
+_PHONE_CONTEXT = LazyPattern(
     r"\b(?:phone|tel|telephone|mobile|cell|call\s+me\s+(?:at|on)|whatsapp|sms|text\s+me\s+at|fax)\b"
     r"[\s:.#-]{0,6}(?:is\s+|at\s+|on\s+)?(\+?\d(?:[ .()-]{0,2}\d){6,14})" + _NUM_END
 )
 _PHONE_WORDS = ("phone", "tel", "mobile", "cell", "call", "whatsapp", "sms", "text", "fax")
-_DATE_LIKE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
+_DATE_LIKE = LazyPattern(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}")
 
 
 def _luhn(digits: str) -> bool:
@@ -687,7 +690,7 @@ def _credential_kind(key: str | None) -> str | None:
 
 
 _CREDENTIAL_KEYS = tuple(
-    (kind, re.compile(rf"[a-z0-9_.-]{{0,40}}?{pattern}")) for kind, pattern, _ in _KEY_KINDS
+    (kind, LazyPattern(rf"[a-z0-9_.-]{{0,40}}?{pattern}")) for kind, pattern, _ in _KEY_KINDS
 )
 
 

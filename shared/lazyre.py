@@ -1,0 +1,47 @@
+"""A regular expression compiled the first time it is used, not when its module is imported.
+
+The safety scan and the redactor hold about a hundred patterns, each behind literals one of which
+the text must contain before the pattern runs (shared.safety): most messages never run most of
+them. Compiled at import they were 17 ms of the agent's cold import, every cold start; lazily,
+only what a text needs is compiled, once per process.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator
+
+
+class LazyPattern:
+    """`re.compile(pattern, flags)`, the first time a method needs it. `pattern` and `flags` read
+    as a compiled pattern's do, without compiling. Two threads may both compile it the first time:
+    the same pattern either way."""
+
+    __slots__ = ("_compiled", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.compiled.search(string, pos, endpos)
+
+    def fullmatch(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.compiled.fullmatch(string, pos, endpos)
+
+    def finditer(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> Iterator[re.Match[str]]:
+        return self.compiled.finditer(string, pos, endpos)
+
+    def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str:
+        return self.compiled.sub(repl, string, count)
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r}, {self.flags!r})"
