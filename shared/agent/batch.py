@@ -62,8 +62,7 @@ from typing import Any, Final
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
 from aws_lambda_powertools.utilities.batch.exceptions import ExceptionInfo
 from aws_lambda_powertools.utilities.data_classes import SQSRecord
-from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
-from pydantic import ConfigDict, Json, ValidationError
+from pydantic import BaseModel, ConfigDict, Json, ValidationError
 
 from shared import correlation
 from shared.agent.coalesce import coalesce
@@ -116,12 +115,26 @@ log.addFilter(ExpectedInOneLine())
 Deps = Callable[[], TurnDeps]  # called when a turn needs them: the caller builds them lazily, once
 
 
-class TurnRecord(SqsRecordModel):
+class RecordAttributes(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    ApproximateReceiveCount: str
+    MessageGroupId: str | None = None
+
+
+class TurnRecord(BaseModel):
+    """An SQS record of a lane: the parts of powertools' SqsRecordModel the agent reads. Not that
+    model itself: importing it imports powertools' models of every event source, 13 ms of each
+    cold start (bench/aws_calls.py), and the processor takes any pydantic model."""
+
     # The processor logs a record's validation error with its traceback; pydantic would quote the
     # offending input, which is the user's message.
-    model_config = ConfigDict(hide_input_in_errors=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True)
 
+    messageId: str
+    receiptHandle: str
     body: Json[LaneItem]  # the producer is shared.adapters.aws.sqs, through shared.serde
+    attributes: RecordAttributes
 
 
 # A batch holds at most 10 records (the event source's batch size), so at most 10 sessions.
@@ -164,7 +177,8 @@ class SqsFifoGroupsProcessor(SqsFifoPartialProcessor):
     """
 
     def __init__(self, *, max_workers: int = MAX_PARALLEL_SESSIONS, logger: logging.Logger | None = None):
-        super().__init__(model=TurnRecord, skip_group_on_error=True, logger=logger)
+        # Typed for SqsRecordModel's subclasses; the processor only validates a record with it.
+        super().__init__(model=TurnRecord, skip_group_on_error=True, logger=logger)  # type: ignore[arg-type]
         self.max_workers = max_workers
 
     def process(self) -> list[tuple[Any, ...]]:

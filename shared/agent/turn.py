@@ -72,14 +72,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.agent.audit import Outcome, audit_alone, audit_record, log_turn, with_trace
-from shared.agent.commands import answer_command
 from shared.agent.commit import commit, settle
 from shared.agent.context import AssembledContext, assemble_system_prompt, estimate
 from shared.agent.emergency import with_emergency_compaction
-from shared.agent.gate import Gated, cheap_model_ref, refine
 from shared.agent.loop import LoopResult, Safety, run_loop
 from shared.agent.media import fetch_media, noted
 from shared.agent.nudge import memory_nudge
@@ -133,6 +131,9 @@ from shared.skills import Skill, available_skills, catalogue, select_skills
 from shared.tools import Tool, ToolContext, ToolRegistry
 from shared.tools.builtin import agent_registry
 from shared.tools.memory import MEMORY_TOOLS
+
+if TYPE_CHECKING:
+    from shared.agent.gate import Gated
 
 # Any of these in the last turns means the agent minds its memory: no nudge (shared.agent.nudge).
 MEMORY_TOOL_NAMES = frozenset(t.name for t in MEMORY_TOOLS)
@@ -359,6 +360,9 @@ def skills_of(deps: TurnDeps, workspace: WorkspaceConfig) -> list[Skill]:
 def _command(deps: TurnDeps, turn: Turn, step: Command, started: float) -> _Ending:
     """A chat command (shared.agent.commands): answered without the model, and no message kept;
     only what it changes in the session (and the event id) is committed."""
+    # Imported here: most turns are no command, and the commands' module is a cold start's 5 ms.
+    from shared.agent.commands import answer_command
+
     answer = answer_command(
         turn,
         step.command,
@@ -530,6 +534,8 @@ def _media(deps: TurnDeps, turn: Turn, step: Proceed) -> MediaInputs:
 def _gate(deps: TurnDeps, turn: Turn, selection: Selection) -> Gated:
     """The Refinement Gate over `selection` (shared.agent.gate), through the workspace's cheap
     model; a model that cannot be had is the gate's error, never the turn's."""
+    from shared.agent.gate import cheap_model_ref, refine  # off by default: not on a cold start's path
+
     try:
         provider, model = deps.provider_factory(cheap_model_ref(turn.workspace))
     except SigilError:

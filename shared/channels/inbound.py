@@ -181,7 +181,9 @@ _ID_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=\-]{0,127}")
 _NOT_ID_CHAR = re.compile(r"[^A-Za-z0-9._@+=\-]")
 # Characters SQS refuses in a message body (it allows #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD
 # #x10000-#x10FFFF); a message body holding one fails SendMessage, so they never reach a lane.
-_NOT_SQS_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# Written as the complement of that set rather than a negated class of its wide ranges, which
+# took 3 ms to compile on every cold start.
+_NOT_SQS_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def identifier(raw: str) -> str:
