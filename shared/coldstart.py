@@ -1,4 +1,5 @@
-"""A cold start's imports without the cyclic garbage collector's passes over them.
+"""A cold start's imports without the work that finds nothing: the cyclic garbage collector's
+passes over them, and pydantic's search for plugins.
 
 Importing a function's code allocates a few hundred thousand long-lived objects (modules,
 classes, functions, pydantic's schemas) and almost no cyclic garbage; every time the
@@ -9,6 +10,11 @@ moved to the permanent generation (`gc.freeze`), so no later collection walks it
 in the first turn or any after. The first turn's own heavy, lazy imports (a provider's SDK, the
 OpenSearch client) pause it the same way, without freezing: a turn's objects are not for keeping.
 
+pydantic, the first time it builds a validator, looks for plugins in the entry points of every
+installed distribution: 11 ms of reading the layer's metadata, and Sigil uses no plugin.
+`cold_imports` turns the search off unless PYDANTIC_DISABLE_PLUGINS is set already (an operator
+who adds a plugin, Logfire's say, sets it to "" or to the names of those to skip).
+
 The pause is process-wide, and a batch runs its sessions in threads: the collector comes back
 when the last of the overlapping pauses ends, and only if it was on when the first began (a test
 runner, or a caller, that turned it off keeps it off).
@@ -17,6 +23,7 @@ runner, or a caller, that turned it off keeps it off).
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,3 +55,12 @@ def gc_paused(*, freeze: bool = False) -> Iterator[None]:
                 gc.freeze()
             if _Pauses.depth == 0 and _Pauses.resume:
                 gc.enable()
+
+
+@contextmanager
+def cold_imports() -> Iterator[None]:
+    """A handler module's imports: no plugin search, the collector paused, and what they built
+    frozen (module docstring)."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    with gc_paused(freeze=True):
+        yield

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared.models import (
     AuditRecord,
@@ -278,6 +278,8 @@ class EmbeddingCache(Protocol):
 
 
 class SubmitResult(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     # SQS FIFO accepts a duplicate silently, so a cloud lane can only ever say "queued".
     status: Literal["queued", "duplicate"]
 
@@ -300,6 +302,8 @@ class DeadLetterEntry(BaseModel):
     audit record of it (SQS keeps none). `attempts` is how often the lane tried it.
     """
 
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     id: str  # embedded: the item's queue position; SQS: the dead-letter message's id
     group_id: str  # the lane (workspace.session): SQS's MessageGroupId
     workspace_id: str | None
@@ -318,6 +322,8 @@ PREVIEW_CHARS = 60
 
 
 class RedriveOutcome(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     id: str
     group_id: str
     outcome: Literal["redriven", "skipped", "failed", "not_found"]
@@ -327,6 +333,8 @@ class RedriveOutcome(BaseModel):
 
 class RedriveReport(BaseModel):
     """What a redrive did with each entry, in the order it did it (per session: original order)."""
+
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
 
     outcomes: list[RedriveOutcome] = Field(default_factory=list)
 
@@ -630,6 +638,8 @@ class WebConnection(BaseModel):
     each frame is checked without the token; `expires_at` is the token's `exp` (unix seconds): a
     connection is never used past it. `subscribed` are the web sessions whose replies it gets.
     """
+
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
 
     connection_id: str = Field(min_length=1, max_length=128)
     workspace_id: str

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.coldstart import gc_paused
+from shared.coldstart import cold_imports
 
-with gc_paused(freeze=True):  # the collector's passes over the imports (shared.coldstart)
+with cold_imports():  # without the collector's passes or pydantic's plugin search (shared.coldstart)
     from aws_lambda_powertools.utilities.parser import parse
     from aws_lambda_powertools.utilities.parser.models import SqsModel
     from aws_lambda_powertools.utilities.typing import LambdaContext

@@ -34,7 +34,6 @@ from typing import Final, Protocol
 
 from shared.budgets import TurnBudget
 from shared.errors import ProviderError
-from shared.media.extract import extract_text
 from shared.media.images import MODEL_IMAGE_TYPES, image_size
 from shared.memory.doc_keys import document_doc_id, document_text
 from shared.memory.writer import MemoryWriter
@@ -248,6 +247,8 @@ def _document(
         if data is None:
             return f"[The user sent a document ({name}) that is no longer available.]", ""
         limits = workspace.media
+        from shared.media.extract import extract_text  # a document's turn only
+
         extracted = extract_text(data, item.mime_type, max_pages=limits.max_pages, max_chars=limits.max_chars)
         note = extracted.note
         # Redacted before anything stores it (secrets always, PII per the workspace).

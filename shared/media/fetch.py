@@ -41,7 +41,6 @@ from shared.deadline import current, cut, cut_by, out_of_time, passed
 from shared.errors import DeadlineExceeded, MediaRefused
 from shared.media.ids import media_id
 from shared.media.platforms import LOCATORS, FileApi, Located
-from shared.media.sniff import declared_kind, sniff
 from shared.models import Attachment, InboundMessage, MediaKind, MediaLimits, WorkspaceConfig
 from shared.models.media import MediaItem
 from shared.ports import MediaStore, MediaUsage, SecretStore
@@ -204,6 +203,9 @@ class MediaFetcher:
         item_id = media_id(ws, channel, source)
         if (stored := job.store.get(ws, item_id)) is not None:
             return stored  # a retried turn: stored by the first attempt
+        # Here, not at import: filetype's matchers are for turns with files, not every cold start.
+        from shared.media.sniff import declared_kind, sniff
+
         kind = declared_kind(attachment)
         largest = _check_size(limits, kind, attachment.size)
         left = limits.max_bytes_per_day - (job.usage.total(ws, job.day) if job.usage else 0)

@@ -156,7 +156,7 @@ class TimeFilter(BaseModel):
     """A time a query names, resolved: the window (UTC, half-open), what to do with it, and the
     query's words without the time phrase."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used, not at import
 
     start: datetime | None  # inclusive; None: open
     end: datetime | None  # exclusive; None: open

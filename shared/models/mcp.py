@@ -26,7 +26,8 @@ def mcp_secret_name(workspace_id: str, secret: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built when first used, not at import: only a workspace with MCP servers validates them.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class BearerAuth(_Strict):

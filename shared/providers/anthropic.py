@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shared.coldstart import gc_paused
 from shared.deadline import bounded, check, cut_by, deadline, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, UserMessage
@@ -82,10 +83,11 @@ class AnthropicProvider:
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two events); `deadline_s`
         the whole call, from its start to its last event (shared.deadline)."""
-        import anthropic
-        import httpx2
+        with gc_paused():  # the SDK's import, most of a cold container's first turn (shared.coldstart)
+            import anthropic
+            import httpx2
 
-        from shared.providers.http_deadline import deadline_client_options
+            from shared.providers.http_deadline import deadline_client_options
 
         self.base_url = base_url
         self.default_max_tokens = default_max_tokens

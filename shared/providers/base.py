@@ -25,6 +25,8 @@ class ToolSpec(BaseModel):
 class ImageData(BaseModel):
     """A photo's bytes for one request (shared.media.content reads them from the MediaStore)."""
 
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     mime_type: str
     data: bytes
 

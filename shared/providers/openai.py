@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shared.coldstart import gc_paused
 from shared.deadline import bounded, check, cut_by, deadline, within
 from shared.errors import DeadlineExceeded, ProviderError
 from shared.models import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
@@ -61,10 +62,11 @@ class OpenAIProvider:
     ) -> None:
         """`timeout_s` bounds each wait on the network (the gap between two chunks); `deadline_s`
         the whole call, from its start to its last chunk (shared.deadline)."""
-        import httpx2
-        import openai
+        with gc_paused():  # the SDK's import, most of a cold container's first turn (shared.coldstart)
+            import httpx2
+            import openai
 
-        from shared.providers.http_deadline import deadline_client_options
+            from shared.providers.http_deadline import deadline_client_options
 
         self.base_url = base_url
         self.deadline_s = deadline_s

@@ -32,6 +32,8 @@ class CurrentTimeArgs(BaseModel):
 
 
 class CurrentTime(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     timezone: str
     iso: str  # local time with its UTC offset, to the second
     weekday: str
@@ -66,6 +68,8 @@ class NoArgs(BaseModel):
 
 
 class SessionInfo(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
+
     workspace_id: str
     session_id: str
     channel: str | None  # None until the conversation's first turn is stored

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shared.errors import DeadlineExceeded, SigilError
 from shared.models import ToolCall, ToolResultMessage, WorkspaceConfig
@@ -40,6 +40,8 @@ MAX_ERROR_DETAILS = 10  # validation messages passed back; the first few are eno
 
 class ToolError(BaseModel):
     """The content of an error result, as the model reads it."""
+
+    model_config = ConfigDict(defer_build=True)  # built when first used, not at import
 
     error: str  # a stable code: unknown_tool, permission_denied, invalid_arguments, tool_failed, ...
     tool: str

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from shared import serde
+from shared.coldstart import gc_paused
 from shared.deadline import current, cut, cut_by, out_of_time, passed
 from shared.errors import SigilError
 from shared.memory.search import CONTEXT_KEY, FACTS_KEY
@@ -140,7 +141,8 @@ def opensearch_client(
     managed domain and "aoss" for OpenSearch Serverless. Without `credentials`, the default AWS
     chain (the Lambda role's environment credentials) is used and refreshed as it expires.
     """
-    from opensearchpy import OpenSearch, RequestsAWSV4SignerAuth
+    with gc_paused():  # the client library's first import where no index was prepared yet
+        from opensearchpy import OpenSearch, RequestsAWSV4SignerAuth
 
     url = _normalise_endpoint(endpoint)
     scheme = urlsplit(url).scheme
@@ -374,7 +376,8 @@ class OpenSearchIndex:
         """Create the index unless it exists; check an existing one maps the expected vector."""
         if self._ready:
             return
-        from opensearchpy.exceptions import NotFoundError
+        with gc_paused():  # the client library's first import, in the first turn (shared.coldstart)
+            from opensearchpy.exceptions import NotFoundError
 
         with self._lock, _translate_errors(f"preparing index {self.index}"):
             if self._ready:
