@@ -7,8 +7,6 @@ validator of the model's own: pydantic-settings, with the sources it loads for o
 (dotenv, argparse, cloud vaults), was 12 ms of every function's cold import for that one thing.
 """
 
-from __future__ import annotations
-
 import ipaddress
 import json
 import os

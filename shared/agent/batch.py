@@ -46,8 +46,6 @@ The agent function drives it with powertools' processor as a context manager:
 processor.process()`, then `settle`.
 """
 
-from __future__ import annotations
-
 import contextvars
 import logging
 import sys

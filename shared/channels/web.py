@@ -11,8 +11,6 @@ e.g. b"/sessions/default/s1/outbox?after=0") for a GET, which has no body. The t
 within 5 minutes of the gateway's clock, so a captured request can't be replayed later.
 """
 
-from __future__ import annotations
-
 import hashlib
 import hmac
 import logging
@@ -125,7 +123,7 @@ class WebInbound(Model):
     attachments: list[WebAttachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
 
     @model_validator(mode="after")
-    def _something_said(self) -> WebInbound:
+    def _something_said(self) -> "WebInbound":
         if not self.text and not self.attachments:
             # A custom error, so the reason reads as ours ("... text is empty ..."), not "Value error, ...".
             raise PydanticCustomError("empty_message", "text is empty and nothing is attached")

@@ -140,7 +140,7 @@ def target_config(
     if data_dir is not None:
         values["data_dir"] = data_dir
     try:
-        settings = Settings(**values)  # type: ignore[arg-type]
+        settings = Settings(**values)
         path = file or settings.config_file
         settings, loaded = file_settings(**values, SIGIL_CONFIG=path)
     except ConfigFileError as exc:

@@ -41,7 +41,6 @@ from shared.models import Attachment, ImageRef, IndexDoc, MemoryScope, UserMessa
 from shared.models.media import MediaItem
 from shared.ports import MediaStore, Transcriber
 from shared.providers.base import ImageData
-from shared.providers.capabilities import capabilities, image_tokens
 from shared.safety.redact import redact
 
 log = logging.getLogger(__name__)
@@ -144,6 +143,8 @@ def _what(item: MediaItem) -> str:
 def _image(
     deps: MediaDeps, item: MediaItem, model_ref: str, refs: list[ImageRef], out: MediaInputs
 ) -> list[str]:
+    from shared.providers.capabilities import capabilities, image_tokens  # a photo's turn only
+
     if not capabilities(model_ref, deps.capability_overrides).image:
         return [PHOTO_NOT_SEEN]
     if item.mime_type not in MODEL_IMAGE_TYPES:

@@ -14,8 +14,6 @@ index applies it inside its query. The recent-messages stand-in reads one sessio
 the scope includes (the reader's own session is in every scope).
 """
 
-from __future__ import annotations
-
 import logging
 import re
 from collections.abc import Callable, Sequence

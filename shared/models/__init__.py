@@ -7,11 +7,11 @@ The budget values that cross the ports (usage, counters, buckets, decisions) are
 `shared.models.budgets`; the limits a workspace configures are here, beside WorkspaceConfig.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate every field's annotation
+# from its text when each class is made, a fifth of this module's import on every cold start.
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -138,7 +138,7 @@ class Session(Model):
     updated_at: datetime = Field(default_factory=utcnow)
 
     @model_validator(mode="after")
-    def _a_time_for_every_event_id(self) -> Session:
+    def _a_time_for_every_event_id(self) -> Self:
         # Documents written before the times were kept carry ids only: those count as seen at the
         # session's last update, so they expire a day after it, neither at once nor never.
         missing = len(self.recent_event_ids) - len(self.recent_event_times)
@@ -266,7 +266,7 @@ class OutboxEntry(Model):
         return data
 
     @model_validator(mode="after")
-    def _one_position(self) -> OutboxEntry:
+    def _one_position(self) -> Self:
         # Readers see both (the web API's reply JSON spreads the message next to the entry's
         # seq), so the two must never disagree.
         if self.message.seq != self.seq:
@@ -303,7 +303,7 @@ class Recurrence(Model):
         return value
 
     @model_validator(mode="after")
-    def _complete(self) -> Recurrence:
+    def _complete(self) -> Self:
         if self.every == "week" and not self.days:
             raise ValueError("a weekly schedule needs its days (e.g. ['mon'])")
         if self.every == "month" and self.day_of_month is None:
@@ -328,7 +328,7 @@ class Schedule(Model):
     heartbeat: bool = False  # the workspace's heartbeat (WorkspaceConfig.heartbeat), not a user's
 
     @model_validator(mode="after")
-    def _one_when(self) -> Schedule:
+    def _one_when(self) -> Self:
         if (self.at is None) == (self.recurrence is None):
             raise ValueError("a schedule has either `at` or `recurrence`, not both")
         if self.at is not None and self.at.tzinfo is None:
@@ -385,7 +385,7 @@ class BudgetLimits(Model):
     workspace: ScopeLimits = Field(default_factory=ScopeLimits)
     user: ScopeLimits = Field(default_factory=ScopeLimits)
 
-    def over(self, base: BudgetLimits) -> BudgetLimits:
+    def over(self, base: "BudgetLimits") -> "BudgetLimits":
         """These limits where they were given, `base`'s wherever they were not: a limit given as
         null stays null (that limit off). What a sigil.yaml workspace's partial `budget` means
         (shared.configuration.effective): `{workspace: {usd_per_day: "5.00"}}` keeps the
@@ -441,7 +441,7 @@ class WebSearchConfig(Model):
     max_results: int = Field(default=5, ge=1, le=20)
 
     @model_validator(mode="after")
-    def _endpoint_for_searxng(self) -> WebSearchConfig:
+    def _endpoint_for_searxng(self) -> Self:
         if self.provider == "searxng" and self.endpoint is None:
             raise ValueError(
                 "a searxng provider needs its endpoint, e.g. http://searxng.internal:8080/search"
@@ -988,7 +988,7 @@ class LaneItem(Model):
     task: TaskEvent | None = None
 
     @model_validator(mode="after")
-    def _occurrence_event_id(self) -> LaneItem:
+    def _occurrence_event_id(self) -> Self:
         # EventBridge Scheduler fills in only the occurrence's time (the target's Input is fixed
         # when the schedule is made): the event id, one per occurrence, is derived here, so a
         # redelivered occurrence has the same one and the lane and the turn drop it.
@@ -1117,7 +1117,7 @@ class AuditRecord(Model):
     # script and inputs are the call's arguments (trace.tool_calls), its output the transcript's.
     sandbox: list[SandboxUsage] = Field(default_factory=list)
 
-    def anonymised(self) -> AuditRecord:
+    def anonymised(self) -> Self:
         """The record without the person (AuditLog.anonymise): the accounting stays."""
         return self.model_copy(
             update={

@@ -10,8 +10,6 @@ Units. Counters are integers in both stores: tokens, tool calls, and USD in nano
 same total on both.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,10 +79,10 @@ class BudgetUsage(_Frozen):
         return Decimal(self.usd_nanos) / NANOS_PER_USD
 
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> "Counters":
         return Counters(tokens=self.tokens, tool_calls=self.tool_calls, usd_nanos=self.usd_nanos)
 
-    def __add__(self, other: BudgetUsage) -> BudgetUsage:
+    def __add__(self, other: "BudgetUsage") -> "BudgetUsage":
         return BudgetUsage(
             tokens_in=self.tokens_in + other.tokens_in,
             tokens_out=self.tokens_out + other.tokens_out,
@@ -112,7 +110,7 @@ class Counters:
     def empty(self) -> bool:
         return not (self.tokens or self.tool_calls or self.usd_nanos)
 
-    def __add__(self, other: Counters) -> Counters:
+    def __add__(self, other: "Counters") -> "Counters":
         return Counters(
             tokens=self.tokens + other.tokens,
             tool_calls=self.tool_calls + other.tool_calls,

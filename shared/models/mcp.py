@@ -6,8 +6,6 @@ stored as `mcp/<workspace>/<secret>` (`mcp_secret_name`), so a workspace's file 
 reach its own credentials, whatever it names.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -76,7 +74,7 @@ class McpServer(_Strict):
     timeout_s: float = Field(default=30.0, gt=0, le=300)
 
     @model_validator(mode="after")
-    def _one_transport(self) -> McpServer:
+    def _one_transport(self) -> "McpServer":
         if (self.url is None) == (self.command is None):
             raise ValueError(f"MCP server {self.name!r}: give exactly one of `url` and `command`")
         if self.command is not None and self.auth is not None:

@@ -1,7 +1,5 @@
 """Media a sender attached (docs/media.md): what the MediaStore keeps of each fetched file."""
 
-from __future__ import annotations
-
 from datetime import datetime
 
 from pydantic import Field

@@ -4,8 +4,6 @@ A task's conversation is not in its record: each model and tool call is a step i
 (shared.ports), so a record stays small however long the task runs.
 """
 
-from __future__ import annotations
-
 import re
 from datetime import datetime
 from decimal import Decimal

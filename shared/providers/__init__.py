@@ -18,9 +18,7 @@ from functools import lru_cache
 
 from shared.config import Settings
 from shared.errors import ModelNotConfigured
-from shared.providers.anthropic import AnthropicProvider  # cheap: each imports its SDK only when built
 from shared.providers.base import Provider
-from shared.providers.bedrock import BedrockProvider
 from shared.providers.openai import OpenAIProvider
 from shared.providers.resilient import ResilientProvider
 
@@ -62,6 +60,8 @@ def _anthropic(settings: Settings) -> Provider:
             "is set. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for a proxy that holds the key). "
             f"{_WHEN_READ}"
         )
+    from shared.providers.anthropic import AnthropicProvider  # each provider's module when it is built
+
     return AnthropicProvider(
         api_key=key,
         base_url=settings.anthropic_base_url,
@@ -80,6 +80,8 @@ def _bedrock(settings: Settings) -> Provider:
             f"(or AWS_REGION). Credentials come from the AWS role or profile. {_WHEN_READ}"
         )
     # Built now, the client itself only on the first call: boto3 loads when a turn needs it.
+    from shared.providers.bedrock import BedrockProvider
+
     return BedrockProvider(
         region,
         max_attempts=settings.provider_max_retries + 1,

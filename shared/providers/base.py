@@ -4,8 +4,6 @@ A provider turns a ChatRequest into a stream of events: text deltas, complete to
 and one final Done. The agent loop only ever sees these events, never an SDK's types.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
@@ -74,7 +72,7 @@ class Usage(BaseModel):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
-    def __add__(self, other: Usage) -> Usage:
+    def __add__(self, other: "Usage") -> "Usage":
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,

@@ -4,8 +4,6 @@ A model knows neither the date nor where it is talking: `current_time` answers t
 get relative dates wrong without it), `session_info` the second.
 """
 
-from __future__ import annotations
-
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

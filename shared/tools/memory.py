@@ -22,8 +22,6 @@ over 100 KB, control characters in a query) raises BadRequest, which the tool re
 into a structured error result.
 """
 
-from __future__ import annotations
-
 import logging
 import math
 import re
