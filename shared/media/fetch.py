@@ -31,25 +31,29 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
-
-import httpx
+from typing import TYPE_CHECKING, Final
 
 from shared.channels.out.http import ChannelError, install_log_redaction, redact
 from shared.clock import utcnow
 from shared.deadline import current, cut, cut_by, out_of_time, passed
 from shared.errors import DeadlineExceeded, MediaRefused
 from shared.media.ids import media_id
-from shared.media.platforms import LOCATORS, FileApi, Located
 from shared.models import Attachment, InboundMessage, MediaKind, MediaLimits, WorkspaceConfig
 from shared.models.media import MediaItem
+from shared.tls import tls_context
+
+if TYPE_CHECKING:
+    import httpx
+
+    from shared.media.platforms import FileApi, Located
 from shared.ports import MediaStore, MediaUsage, SecretStore
 
 log = logging.getLogger("sigil.media")
 
 # A file is bigger than a chat reply: a platform's CDN gets longer to send one, within the turn's
 # deadline all the same.
-DEFAULT_TIMEOUT: Final = httpx.Timeout(30.0, connect=5.0)
+TIMEOUT_S: Final = 30.0  # httpx (imported with the first file) takes them as its Timeout
+CONNECT_TIMEOUT_S: Final = 5.0
 CHUNK_BYTES: Final = 64 * 1024
 _PLURAL: Final[Mapping[MediaKind, str]] = {
     "image": "images",
@@ -135,8 +139,11 @@ class MediaFetcher:
         # Built on the first attachment: a turn without files makes no client.
         with self._lock:
             if self._http is None:
+                import httpx
+
                 install_log_redaction()  # Telegram's file URLs carry the token: /file/bot<token>/
-                self._http = httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True)
+                timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+                self._http = httpx.Client(timeout=timeout, follow_redirects=True, verify=tls_context())
             return self._http
 
     def fetch(
@@ -153,6 +160,11 @@ class MediaFetcher:
     ) -> Fetched:
         """Fetch `inbound`'s attachments, setting each stored one's `media_id`."""
         fetched = Fetched()
+        if not inbound.attachments:
+            return fetched
+        # Here, with the first file: the platforms' file APIs and httpx are no plain turn's.
+        from shared.media.platforms import LOCATORS, FileApi
+
         wanted = [a for a in inbound.attachments if a.media_id is not None or inbound.channel in LOCATORS]
         if not wanted:
             return fetched
@@ -213,6 +225,8 @@ class MediaFetcher:
             raise MediaRefused(
                 f"this workspace's {human_size(limits.max_bytes_per_day)} of files for today are used up"
             )
+        from shared.media.platforms import LOCATORS
+
         located = LOCATORS[channel](job.api, job.inbound, attachment)
         _check_size(limits, kind, located.size)
         if located.size is not None and located.size > left:
@@ -243,6 +257,8 @@ class MediaFetcher:
         return item
 
     def _timeout(self, at: float | None) -> httpx.Timeout:
+        import httpx
+
         own = self.http.timeout
         return httpx.Timeout(
             connect=cut(own.connect, at),
@@ -253,6 +269,8 @@ class MediaFetcher:
 
     def _download(self, located: Located, cap: int, platform: str, kind: MediaKind) -> bytes:
         """The bytes at `located`, read until `cap`: one byte more and the file is refused."""
+        import httpx
+
         at = current()
         what = f"{platform} file download"
         if passed(at):

@@ -30,6 +30,7 @@ from httpx2._utils import get_environment_proxies
 from shared.deadline import current, cut_by, remaining
 from shared.errors import DeadlineExceeded
 from shared.providers.resilient import retry_after_s
+from shared.tls import tls_context
 
 T = TypeVar("T")
 
@@ -144,7 +145,8 @@ class _DeadlineTransport(httpx2.HTTPTransport):
     def __init__(
         self, stop: type[DeadlineExceeded], limits: httpx2.Limits, proxy: httpx2.Proxy | None = None
     ) -> None:
-        super().__init__(limits=limits, socket_options=_keepalive(), proxy=proxy)
+        # The process's one TLS context (shared.tls), not one more read of the CA bundle.
+        super().__init__(limits=limits, socket_options=_keepalive(), proxy=proxy, verify=tls_context())
         pool = self._pool
         # httpx2 builds its pool with no way to pass a network backend; connections take the
         # pool's when they are made, so swapping it before the first request covers every one.

@@ -17,13 +17,14 @@ JSON body and a Retry-After header.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from shared.channels.format import LIMITS, Dialect
 from shared.channels.out.base import Slot, Target
 from shared.channels.out.http import ApiClient, ChannelNotConfigured, json_body, retry_after_header
+
+if TYPE_CHECKING:
+    import httpx
 
 ORIGINAL: Final = "@original"
 _NO_MENTIONS: Final[dict[str, list[str]]] = {"parse": []}

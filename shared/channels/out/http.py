@@ -22,12 +22,13 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from shared.deadline import current, cut, cut_by, out_of_time, passed, remaining
 from shared.errors import SigilError
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("sigil.channels")
 
@@ -122,8 +123,9 @@ def install_log_redaction() -> None:
             logger.addFilter(_RedactUrls())
 
 
-RetryAfter = Callable[[httpx.Response], float | None]
-RateLimited = Callable[[httpx.Response], bool]
+# httpx itself is imported by the first request: a turn that replies on no platform never loads it.
+RetryAfter = Callable[["httpx.Response"], float | None]
+RateLimited = Callable[["httpx.Response"], bool]
 
 
 def is_429(response: httpx.Response) -> bool:
@@ -156,7 +158,7 @@ class ApiClient:
         platform: str,
         base_url: str,
         *,
-        http: httpx.Client,
+        http: httpx.Client | Callable[[], httpx.Client],
         retry_after: RetryAfter,
         policy: RetryPolicy,
         sleep: Sleep,
@@ -164,12 +166,17 @@ class ApiClient:
     ) -> None:
         self.platform = platform
         self.base_url = base_url.rstrip("/")
+        # A client, or what makes it: the platforms share one, made when the first of them sends.
         self._http = http
         self._retry_after = retry_after
         self._rate_limited = rate_limited
         self._policy = policy
         self._sleep = sleep
         install_log_redaction()
+
+    @property
+    def http(self) -> httpx.Client:
+        return self._http() if callable(self._http) else self._http
 
     def request(
         self,
@@ -183,6 +190,8 @@ class ApiClient:
         secrets: Iterable[str] = (),
     ) -> httpx.Response:
         """Send, waiting out rate limits within the policy; any other response is returned as is."""
+        import httpx
+
         waited, attempt, policy = 0.0, 0, self._policy
         at = current()
         while True:
@@ -190,7 +199,7 @@ class ApiClient:
             if passed(at):
                 raise out_of_time(f"{self.platform} {op}")
             try:
-                response = self._http.request(
+                response = self.http.request(
                     method,
                     self.base_url + path,
                     json=dict(json),
@@ -231,7 +240,9 @@ class ApiClient:
 
     def _timeout(self, at: float | None) -> httpx.Timeout:
         """The client's timeouts, each cut to the time left before `at`."""
-        own = self._http.timeout
+        import httpx
+
+        own = self.http.timeout
         return httpx.Timeout(
             connect=cut(own.connect, at),
             read=cut(own.read, at),

@@ -10,14 +10,15 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from shared.channels.format import LIMITS, Dialect
 from shared.channels.out.base import Slot, Target, route_secret
 from shared.channels.out.http import ApiClient, ChannelError, ChannelNotConfigured, json_body
 from shared.ports import SecretStore
+
+if TYPE_CHECKING:
+    import httpx
 
 TOKEN_SECRET: Final = "telegram/bot-token"  # noqa: S105 -- the secret\'s name, not its value
 _NUMERIC = re.compile(r"-?\d+")

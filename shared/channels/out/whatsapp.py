@@ -12,14 +12,15 @@ Throttling comes back as a Graph API error (HTTP 429, or 400 with codes 4, 80007
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from shared.channels.format import LIMITS, Dialect
 from shared.channels.out.base import Slot, Target, route_secret
 from shared.channels.out.http import ApiClient, ChannelError, ChannelNotConfigured, json_body
 from shared.ports import SecretStore
+
+if TYPE_CHECKING:
+    import httpx
 
 TOKEN_SECRET: Final = "whatsapp/access-token"  # noqa: S105 -- the secret\'s name, not its value
 PHONE_NUMBER_SECRET: Final = "whatsapp/phone-number-id"  # noqa: S105 -- the secret\'s name, not its value
