@@ -243,3 +243,30 @@ def test_the_layer_is_built_with_the_pinned_uv() -> None:
     assert pinned is not None
     assert f"uv=={pinned[1]}" in pyproject["dependency-groups"]["dev"]
     assert f'"uv=={pinned[1]}"' in (ROOT / "Makefile").read_text()
+
+
+# What a plain turn (a text message, no command, no file, the default gate off, an OpenAI-style
+# model) never uses, and the agent's cold import therefore leaves for the turn that does
+# (docs/cost.md#cold-starts): each is loaded where it is first needed.
+NOT_AT_AGENT_IMPORT = (
+    "httpx",  # the first platform reply or file download
+    "filetype",  # a file's type, sniffed when one arrives
+    "pydantic_settings",  # Settings reads the environment itself
+    "aws_lambda_powertools.utilities.parser.models",  # every event source's models; the lane record is ours
+    "shared.agent.commands",
+    "shared.agent.gate",
+    "shared.media.platforms",
+    "shared.media.extract",
+    "shared.providers.anthropic",
+    "shared.providers.bedrock",
+    "openai",  # the provider's SDK, with the provider (the first turn)
+    "opensearchpy",
+)
+
+
+@pytest.mark.slow
+def test_the_agents_cold_import_leaves_what_a_plain_turn_never_uses(bundles: dict[str, Path]) -> None:
+    loaded = _import_in_fresh_python(bundles["agent"], HANDLER.split(".")[0])
+
+    assert "shared.agent.turn" in loaded  # the turn itself is imported, not deferred
+    assert [m for m in NOT_AT_AGENT_IMPORT if m in loaded] == []

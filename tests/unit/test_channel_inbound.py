@@ -221,3 +221,14 @@ def test_an_oversized_body_is_refused_before_anything_else() -> None:
     with pytest.raises(BadRequest, match="larger than 10 bytes"):
         _ingress(Lanes()).accept(channel, big)
     assert channel.steps == []
+
+
+def test_the_characters_sqs_refuses_are_exactly_the_complement_of_what_it_allows() -> None:
+    # SQS message bodies allow #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF.
+    def allowed(c: int) -> bool:
+        return (
+            c in (0x9, 0xA, 0xD) or 0x20 <= c <= 0xD7FF or 0xE000 <= c <= 0xFFFD or 0x10000 <= c <= 0x10FFFF
+        )
+
+    refused = inbound._NOT_SQS_CHAR
+    assert [c for c in range(0x110000) if bool(refused.match(chr(c))) == allowed(c)] == []
