@@ -5,8 +5,6 @@ each read and write by it, and the contract suites in tests/contract prove a wor
 another's data. One contract suite per port runs against every adapter.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
