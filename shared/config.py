@@ -7,6 +7,9 @@ validator of the model's own: pydantic-settings, with the sources it loads for o
 (dotenv, argparse, cloud vaults), was 12 ms of every function's cold import for that one thing.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import ipaddress
 import json
 import os

@@ -5,6 +5,9 @@ each read and write by it, and the contract suites in tests/contract prove a wor
 another's data. One contract suite per port runs against every adapter.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime

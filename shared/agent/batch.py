@@ -46,6 +46,9 @@ The agent function drives it with powertools' processor as a context manager:
 processor.process()`, then `settle`.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import contextvars
 import logging
 import sys

@@ -11,6 +11,9 @@ e.g. b"/sessions/default/s1/outbox?after=0") for a GET, which has no body. The t
 within 5 minutes of the gateway's clock, so a captured request can't be replayed later.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import hashlib
 import hmac
 import logging

@@ -14,6 +14,9 @@ index applies it inside its query. The recent-messages stand-in reads one sessio
 the scope includes (the reader's own session is in every scope).
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import logging
 import re
 from collections.abc import Callable, Sequence

@@ -10,6 +10,9 @@ Units. Counters are integers in both stores: tokens, tool calls, and USD in nano
 same total on both.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass

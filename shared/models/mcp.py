@@ -6,6 +6,9 @@ stored as `mcp/<workspace>/<secret>` (`mcp_secret_name`), so a workspace's file 
 reach its own credentials, whatever it names.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

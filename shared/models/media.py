@@ -1,5 +1,8 @@
 """Media a sender attached (docs/media.md): what the MediaStore keeps of each fetched file."""
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 from datetime import datetime
 
 from pydantic import Field

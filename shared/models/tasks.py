@@ -4,6 +4,9 @@ A task's conversation is not in its record: each model and tool call is a step i
 (shared.ports), so a record stays small however long the task runs.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import re
 from datetime import datetime
 from decimal import Decimal

@@ -4,6 +4,9 @@ A provider turns a ChatRequest into a stream of events: text deltas, complete to
 and one final Done. The agent loop only ever sees these events, never an SDK's types.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 

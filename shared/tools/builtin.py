@@ -4,6 +4,9 @@ A model knows neither the date nor where it is talking: `current_time` answers t
 get relative dates wrong without it), `session_info` the second.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

@@ -22,6 +22,9 @@ over 100 KB, control characters in a query) raises BadRequest, which the tool re
 into a structured error result.
 """
 
+# Annotations are not postponed here: pydantic makes this module's models at import, and would
+# evaluate each field's annotation from its text (shared/models/__init__.py).
+
 import logging
 import math
 import re
