@@ -6,11 +6,11 @@ reads it back; a voice note's transcript is stored on the item and never made tw
 from __future__ import annotations
 
 from shared.budgets import TurnBudget
-from shared.media.content import VOICE_PREFIX, MediaDeps, media_inputs, stored_items
+from shared.media.content import VOICE_PREFIX, MediaDeps, MediaInputs, media_inputs, stored_items
 from shared.memory.doc_keys import document_doc_id
 from shared.memory.scope import owner_scope
 from shared.memory.writer import MemoryWriter
-from shared.models import IndexQuery, RecallScope, UserMessage, WorkspaceConfig
+from shared.models import Attachment, IndexQuery, RecallScope, UserMessage, WorkspaceConfig
 from shared.models.media import Transcript
 from tests.support.media_files import pdf, stored
 
@@ -37,6 +37,29 @@ class CountingTranscriber:
         return Transcript(text=f"call me back about {len(audio)} bytes", seconds=30.0, model=self.model_ref)
 
 
+def _inputs(
+    deps: MediaDeps,
+    workspace: WorkspaceConfig,
+    attached: Attachment,
+    user: UserMessage,
+    *,
+    budget: TurnBudget | None = None,
+) -> MediaInputs:
+    """media_inputs for Ada's web session s1, with the file she attached as the turn's one item."""
+    assert deps.store is not None
+    return media_inputs(
+        deps,
+        workspace,
+        stored_items(deps.store, workspace.id, [attached]),
+        user,
+        model_ref="openai/gpt-4.1-mini",
+        user_id="u-ada",
+        scope=owner_scope("web.s1", ["u-ada"], group=False),
+        guard=_guard,
+        budget=budget,
+    )
+
+
 def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     contract: ContractBackend, ws_a: str
 ) -> None:
@@ -47,20 +70,10 @@ def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     attached = stored(
         backend.media, ws_a, document, kind="document", mime_type="application/pdf", name="inv.pdf"
     )
-    scope = owner_scope("web.s1", ["u-ada"], group=False)
     deps = MediaDeps(store=backend.media, writer=MemoryWriter(backend.index, backend.embedder))
     user = UserMessage(id="t1.u", content="file this")
 
-    out = media_inputs(
-        deps,
-        workspace,
-        stored_items(backend.media, ws_a, [attached]),
-        user,
-        model_ref="openai/gpt-4.1-mini",
-        user_id="u-ada",
-        scope=scope,
-        guard=_guard,
-    )
+    out = _inputs(deps, workspace, attached, user)
 
     # The request quotes the text as a document; the stored message names it only
     assert "<<document inv.pdf>>" in out.shown.content and "orchid sensors" in out.shown.content
@@ -81,16 +94,7 @@ def test_a_documents_text_is_redacted_indexed_under_the_senders_scope_and_kept(
     assert SECRET not in " ".join(h.doc.text for h in hits)
     assert backend.index.search(ws_a, query(theirs)).text_hits == []
     # A retry reads the kept text (nothing to extract again) and shows the same
-    again = media_inputs(
-        deps,
-        workspace,
-        stored_items(backend.media, ws_a, [attached]),
-        user,
-        model_ref="openai/gpt-4.1-mini",
-        user_id="u-ada",
-        scope=scope,
-        guard=_guard,
-    )
+    again = _inputs(deps, workspace, attached, user)
     assert again.shown.content == out.shown.content
 
 
@@ -107,30 +111,9 @@ def test_a_voice_note_is_transcribed_once_and_charged_by_the_minute(
     deps = MediaDeps(store=backend.media, transcriber=speech)
     budget = TurnBudget(backend.budgets, ws_a, "u-ada", None)
     user = UserMessage(id="t1.u", content="")
-    scope = owner_scope("web.s1", ["u-ada"], group=False)
 
-    first = media_inputs(
-        deps,
-        workspace,
-        stored_items(backend.media, ws_a, [attached]),
-        user,
-        model_ref="openai/gpt-4.1-mini",
-        user_id="u-ada",
-        scope=scope,
-        guard=_guard,
-        budget=budget,
-    )
-    second = media_inputs(
-        deps,
-        workspace,
-        stored_items(backend.media, ws_a, [attached]),
-        user,
-        model_ref="openai/gpt-4.1-mini",
-        user_id="u-ada",
-        scope=scope,
-        guard=_guard,
-        budget=budget,
-    )
+    first = _inputs(deps, workspace, attached, user, budget=budget)
+    second = _inputs(deps, workspace, attached, user, budget=budget)
 
     assert speech.calls == 1
     assert first.user.content == second.user.content == f"{VOICE_PREFIX} call me back about 103 bytes"
@@ -154,16 +137,7 @@ def test_erasing_the_sender_removes_their_documents_text_from_the_index(
         backend.media, ws_a, pdf(pages), kind="document", mime_type="application/pdf", name="log.pdf"
     )
     deps = MediaDeps(store=backend.media, writer=MemoryWriter(backend.index, backend.embedder))
-    media_inputs(
-        deps,
-        WorkspaceConfig(id=ws_a),
-        stored_items(backend.media, ws_a, [attached]),
-        UserMessage(id="t1.u", content=""),
-        model_ref="openai/gpt-4.1-mini",
-        user_id="u-ada",
-        scope=owner_scope("web.s1", ["u-ada"], group=False),
-        guard=_guard,
-    )
+    _inputs(deps, WorkspaceConfig(id=ws_a), attached, UserMessage(id="t1.u", content=""))
     everyone = RecallScope(workspace_wide=True)
     query = IndexQuery(text="orchid greenhouse humidity", k=50, tiers=["message"], scope=everyone)
     assert len(backend.index.search(ws_a, query).text_hits) > 1
