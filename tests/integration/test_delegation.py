@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from shared.backend import Backend
 from shared.config import Settings
 from shared.errors import DeadlineExceeded
 from shared.local.gateway import LocalGateway
@@ -153,7 +154,8 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: Script) -> 
         gw.stop()
 
 
-def say(gw: LocalGateway, event_id: str, text: str) -> None:
+def say(backend: Backend, event_id: str, text: str) -> None:
+    """Alice's web message `text` onto the demo session's lane (sigil dev's, or the cloud's)."""
     inbound = InboundMessage(
         event_id=event_id,
         channel="web",
@@ -163,11 +165,11 @@ def say(gw: LocalGateway, event_id: str, text: str) -> None:
         chat_id="demo",
         text=text,
     )
-    gw.backend.lanes.submit(LaneItem(inbound=inbound, correlation_id=f"req-{event_id}"))
+    backend.lanes.submit(LaneItem(inbound=inbound, correlation_id=f"req-{event_id}"))
 
 
-def replies(gw: LocalGateway) -> list[str]:
-    return [e.message.text for e in gw.backend.outbox.read(WS, SESSION)]
+def replies(backend: Backend) -> list[str]:
+    return [e.message.text for e in backend.outbox.read(WS, SESSION)]
 
 
 def wait_for(what: Callable[[], object], describe: Callable[[], object]) -> None:
@@ -188,25 +190,25 @@ def test_research_is_delegated_and_reported_once_after_what_the_user_said_meanwh
 ) -> None:
     gw = gateway
     # When the user asks for research
-    say(gw, "e1", "Please research the tides")
-    wait_for(lambda: len(replies(gw)) == 1, lambda: replies(gw))
+    say(gw.backend, "e1", "Please research the tides")
+    wait_for(lambda: len(replies(gw.backend)) == 1, lambda: replies(gw.backend))
     # Then the first reply arrives at once, while the task still runs
-    (first,) = replies(gw)
+    (first,) = replies(gw.backend)
     task = only_task(gw)
     assert first == f"Started: {task.id}. I'll tell you when it reports."
     assert not task.terminal and task.role == "researcher"
     # And the task's first invocation was cut by the deadline after three lookups and continues
     wait_for(lambda: script.cut and only_task(gw).invocations >= 1, lambda: only_task(gw))
     # When the user says something else meanwhile
-    say(gw, "e2", "And what about the weather?")
-    wait_for(lambda: len(replies(gw)) == 2, lambda: replies(gw))
+    say(gw.backend, "e2", "And what about the weather?")
+    wait_for(lambda: len(replies(gw.backend)) == 2, lambda: replies(gw.backend))
     script.user_spoke.set()
     # Then the task's outcome is reported after that, in the same conversation, once
     wait_for(
-        lambda: len(replies(gw)) == 3 and only_task(gw).outcome_delivered,
-        lambda: (replies(gw), only_task(gw)),
+        lambda: len(replies(gw.backend)) == 3 and only_task(gw).outcome_delivered,
+        lambda: (replies(gw.backend), only_task(gw)),
     )
-    said = replies(gw)
+    said = replies(gw.backend)
     assert said[1] == "echo: And what about the weather?"
     assert said[2].startswith(f"Update on your task: [Task {task.id} (researcher) finished:")
     assert "High tide is at 06:12." in said[2] and 'Untrusted data from "task' in said[2]
@@ -238,8 +240,8 @@ def test_research_is_delegated_and_reported_once_after_what_the_user_said_meanwh
 
 def test_a_cancel_stops_a_running_task_and_the_user_is_told(gateway: LocalGateway, script: Script) -> None:
     gw = gateway
-    say(gw, "e1", "Please research the tides, I may cancel")
-    wait_for(lambda: len(replies(gw)) == 1 and LOOKUPS, lambda: (replies(gw), LOOKUPS))
+    say(gw.backend, "e1", "Please research the tides, I may cancel")
+    wait_for(lambda: len(replies(gw.backend)) == 1 and LOOKUPS, lambda: (replies(gw.backend), LOOKUPS))
     # When the user cancels it while it runs (what `/tasks cancel` stores)
     tasks = gw.backend.tasks
     assert tasks is not None
@@ -250,27 +252,29 @@ def test_a_cancel_stops_a_running_task_and_the_user_is_told(gateway: LocalGatewa
     wait_for(lambda: only_task(gw).outcome_delivered, lambda: only_task(gw))
     assert only_task(gw).status == "cancelled"
     assert LOOKUPS == ["tides 1", "tides 2"]
-    wait_for(lambda: len(replies(gw)) == 2, lambda: replies(gw))
-    assert replies(gw)[1].startswith(f"Update on your task: [Task {task.id} (researcher) was cancelled")
+    wait_for(lambda: len(replies(gw.backend)) == 2, lambda: replies(gw.backend))
+    assert replies(gw.backend)[1].startswith(
+        f"Update on your task: [Task {task.id} (researcher) was cancelled"
+    )
 
 
 def test_an_interactive_worker_asks_the_user_and_continues_with_the_answer(
     gateway: LocalGateway, script: Script
 ) -> None:
     gw = gateway
-    say(gw, "e1", "Do this slow job: paint the fence")
+    say(gw.backend, "e1", "Do this slow job: paint the fence")
     # Then the agent relays the worker's question
-    wait_for(lambda: len(replies(gw)) == 2, lambda: replies(gw))
+    wait_for(lambda: len(replies(gw.backend)) == 2, lambda: replies(gw.backend))
     task = only_task(gw)
     assert task.status == "waiting_user" and task.question == "Which colour should it be?"
-    assert replies(gw)[1].startswith(
+    assert replies(gw.backend)[1].startswith(
         f"Update on your task: [Task {task.id} (worker) asks the user a question:"
     )
     # When the user answers, the agent hands the answer over and the worker finishes with it
-    say(gw, "e2", f"my answer: for task {task.id} green")
-    wait_for(lambda: only_task(gw).outcome_delivered, lambda: (replies(gw), only_task(gw)))
+    say(gw.backend, "e2", f"my answer: for task {task.id} green")
+    wait_for(lambda: only_task(gw).outcome_delivered, lambda: (replies(gw.backend), only_task(gw)))
     done = only_task(gw)
     assert done.status == "done" and done.result is not None
     assert done.result.summary == f"Painted it as asked (my answer: for task {task.id} green)."
-    wait_for(lambda: len(replies(gw)) == 4, lambda: replies(gw))
-    assert "Painted it as asked" in replies(gw)[3]
+    wait_for(lambda: len(replies(gw.backend)) == 4, lambda: replies(gw.backend))
+    assert "Painted it as asked" in replies(gw.backend)[3]

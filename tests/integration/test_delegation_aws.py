@@ -24,17 +24,15 @@ from shared import cloud
 from shared.adapters.aws import clients
 from shared.agent.turn import TurnDeps
 from shared.local.aws_mode.event_source import FifoPoller
-from shared.models import InboundMessage, LaneItem, RoleConfig, Sender, new_workspace
+from shared.models import LaneItem, RoleConfig, new_workspace
 from shared.models.tasks import Task
 from shared.observability import metrics
 from shared.providers.function import FunctionProvider
 from shared.tasks.items import step_item
-from tests.integration.test_delegation import LOOKUPS, Script, lookup
+from tests.integration.test_delegation import LOOKUPS, WS, Script, lookup, replies, say
 from tests.support.lambda_context import LambdaContext
 from tests.support.moto_aws import REGION, AwsResources, provision
 
-WS = "default"
-SESSION = "web.demo"
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
 
@@ -94,23 +92,6 @@ def poller(resources: AwsResources) -> FifoPoller:
     )
 
 
-def say(deps: TurnDeps, event_id: str, text: str) -> None:
-    inbound = InboundMessage(
-        event_id=event_id,
-        channel="web",
-        workspace_id=WS,
-        session_id=SESSION,
-        sender=Sender(id="alice"),
-        chat_id="demo",
-        text=text,
-    )
-    deps.backend.lanes.submit(LaneItem(inbound=inbound, correlation_id=f"req-{event_id}"))
-
-
-def replies(deps: TurnDeps) -> list[str]:
-    return [e.message.text for e in deps.backend.outbox.read(WS, SESSION)]
-
-
 def only_task(deps: TurnDeps) -> Task:
     assert deps.backend.tasks is not None
     (task,) = deps.backend.tasks.list_tasks(WS)
@@ -132,21 +113,21 @@ def test_research_on_the_cloud_path_is_told_once_after_what_the_user_said_meanwh
     resources, deps = aws
     poll = poller(resources)
     # When the user asks for research, and the agent's first batch runs
-    say(deps, "e1", "Please research the tides")
+    say(deps.backend, "e1", "Please research the tides")
     assert poll.poll_once() == 1
     # Then the first reply is out before the task has run a single step
     task = only_task(deps)
-    assert replies(deps) == [f"Started: {task.id}. I'll tell you when it reports."]
+    assert replies(deps.backend) == [f"Started: {task.id}. I'll tell you when it reports."]
     assert task.status == "queued" and LOOKUPS == []
     # When the task's first invocation runs: three lookups, then the deadline cuts a model call
     assert poll.poll_once() == 1
     assert LOOKUPS == ["tides 1", "tides 2", "tides 3"] and script.cut
     assert only_task(deps).invocations == 1 and not only_task(deps).terminal
     # And the user says something else meanwhile
-    say(deps, "e2", "And what about the weather?")
+    say(deps.backend, "e2", "And what about the weather?")
     # Then the batches run to the task's end: its continuation beside the user's turn
     drain(poll, lambda: only_task(deps).outcome_delivered)
-    said = replies(deps)
+    said = replies(deps.backend)
     assert said[1] == "echo: And what about the weather?"
     assert len(said) == 3 and said[2].startswith(
         f"Update on your task: [Task {task.id} (researcher) finished:"
@@ -156,7 +137,7 @@ def test_research_on_the_cloud_path_is_told_once_after_what_the_user_said_meanwh
     assert done.status == "done" and done.invocations == 2
     # And nothing is left on the lanes: the outcome was told once
     assert poll.poll_once() == 0
-    assert len(replies(deps)) == 3
+    assert len(replies(deps.backend)) == 3
     # And each invocation has its own audit record, linked to the delegating turn
     records = [r for r in deps.backend.audit.list_records(WS) if r.task_id == task.id]
     assert len(records) == 2 and {r.parent_turn_id for r in records} == {task.parent_turn_id}
@@ -166,7 +147,7 @@ def test_research_on_the_cloud_path_is_told_once_after_what_the_user_said_meanwh
 def test_a_cancel_stops_a_running_task_on_the_cloud_path(aws: tuple[AwsResources, TurnDeps]) -> None:
     resources, deps = aws
     poll = poller(resources)
-    say(deps, "e1", "Please research the tides")
+    say(deps.backend, "e1", "Please research the tides")
     drain(poll, lambda: bool(LOOKUPS))  # the task's first invocation has run (and was cut)
     # When the user cancels it (what `/tasks cancel` stores) before its continuation runs
     assert deps.backend.tasks is not None
@@ -176,7 +157,9 @@ def test_a_cancel_stops_a_running_task_on_the_cloud_path(aws: tuple[AwsResources
     # Then it stopped without another model call, and the user is told
     assert only_task(deps).status == "cancelled"
     assert LOOKUPS == ["tides 1", "tides 2", "tides 3"]
-    assert replies(deps)[-1].startswith(f"Update on your task: [Task {task.id} (researcher) was cancelled")
+    assert replies(deps.backend)[-1].startswith(
+        f"Update on your task: [Task {task.id} (researcher) was cancelled"
+    )
 
 
 def test_a_redelivered_step_hands_the_rest_of_its_task_to_a_fresh_step_item(
@@ -184,7 +167,7 @@ def test_a_redelivered_step_hands_the_rest_of_its_task_to_a_fresh_step_item(
 ) -> None:
     resources, deps = aws
     poll = poller(resources)
-    say(deps, "e1", "Please research the tides")
+    say(deps.backend, "e1", "Please research the tides")
     assert poll.poll_once() == 1
     task = only_task(deps)
     # When the task's step comes on its second delivery (its first died: a killed sandbox takes
@@ -201,4 +184,6 @@ def test_a_redelivered_step_hands_the_rest_of_its_task_to_a_fresh_step_item(
     drain(poll, lambda: only_task(deps).outcome_delivered)
     assert [f"tides {n}" for n in range(1, 6)] == LOOKUPS
     assert only_task(deps).status == "done"
-    assert replies(deps)[-1].startswith(f"Update on your task: [Task {task.id} (researcher) finished:")
+    assert replies(deps.backend)[-1].startswith(
+        f"Update on your task: [Task {task.id} (researcher) finished:"
+    )

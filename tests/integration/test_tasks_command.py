@@ -133,17 +133,20 @@ def test_tasks_cancel_stops_a_running_task_before_its_next_step_and_the_user_is_
     gw = gateway
     replies = delegation.replies
     # Given a researcher that has made its first lookup and is held in its second model call
-    delegation.say(gw, "e1", "Please research the tides, I may cancel")
-    delegation.wait_for(lambda: len(replies(gw)) == 1 and delegation.LOOKUPS, lambda: replies(gw))
+    delegation.say(gw.backend, "e1", "Please research the tides, I may cancel")
+    delegation.wait_for(
+        lambda: len(replies(gw.backend)) == 1 and delegation.LOOKUPS, lambda: replies(gw.backend)
+    )
     task = delegation.only_task(gw)
     # When the user lists their tasks and cancels it
     command(gw, "e2", "/tasks")
-    delegation.wait_for(lambda: len(replies(gw)) == 2, lambda: replies(gw))
-    assert f"- {task.id}  researcher  running" in replies(gw)[1]
+    delegation.wait_for(lambda: len(replies(gw.backend)) == 2, lambda: replies(gw.backend))
+    assert f"- {task.id}  researcher  running" in replies(gw.backend)[1]
     command(gw, "e3", f"/tasks cancel {task.id}")
-    delegation.wait_for(lambda: len(replies(gw)) == 3, lambda: replies(gw))
+    delegation.wait_for(lambda: len(replies(gw.backend)) == 3, lambda: replies(gw.backend))
     assert (
-        replies(gw)[2] == f"Cancelling {task.id}: it stops before its next step, and you will be told here."
+        replies(gw.backend)[2]
+        == f"Cancelling {task.id}: it stops before its next step, and you will be told here."
     )
     script.release.set()
     # Then the task stops after the step in flight: no lookup after the cancel
@@ -151,10 +154,12 @@ def test_tasks_cancel_stops_a_running_task_before_its_next_step_and_the_user_is_
     ended = delegation.only_task(gw)
     assert ended.status == "cancelled" and delegation.LOOKUPS == ["tides 1", "tides 2"]
     # And the user is told once, in the same conversation
-    delegation.wait_for(lambda: len(replies(gw)) == 4, lambda: replies(gw))
-    assert replies(gw)[3].startswith(f"Update on your task: [Task {task.id} (researcher) was cancelled")
+    delegation.wait_for(lambda: len(replies(gw.backend)) == 4, lambda: replies(gw.backend))
+    assert replies(gw.backend)[3].startswith(
+        f"Update on your task: [Task {task.id} (researcher) was cancelled"
+    )
     # And /tasks then shows it ended, and a second cancel says so
     command(gw, "e4", f"/tasks cancel {task.id}")
-    delegation.wait_for(lambda: len(replies(gw)) == 5, lambda: replies(gw))
-    assert replies(gw)[4] == f"Task {task.id} has already ended (cancelled)."
-    assert len([r for r in replies(gw) if task.id in r and "was cancelled" in r]) == 1
+    delegation.wait_for(lambda: len(replies(gw.backend)) == 5, lambda: replies(gw.backend))
+    assert replies(gw.backend)[4] == f"Task {task.id} has already ended (cancelled)."
+    assert len([r for r in replies(gw.backend) if task.id in r and "was cancelled" in r]) == 1
