@@ -52,7 +52,6 @@ processor.process()`, then `settle`.
 import contextvars
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +70,7 @@ from shared.agent.steps import first_delivery, redelivered
 from shared.agent.turn import UNDELIVERED, TurnDeps, give_up_turn, run_turn
 from shared.deadline import deadline, remaining
 from shared.errors import ProviderError, SigilError, TurnNotStarted
+from shared.lazy import once
 from shared.metric_catalogue import (
     APOLOGIES_UNDELIVERED,
     COST_USD,
@@ -252,16 +252,7 @@ def lane_processor() -> SqsFifoPartialProcessor:
 
 def shared_deps(deps: Deps) -> Deps:
     """`deps` built once however many of the batch's workers ask for it at the same moment."""
-    lock = threading.Lock()
-    built: list[TurnDeps] = []
-
-    def once() -> TurnDeps:
-        with lock:
-            if not built:
-                built.append(deps())
-            return built[0]
-
-    return once
+    return once(deps)
 
 
 @dataclass(frozen=True)

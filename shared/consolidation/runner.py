@@ -41,6 +41,7 @@ from shared.consolidation.compaction import (
 from shared.consolidation.deadline import Deadline
 from shared.consolidation.maintenance import MaintenanceReport
 from shared.errors import ModelNotConfigured
+from shared.lazy import once
 from shared.metric_catalogue import (
     COMPACTION_BUSY,
     COMPACTION_DURATION,
@@ -178,18 +179,6 @@ def run_id_for(event: DomainEvent) -> str:
         )
     )
     return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def once(factory: ModelFactory) -> ModelFactory:
-    """`factory`, called at most once successfully (a failure is not kept: the next call retries)."""
-    built: list[ConsolidationModel] = []
-
-    def get() -> ConsolidationModel:
-        if not built:
-            built.append(factory())
-        return built[0]
-
-    return get
 
 
 def _ttl(deadline: Deadline, default: float) -> float:

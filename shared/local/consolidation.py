@@ -25,13 +25,13 @@ from shared.consolidation.deadline import Deadline
 from shared.consolidation.runner import (
     ModelFactory,
     consolidate_workspace,
-    once,
     run_compaction_due,
     run_hourly,
     run_id_for,
 )
 from shared.consolidation.turn_extraction import extract_turn
 from shared.errors import ModelNotConfigured
+from shared.lazy import once
 from shared.models import DomainEvent
 from shared.tasks.sweep import sweep_tasks
 

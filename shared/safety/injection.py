@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.lazyre import LazyPattern
+from shared.lazy import LazyPattern
 from shared.safety.fold import TAG_FIRST, TAG_LAST, Folded, fold
 
 MAX_SCAN_CHARS = 1_000_000

@@ -49,7 +49,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from shared.lazyre import LazyPattern
+from shared.lazy import LazyPattern
 from shared.safety import ruleset
 
 MARKER = "[REDACTED:{}]"

@@ -7,9 +7,8 @@ and no secret is read here; tokens are read from the SecretStore (which caches t
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from shared.channels.ledger import MemorySendLedger
@@ -40,6 +39,7 @@ from shared.channels.out.http import (
 )
 from shared.channels.senders import OutboxSender, SenderRegistry
 from shared.channels.web import DeltaSink
+from shared.lazy import once
 from shared.ports import Outbox, SecretStore, SendLedger
 from shared.tls import tls_context
 
@@ -75,22 +75,14 @@ TIMEOUT_S: Final = 15.0
 CONNECT_TIMEOUT_S: Final = 5.0
 
 
-def _client_maker() -> Callable[[], httpx.Client]:
-    """What makes the platforms' one HTTP client, on the first platform call: a turn that answers
-    on the web page alone never loads httpx nor reads the CA bundle (a cold start's 8 and 15 ms)."""
-    lock = threading.Lock()
-    made: list[httpx.Client] = []
+def _new_client() -> httpx.Client:
+    """The platforms' one HTTP client, made at the first platform call (build_senders): a turn that
+    answers on the web page alone never loads httpx nor reads the CA bundle (a cold start's 8 and
+    15 ms)."""
+    import httpx
 
-    def client() -> httpx.Client:
-        with lock:
-            if not made:
-                import httpx
-
-                timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-                made.append(httpx.Client(timeout=timeout, verify=tls_context()))
-            return made[0]
-
-    return client
+    timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    return httpx.Client(timeout=timeout, verify=tls_context())
 
 
 def build_senders(
@@ -114,7 +106,7 @@ def build_senders(
     text (the local gateway's WebSockets); without it a web reply is only written to the outbox.
     """
     urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
-    client = http or _client_maker()
+    client = http or once(_new_client)
     ledger = ledger or MemorySendLedger()
     policy = policy or RetryPolicy()
 

@@ -1,4 +1,10 @@
-"""A regular expression compiled the first time it is used, not when its module is imported.
+"""What is made the first time it is needed, not when its module is imported or its owner built.
+
+`once(make)`: `make()` called by the first caller, its result kept for every caller after,
+whatever threads ask at the same moment; a failure is not kept, the next call makes it again (the
+batch's turn dependencies, the platforms' HTTP client, consolidation's model).
+
+`LazyPattern`: a regular expression compiled the first time it is used.
 
 The safety scan and the redactor hold about a hundred patterns, each behind literals one of which
 the text must contain before the pattern runs (shared.safety): most messages never run most of
@@ -10,7 +16,25 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def once(make: Callable[[], T]) -> Callable[[], T]:
+    """`make`, called at most once successfully, however many threads ask at the same moment."""
+    lock = threading.Lock()
+    made: list[T] = []
+
+    def get() -> T:
+        with lock:
+            if not made:
+                made.append(make())
+            return made[0]
+
+    return get
 
 
 class LazyPattern:
